@@ -1,0 +1,89 @@
+# labkit: common tasks. `make help` lists them.
+# Variables: VENV (default .venv, or $LABKIT_VENV), ARGS (extra arguments for labkit/jupyter).
+
+VENV ?= $(or $(LABKIT_VENV),.venv)
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.labkit-setup-done
+NBVAL_SANITIZE := tests/nbval_sanitize.cfg
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-package test-notebooks run lab slides bench clean-notebooks check
+
+help:
+	@echo "make setup            create $(VENV) and install labkit with its dependencies"
+	@echo "make run              set up, then run the notebook suite (labkit run; ARGS=... adds options)"
+	@echo "make test             set up, then pytest tests/ and execute every notebook with nbval (CI)"
+	@echo "make lab              start JupyterLab on notebooks/ (ARGS=... passed to jupyter lab)"
+	@echo "make slides           export workshop slides (labkit slides)"
+	@echo "make bench            run the benchmarks (labkit bench)"
+	@echo "make clean-notebooks  strip outputs, execution counts and widget state from notebooks/"
+	@echo "make check            quick checks: byte-compile, packaging and clean-notebook tests"
+
+# The stamp is written by scripts/setup.sh on success; it is redone when the dependency list
+# or the script change. `make setup` always re-runs the (idempotent) script.
+$(STAMP): pyproject.toml scripts/setup.sh
+	LABKIT_VENV=$(VENV) bash scripts/setup.sh
+
+setup:
+	LABKIT_VENV=$(VENV) bash scripts/setup.sh
+
+# The CI test command (README, .ci/run): the package tests, then every notebook on this machine.
+test: test-package test-notebooks
+
+test-package: $(STAMP)
+	$(PY) -m pytest -q tests
+
+# pytest exits 5 when it collects nothing: accepted only while notebooks/ holds no notebook.
+test-notebooks: $(STAMP)
+	@rc=0; $(PY) -m pytest -q --nbval-lax --nbval-current-env \
+	    --nbval-sanitize-with $(NBVAL_SANITIZE) notebooks/ || rc=$$?; \
+	if [ $$rc -eq 5 ] && [ -z "$$(find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)" ]; then \
+	    echo "no notebooks yet: nothing to execute"; rc=0; \
+	fi; \
+	exit $$rc
+
+run: $(STAMP)
+	$(VENV)/bin/labkit run $(ARGS)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
+
+slides: $(STAMP)
+	$(VENV)/bin/labkit slides $(ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/labkit bench $(ARGS)
+
+# Strips what executing a notebook adds: outputs, execution counts, widget state and
+# papermill/nbclient bookkeeping, language_info details. Tags, slideshow metadata and the
+# kernelspec are kept.
+define STRIP_NOTEBOOKS_PY
+import sys, nbformat
+for path in sys.argv[1:]:
+    nb = nbformat.read(path, as_version=4)
+    before = nbformat.writes(nb)
+    for key in ("widgets", "papermill"):
+        nb.metadata.pop(key, None)
+    if "language_info" in nb.metadata:  # keep the name, drop the executing Python's details
+        nb.metadata.language_info = {"name": nb.metadata.language_info.get("name", "python")}
+    for cell in nb.cells:
+        for key in ("papermill", "execution", "collapsed", "scrolled"):
+            cell.metadata.pop(key, None)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    if nbformat.writes(nb) != before:
+        nbformat.write(nb, path)
+        print("cleaned", path)
+endef
+export STRIP_NOTEBOOKS_PY
+
+clean-notebooks: $(STAMP)
+	@nbs="$$(find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort)"; \
+	if [ -z "$$nbs" ]; then echo "no notebooks"; exit 0; fi; \
+	$(PY) -c "$$STRIP_NOTEBOOKS_PY" $$nbs
+
+check: $(STAMP)
+	$(PY) -m compileall -q labkit
+	$(PY) -m pytest -q tests/test_packaging.py tests/test_notebooks_clean.py

@@ -1,0 +1,227 @@
+"""``labkit bench``: the decode benchmark table, its targets, and (``--record``) every record
+the notebooks read, saved into a new run folder with provenance."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+
+BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+POOL_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+METHODS = ("eager", "graph", "dispatcher", "compile")
+
+
+def _new_run_dir(out_root: Path, prefix: str) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run = out_root / f"{prefix}-{stamp}"
+    n = 1
+    while run.exists():
+        n += 1
+        run = out_root / f"{prefix}-{stamp}-{n}"
+    (run / "results").mkdir(parents=True)
+    return run
+
+
+def bench_table(decode: dict[str, dict]) -> list[dict]:
+    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records."""
+    rows = []
+    for name, rec in decode.items():
+        for i, b in enumerate(rec["batch_sizes"]):
+            t = {m: rec["times"][m][i]["median"] for m in rec["times"]}
+            row = {"model": name, "batch": b, **{f"{m}_us": t[m] for m in t}}
+            if "eager" in t and "graph" in t:
+                row["graph_speedup"] = t["eager"] / t["graph"]
+            if "dispatcher" in t and "graph" in t:
+                row["dispatcher_over_graph"] = t["dispatcher"] / t["graph"]
+            if "dispatcher" in t and "compile" in t:
+                row["dispatcher_over_compile"] = t["dispatcher"] / t["compile"]
+            rows.append(row)
+    return rows
+
+
+def evaluate_targets(decode: dict[str, dict], pool: dict | None) -> list[dict]:
+    """The issue's targets, each with the measured value and pass/fail."""
+    out = []
+
+    def at(rec: dict, m: str, b: int) -> float | None:
+        if b not in rec["batch_sizes"] or m not in rec["times"]:
+            return None
+        return rec["times"][m][rec["batch_sizes"].index(b)]["median"]
+
+    small = decode.get("small")
+    if small:
+        e, g, d = at(small, "eager", 1), at(small, "graph", 1), at(small, "dispatcher", 1)
+        if e and g:
+            out.append({"target": "graph >= 5x eager at batch 1 (4-layer)", "value": e / g,
+                        "pass": e / g >= 5})
+        if d and g:
+            out.append({"target": "dispatcher within 5% of raw replay at batch 1 (4-layer)",
+                        "value": d / g, "pass": d / g <= 1.05})
+        for b in (1, 8):
+            c, d = at(small, "compile", b), at(small, "dispatcher", b)
+            if c and d:
+                out.append({"target": f"dispatcher faster than torch.compile at batch {b} "
+                                      "(4-layer)", "value": d / c, "pass": d < c})
+    if pool:
+        ratio = pool["shared_largest_first"]["total_bytes"] / pool["largest_private_bytes"]
+        out.append({"target": "shared pool largest-first <= 1.1x largest private pool",
+                    "value": ratio, "pass": ratio <= 1.1})
+    return out
+
+
+def format_rows(rows: list[dict]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "PASS" if v else "FAIL"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return "" if v is None else str(v)
+
+
+def _mib(b: int) -> float:
+    return b / 2**20
+
+
+# name -> (labkit.bench function, keyword arguments); each runs in its own process
+def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
+    """The measurements ``labkit bench`` makes, as (record name, function, kwargs)."""
+    sizes = [1, 8, 64] if quick else list(BENCH_SIZES)
+    repeats = 10 if quick else 30
+    steps = []
+    for name in ("small", "gpt2"):
+        steps.append((f"decode_{name}", "measure_decode",
+                      dict(preset_name=name, batch_sizes=sizes,
+                           methods=["eager", "graph", "dispatcher"], repeats=repeats)))
+        steps.append((f"compile_times_{name}", "measure_decode",
+                      dict(preset_name=name, batch_sizes=sizes, methods=["compile"],
+                           repeats=repeats)))
+    steps.append(("pool_memory_gpt2", "measure_pool_memory",
+                  dict(preset_name="gpt2", sizes=list(POOL_SIZES))))
+    if record:
+        steps += [
+            ("launch_overhead", "measure_launch_overhead", {}),
+            ("timeline_small", "measure_timeline", dict(preset_name="small")),
+            ("pool_memory_small", "measure_pool_memory",
+             dict(preset_name="small", sizes=list(POOL_SIZES))),
+            ("dispatcher_small", "measure_dispatcher", dict(preset_name="small")),
+            ("compile_small", "measure_compile", dict(preset_name="small")),
+            ("pitfalls", "run_all_pitfalls", {}),
+        ]
+    return steps
+
+
+def merge_compile(decode: dict, compile_rec: dict) -> dict:
+    """Put the compile column (measured in its own process) into a decode record."""
+    out = dict(decode)
+    out["times"] = {**decode["times"], "compile": compile_rec["times"]["compile"]}
+    out["tokens_per_s"] = {**decode["tokens_per_s"],
+                           "compile": compile_rec["tokens_per_s"]["compile"]}
+    eager = [t["median"] for t in decode["times"]["eager"]]
+    out["speedup_vs_eager"] = {m: [e / t["median"] for e, t in zip(eager, ts)]
+                               for m, ts in out["times"].items()}
+    out["checks"] = {**decode["checks"], **compile_rec["checks"]}
+    if "compile_s" in compile_rec:
+        out["compile_s"] = compile_rec["compile_s"]
+    return out
+
+
+def run_worker(name: str, func: str, kwargs: dict) -> int:
+    """Measure one record in this process and save it into ``$LABKIT_RUN_DIR``."""
+    from labkit import bench
+    from labkit.results import save_result
+
+    if func == "run_all_pitfalls":
+        from labkit.pitfalls import run_all_pitfalls as fn
+    else:
+        fn = getattr(bench, func)
+    save_result(name, fn(**kwargs), kwargs)
+    return 0
+
+
+def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
+    """Run the benchmark on the GPU; print and save the table. Returns an exit code.
+
+    Each measurement runs in a fresh Python process (a CUDA error in one cannot poison the
+    others, and torch.compile's CUDA Graph Trees never share a process with manual graphs).
+    """
+    import json
+    import subprocess
+
+    import torch
+
+    from labkit.results import load_result, provenance_line, save_result
+
+    if not torch.cuda.is_available():
+        print("labkit bench: no CUDA GPU here (torch.cuda.is_available() is False). The "
+              "benchmark times CUDA graphs and needs an NVIDIA GPU; the recorded H200 results "
+              "are in data/reference/h200/ (bench.json).", file=sys.stderr)
+        return 2
+    run = _new_run_dir(out_root, "bench")
+    env = {**os.environ, "LABKIT_RUN_DIR": str(run.resolve())}
+    os.environ["LABKIT_RUN_DIR"] = str(run.resolve())
+    failed = []
+    for name, func, kwargs in plan(quick, record):
+        print(f"[labkit bench] {name} ...", flush=True)
+        code = subprocess.run([sys.executable, "-m", "labkit.bench_cli", name, func,
+                               json.dumps(kwargs)], env=env).returncode
+        if code != 0:
+            failed.append(name)
+            print(f"[labkit bench] {name} FAILED (exit {code}); going on", file=sys.stderr)
+    res = run / "results"
+
+    def rec(name: str) -> dict | None:
+        p = res / f"{name}.json"
+        return load_result(p).data if p.exists() else None
+
+    decode = {}
+    for name in ("small", "gpt2"):
+        d, c = rec(f"decode_{name}"), rec(f"compile_times_{name}")
+        if d and c:
+            d = merge_compile(d, c)
+            save_result(f"decode_{name}", d, {"merged": ["eager", "graph", "dispatcher",
+                                                         "compile"]})
+        if d:
+            decode[name] = d
+    pool = rec("pool_memory_gpt2")
+    rows = bench_table(decode)
+    targets = evaluate_targets(decode, pool)
+    pool_rows = []
+    if pool:
+        pool_rows = [{"layout": k, "total_MiB": _mib(pool[k]["total_bytes"])}
+                     for k in ("private", "shared_largest_first", "shared_smallest_first")]
+        pool_rows.append({"layout": "largest private pool",
+                          "total_MiB": _mib(pool["largest_private_bytes"])})
+    checks = {f"{n}.{k}": v for n, r in decode.items() for k, v in r["checks"].items()}
+    path = save_result("bench", {"rows": rows, "targets": targets, "pool": pool_rows,
+                                 "checks": checks, "failed": failed},
+                       {"quick": quick, "record": record})
+    print()
+    print(provenance_line(load_result(path)))
+    print(format_rows(rows))
+    print()
+    print(format_rows(pool_rows))
+    print()
+    print("checks (tokens equal eager before timing):", checks)
+    print(format_rows(targets))
+    if failed:
+        print("FAILED measurements:", ", ".join(failed))
+    print(f"\nsaved: {run}")
+    return 0 if all(checks.values()) and not failed else 1
+
+
+if __name__ == "__main__":  # worker: python -m labkit.bench_cli NAME FUNC KWARGS_JSON
+    import json
+
+    sys.exit(run_worker(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))

@@ -1,0 +1,278 @@
+"""Hardware tier and environment record.
+
+* :func:`hardware_tier` says whether the CUDA measurements can run here (``"gpu"``) or the
+  notebooks must show recorded reference results instead (``"cpu"``).
+* :func:`environment_record` collects the facts a measurement depends on (GPU, driver, CUDA,
+  torch, clocks, git commit, ...). Anything that cannot be read is ``None``; nothing is guessed.
+
+torch is imported lazily, so ``import labkit.env`` stays cheap and works without torch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from labkit import __version__
+
+Tier = Literal["gpu", "cpu"]
+
+#: Environment variable that forces the tier (only ``cpu`` or ``auto`` are accepted).
+FORCE_TIER_ENV = "LABKIT_FORCE_TIER"
+
+_VENDOR_WORDS = {"nvidia", "geforce", "tesla"}
+
+
+def _torch():
+    """The torch module, or None when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _cuda_available() -> bool:
+    torch = _torch()
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken driver install raises here on some systems
+        return False
+
+
+def hardware_tier() -> Tier:
+    """``"gpu"`` when torch sees a CUDA device, else ``"cpu"``.
+
+    ``LABKIT_FORCE_TIER=cpu`` forces the CPU tier (to try the no-GPU path on a GPU machine);
+    ``LABKIT_FORCE_TIER=auto`` (or unset / empty) detects.
+    """
+    forced = os.environ.get(FORCE_TIER_ENV, "").strip().lower()
+    if forced == "cpu":
+        return "cpu"
+    if forced not in ("", "auto"):
+        raise ValueError(
+            f"{FORCE_TIER_ENV}={forced!r} is not understood: use 'cpu' to force the CPU tier, "
+            "or 'auto' (or leave it unset) to detect the GPU"
+        )
+    return "gpu" if _cuda_available() else "cpu"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _run(cmd: list[str], cwd: str | os.PathLike[str] | None = None, timeout: float = 10.0) -> str | None:
+    """stdout of a command, stripped; None when it is missing, fails or times out."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip()
+
+
+def _num(text: str) -> float | int | None:
+    text = text.strip()
+    if not text or text.startswith("[") or text.upper() in {"N/A", "NA"}:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() else value
+
+
+def _nvidia_smi(index: int = 0) -> dict[str, Any] | None:
+    """Driver, name and clocks of GPU ``index`` from nvidia-smi, or None."""
+    fields = [
+        "name",
+        "driver_version",
+        "clocks.sm",
+        "clocks.mem",
+        "clocks.max.sm",
+        "clocks.max.mem",
+    ]
+    out = _run(
+        [
+            "nvidia-smi",
+            f"--id={index}",
+            f"--query-gpu={','.join(fields)}",
+            "--format=csv,noheader,nounits",
+        ]
+    )
+    if not out:
+        return None
+    parts = [p.strip() for p in out.splitlines()[0].split(",")]
+    if len(parts) != len(fields):
+        return None
+    name, driver, sm, mem, sm_max, mem_max = parts
+    clocks = {
+        "sm_mhz": _num(sm),
+        "mem_mhz": _num(mem),
+        "sm_max_mhz": _num(sm_max),
+        "mem_max_mhz": _num(mem_max),
+    }
+    return {
+        "name": name or None,
+        "driver": driver if driver and not driver.startswith("[") else None,
+        "clocks": clocks if any(v is not None for v in clocks.values()) else None,
+    }
+
+
+def _cpu_model() -> str | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if line.lower().startswith("model name"):
+            return line.split(":", 1)[1].strip() or None
+    if sys.platform == "darwin":
+        out = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
+        if out:
+            return out
+    return platform.processor() or None
+
+
+def _git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout holding this package, or (None, None)."""
+    here = Path(__file__).resolve().parent
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
+    if not top:
+        return None, None
+    # Only report the repository that actually contains labkit (not e.g. a site-packages tree
+    # that happens to sit inside some other checkout).
+    if not (Path(top) / "labkit" / "__init__.py").exists():
+        return None, None
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=top)
+    if not commit:
+        return None, None
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
+    dirty = None if status is None else bool(status)
+    return commit, dirty
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def environment_record() -> dict[str, Any]:
+    """The facts a measurement depends on, as a JSON-ready dict.
+
+    Keys: ``tier, gpu_name, gpu_count, driver, cuda, torch, python, platform, cpu, cpu_count,
+    clocks, git_commit, git_dirty, labkit, date``. ``clocks`` is
+    ``{"sm_mhz", "mem_mhz", "sm_max_mhz", "mem_max_mhz"}`` (current and maximum, MHz) of GPU 0
+    from nvidia-smi. Items that cannot be read are ``None``.
+    """
+    torch = _torch()
+    cuda_ok = _cuda_available()
+
+    gpu_name = None
+    gpu_count = None
+    if torch is not None:
+        try:
+            gpu_count = int(torch.cuda.device_count()) if cuda_ok else 0
+            if cuda_ok:
+                gpu_name = torch.cuda.get_device_name(torch.cuda.current_device())
+        except Exception:
+            pass
+
+    index = 0
+    if cuda_ok:
+        try:
+            index = int(torch.cuda.current_device())
+        except Exception:
+            index = 0
+    smi = _nvidia_smi(index)
+    if gpu_name is None and smi is not None:
+        gpu_name = smi["name"]
+
+    commit, dirty = _git_state()
+    return {
+        "tier": hardware_tier(),
+        "gpu_name": gpu_name,
+        "gpu_count": gpu_count,
+        "driver": smi["driver"] if smi else None,
+        "cuda": getattr(getattr(torch, "version", None), "cuda", None) if torch else None,
+        "torch": getattr(torch, "__version__", None) if torch else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "clocks": smi["clocks"] if smi else None,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "labkit": __version__,
+        "date": _utc_now(),
+    }
+
+
+def gpu_slug(name: str) -> str:
+    """A short folder name for a GPU: ``'NVIDIA H200'`` -> ``'h200'``,
+    ``'NVIDIA GeForce RTX 4090'`` -> ``'rtx-4090'``. Idempotent (``gpu_slug('h200') == 'h200'``).
+    """
+    if not name or not name.strip():
+        raise ValueError("gpu_slug needs a non-empty GPU name")
+    words = re.split(r"[^a-z0-9]+", name.lower())
+    words = [w for w in words if w and w not in _VENDOR_WORDS]
+    if not words:
+        raise ValueError(f"cannot make a folder name from GPU name {name!r}")
+    return "-".join(words)
+
+
+def format_record(rec: dict[str, Any]) -> str:
+    """A few lines of human-readable text for an :func:`environment_record`."""
+
+    def show(value: Any) -> str:
+        return "unknown" if value is None else str(value)
+
+    lines = []
+    if rec.get("tier") == "gpu":
+        count = rec.get("gpu_count")
+        extra = f" (x{count})" if isinstance(count, int) and count > 1 else ""
+        lines.append(
+            f"tier: gpu - {show(rec.get('gpu_name'))}{extra}, driver {show(rec.get('driver'))}, "
+            f"CUDA {show(rec.get('cuda'))}"
+        )
+    else:
+        gpu = f" (GPU present but not used: {rec['gpu_name']})" if rec.get("gpu_name") else ""
+        lines.append(f"tier: cpu - CUDA measurements show recorded reference results{gpu}")
+    clocks = rec.get("clocks")
+    if clocks:
+        lines.append(
+            f"clocks: SM {show(clocks.get('sm_mhz'))}/{show(clocks.get('sm_max_mhz'))} MHz, "
+            f"memory {show(clocks.get('mem_mhz'))}/{show(clocks.get('mem_max_mhz'))} MHz "
+            "(current/max)"
+        )
+    lines.append(
+        f"torch {show(rec.get('torch'))}, Python {show(rec.get('python'))}, "
+        f"labkit {show(rec.get('labkit'))}"
+    )
+    cpu = show(rec.get("cpu"))
+    if rec.get("cpu_count"):
+        cpu += f" ({rec['cpu_count']} logical cores)"
+    lines.append(f"cpu: {cpu}; {show(rec.get('platform'))}")
+    commit = rec.get("git_commit")
+    if commit:
+        dirty = " (uncommitted changes)" if rec.get("git_dirty") else ""
+        lines.append(f"commit {commit[:7]}{dirty}")
+    else:
+        lines.append("commit: not in a git checkout")
+    lines.append(f"date: {show(rec.get('date'))}")
+    return "\n".join(lines)

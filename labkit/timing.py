@@ -1,0 +1,254 @@
+"""Timers: CUDA events after warm-up, host clocks, and the kernel-launch-overhead probe.
+
+All timers return a :class:`Stats` record (median, p10, p90, mean, n) in microseconds.
+CUDA-only figures are ``None`` on a machine without CUDA, never zero.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from labkit.graphs import capture_callable
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of repeated measurements, in microseconds."""
+
+    median: float
+    p10: float
+    p90: float
+    mean: float
+    n: int
+    unit: str = "us"
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float], unit: str = "us") -> "Stats":
+        if not samples:
+            raise ValueError("no samples to summarise; give repeats >= 1")
+        xs = sorted(float(x) for x in samples)
+
+        def q(p: float) -> float:
+            if len(xs) == 1:
+                return xs[0]
+            k = p * (len(xs) - 1)
+            lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+            return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+        return cls(q(0.5), q(0.1), q(0.9), statistics.fmean(xs), len(xs), unit)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: the relative spread."""
+        return (self.p90 - self.p10) / self.median if self.median else float("nan")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f} {self.unit} (p10 {self.p10:.2f}, p90 {self.p90:.2f}, n={self.n})"
+
+
+def _check_counts(warmup: int, repeats: int, inner: int) -> None:
+    if warmup < 0 or repeats < 1 or inner < 1:
+        raise ValueError(f"need warmup >= 0, repeats >= 1, inner >= 1; got {warmup}, "
+                         f"{repeats}, {inner}")
+
+
+def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
+              inner: int = 1, sync: bool = False) -> Stats:
+    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample.
+
+    With ``sync=True`` and CUDA present, each sample ends with ``torch.cuda.synchronize()``,
+    so it measures launch + GPU execution + sync.
+    """
+    _check_counts(warmup, repeats, inner)
+    do_sync = sync and torch.cuda.is_available()
+    for _ in range(warmup):
+        fn()
+    if do_sync:
+        torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        if do_sync:
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e6 / inner)
+    return Stats.from_samples(samples)
+
+
+def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
+              inner: int = 10) -> Stats:
+    """GPU time per call of ``fn`` (µs) from CUDA events around ``inner`` back-to-back calls.
+
+    Warm-up first (module load, cuBLAS handles, allocator), then ``repeats`` samples.
+    Raises on a machine without CUDA: there is no GPU time to measure.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("time_cuda needs a CUDA GPU (torch.cuda.is_available() is False); "
+                           "use time_host on CPU")
+    _check_counts(warmup, repeats, inner)
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / inner)
+    return Stats.from_samples(samples)
+
+
+def time_any(fn: Callable[[], object], device: torch.device | str, **kw) -> Stats:
+    """``time_cuda`` on a CUDA device, ``time_host`` otherwise."""
+    if torch.device(device).type == "cuda":
+        return time_cuda(fn, **kw)
+    kw.pop("inner", None)
+    return time_host(fn, **kw)
+
+
+# ---------------------------------------------------------------------------------- launch probe
+
+
+@dataclass
+class LaunchOverhead:
+    """Cost of launching tiny kernels. CUDA-only fields are ``None`` without CUDA."""
+
+    device: str
+    host_per_launch: Stats            # host time to issue one x.add_(1) (CPU: one op)
+    launch_sync: Stats | None         # one launch + synchronize, round trip
+    gpu_per_eager_kernel: Stats | None  # GPU time per kernel when launched back-to-back
+    gpu_per_graph_node: Stats | None  # GPU time per node of a captured graph of many nodes
+    n_kernels: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return d
+
+    def summary(self) -> str:
+        def fmt(s: Stats | None) -> str:
+            return "n/a (needs CUDA)" if s is None else str(s)
+        return "\n".join([
+            f"device: {self.device}",
+            f"host time per launch : {fmt(self.host_per_launch)}",
+            f"launch + sync        : {fmt(self.launch_sync)}",
+            f"GPU per eager kernel : {fmt(self.gpu_per_eager_kernel)}",
+            f"GPU per graph node   : {fmt(self.gpu_per_graph_node)}",
+        ])
+
+
+def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int = 200,
+                    repeats: int = 50, warmup: int = 5) -> LaunchOverhead:
+    """Measure launch costs with ``x.add_(1)`` on a one-element tensor.
+
+    * host per launch: host time to issue ``n_kernels`` launches, divided by ``n_kernels``
+      (the GPU runs each in ~1 µs, so the host is the bottleneck);
+    * launch + sync: one launch then ``synchronize``;
+    * GPU per graph node: a graph of ``n_kernels`` nodes, replay time / ``n_kernels``.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' asked for but CUDA is not available; use 'cpu'")
+    x = torch.zeros(1, device=device)
+
+    def burst() -> None:
+        for _ in range(n_kernels):
+            x.add_(1)
+
+    notes: list[str] = []
+    if device.type != "cuda":
+        host = time_host(burst, warmup=warmup, repeats=repeats)
+        host = Stats(*(v / n_kernels for v in (host.median, host.p10, host.p90, host.mean)),
+                     host.n)
+        notes.append("CPU tensor: host figure is PyTorch's per-op dispatch cost; no kernel "
+                     "launch, no GPU figures")
+        return LaunchOverhead(str(device), host, None, None, None, n_kernels, notes)
+
+    # host time per launch: time only the issuing, queue stays short enough not to block
+    samples = []
+    for i in range(warmup + repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        burst()
+        t1 = time.perf_counter()
+        if i >= warmup:
+            samples.append((t1 - t0) * 1e6 / n_kernels)
+    torch.cuda.synchronize()
+    host = Stats.from_samples(samples)
+
+    def one_sync() -> None:
+        x.add_(1)
+        torch.cuda.synchronize()
+
+    launch_sync = time_host(one_sync, warmup=warmup, repeats=repeats * 4)
+    eager_gpu = time_cuda(burst, warmup=warmup, repeats=repeats, inner=1)
+    eager_gpu = Stats(*(v / n_kernels for v in (eager_gpu.median, eager_gpu.p10, eager_gpu.p90,
+                                                 eager_gpu.mean)), eager_gpu.n)
+    captured = capture_callable(lambda t: [t.add_(1) for _ in range(n_kernels)], x, warmup=1)
+    node = time_cuda(captured.graph.replay, warmup=warmup, repeats=repeats, inner=5)
+    node = Stats(*(v / n_kernels for v in (node.median, node.p10, node.p90, node.mean)), node.n)
+    notes.append("GPU per eager kernel is bounded below by the host launch rate: when the host "
+                 "issues slower than the GPU runs, the GPU waits between kernels")
+    del captured
+    return LaunchOverhead(str(device), host, launch_sync, eager_gpu, node, n_kernels, notes)
+
+
+@dataclass
+class WorkPoint:
+    """Per-kernel time at one size of work (elements per kernel)."""
+
+    numel: int
+    eager: Stats
+    graph: Stats | None
+
+
+def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None = None, *,
+                       n_kernels: int = 50, repeats: int = 20) -> list[WorkPoint]:
+    """Time ``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph.
+
+    Small tensors are launch-bound (eager ≫ graph); once a kernel's own work exceeds the
+    launch cost the two meet. On CPU only the eager column is measured.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    points = []
+    for n in numels:
+        if n < 1:
+            raise ValueError(f"numel must be >= 1, got {n}")
+        x = torch.ones(int(n), device=device)
+
+        def burst(t: torch.Tensor = x) -> None:
+            for _ in range(n_kernels):
+                t.mul_(1.0001)
+
+        if device.type == "cuda":
+            eager = time_cuda(burst, warmup=3, repeats=repeats, inner=1)
+            captured = capture_callable(lambda t: burst(t), x, warmup=1)
+            graph = time_cuda(captured.graph.replay, warmup=3, repeats=repeats, inner=1)
+            del captured
+        else:
+            eager = time_host(burst, warmup=2, repeats=repeats)
+            graph = None
+        scale = 1.0 / n_kernels
+        eager = Stats(*(v * scale for v in (eager.median, eager.p10, eager.p90, eager.mean)),
+                      eager.n)
+        if graph is not None:
+            graph = Stats(*(v * scale for v in (graph.median, graph.p10, graph.p90, graph.mean)),
+                          graph.n)
+        points.append(WorkPoint(int(n), eager, graph))
+    return points

@@ -1,0 +1,71 @@
+"""Shared pytest configuration.
+
+* ``@pytest.mark.gpu`` tests are skipped when torch sees no CUDA device.
+* ``@pytest.mark.browser`` tests are skipped when no Chromium/Chrome executable is found.
+* Results saved without an explicit run folder go to a temporary folder, not into ``runs/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+GPU_SKIP_REASON = "needs a CUDA GPU (torch.cuda.is_available() is False)"
+BROWSER_SKIP_REASON = "needs headless Chromium (no chromium/chrome executable found)"
+
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "gpu: needs a CUDA GPU (skipped without one)",
+        "browser: needs headless Chromium",
+        "slow: takes more than a few seconds",
+    ):
+        config.addinivalue_line("markers", line)
+    if not os.environ.get("LABKIT_RUN_DIR"):
+        os.environ["LABKIT_RUN_DIR"] = tempfile.mkdtemp(prefix="labkit-test-run-")
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def browser_path() -> str | None:
+    env = os.environ.get("BROWSER_PATH")
+    if env and os.path.exists(env):
+        return env
+    for name in _BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_items and not cuda_available():
+        skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
+        for item in gpu_items:
+            item.add_marker(skip)
+    browser_items = [item for item in items if item.get_closest_marker("browser")]
+    if browser_items and browser_path() is None:
+        skip = pytest.mark.skip(reason=BROWSER_SKIP_REASON)
+        for item in browser_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def cpu_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Force the CPU tier for one test (as ``LABKIT_FORCE_TIER=cpu`` does)."""
+    monkeypatch.setenv("LABKIT_FORCE_TIER", "cpu")

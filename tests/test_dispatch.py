@@ -1,0 +1,94 @@
+"""The padding dispatcher on CPU (eager bucketing): table, counters, tokens, scratch slot."""
+
+import pytest
+import torch
+
+from labkit.dispatch import PaddingDispatcher, build_padding_table
+from labkit.model import build_model, generate, preset
+
+SIZES = [1, 2, 4, 8]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(preset("test", max_batch=16), seed=0)
+
+
+def test_padding_table():
+    t = build_padding_table(SIZES, 10)
+    assert t[1:] == [1, 2, 4, 4, 8, 8, 8, 8, 0, 0]
+    assert build_padding_table([3], 4)[1:] == [3, 3, 3, 0]
+    with pytest.raises(ValueError, match="positive"):
+        build_padding_table([0, 2], 4)
+
+
+def test_padded_size_and_describe(model):
+    d = PaddingDispatcher(model, SIZES)
+    assert d.mode == "eager"
+    assert [d.padded_size(b) for b in (1, 3, 5, 8, 9, 16)] == [1, 4, 8, 8, None, None]
+    rows = d.describe()
+    assert rows[4] == {"batch": 5, "padded_to": 8, "padded_rows": 3}
+    with pytest.raises(ValueError, match=">= 1"):
+        d.padded_size(0)
+
+
+@pytest.mark.parametrize("bs", range(1, max(SIZES) + 6))
+def test_dispatcher_tokens_equal_unpadded_eager(model, bs):
+    g = torch.Generator().manual_seed(bs)
+    prompts = [torch.randint(0, 97, (int(torch.randint(1, 8, (1,), generator=g)),),
+                             generator=g).tolist() for _ in range(bs)]
+    d = PaddingDispatcher(model, SIZES)
+    assert generate(model, prompts, 6, step_fn=d.step) == generate(model, prompts, 6)
+    c = d.counters
+    assert c.steps == 5 and c.real_rows == 5 * bs
+    if bs > max(SIZES):
+        assert c.eager_fallbacks == 5 and c.graph_hits == {} and c.padded_rows == 0
+    else:
+        p = d.padded_size(bs)
+        assert c.graph_hits == {p: 5} and c.padded_rows == 5 * (p - bs)
+        assert c.hit_rate == 1.0
+
+
+def test_padded_rows_touch_only_the_scratch_slot(model):
+    model.reset_cache()
+    d = PaddingDispatcher(model, SIZES)
+    # a live request in slot 7 that is not in this batch, and a batch of 3 padded to 4
+    model.prefill(torch.tensor([[1, 2, 3, 4]]), torch.tensor([7]))
+    live = (model.k_cache[:, 7].clone(), model.v_cache[:, 7].clone())
+    d.step(torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.tensor([1] * 7), torch.arange(7))  # 7 -> 8
+    d.step(torch.tensor([1, 2, 3]), torch.tensor([2, 2, 2]), torch.arange(3))  # 3 -> 4
+    assert torch.equal(model.k_cache[:, 7], live[0]) and torch.equal(model.v_cache[:, 7], live[1])
+    # rows 3..6 of the slot buffer were reset to the scratch slot after the smaller batch
+    assert d._slots[3:7].tolist() == [model.cfg.scratch_slot] * 4
+    assert model.k_cache[:, model.cfg.scratch_slot].abs().sum() > 0
+
+
+def test_outputs_are_copies_unless_asked(model):
+    d = PaddingDispatcher(model, SIZES)
+    a = d.step(torch.tensor([1, 2]), torch.tensor([0, 0]), torch.tensor([0, 1]))
+    keep = a.clone()
+    d.step(torch.tensor([5, 6]), torch.tensor([1, 1]), torch.tensor([0, 1]))
+    assert torch.equal(a, keep)
+    v = PaddingDispatcher(model, SIZES, copy_outputs=False)
+    out = v.step(torch.tensor([1, 2]), torch.tensor([0, 0]), torch.tensor([0, 1]))
+    assert out.shape == (2, 97)
+
+
+def test_bad_input_errors_name_the_fix(model):
+    d = PaddingDispatcher(model, SIZES)
+    with pytest.raises(ValueError, match="max_batch"):
+        d.step(torch.zeros(17, dtype=torch.long), torch.zeros(17, dtype=torch.long),
+               torch.arange(17))
+    with pytest.raises(ValueError, match="past the KV cache"):
+        d.step(torch.tensor([1]), torch.tensor([32]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="scratch slot"):
+        d.step(torch.tensor([1]), torch.tensor([0]), torch.tensor([16]))
+    with pytest.raises(TypeError, match="integer"):
+        d.step(torch.tensor([1.0]), torch.tensor([0]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="empty"):
+        d.step(*(torch.zeros(0, dtype=torch.long),) * 3)
+    with pytest.raises(ValueError, match="max_batch"):
+        PaddingDispatcher(model, [1, 32])
+    with pytest.raises(RuntimeError, match="eager"):
+        PaddingDispatcher(model, SIZES, mode="graph")
+    assert d.counters.steps == 0  # rejected steps are not counted

@@ -1,0 +1,157 @@
+"""labkit.lessons: launch arithmetic, timeline statistics, decode helpers (CPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from labkit.lessons import launch, median, record_data, record_provenance
+from labkit.lessons import decode as ld
+from labkit.model import build_model, preset
+from labkit.results import Result
+from labkit.timing import Stats, WorkPoint
+
+
+def S(m: float) -> dict:
+    return {"median": m, "p10": m, "p90": m, "mean": m, "n": 1, "unit": "us"}
+
+
+SWEEP = [{"numel": 2**20, "eager": S(8.0), "graph": S(7.5)},
+         {"numel": 1, "eager": S(7.0), "graph": S(0.8)},
+         {"numel": 2**24, "eager": S(40.0), "graph": S(40.0)}]
+
+
+def test_record_helpers():
+    r = Result("x", {"a": 1}, {}, {"tier": "gpu", "gpu_name": "NVIDIA H200"}, 1, "2026-01-02")
+    assert record_data(r) == {"a": 1} and record_data({"a": 2}) == {"a": 2}
+    assert "NVIDIA H200" in record_provenance(r) and record_provenance({"a": 1}) == ""
+    with pytest.raises(TypeError, match="Result or a dict"):
+        record_data([1, 2])
+    assert median(S(3.0)) == 3.0 and median(None) is None
+    assert median(Stats(2.0, 1.0, 3.0, 2.0, 3)) == 2.0
+
+
+def test_expected_times():
+    assert launch.expected_eager_step_us(68, 6.8) == pytest.approx(462.4)
+    assert launch.expected_replay_us(200, 0.84) == pytest.approx(168.0)
+    with pytest.raises(ValueError, match="n_kernels"):
+        launch.expected_eager_step_us(-1, 6.8)
+
+
+def test_crossover_and_verdicts():
+    assert launch.crossover_numel(SWEEP) == 2**20
+    assert launch.crossover_numel(SWEEP, meet_ratio=1.01) == 2**24
+    assert launch.crossover_numel({"sweep": SWEEP}) == 2**20
+    assert launch.crossover_numel([{"numel": 1, "eager": S(5), "graph": None}]) is None
+    with pytest.raises(ValueError, match="meet_ratio"):
+        launch.crossover_numel(SWEEP, meet_ratio=0.5)
+    assert launch.verdict(SWEEP[1]) == "launch-bound"
+    assert launch.verdict(SWEEP[2]) == "bandwidth-bound"
+    assert launch.verdict({"numel": 1, "eager": S(5), "graph": None}) == "unknown"
+    assert launch.point_at(SWEEP, 3)["numel"] == 1
+    assert launch.point_at(SWEEP, 2**23)["numel"] == 2**24
+    assert "launch-bound" in launch.describe_point(SWEEP[1])
+    assert "GB/s" in launch.describe_point(SWEEP[2])
+    assert launch.bandwidth_gbs(2**24, 40.0) == pytest.approx(2**24 * 8 / 40e-6 / 1e9)
+
+
+def test_sweep_accepts_timing_workpoints():
+    pts = [WorkPoint(1, Stats(7, 7, 7, 7, 1), Stats(1, 1, 1, 1, 1)),
+           WorkPoint(8, Stats(2, 2, 2, 2, 1), Stats(2, 2, 2, 2, 1))]
+    assert launch.crossover_numel(pts) == 8
+
+
+def test_describe_overhead_marks_missing():
+    text = launch.describe_overhead({"device": "cpu", "host_per_launch": S(5.0),
+                                     "launch_sync": None, "n_kernels": 200})
+    assert "5.00 µs" in text and "n/a" in text
+
+
+def test_timeline_stats_union_of_gpu_intervals():
+    method = {"events": [{"lane": "CPU", "name": "l", "start_us": 0, "dur_us": 5},
+                         {"lane": "GPU", "name": "a", "start_us": 5, "dur_us": 4},
+                         {"lane": "GPU", "name": "b", "start_us": 7, "dur_us": 4},  # overlaps
+                         {"lane": "GPU", "name": "c", "start_us": 15, "dur_us": 5}],
+              "step_us": 20.0}
+    st = launch.timeline_stats(method)
+    assert st["n_cpu"] == 1 and st["n_gpu"] == 3
+    assert st["span_us"] == 20 and st["gpu_busy_us"] == 11
+    assert st["gpu_idle_fraction"] == pytest.approx(9 / 20)
+    assert math.isnan(launch.timeline_stats({"events": []})["gpu_idle_fraction"])
+    with pytest.raises(ValueError, match="lane"):
+        launch.timeline_stats({"events": [{"lane": "TPU", "start_us": 0, "dur_us": 1}]})
+
+
+@pytest.mark.parametrize("name,over", [("test", {}), ("test", {"max_batch": 3}),
+                                       ("char", {"dtype": "bfloat16", "max_seq": 16})])
+def test_kv_cache_bytes_matches_the_model(name, over):
+    cfg = preset(name, **over)
+    assert ld.kv_cache_bytes(cfg) == build_model(cfg).cache_bytes()
+
+
+def test_tokens_per_s():
+    assert ld.tokens_per_s(8, 1000.0) == pytest.approx(8000.0)
+    with pytest.raises(ValueError):
+        ld.tokens_per_s(1, 0)
+
+
+def test_time_eager_steps_and_inputs():
+    m = build_model(preset("test"))
+    times = ld.time_eager_steps(m, [1, 2], repeats=2, warmup=0)
+    assert sorted(times) == [1, 2] and all(t.n == 2 and t.median > 0 for t in times.values())
+    with pytest.raises(ValueError, match="max_batch"):
+        ld.time_eager_steps(m, [m.cfg.max_batch + 1])
+
+
+def test_count_dispatched_ops_sees_the_step():
+    from labkit.bench import step_inputs
+
+    m = build_model(preset("test"))
+    tokens, positions, slots = step_inputs(m, 2)
+    ops = ld.count_dispatched_ops(lambda: m.decode_step(tokens, positions, slots))
+    # one LayerNorm per sub-block plus the final one; 4 linear layers per block + head
+    assert ops["native_layer_norm"] == 2 * m.cfg.n_layer + 1
+    assert ops["addmm"] + ops["mm"] == 4 * m.cfg.n_layer + 1
+    assert sum(ld.count_dispatched_ops(lambda: m.decode_step(tokens, positions, slots),
+                                       include_views=True).values()) > sum(ops.values())
+
+
+def test_cached_decode_equals_full_forward():
+    m = build_model(preset("test"))
+    check = ld.check_cached_equals_full(m, [1, 2, 3], 6)
+    assert check.tokens_equal and bool(check) and len(check.generated) == 6
+    assert check.max_abs_logit_diff < 1e-4
+
+
+def test_decode_rows():
+    bss = [1, 8]
+    rec = {"batch_sizes": bss, "times": {"eager": [S(1000.0), S(1100.0)],
+                                         "graph": [S(100.0), S(200.0)]},
+           "tokens_per_s": {"eager": [1000.0, 7272.7], "graph": [10000.0, 40000.0]},
+           "speedup_vs_eager": {"eager": [1.0, 1.0], "graph": [10.0, 5.5]}}
+    rows = ld.decode_rows(rec)
+    assert rows[1] == {"batch": 8, "eager µs": 1100.0, "eager tok/s": 7273, "graph µs": 200.0,
+                       "graph tok/s": 40000, "graph speed-up": 5.5}
+
+
+@pytest.mark.gpu
+def test_replay_step_matches_eager_on_gpu():
+    from labkit.graphs import capture_decode_graphs
+    from labkit.model import generate
+
+    m = build_model(preset("test", max_batch=2), "cuda")
+    graphs = capture_decode_graphs(m, [1])
+    eager = generate(m, [[1, 2, 3]], 8)
+    replay = generate(m, [[1, 2, 3]], 8, step_fn=ld.replay_step(graphs, 1))
+    assert replay == eager
+    with pytest.raises(KeyError):
+        ld.replay_step(graphs, 2)
+    graphs.release()
+
+
+def test_what_if_line():
+    text = launch.what_if(68, 6.8, 0.84)
+    assert "462" in text and "57" in text and "8.1×" in text
+    assert "unknown" in launch.what_if(10, 5.0, 0.0)

@@ -1,0 +1,155 @@
+"""labkit.lessons.sizing (cost models from records, dispatcher demos) and labkit.plots.sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.lessons import sizing as ls
+
+MiB = 2**20
+
+
+def stats(m: float) -> dict:
+    return {"median": m, "p10": m, "p90": m, "mean": m, "n": 1, "unit": "us"}
+
+
+def pool_record() -> dict:
+    sizes = [1, 2, 4, 8]
+    per = {str(s): 1000 + 10 * s for s in sizes}
+    return {"sizes": sizes, "private": {"per_size_bytes": per, "total_bytes": sum(per.values())},
+            "shared_largest_first": {"total_bytes": 1080 + 3 * 20},
+            "shared_smallest_first": {"total_bytes": 2000},
+            "largest_private_bytes": 1080}
+
+
+def disp_record() -> dict:
+    bss = [1, 2, 3, 4, 6, 8]
+    return {"capture_sizes": [1, 2, 4], "batch_sizes": bss, "padded_to": [1, 2, 4, 4, None, None],
+            "times": {"eager": [stats(100 + 10 * b) for b in bss],
+                      "graph_exact": [stats(10 + b) for b in bss[:4]] + [None, None],
+                      "dispatcher": [stats(14 + b) for b in [1, 2, 4, 4]]
+                      + [stats(161), stats(181)]}}
+
+
+def test_linear_fit_exact_line():
+    fit = ls.linear_fit([1, 2, 3], [5, 7, 9])
+    assert (fit.a, fit.b, fit.r2, fit.n) == (pytest.approx(3), pytest.approx(2), 1.0, 3)
+    assert fit(10) == pytest.approx(23)
+    with pytest.raises(ValueError):
+        ls.linear_fit([1, 1], [2, 3])
+    with pytest.raises(ValueError):
+        ls.linear_fit([1, 2], [2])
+
+
+def test_memory_model_and_residual():
+    fit = ls.memory_model_from_record(pool_record())
+    assert fit.a == pytest.approx(1000) and fit.b == pytest.approx(10)
+    assert ls.shared_residual_from_record(pool_record()) == pytest.approx(20)
+    with pytest.raises(ValueError, match="pool_memory"):
+        ls.memory_model_from_record({"sizes": []})
+
+
+def test_interpolated_inside_and_outside():
+    f = ls.Interpolated((1, 3, 5), (10, 30, 40))
+    assert f(1) == 10 and f(2) == 20 and f(4) == 35
+    assert f(7) == pytest.approx(50)        # extrapolated from the last two points
+    assert f(0) == pytest.approx(0)
+    assert f.measured(5) and not f.measured(6)
+    assert ls.Interpolated((2,), (7,))(100) == 7
+    with pytest.raises(ValueError):
+        ls.Interpolated((3, 1), (1, 2))
+
+
+def test_time_models_from_record():
+    step = ls.step_time_model_from_record(disp_record())
+    assert step.xs == (1, 2, 3, 4) and step(4) == 14
+    eager = ls.eager_time_model_from_record(disp_record())
+    assert eager(5) == pytest.approx(150)
+    with pytest.raises(ValueError, match="dispatcher"):
+        ls.step_time_model_from_record({})
+
+
+def test_dispatcher_rows_and_overhead():
+    rows = ls.dispatcher_overhead_rows(disp_record())
+    assert [r["batch size"] for r in rows] == [1, 2, 4]
+    assert all(r["overhead (µs)"] == 4 for r in rows)
+    table = ls.dispatcher_rows(disp_record())
+    assert table[4]["padded to"] == "eager" and table[4]["exact graph (µs)"] == "—"
+
+
+def test_parse_and_short_list():
+    assert ls.parse_sizes("8, 1 2;4,4") == [1, 2, 4, 8]
+    for bad in ("", "1,x", "0"):
+        with pytest.raises(ValueError):
+            ls.parse_sizes(bad)
+    assert ls.short_list([1, 2, 3]) == "1, 2, 3"
+    assert ls.short_list(list(range(1, 20)), head=3) == "1, 2, 3, … 19"
+
+
+def test_size_set_rows():
+    dist = {1: 0.5, 3: 0.5}
+    rows = ls.size_set_rows(dist, {"pow2": [1, 2, 4], "exact": [1, 3]},
+                            step_time=lambda s: 10 + s, memory=lambda s: 100 * MiB + s * MiB)
+    pow2, exact = rows
+    assert pow2["padded rows / step"] == 0.5 and exact["padded rows / step"] == 0.0
+    assert pow2["hit rate (%)"] == 100.0
+    assert pow2["expected step (µs)"] == pytest.approx(0.5 * 11 + 0.5 * 14)
+    assert pow2["graph memory (MiB)"] == 104.0
+
+
+def test_best_under_budget():
+    from labkit.sizes import ParetoPoint
+
+    front = [ParetoPoint(1, (8,), 10.0, 5.0), ParetoPoint(2, (4, 8), 20.0, 3.0),
+             ParetoPoint(3, (2, 4, 8), 30.0, 2.0)]
+    assert ls.best_under_budget(front, 25).sizes == (4, 8)
+    assert ls.best_under_budget(front, 5) is None
+
+
+def test_draw_batch_sizes_is_seeded_and_capped():
+    a = ls.draw_batch_sizes([1, 5, 9, 200], 50, seed=3, max_bs=10)
+    assert a == ls.draw_batch_sizes([1, 5, 9, 200], 50, seed=3, max_bs=10)
+    assert set(a) <= {1, 5, 9}
+    with pytest.raises(ValueError):
+        ls.draw_batch_sizes([20], 3, max_bs=10)
+
+
+@pytest.fixture(scope="module")
+def dispatcher():
+    from labkit.dispatch import PaddingDispatcher
+    from labkit.model import build_model, preset
+
+    model = build_model(preset("test", max_batch=8))
+    return PaddingDispatcher(model, [1, 2, 4], mode="eager")
+
+
+def test_run_batch_stream_counts(dispatcher):
+    c = ls.run_batch_stream(dispatcher, [1, 3, 3, 6, 4])
+    assert c["steps"] == 5 and c["eager_fallbacks"] == 1
+    assert c["padded_rows"] == 2 and c["real_rows"] == 17
+    assert c["graph_hits"] == {"1": 1, "4": 3}
+
+
+def test_padding_isolation(dispatcher):
+    r = ls.padding_isolation(dispatcher, live=3)
+    assert r["padded_to"] == 4 and r["padded_rows"] == 1
+    assert r["stepped_slots_changed"] and r["other_request_unchanged"]
+    assert r["untouched_slots_unchanged"] and r["scratch_slot_changed"]
+    with pytest.raises(ValueError, match="padded"):
+        ls.padding_isolation(dispatcher, live=4)
+
+
+def test_plots_sizes():
+    from labkit.plots import sizes as ps
+    from labkit.sizes import ParetoPoint
+
+    fig = ps.trace_histogram({1: 0.25, 3: 0.75}, {"a": [1, 2, 4], "b": [3]})
+    assert list(fig.data[0].y) == [25.0, 75.0]
+    assert list(fig.data[1].x) == [1, 2, 4] and list(fig.data[2].y) == ["b"]
+    front = [ParetoPoint(1, (8,), 1 * MiB, 5.0), ParetoPoint(2, (4, 8), 2 * MiB, 3.0)]
+    fig = ps.pareto_chart(front, chosen=front[1], named={"x": (3 * MiB, 4.0)}, budget=2.5 * MiB)
+    assert list(fig.data[0].x) == [1.0, 2.0]
+    assert fig.data[-1].x[0] == 2.0 and "chosen" in fig.data[-1].name
+    assert fig.layout.shapes[0].x0 == 2.5
+    with pytest.raises(ValueError):
+        ps.pareto_chart([])

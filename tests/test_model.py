@@ -1,0 +1,126 @@
+"""TinyGPT on CPU: exact tokens under a seed, cache == full forward, mixed positions, errors."""
+
+import pytest
+import torch
+
+from labkit.model import GPTConfig, TinyGPT, build_model, generate, preset
+
+EXPECTED = [[6, 23, 9, 43, 1, 27, 1, 69, 44, 5, 50, 24],
+            [0, 8, 73, 82, 6, 53, 80, 5, 50, 24, 32, 79]]
+
+
+@pytest.fixture()
+def model() -> TinyGPT:
+    return build_model(preset("test", max_batch=8), seed=0)
+
+
+def test_exact_token_ids_under_fixed_seed(model):
+    assert generate(model, [[1, 2, 3], [10, 20, 30, 40, 50]], 12) == EXPECTED
+
+
+def test_same_seed_same_weights_other_seed_other_tokens():
+    a = build_model(preset("test"), seed=0)
+    b = build_model(preset("test"), seed=0)
+    c = build_model(preset("test"), seed=1)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert generate(c, [[1, 2, 3]], 12) != generate(a, [[1, 2, 3]], 12)
+
+
+def test_cached_decode_equals_full_forward(model):
+    x = torch.randint(0, model.cfg.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    full = model(x)
+    slots = torch.tensor([4, 0, 2])
+    last = model.prefill(x[:, :6], slots)
+    assert torch.allclose(last, full[:, 5], atol=1e-5)
+    for t in range(6, 20):
+        logits = model.decode_step(x[:, t], torch.full((3,), t), slots)
+        assert torch.allclose(logits, full[:, t], atol=1e-5), t
+
+
+def test_rows_at_different_positions_match_running_alone(model):
+    prompts = [[5], [1, 2, 3, 4, 5, 6, 7, 8, 9], [7, 7, 7], [3, 1, 4, 1, 5]]
+    together = generate(model, prompts, 10)
+    alone = [generate(model, [p], 10)[0] for p in prompts]
+    assert together == alone
+
+
+def test_decode_step_writes_only_its_slots(model):
+    model.reset_cache()
+    model.prefill(torch.tensor([[1, 2, 3]]), torch.tensor([5]))
+    before = model.k_cache[:, 5].clone()
+    model.decode_step(torch.tensor([4, 4]), torch.tensor([3, 7]), torch.tensor([0, 1]))
+    assert torch.equal(model.k_cache[:, 5], before)
+    assert model.k_cache[:, 0, :, 3].abs().sum() > 0
+    assert model.k_cache[:, 1, :, 7].abs().sum() > 0
+
+
+def test_save_load_roundtrip(tmp_path, model):
+    path = tmp_path / "m.safetensors"
+    model.save(path)
+    loaded = TinyGPT.load(path)
+    assert loaded.cfg == model.cfg
+    assert generate(loaded, [[1, 2, 3], [10, 20, 30, 40, 50]], 12) == EXPECTED
+    bigger = TinyGPT.load(path, max_batch=32)
+    assert bigger.cfg.max_batch == 32
+    assert generate(bigger, [[1, 2, 3]], 12)[0] == EXPECTED[0]
+
+
+def test_load_missing_checkpoint_says_how_to_make_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="labkit train"):
+        TinyGPT.load(tmp_path / "none.safetensors")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(dtype="float64"), "dtype"),
+    (dict(d_model=30, n_head=4), "divisible"),
+    (dict(n_layer=0), "n_layer"),
+])
+def test_bad_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GPTConfig(**kwargs)
+
+
+def test_sequence_past_cache_is_refused_before_any_work(model):
+    model.reset_cache()
+    with pytest.raises(ValueError, match="max_seq"):
+        generate(model, [[1] * 30], 5)  # 30 + 5 > max_seq 32
+    assert model.k_cache.abs().sum() == 0  # nothing was written
+    with pytest.raises(ValueError, match="past the KV cache"):
+        model.decode_step(torch.tensor([1]), torch.tensor([32]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="longer than"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_too_many_prompts_and_bad_ids(model):
+    with pytest.raises(ValueError, match="max_batch"):
+        generate(model, [[1]] * 9, 2)
+    with pytest.raises(ValueError, match="outside"):
+        generate(model, [[1, 500]], 2)
+    with pytest.raises(ValueError, match="empty"):
+        generate(model, [[]], 2)
+    with pytest.raises(ValueError, match="token ids"):
+        model.decode_step(torch.tensor([97]), torch.tensor([0]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="slots"):
+        model.decode_step(torch.tensor([1]), torch.tensor([0]), torch.tensor([9]))
+
+
+def test_wrong_dtype_shape_and_device_are_named(model):
+    with pytest.raises(TypeError, match="integer ids"):
+        model.decode_step(torch.tensor([1.0]), torch.tensor([0]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="one entry per row"):
+        model.decode_step(torch.tensor([1, 2]), torch.tensor([0]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="dimension"):
+        model.decode_step(torch.tensor([[1]]), torch.tensor([0]), torch.tensor([0]))
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="cuda"):
+            build_model(preset("test"), "cuda")
+    meta = torch.tensor([1], device="meta")
+    with pytest.raises(ValueError, match="move it"):
+        model.decode_step(meta, torch.tensor([0]), torch.tensor([0]))
+
+
+def test_bfloat16_model_runs_on_cpu():
+    m = build_model(preset("test", dtype="bfloat16"), seed=0)
+    out = generate(m, [[1, 2, 3]], 4)
+    assert len(out[0]) == 4 and all(0 <= t < 97 for t in out[0])
+    assert m.k_cache.dtype == torch.bfloat16

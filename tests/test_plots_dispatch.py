@@ -1,0 +1,88 @@
+"""labkit.plots.dispatch on a hand-made dispatcher record and padding tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.dispatch import build_padding_table
+from labkit.plots import dispatch as pd
+
+
+def stats(m: float) -> dict:
+    return {"median": m, "p10": m - 1, "p90": m + 2, "mean": m, "n": 5, "unit": "us"}
+
+
+def record() -> dict:
+    bss = [1, 2, 3, 4, 5]
+    caps = [1, 2, 4]
+    padded = [1, 2, 4, 4, None]
+    return {
+        "capture_sizes": caps, "batch_sizes": bss, "padded_to": padded,
+        "times": {"eager": [stats(100 + b) for b in bss],
+                  "graph_exact": [stats(10 + b) for b in bss[:4]] + [None],
+                  "dispatcher": [stats(15 + b) for b in bss[:4]] + [stats(106)]},
+        "tokens_per_s": {"eager": [b / (100 + b) * 1e6 for b in bss],
+                         "graph_exact": [b / (10 + b) * 1e6 for b in bss[:4]] + [None],
+                         "dispatcher": [1.0, 2.0, 3.0, 4.0, 5.0]},
+    }
+
+
+def test_step_times_traces_and_marks():
+    fig = pd.step_times(record(), subtitle="prov")
+    names = [t.name for t in fig.data]
+    assert len(names) == 3
+    graph = fig.data[1]
+    assert list(graph.x) == [1, 2, 3, 4]          # None entries dropped
+    assert list(graph.y) == [11, 12, 13, 14]
+    assert list(graph.error_y.array) == [2, 2, 2, 2]
+    assert list(graph.error_y.arrayminus) == [1, 1, 1, 1]
+    vlines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert sorted(s.x0 for s in vlines) == [1, 2, 4]
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(rects) == 1 and rects[0].x0 == 4      # eager-fallback region
+
+
+def test_tokens_per_s():
+    fig = pd.tokens_per_s(record())
+    assert list(fig.data[2].y) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert fig.data[0].error_y.array is None
+
+
+def test_dispatcher_overhead_only_unpadded_sizes():
+    fig = pd.dispatcher_overhead(record())
+    assert list(fig.data[0].x) == ["1", "2", "4"]
+    assert list(fig.data[0].y) == [5, 5, 5]
+
+
+def test_dispatcher_overhead_needs_data():
+    rec = record()
+    rec["padded_to"] = [None] * 5
+    with pytest.raises(ValueError, match="no batch size"):
+        pd.dispatcher_overhead(rec)
+
+
+def test_padding_table_chart():
+    table = build_padding_table([2, 4], 6)
+    fig = pd.padding_table_chart(table)
+    real, padded, eager = fig.data
+    assert list(real.x) == [1, 2, 3, 4]
+    assert list(padded.y) == [1, 0, 1, 0]
+    assert list(eager.x) == [5, 6]
+    with pytest.raises(ValueError):
+        pd.padding_table_chart([0])
+
+
+def test_hit_waste():
+    fig = pd.hit_waste({"a": {"hit_rate": 0.5, "waste": 0.25}, "b": {"hit_rate": 1.0,
+                                                                     "waste": 0.0}})
+    assert list(fig.data[0].y) == [50.0, 100.0]
+    assert list(fig.data[1].y) == [25.0, 0.0]
+
+
+def test_hit_waste_accepts_padding_reports():
+    from labkit.sizes import expected_padding
+
+    rep = expected_padding([2, 4], {1: 0.5, 3: 0.5})
+    fig = pd.hit_waste({"r": rep})
+    assert list(fig.data[0].y) == [100.0]
+    assert fig.data[1].y[0] == pytest.approx(100 / 3)   # 1 padded row per 3 computed

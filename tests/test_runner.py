@@ -1,0 +1,213 @@
+"""labkit.runner / labkit.report: `labkit run` on tiny temporary notebooks (CPU, no GPU)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from labkit import report, runner
+from labkit.runner import UnknownParameterWarning, run_suite, run_sweep
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+# an explicit env keeps the kernel from importing torch: the tests stay fast
+SAVE = ("from labkit.results import save_result\n"
+        "save_result({name!r}, {{'repeats': repeats, 'step': {{'median': 1.5, 'p10': 1.0, "
+        "'p90': 2.0, 'mean': 1.5, 'n': 3, 'unit': 'us'}}}}, {{'repeats': repeats}}, "
+        "env={{'tier': 'cpu', 'cpu': 'test'}})")
+
+
+def make_notebook(folder: Path, stem: str, *, fail: bool = False, result: str | None = None) -> Path:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("repeats = 3\nlabel = 'default'")
+    params.metadata["tags"] = ["parameters"]
+    body = "print(f'repeats is {repeats}, label is {label}')"
+    if fail:
+        body += "\nraise ValueError('deliberate failure')"
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {stem}"), params,
+                nbformat.v4.new_code_cell(SAVE.format(name=result or stem.split("_", 1)[1])),
+                nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = KERNELSPEC
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def outputs_text(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> tuple[list[Path], Path]:
+    nbs = [make_notebook(tmp_path / "nbs", "01_alpha"), make_notebook(tmp_path / "nbs", "02_beta")]
+    return nbs, tmp_path / "runs"
+
+
+# ----------------------------------------------------------------------------- whole runs
+
+
+def test_run_suite_executes_saves_and_reports(suite, tmp_path: Path, capsys) -> None:
+    nbs, out = suite
+    pfile = tmp_path / "p.yaml"
+    pfile.write_text("repeats: 4\nlabel: fromfile\n")
+    run_dir = run_suite([str(p) for p in nbs], params={"repeats": 7}, param_file=pfile,
+                        out_root=out, timeout=120, keep_going=False)
+
+    assert run_dir.is_dir() and run_dir.parent == out.resolve()
+    assert re.fullmatch(r"\d{8}-\d{6}-(cpu|gpu)", run_dir.name)
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["status"] == "ok"
+    assert rec["params"] == {"repeats": 7, "label": "fromfile"}  # -p wins over -f
+    assert [e["name"] for e in rec["notebooks"]] == ["01_alpha", "02_beta"]
+    assert all(e["status"] == "ok" and e["duration_s"] > 0 for e in rec["notebooks"])
+    assert rec["env"]["python"] and rec["started"] and rec["finished"]
+    assert rec["results"] == ["alpha", "beta"]
+    assert [e["results"] for e in rec["notebooks"]] == [["alpha"], ["beta"]]
+
+    for stem in ("01_alpha", "02_beta"):
+        executed = run_dir / "notebooks" / f"{stem}.ipynb"
+        assert "repeats is 7, label is fromfile" in outputs_text(executed)
+        assert (run_dir / "html" / f"{stem}.html").stat().st_size > 1000
+    saved = json.loads((run_dir / "results" / "alpha.json").read_text())
+    assert saved["data"]["repeats"] == 7 and saved["params"] == {"repeats": 7}
+
+    index = (run_dir / "index.html").read_text()
+    for text in ("01_alpha", "02_beta", "html/01_alpha.html", "results/beta.json",
+                 "measured on CPU (test)", "step.median [us]"):
+        assert text in index
+    assert "http://" not in index and "https://" not in index and "<script" not in index
+    assert str(run_dir.name) in capsys.readouterr().out  # the final summary line
+
+    # a second run never reuses the folder; a parameter no notebook declares is warned about
+    with pytest.warns(UnknownParameterWarning, match="no_such_param"):
+        second = run_suite([str(nbs[0])], params={"no_such_param": 1}, param_file=None,
+                           out_root=out, timeout=120, keep_going=False)
+    assert second != run_dir and (second / "run.json").is_file()
+    rec2 = json.loads((second / "run.json").read_text())
+    assert rec2["unknown_params"] == ["no_such_param"]
+    assert rec2["notebooks"][0]["parameters"] == {}
+    assert "repeats is 3, label is default" in outputs_text(second / "notebooks" / "01_alpha.ipynb")
+
+
+def test_failing_notebook_exits_nonzero_and_is_recorded(tmp_path: Path, capsys) -> None:
+    bad = make_notebook(tmp_path / "nbs", "01_bad", fail=True)
+    good = make_notebook(tmp_path / "nbs", "02_good")
+    with pytest.raises(SystemExit) as exc:
+        run_suite([str(bad), str(good)], params={}, param_file=None, out_root=tmp_path / "runs",
+                  timeout=120, keep_going=False)
+    assert exc.value.code == 1
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["status"] == "failed"
+    first, second = rec["notebooks"]
+    assert first["status"] == "failed"
+    assert first["error"]["ename"] == "ValueError"
+    assert "deliberate failure" in first["error"]["evalue"]
+    assert second["status"] == "skipped"  # stopped: no keep_going
+    assert (run_dir / "notebooks" / "01_bad.ipynb").is_file()  # executed up to the error
+    index = (run_dir / "index.html").read_text()
+    assert "deliberate failure" in index and "skipped" in index
+    assert "FAILED  01_bad" in capsys.readouterr().out
+
+
+def test_sweep_makes_one_run_per_combination(tmp_path: Path) -> None:
+    nb = make_notebook(tmp_path / "nbs", "01_alpha")
+    make_notebook(tmp_path / "nbs", "02_unused")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"repeats": [1, 2], "label": "swept", "notebooks": [str(nb)]}))
+    out = tmp_path / "runs"
+    with pytest.warns(UserWarning, match="label set both"):  # the grid wins over -p
+        run_dirs = run_sweep(None, grid_file=grid, params={"label": "cli"}, param_file=None,
+                             out_root=out, timeout=120)
+
+    assert len(run_dirs) == 2 and len(set(run_dirs)) == 2
+    seen = []
+    for d in run_dirs:
+        rec = json.loads((d / "run.json").read_text())
+        assert [e["name"] for e in rec["notebooks"]] == ["01_alpha"]
+        combo = rec["sweep"]["combination"]
+        assert rec["params"]["repeats"] == combo["repeats"] and rec["params"]["label"] == "swept"
+        seen.append(combo["repeats"])
+        text = outputs_text(d / "notebooks" / "01_alpha.ipynb")
+        assert f"repeats is {combo['repeats']}, label is swept" in text
+    assert sorted(seen) == [1, 2]
+
+    (sweep_dir,) = [p for p in out.iterdir() if p.name.startswith("sweep-")]
+    summary = json.loads((sweep_dir / "sweep.json").read_text())
+    assert summary["status"] == "ok" and len(summary["runs"]) == 2
+    assert {r["run"] for r in summary["runs"]} == {d.name for d in run_dirs}
+    index = (sweep_dir / "index.html").read_text()
+    assert all(f"../{d.name}/index.html" in index for d in run_dirs)
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def test_resolve_notebooks(tmp_path: Path) -> None:
+    a = make_notebook(tmp_path, "00_setup")
+    b = make_notebook(tmp_path, "03_capture")
+    (tmp_path / "notes.ipynb").write_text("{}")  # not NN_*: never selected by default
+    assert runner.resolve_notebooks(None, tmp_path) == [a, b]
+    assert runner.resolve_notebooks(["03", "0", "03_capture"], tmp_path) == [b.resolve(), a.resolve()]
+    assert runner.resolve_notebooks([str(a)], tmp_path) == [a.resolve()]
+    with pytest.raises(SystemExit, match="matches no notebook"):
+        runner.resolve_notebooks(["07"], tmp_path)
+    with pytest.raises(SystemExit, match="no notebooks"):
+        runner.resolve_notebooks(None, tmp_path / "empty")
+
+
+def test_parameters_merge_and_split(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("a: 1\nb: [1, 2]\n")
+    assert runner.merge_params({"a": 5, "c": "x"}, f) == {"a": 5, "b": [1, 2], "c": "x"}
+    assert runner.merge_params(None, None) == {}
+    f.write_text("- not a mapping\n")
+    with pytest.raises(SystemExit, match="mapping"):
+        runner.merge_params({}, f)
+    per_nb, unknown = runner.split_parameters(
+        {"a": 1, "b": 2, "z": 3}, {Path("x"): {"a": {}}, Path("y"): {"a": {}, "b": {}}})
+    assert per_nb == {Path("x"): {"a": 1}, Path("y"): {"a": 1, "b": 2}}
+    assert unknown == ["z"]
+
+
+def test_grid_and_combinations(tmp_path: Path) -> None:
+    g = tmp_path / "g.yaml"
+    g.write_text("notebooks: [3, '05']\nbatch: [1, 8]\npreset: [small, gpt2]\nrepeats: 5\n")
+    grid, nbs = runner.load_grid(g)
+    assert nbs == ["03", "05"]
+    assert grid == {"batch": [1, 8], "preset": ["small", "gpt2"], "repeats": [5]}
+    combos = runner.combinations(grid)
+    assert len(combos) == 4 and combos[0] == {"batch": 1, "preset": "small", "repeats": 5}
+    g.write_text("batch: []\n")
+    with pytest.raises(SystemExit, match="empty"):
+        runner.load_grid(g)
+
+
+def test_new_folder_never_reuses(tmp_path: Path) -> None:
+    first = runner._new_folder(tmp_path, "20260101-000000-cpu")
+    second = runner._new_folder(tmp_path, "20260101-000000-cpu")
+    assert first.name == "20260101-000000-cpu" and second.name == "20260101-000000-cpu-2"
+
+
+def test_headline_numbers_and_comparison() -> None:
+    stats = {"median": 6.8, "p10": 6.5, "p90": 7.1, "mean": 6.9, "n": 50, "unit": "us"}
+    data = {"host_per_launch": stats, "launch_sync": None, "n_kernels": 200,
+            "speedup": [7.0, 8.0], "sweep": [{"numel": i} for i in range(8)], "ok": True}
+    heads = report.headline_numbers(data)
+    assert heads == {"host_per_launch.median [us]": 6.8, "speedup[0]": 7.0, "speedup[1]": 8.0}
+    ref = {"host_per_launch": dict(stats, median=3.4), "speedup": [2.0]}
+    assert report.compare_with_reference(data, ref) == [
+        ("host_per_launch.median [us]", 6.8, 3.4), ("speedup[0]", 7.0, 2.0)]
+
+
+def test_format_duration() -> None:
+    assert runner.format_duration(None) == "-"
+    assert runner.format_duration(4.24) == "4.2 s"
+    assert runner.format_duration(185) == "3 min 05 s"
+    assert runner.format_duration(3720) == "1 h 02 min"

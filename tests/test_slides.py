@@ -1,0 +1,318 @@
+"""Offline slide and HTML export (labkit.slides).
+
+The unit tests need nothing; the export tests execute a small fixture notebook (a plotly chart
+made with labkit.plots, slideshow metadata, a parameters cell) and need the web assets, which
+``scripts/fetch_web_assets.sh`` fetches with npm (they are skipped, saying so, without npm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit import slides
+
+PARAM_MARKER = "PARAM_MARKER_7731"
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+NPM_SKIP = ("npm not installed: offline slides fetch reveal.js, require.js, jQuery, the widgets "
+            "HTML manager and MathJax once with npm (install Node.js, e.g. apt-get install nodejs npm)")
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def make_fixture_notebook(path: Path) -> Path:
+    """A small notebook like the suite's: title slide (with TeX), parameters cell, the set-up
+    cell (``skip``; it emits plotly.js), a chart slide (the chart is the 2nd slide, ``#/1``),
+    a bar chart slide and a speaker-notes cell."""
+
+    def md(src, kind="slide"):
+        c = nbformat.v4.new_markdown_cell(src)
+        c.metadata["slideshow"] = {"slide_type": kind}
+        return c
+
+    def code(src, kind="-", tags=()):
+        c = nbformat.v4.new_code_cell(src)
+        c.metadata["slideshow"] = {"slide_type": kind}
+        if tags:
+            c.metadata["tags"] = list(tags)
+        return c
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.cells = [
+        md("# 99 · Fixture deck\nA step costs $t = n \\cdot c$ launches."),
+        code(f"{PARAM_MARKER} = 3", "skip", ["parameters"]),
+        code("from labkit.notebook import configure_plotly\nconfigure_plotly()", "skip"),
+        md("## Launch-bound decode", "slide"),
+        code("from labkit.plots import lines\n"
+             "lines([1, 8, 64], {'eager': [1200, 1210, 1300], 'graph': [170, 180, 260]},\n"
+             "      title='Step time', x_title='batch size', y_title='µs').show()"),
+        md("## Bars", "slide"),
+        code("from labkit.plots import bars\n"
+             "bars([1, 8], {'eager': [3, 2], 'graph': [1, 1]}, title='B', x_title='x',"
+             " y_title='y').show()"),
+        md("Say: the red line is eager.", "notes"),
+    ]
+    nbformat.write(nb, str(path))
+    return path
+
+
+_CACHE: dict[str, Path] = {}
+
+
+def executed_fixture(tmp_path_factory) -> tuple[Path, Path]:
+    """``(source, executed)`` fixture notebook, executed once per test session."""
+    if "executed" not in _CACHE:
+        root = tmp_path_factory.mktemp("slides-fixture")
+        src = make_fixture_notebook(root / "99_fixture.ipynb")
+        _CACHE["source"] = src
+        _CACHE["executed"] = slides.execute_notebook(src, root / "executed" / "99_fixture.ipynb",
+                                                     timeout=300)
+    return _CACHE["source"], _CACHE["executed"]
+
+
+def web_assets_or_skip() -> Path:
+    try:
+        return slides.ensure_web_assets(quiet=True)
+    except slides.SlidesError:
+        if shutil.which("npm") is None:
+            pytest.skip(NPM_SKIP)
+        raise
+
+
+def exported_fixture(tmp_path_factory) -> dict[str, Path]:
+    """The fixture exported once per session: ``{"deck", "html", "out"}``."""
+    if "deck" not in _CACHE:
+        modules = web_assets_or_skip()
+        _, executed = executed_fixture(tmp_path_factory)
+        out = tmp_path_factory.mktemp("slides-out")
+        slides.copy_assets(out, modules)
+        deck, html = slides.export_notebook(executed, out, html=True, name="99_fixture")
+        _CACHE.update(deck=deck, html=html, out=out)
+    return {k: _CACHE[k] for k in ("deck", "html", "out")}
+
+
+@pytest.fixture
+def exported(tmp_path_factory):
+    return exported_fixture(tmp_path_factory)
+
+
+# ----------------------------------------------------------------------------- unit tests
+
+REMOTE_PAGE = """<html><head>
+<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.1.10/require.min.js"></script>
+<link rel="stylesheet" href="https://unpkg.com/reveal.js@4.0.2/dist/reveal.css">
+<style>@import url(https://fonts.googleapis.com/css?family=Lato);</style>
+<script type="module">import mermaid from 'https://cdn.example.org/mermaid.esm.min.mjs';</script>
+<script>require.config({paths: {plotly: 'https://cdn.plot.ly/plotly-2.0.0.min'}});
+var widgetRendererSrc = 'https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js';</script>
+<script src="//cdn.example.org/protocol-relative.js"></script>
+</head><body>
+<a href="https://example.org/docs">a link is not a load</a>
+<svg xmlns="http://www.w3.org/2000/svg"></svg>
+<script src="assets/require.js"></script>
+</body></html>"""
+
+
+def test_find_remote_urls_lists_every_load():
+    urls = slides.find_remote_urls(REMOTE_PAGE)
+    for expected in ("https://cdnjs.cloudflare.com/ajax/libs/require.js/2.1.10/require.min.js",
+                     "https://unpkg.com/reveal.js@4.0.2/dist/reveal.css",
+                     "https://fonts.googleapis.com/css?family=Lato",
+                     "https://cdn.example.org/mermaid.esm.min.mjs",
+                     "https://cdn.plot.ly/plotly-2.0.0.min",
+                     "https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js",
+                     "//cdn.example.org/protocol-relative.js"):
+        assert expected in urls, (expected, urls)
+    assert not [u for u in urls if "example.org/docs" in u or "w3.org" in u], urls
+    assert not any("assets/" in u for u in urls)
+
+
+def test_find_remote_urls_ignores_the_inline_plotly_library():
+    lib = "/**\n* plotly.js v4.1.1\n*/\n" + "var tiles='https://tiles.example.org/x.png';\n" * 5000
+    page = f"<html><head><script>{lib}</script></head><body></body></html>"
+    assert slides.find_remote_urls(page) == []
+    assert slides.count_plotlyjs(page) == 1
+
+
+def test_find_remote_urls_follows_local_stylesheets(tmp_path):
+    (tmp_path / "theme.css").write_text("@import url(https://fonts.example.org/css);\n")
+    page = '<link rel="stylesheet" href="theme.css">'
+    assert slides.find_remote_urls(page) == []
+    assert slides.find_remote_urls(page, base_dir=tmp_path) == [
+        "https://fonts.example.org/css (via theme.css)"]
+
+
+def test_check_offline_fails_loudly(tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text(REMOTE_PAGE)
+    good = tmp_path / "good.html"
+    good.write_text('<script src="assets/require.js"></script>')
+    slides.check_offline([good])
+    with pytest.raises(slides.RemoteAssetError) as err:
+        slides.check_offline([good, bad])
+    assert "bad.html" in str(err.value) and "unpkg.com/reveal.js" in str(err.value)
+    assert "good.html" not in str(err.value)
+
+
+def test_has_math():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("costs 5 µs, no TeX here")]
+    assert not slides.has_math(nb)
+    nb.cells.append(nbformat.v4.new_markdown_cell("the time $t = n c$"))
+    assert slides.has_math(nb)
+
+
+def _fake_executed_notebook() -> nbformat.NotebookNode:
+    lib = "/**\n* plotly.js v9.9.9\n*/\n" + "x" * 200_000
+    fig = {"data": [{"type": "scatter", "x": [1, 2], "y": [3, 4]}], "layout": {}}
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(f"{PARAM_MARKER} = 1")
+    params.metadata["tags"] = ["parameters"]
+    injected = nbformat.v4.new_code_cell(f"{PARAM_MARKER} = 2")
+    injected.metadata["tags"] = ["injected-parameters"]
+    setup = nbformat.v4.new_code_cell("configure_plotly()")
+    setup.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/html": f"<script>window.PlotlyConfig = {{}};</script><script>{lib}</script>"})]
+    chart = nbformat.v4.new_code_cell("fig.show()")
+    chart.outputs = [nbformat.v4.new_output("display_data", data={
+        "application/vnd.plotly.v1+json": fig,
+        "text/html": '<div><script src="https://cdnjs.cloudflare.com/ajax/libs/mathjax/3.2.2/es5/'
+                     'tex-svg.min.js"></script><div class="plotly-graph-div"></div></div>'})]
+    nb.cells = [params, injected, setup, chart]
+    return nb
+
+
+def test_prepare_notebook_moves_plotly_and_drops_parameters():
+    nb, info = slides.prepare_notebook(_fake_executed_notebook())
+    sources = [c.source for c in nb.cells]
+    assert not any(PARAM_MARKER in s for s in sources)
+    assert info["charts"] == 1 and info["plotlyjs"].startswith("/**\n* plotly.js v9.9.9")
+    assert nb.cells[0].outputs == []  # the library left its cell (it goes into the page head)
+    chart_html = nb.cells[1].outputs[0]["data"]["text/html"]
+    assert "plotly-graph-div" in chart_html and "Plotly.newPlot" in chart_html
+    assert slides.find_remote_urls(chart_html) == [] and slides.count_plotlyjs(chart_html) == 0
+
+
+def test_prepare_notebook_adds_the_library_when_the_notebook_has_none():
+    nb = _fake_executed_notebook()
+    nb.cells[2].outputs = []  # executed with a renderer that emitted no library
+    _, info = slides.prepare_notebook(nb)
+    assert info["charts"] == 1 and slides.count_plotlyjs(info["plotlyjs"]) == 1
+
+
+def test_resolve_sources(tmp_path):
+    for name in ("00_setup", "03_capture_replay", "workshop_90min"):
+        make_fixture_notebook(tmp_path / f"{name}.ipynb")
+    assert [p.name for p in slides.resolve_sources(None, tmp_path)] == [
+        "00_setup.ipynb", "03_capture_replay.ipynb"]
+    got = slides.resolve_sources(["3", "workshop_90min", "00_setup.ipynb"], tmp_path)
+    assert [p.stem for p in got] == ["03_capture_replay", "workshop_90min", "00_setup"]
+    with pytest.raises(slides.SlidesError, match="available"):
+        slides.resolve_sources(["07"], tmp_path)
+
+
+def test_missing_npm_gives_install_advice(tmp_path, monkeypatch):
+    monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
+    monkeypatch.setattr(slides.shutil, "which", lambda name: None)
+    with pytest.raises(slides.SlidesError, match="Install Node.js"):
+        slides.ensure_web_assets(quiet=True)
+
+
+# ----------------------------------------------------------------------------- exports
+
+
+def test_deck_and_page_exist_with_local_assets(exported):
+    deck, html, out = exported["deck"], exported["html"], exported["out"]
+    assert deck.name == "99_fixture.slides.html" and deck.stat().st_size > 100_000
+    assert html.name == "99_fixture.html" and html.stat().st_size > 100_000
+    for page in (deck, html):
+        text = page.read_text(encoding="utf-8")
+        local = re.findall(r"""(?:src|href)\s*=\s*["'](assets/[^"']+)["']""", text)
+        local += re.findall(r"""["'](assets/reveal\.js)/""", text)
+        assert local, f"{page.name} references no local asset"
+        for ref in local:
+            assert (out / ref).exists(), f"{page.name} refers to {ref}, which was not copied"
+    assert (out / "assets/reveal.js/dist/reveal.js").is_file()
+    assert (out / "assets/reveal.js/plugin/notes/notes.js").is_file()
+
+
+def test_no_remote_script_or_style(exported):
+    for page in (exported["deck"], exported["html"]):
+        assert slides.find_remote_urls(page.read_text(encoding="utf-8"), page.parent) == []
+    slides.check_offline([exported["deck"], exported["html"]])
+
+
+def test_plotlyjs_embedded_exactly_once(exported):
+    for page in (exported["deck"], exported["html"]):
+        text = page.read_text(encoding="utf-8")
+        assert slides.count_plotlyjs(text) == 1, page.name
+        assert text.count('class="plotly-graph-div"') == 2, page.name
+
+
+def test_parameters_cell_dropped_and_slides_made(exported):
+    deck = exported["deck"].read_text(encoding="utf-8")
+    assert PARAM_MARKER not in deck and PARAM_MARKER not in exported["html"].read_text()
+    assert "configure_plotly" not in deck  # the `skip` set-up cell is not on a slide
+    assert "Launch-bound decode" in deck and "Step time" in deck
+    assert deck.count("<section") >= 3
+    assert '<aside class="notes">' in deck
+    assert "Reveal.initialize" in deck and "assets/mathjax/" in deck  # the title has TeX
+
+
+def test_export_slides_uses_the_run_folder(tmp_path, tmp_path_factory, monkeypatch):
+    web_assets_or_skip()
+    source, executed = executed_fixture(tmp_path_factory)
+    run = tmp_path / "runs" / "20260101-000000-cpu"
+    (run / "notebooks").mkdir(parents=True)
+    shutil.copy(executed, run / "notebooks" / source.name)
+    (run / "run.json").write_text(json.dumps({"notebooks": [{"name": source.stem,
+                                                             "status": "ok"}]}))
+
+    def no_execution(*a, **k):
+        raise AssertionError("the run folder's executed notebook should have been used")
+
+    monkeypatch.setattr(slides, "execute_notebook", no_execution)
+    out = tmp_path / "slides"
+    written = slides.export_slides(run_dir=run, out_dir=out, notebooks=[str(source)], html=False)
+    assert [p.name for p in written] == ["99_fixture.slides.html"]
+    assert (out / "assets" / "require.js").is_file()
+
+
+def test_export_slides_executes_without_a_run(tmp_path, tmp_path_factory, monkeypatch):
+    web_assets_or_skip()
+    source, executed = executed_fixture(tmp_path_factory)
+    calls = []
+
+    def fake_execute(src, dest, **kw):
+        calls.append(Path(src).name)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(executed, dest)
+        return dest
+
+    monkeypatch.setattr(slides, "execute_notebook", fake_execute)
+    monkeypatch.setattr(slides, "newest_run_dir", lambda root=None: None)
+    written = slides.export_slides(run_dir=None, out_dir=tmp_path / "s", notebooks=[str(source)],
+                                   html=True)
+    assert calls == ["99_fixture.ipynb"]
+    assert sorted(p.name for p in written) == ["99_fixture.html", "99_fixture.slides.html"]
+
+
+def test_newest_run_dir(tmp_path):
+    assert slides.newest_run_dir(tmp_path) is None
+    for i, name in enumerate(("20260101-000000-cpu", "20260102-000000-cpu", "interactive")):
+        d = tmp_path / name
+        (d / "results").mkdir(parents=True)
+        if name != "interactive":
+            nb = d / "notebooks" / "00_setup.ipynb"
+            nb.parent.mkdir()
+            nb.write_text("{}")
+            os.utime(nb, (1_000_000 + i, 1_000_000 + i))
+    assert slides.newest_run_dir(tmp_path).name == "20260102-000000-cpu"

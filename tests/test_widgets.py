@@ -1,0 +1,84 @@
+"""labkit.widgets: sliders and the explore() redraw loop (no kernel needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+ipywidgets = pytest.importorskip("ipywidgets")
+
+from labkit import widgets  # noqa: E402
+
+
+def test_pow2_label():
+    assert widgets.pow2_label(1024) == "2^10 = 1,024"
+    assert widgets.pow2_label(1024, show_value=False) == "2^10"
+    assert widgets.pow2_label(1) == "1"
+    assert widgets.pow2_label(3000) == "3,000"
+
+
+def test_choice_slider_values_and_labels():
+    s = widgets.choice_slider([1, 1024, 2**20], description="n", fmt=widgets.pow2_label)
+    assert s.value == 1 and s.continuous_update is False
+    assert s.options[1] == ("2^10 = 1,024", 1024)
+    s = widgets.choice_slider([1, 2, 3], value=3)
+    assert s.value == 3
+    with pytest.raises(ValueError, match="not one of"):
+        widgets.choice_slider([1, 2], value=5)
+    with pytest.raises(ValueError, match="at least one"):
+        widgets.choice_slider([])
+
+
+def test_number_slider_picks_int_or_float():
+    assert isinstance(widgets.number_slider(1, 10), ipywidgets.IntSlider)
+    f = widgets.number_slider(0.5, 20.0, value=6.8)
+    assert isinstance(f, ipywidgets.FloatSlider) and f.value == pytest.approx(6.8)
+    with pytest.raises(ValueError, match="outside"):
+        widgets.number_slider(1, 10, value=11)
+    with pytest.raises(ValueError, match="empty"):
+        widgets.number_slider(5, 1)
+
+
+def test_explore_renders_now_and_on_every_change(capsys):
+    calls = []
+
+    def render(a, b):
+        calls.append((a, b))
+        return f"a={a} b={b}"
+
+    a = widgets.choice_slider([1, 2, 3])
+    b = widgets.number_slider(0, 5)
+    box = widgets.explore(render, {"a": a, "b": b})
+    assert calls == [(1, 0)]
+    a.value = 3
+    b.value = 4
+    assert calls[-2:] == [(3, 0), (3, 4)]
+    assert list(box.children[:2]) == [a, b]
+    assert isinstance(box.children[2], ipywidgets.Output)
+    assert box.controls == {"a": a, "b": b}
+    box.update()
+    assert calls[-1] == (3, 4)
+    assert "a=3 b=4" in capsys.readouterr().out  # outside a kernel the output area prints
+
+
+def test_explore_needs_controls():
+    with pytest.raises(ValueError, match="at least one control"):
+        widgets.explore(lambda: None, {})
+
+
+def test_slider_plot_passes_the_value():
+    seen = []
+    box = widgets.slider_plot(seen.append, [10, 20], name="numel")
+    box.controls["numel"].value = 20
+    assert seen == [10, 20]
+
+
+def test_emit_shows_figures_and_lists():
+    shown = []
+
+    class Fig:
+        def show(self):
+            shown.append(self)
+
+    f = Fig()
+    widgets._emit([f, None, (f,)])
+    assert shown == [f, f]
