@@ -8,7 +8,7 @@ NBVAL_SANITIZE := tests/nbval_sanitize.cfg
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-package test-notebooks run lab slides bench clean-notebooks check
+.PHONY: help setup test test-package test-notebooks run lab images slides bench clean-notebooks check
 
 help:
 	@echo "make setup            create $(VENV) and install labkit with its dependencies"
@@ -16,6 +16,7 @@ help:
 	@echo "make test             set up, then pytest tests/ and execute every notebook with nbval (CI)"
 	@echo "make lab              start JupyterLab on notebooks/ (ARGS=... passed to jupyter lab)"
 	@echo "make slides           export workshop slides (labkit slides)"
+	@echo "make images           export the charts as PNG (labkit images; needs Chromium)"
 	@echo "make bench            run the benchmarks (labkit bench)"
 	@echo "make clean-notebooks  strip outputs, execution counts and widget state from notebooks/"
 	@echo "make check            quick checks: byte-compile, packaging and clean-notebook tests"
@@ -47,7 +48,10 @@ run: $(STAMP)
 	$(VENV)/bin/labkit run $(ARGS)
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
+	$(VENV)/bin/labkit lab $(ARGS)
+
+images: $(STAMP)
+	$(VENV)/bin/labkit images $(ARGS)
 
 slides: $(STAMP)
 	$(VENV)/bin/labkit slides $(ARGS)
@@ -55,7 +59,8 @@ slides: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/labkit bench $(ARGS)
 
-# Strips what executing a notebook adds: outputs, execution counts, widget state and
+# Strips what executing a notebook adds: outputs (but the expected text of cells tagged
+# nbval-check-output, which nbval compares against), execution counts, widget state and
 # papermill/nbclient bookkeeping, language_info details. Tags, slideshow metadata and the
 # kernelspec are kept.
 define STRIP_NOTEBOOKS_PY
@@ -71,7 +76,10 @@ for path in sys.argv[1:]:
         for key in ("papermill", "execution", "collapsed", "scrolled"):
             cell.metadata.pop(key, None)
         if cell.cell_type == "code":
-            cell.outputs = []
+            keep = "nbval-check-output" in cell.metadata.get("tags", [])
+            cell.outputs = [o for o in cell.outputs if keep and o.output_type == "stream"]
+            for o in cell.outputs:
+                o.pop("execution_count", None)
             cell.execution_count = None
     if nbformat.writes(nb) != before:
         nbformat.write(nb, path)

@@ -64,6 +64,16 @@ def tokens_match(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
     return ref == got
 
 
+def token_agreement(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
+                    seed: int = 0) -> float:
+    """Share of greedy tokens from ``step_fn`` equal to eager tokens (1.0 = identical)."""
+    prompts = random_prompts(model, bs, seed)
+    ref = generate(model, prompts, new_tokens)
+    got = generate(model, prompts, new_tokens, step_fn=step_fn)
+    pairs = [(a, b) for r, g in zip(ref, got) for a, b in zip(r, g)]
+    return sum(a == b for a, b in pairs) / len(pairs)
+
+
 def count_gpu_ops(fn: Callable[[], object]) -> int:
     """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler."""
     from torch.profiler import ProfilerActivity, profile
@@ -118,8 +128,9 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     compiled = None
     compile_s = None
     if "compile" in methods:
-        compiled, compile_s, ok = _compiled_step(model, batch_sizes)
-        checks["compile_tokens_equal_eager"] = ok
+        compiled, compile_s, agree = _compiled_step(model, batch_sizes)
+        checks["compile_tokens_equal_eager"] = agree == 1.0
+        checks["compile_token_agreement"] = agree
     for b in batch_sizes:
         t, p, s = step_inputs(model, b)
         for m in methods:
@@ -150,6 +161,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     }
     if compile_s is not None:
         out["compile_s"] = compile_s
+        out["cudagraph_skips"] = _cudagraph_skips()
     if disp is not None:
         disp.release()
     del model, disp, graphs, compiled
@@ -158,7 +170,14 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
 
 def _compiled_step(model: TinyGPT, batch_sizes: Sequence[int]):
-    """``torch.compile(mode='reduce-overhead')`` of the decode step, compiled and checked."""
+    """``torch.compile(mode='reduce-overhead')`` of the decode step with PyTorch's default
+    shape handling (the first size is compiled static; a second size triggers one dynamic
+    recompile; CUDA Graph Trees record one graph per size). Returns (step, compile seconds,
+    token agreement).
+
+    The compiled step fuses kernels, so in bf16 its rounding differs from eager; greedy
+    tokens can then differ at near-ties. The share of equal tokens is returned, not hidden.
+    """
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -178,8 +197,8 @@ def _compiled_step(model: TinyGPT, batch_sizes: Sequence[int]):
             step(*args)
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
-    ok = all(tokens_match(model, safe_step, b) for b in batch_sizes)
-    return step, compile_s, ok
+    agreement = min(token_agreement(model, safe_step, b) for b in batch_sizes)
+    return step, compile_s, agreement
 
 
 def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
@@ -322,7 +341,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
     capture_s = time.perf_counter() - t0
     graph_pool = pool_reserved_bytes(next(iter(disp.graphs.graphs.values())).pool)
     before = _pool_segments()
-    compiled, compile_s, ok = _compiled_step(model, batch_sizes)
+    compiled, compile_s, agree = _compiled_step(model, batch_sizes)
     compile_pool = sum(v for k, v in _pool_segments().items() if k not in before) or None
     times: dict[str, list] = {"eager": [], "graph": [], "dispatcher": [], "compile": []}
     for b in batch_sizes:
@@ -348,7 +367,8 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
         "memory": {"graph_pool_bytes": graph_pool, "compile_pool_bytes": compile_pool},
         "kernels_per_step": kernels,
         "cudagraph_skips": skips,
-        "checks": {"compile_tokens_equal_eager": ok,
+        "checks": {"compile_tokens_equal_eager": agree == 1.0,
+                   "compile_token_agreement": agree,
                    "graph_tokens_equal_eager": all(tokens_match(model, disp.step, b)
                                                    for b in batch_sizes)},
     }

@@ -29,7 +29,8 @@ def bench_table(decode: dict[str, dict]) -> list[dict]:
     rows = []
     for name, rec in decode.items():
         for i, b in enumerate(rec["batch_sizes"]):
-            t = {m: rec["times"][m][i]["median"] for m in rec["times"]}
+            t = {m: rec["times"][m][i]["median"] for m in rec["times"]
+                 if rec["times"][m][i] is not None}
             row = {"model": name, "batch": b, **{f"{m}_us": t[m] for m in t}}
             if "eager" in t and "graph" in t:
                 row["graph_speedup"] = t["eager"] / t["graph"]
@@ -41,14 +42,21 @@ def bench_table(decode: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def evaluate_targets(decode: dict[str, dict], pool: dict | None) -> list[dict]:
-    """The issue's targets, each with the measured value and pass/fail."""
+def evaluate_targets(decode: dict[str, dict], pool: dict | None,
+                     compile_few: dict | None = None) -> list[dict]:
+    """The targets, each with the measured value and pass/fail.
+
+    ``decode`` records carry a compile column measured over all their batch sizes (one
+    static compile, then one dynamic recompile); ``compile_few`` is a ``compile_<preset>``
+    record compiled for two sizes only, where compile keeps (nearly) static shapes. Both
+    comparisons are reported: they disagree, and the difference is the lesson."""
     out = []
 
     def at(rec: dict, m: str, b: int) -> float | None:
         if b not in rec["batch_sizes"] or m not in rec["times"]:
             return None
-        return rec["times"][m][rec["batch_sizes"].index(b)]["median"]
+        t = rec["times"][m][rec["batch_sizes"].index(b)]
+        return None if t is None else t["median"]
 
     small = decode.get("small")
     if small:
@@ -63,7 +71,18 @@ def evaluate_targets(decode: dict[str, dict], pool: dict | None) -> list[dict]:
             c, d = at(small, "compile", b), at(small, "dispatcher", b)
             if c and d:
                 out.append({"target": f"dispatcher faster than torch.compile at batch {b} "
-                                      "(4-layer)", "value": d / c, "pass": d < c})
+                                      f"(4-layer; compile over {len(small['batch_sizes'])} "
+                                      "sizes)", "value": d / c, "pass": d < c})
+    if compile_few:
+        sizes = compile_few["batch_sizes"]
+        for b in (1, 8):
+            if b in sizes:
+                i = sizes.index(b)
+                d = compile_few["times"]["dispatcher"][i]["median"]
+                c = compile_few["times"]["compile"][i]["median"]
+                out.append({"target": f"dispatcher faster than torch.compile at batch {b} "
+                                      f"(4-layer; compile over {len(sizes)} sizes)",
+                            "value": d / c, "pass": d < c})
     if pool:
         ratio = pool["shared_largest_first"]["total_bytes"] / pool["largest_private_bytes"]
         out.append({"target": "shared pool largest-first <= 1.1x largest private pool",
@@ -123,17 +142,25 @@ def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
 
 
 def merge_compile(decode: dict, compile_rec: dict) -> dict:
-    """Put the compile column (measured in its own process) into a decode record."""
+    """Put the compile column (measured in its own process, possibly at fewer batch sizes)
+    into a decode record; sizes it did not measure get ``None``."""
     out = dict(decode)
-    out["times"] = {**decode["times"], "compile": compile_rec["times"]["compile"]}
+    sizes = decode["batch_sizes"]
+    by_size = dict(zip(compile_rec["batch_sizes"], compile_rec["times"]["compile"]))
+    col = [by_size.get(b) for b in sizes]
+    out["times"] = {**decode["times"], "compile": col}
     out["tokens_per_s"] = {**decode["tokens_per_s"],
-                           "compile": compile_rec["tokens_per_s"]["compile"]}
+                           "compile": [None if t is None else b / (t["median"] * 1e-6)
+                                       for b, t in zip(sizes, col)]}
     eager = [t["median"] for t in decode["times"]["eager"]]
-    out["speedup_vs_eager"] = {m: [e / t["median"] for e, t in zip(eager, ts)]
+    out["speedup_vs_eager"] = {m: [None if t is None else e / t["median"]
+                                   for e, t in zip(eager, ts)]
                                for m, ts in out["times"].items()}
     out["checks"] = {**decode["checks"], **compile_rec["checks"]}
-    if "compile_s" in compile_rec:
-        out["compile_s"] = compile_rec["compile_s"]
+    for key in ("compile_s", "cudagraph_skips"):
+        if key in compile_rec:
+            out[key] = compile_rec[key]
+    out["compile_batch_sizes"] = compile_rec["batch_sizes"]
     return out
 
 
@@ -150,6 +177,53 @@ def run_worker(name: str, func: str, kwargs: dict) -> int:
     return 0
 
 
+def summarize_bench(run: Path, failed: list[str] | None = None,
+                    params: dict | None = None) -> tuple[Path, dict]:
+    """Merge the compile columns into the decode records and write the ``bench`` record of
+    run folder ``run``. Needs no GPU: the records keep the environment they were measured
+    in. Returns the bench record's path and the correctness gate."""
+    from labkit.results import load_result, save_result
+
+    res = run / "results"
+
+    def rec(name: str):
+        p = res / f"{name}.json"
+        return load_result(p) if p.exists() else None
+
+    decode = {}
+    env = None
+    for name in ("small", "gpt2"):
+        d, c = rec(f"decode_{name}"), rec(f"compile_times_{name}")
+        if d is None:
+            continue
+        env = env or d.env
+        data = d.data
+        if c is not None and "compile" not in data["times"]:
+            data = merge_compile(data, c.data)
+            save_result(f"decode_{name}", data, {**d.params, "compile": c.params}, run,
+                        env=d.env)
+        decode[name] = data
+    pool_res = rec("pool_memory_gpt2")
+    pool = pool_res.data if pool_res else None
+    rows = bench_table(decode)
+    few = rec("compile_small")
+    targets = evaluate_targets(decode, pool, few.data if few else None)
+    pool_rows = []
+    if pool:
+        pool_rows = [{"layout": k, "total_MiB": _mib(pool[k]["total_bytes"])}
+                     for k in ("private", "shared_largest_first", "shared_smallest_first")]
+        pool_rows.append({"layout": "largest private pool",
+                          "total_MiB": _mib(pool["largest_private_bytes"])})
+    checks = {f"{n}.{k}": v for n, r in decode.items() for k, v in r["checks"].items()}
+    # the correctness gate: graph and dispatcher tokens equal eager tokens. torch.compile's
+    # fused bf16 kernels round differently, so its agreement is reported, not gated.
+    gate = {k: v for k, v in checks.items() if "graph_tokens" in k or "dispatcher_tokens" in k}
+    path = save_result("bench", {"rows": rows, "targets": targets, "pool": pool_rows,
+                                 "checks": checks, "failed": failed or []},
+                       params or {}, run, env=env)
+    return path, gate
+
+
 def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
     """Run the benchmark on the GPU; print and save the table. Returns an exit code.
 
@@ -161,7 +235,7 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
 
     import torch
 
-    from labkit.results import load_result, provenance_line, save_result
+    from labkit.results import load_result, provenance_line
 
     if not torch.cuda.is_available():
         print("labkit bench: no CUDA GPU here (torch.cuda.is_available() is False). The "
@@ -179,34 +253,9 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
         if code != 0:
             failed.append(name)
             print(f"[labkit bench] {name} FAILED (exit {code}); going on", file=sys.stderr)
-    res = run / "results"
-
-    def rec(name: str) -> dict | None:
-        p = res / f"{name}.json"
-        return load_result(p).data if p.exists() else None
-
-    decode = {}
-    for name in ("small", "gpt2"):
-        d, c = rec(f"decode_{name}"), rec(f"compile_times_{name}")
-        if d and c:
-            d = merge_compile(d, c)
-            save_result(f"decode_{name}", d, {"merged": ["eager", "graph", "dispatcher",
-                                                         "compile"]})
-        if d:
-            decode[name] = d
-    pool = rec("pool_memory_gpt2")
-    rows = bench_table(decode)
-    targets = evaluate_targets(decode, pool)
-    pool_rows = []
-    if pool:
-        pool_rows = [{"layout": k, "total_MiB": _mib(pool[k]["total_bytes"])}
-                     for k in ("private", "shared_largest_first", "shared_smallest_first")]
-        pool_rows.append({"layout": "largest private pool",
-                          "total_MiB": _mib(pool["largest_private_bytes"])})
-    checks = {f"{n}.{k}": v for n, r in decode.items() for k, v in r["checks"].items()}
-    path = save_result("bench", {"rows": rows, "targets": targets, "pool": pool_rows,
-                                 "checks": checks, "failed": failed},
-                       {"quick": quick, "record": record})
+    path, gate = summarize_bench(run, failed, {"quick": quick, "record": record})
+    rec = load_result(path).data
+    rows, pool_rows, checks, targets = rec["rows"], rec["pool"], rec["checks"], rec["targets"]
     print()
     print(provenance_line(load_result(path)))
     print(format_rows(rows))
@@ -218,7 +267,50 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     if failed:
         print("FAILED measurements:", ", ".join(failed))
     print(f"\nsaved: {run}")
-    return 0 if all(checks.values()) and not failed else 1
+    return 0 if all(gate.values()) and not failed else 1
+
+
+
+def markdown_summary(result) -> str:
+    """The README's reference-results block, generated from the recorded ``bench`` result
+    (a :class:`labkit.results.Result`) so that no number in the README is typed by hand."""
+    from labkit.results import provenance_line
+
+    d = result.data
+    lines = [f"Recorded with `labkit bench --record`: {provenance_line(result)}.", "",
+             "Decode step time (µs, CUDA-event median), bf16, random weights:", ""]
+    cols = ["model", "batch", "eager_us", "graph_us", "dispatcher_us", "compile_us",
+            "graph_speedup", "dispatcher_over_graph"]
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "---|" * len(cols))
+    for r in d["rows"]:
+        lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    lines += ["", "Graph pool memory, 12-layer d=768 model, ten batch sizes 1…512:", "",
+              "| layout | MiB |", "|---|---|"]
+    lines += [f"| {r['layout']} | {r['total_MiB']:.0f} |" for r in d["pool"]]
+    lines += ["", "Targets:", "", "| target | value | result |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['value']:.3g} | {'PASS' if t['pass'] else 'FAIL'} |"
+              for t in d["targets"]]
+    return "\n".join(lines)
+
+
+README_START = "<!-- bench:start (generated by scripts/update_readme.py; do not edit) -->"
+README_END = "<!-- bench:end -->"
+
+
+def update_readme(readme: Path, block: str) -> bool:
+    """Replace the generated block in ``readme``; returns True when the file changed."""
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no generated block; add the lines {README_START!r} "
+                         f"and {README_END!r} where the table belongs")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_START}\n{block}\n{README_END}{tail}"
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+        return True
+    return False
 
 
 if __name__ == "__main__":  # worker: python -m labkit.bench_cli NAME FUNC KWARGS_JSON

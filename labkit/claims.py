@@ -117,9 +117,14 @@ def check_replay_speedup(records: Mapping[str, dict]) -> Assessment:
         verdict = "false"
     else:
         verdict = "depends"
+    falling = [n.removeprefix("decode_") for n, p in per.items() if len(p["speedup"]) > 1
+               and all(a > b for a, b in zip(p["speedup"], p["speedup"][1:]))]
+    evidence["falls_with_batch"] = falling
     text = (f"measured {smin:.1f}x to {smax:.1f}x ({parts}); {sum(inside)} of {len(values)} "
-            f"points inside the claimed {lo:g}-{hi:g}x. The gain is the CPU launch time removed, "
-            "so it shrinks as the GPU work per step grows (bigger batch, bigger model).")
+            f"points inside the claimed {lo:g}-{hi:g}x.")
+    if falling:
+        text += (f" The speed-up falls as the batch grows ({', '.join(falling)}): the gain is "
+                 "the CPU launch time removed, worth less as the GPU work per step grows.")
     return Assessment(verdict, evidence, text)
 
 
@@ -171,7 +176,8 @@ def check_shared_pool_max(records: Mapping[str, dict]) -> Assessment:
 # ---------------------------------------------------------------------------- 3. largest first
 
 
-def _growth_in_order(section: dict, sizes: Sequence[int], descending: bool) -> list[tuple[int, int]]:
+def _growth_in_order(section: dict, sizes: Sequence[int],
+                     descending: bool) -> list[tuple[int, int]]:
     growth = {int(k): int(v) for k, v in section.get("growth_bytes", {}).items()}
     order = sorted(sizes, reverse=descending)
     return [(b, growth[b]) for b in order if b in growth]
@@ -381,6 +387,43 @@ def verdict_rows(results: Sequence[dict]) -> list[dict]:
              "checked against": ", ".join(r["records"]) or "vLLM source"} for r in results]
 
 
+def describe(result: dict) -> str:
+    """Plain text of one evaluated claim: the claim, its verdict, the evidence sentence and
+    what real systems do."""
+    lines = [f"CLAIM    : {result['claim']}", f"VERDICT  : {result['verdict'].upper()}",
+             f"MEASURED : {result['measurement']}"
+             + (f" (records: {', '.join(result['records'])})" if result["records"] else ""),
+             f"EVIDENCE : {result['explanation']}"]
+    if result.get("context"):
+        lines.append(f"CONTEXT  : {result['context']}")
+    return "\n".join(lines)
+
+
+def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Sequence[float],
+                         smallest_first_mib: Sequence[float], preset: str = "synthetic") -> dict:
+    """A ``pool_memory_<preset>``-shaped record from MiB figures, for exercises and tests:
+    ``private_mib[bs]`` per batch size; the shared pool's size after each capture, in capture
+    order (largest first: descending sizes; smallest first: ascending)."""
+    sizes = sorted(int(b) for b in private_mib)
+    if len(largest_first_mib) != len(sizes) or len(smallest_first_mib) != len(sizes):
+        raise ValueError(f"give one pool size per capture: {len(sizes)} sizes, "
+                         f"{len(largest_first_mib)} and {len(smallest_first_mib)} values")
+
+    def b(x: float) -> int:
+        return int(round(x * MIB))
+
+    def shared(values: Sequence[float], order: Sequence[int]) -> dict:
+        return {"total_bytes": b(values[-1]), "capture_s": {},
+                "growth_bytes": {str(bs): b(v) for bs, v in zip(order, values)}}
+
+    return {"preset": preset, "sizes": sizes,
+            "private": {"per_size_bytes": {str(k): b(private_mib[k]) for k in sizes},
+                        "total_bytes": sum(b(private_mib[k]) for k in sizes), "capture_s": {}},
+            "largest_private_bytes": max(b(private_mib[k]) for k in sizes),
+            "shared_largest_first": shared(largest_first_mib, sizes[::-1]),
+            "shared_smallest_first": shared(smallest_first_mib, sizes)}
+
+
 def verdict_counts(results: Sequence[dict]) -> dict[str, int]:
     """How many claims got each verdict."""
     out = {v: 0 for v in VERDICTS}
@@ -430,7 +473,7 @@ def gather_records(ctx: Any, names: Sequence[str] | None = None, *,
     On the GPU tier a record already saved in the current run folder (by an earlier notebook
     of the same ``labkit run``) is reused instead of measured again when ``reuse_run``.
     """
-    from labkit.notebook import _display_html, measure_or_reference
+    from labkit.notebook import measure_or_reference
     from labkit.results import default_run_dir, load_result, provenance_line
 
     specs = record_specs()
@@ -441,8 +484,7 @@ def gather_records(ctx: Any, names: Sequence[str] | None = None, *,
         path = default_run_dir() / "results" / f"{name}.json"
         if getattr(ctx, "live", False) and reuse_run and path.is_file():
             res = load_result(path)
-            _display_html(f'<div style="font-size:90%;color:#555">{name}: measured earlier in '
-                          f"this run: {provenance_line(res)}</div>")
+            print(f"{name}: measured earlier in this run ({provenance_line(res)})")
             out[name] = res
             continue
         fn, params = specs[name]

@@ -98,6 +98,18 @@ def cmd_images(args: argparse.Namespace) -> int:
     return 0
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message already says what went wrong and what to do."""
+    out: list[type[BaseException]] = [FileNotFoundError]
+    for mod, name in (("labkit.slides", "SlidesError"), ("labkit.images", "ImagesError"),
+                      ("labkit.lab", "LabError"), ("labkit.results", "SchemaError"),
+                      ("labkit.graphs", "CaptureError")):
+        module = sys.modules.get(mod)
+        if module is not None and hasattr(module, name):
+            out.append(getattr(module, name))
+    return tuple(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -161,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except _user_errors() as exc:  # a clear message, not a traceback
+        print(f"labkit {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("labkit: interrupted", file=sys.stderr)
         return 130

@@ -148,7 +148,13 @@ def _cpu_model() -> str | None:
 
 
 def _git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding this package, or (None, None)."""
+    """(commit, dirty) of the checkout holding this package, or (None, None).
+
+    A copy of the tree without git metadata (a GPU machine that got the files only) can
+    name its commit with ``LABKIT_GIT_COMMIT`` (dirty state then unknown).
+    """
+    if os.environ.get("LABKIT_GIT_COMMIT"):
+        return os.environ["LABKIT_GIT_COMMIT"], None
     here = Path(__file__).resolve().parent
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
     if not top:

@@ -273,14 +273,16 @@ class TinyGPT(nn.Module):
         return self.lm_head(self.ln_f(x[:, 0]))
 
     # ------------------------------------------------------------------ weights
-    def save(self, path: str | Path) -> None:
-        """Save weights and config as safetensors (config in the metadata)."""
+    def save(self, path: str | Path, extra_metadata: dict[str, str] | None = None) -> None:
+        """Save weights and config as safetensors (config, and any extra strings, in the
+        metadata)."""
         import json
 
         from safetensors.torch import save_file
 
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(path), metadata={"config": json.dumps(self.cfg.to_dict())})
+        meta = {**(extra_metadata or {}), "config": json.dumps(self.cfg.to_dict())}
+        save_file(state, str(path), metadata=meta)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", **overrides) -> "TinyGPT":

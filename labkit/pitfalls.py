@@ -21,6 +21,7 @@ captured with, and writes into one static output), and :data:`QUIZ` holds a self
 from __future__ import annotations
 
 import gc
+import re
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -62,8 +63,17 @@ def _err_text(exc: BaseException, limit: int = 1200) -> str:
                    "might", "For debugging consider", "Compile with `TORCH_USE_CUDA_DSA`")
     lines = [ln for ln in text.splitlines() if ln.strip()
              and not ln.lstrip().startswith(boilerplate)]
-    text = "\n".join(lines).strip()
+    text = _strip_paths("\n".join(lines).strip())
     return text if len(text) <= limit else text[:limit] + " ..."
+
+
+_PATH_RE = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-]+)+[/\\]([\w.\-]+\.pyi?)")
+
+
+def _strip_paths(text: str) -> str:
+    """Replace absolute file paths in error texts and tracebacks by the file's name, so a
+    record says ``pitfalls.py`` and not where the package happened to be installed."""
+    return _PATH_RE.sub(r"\1", text)
 
 
 def _cleanup() -> None:
@@ -203,7 +213,7 @@ def pitfall_dynamic_shape(device: str | torch.device = "cuda") -> dict:
     return result
 
 
-# ---------------------------------------------------------------------------- 3. overwritten outputs
+# ---------------------------------------------------------------------------- 3. overwritten
 
 
 def pitfall_output_overwritten(device: str | torch.device = "cuda") -> dict:
@@ -622,7 +632,7 @@ def _guarded(name: str, fn: Callable[..., dict], device: str | torch.device) -> 
         _cleanup()
         return {"name": name, "rule": RULES.get(name, ""), "what": "the demonstration itself "
                 "failed", "error": _err_text(exc), "fix": "", "fixed_ok": False,
-                "details": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
+                "details": {"traceback": _strip_paths(traceback.format_exc(limit=4))[-2000:]}}
 
 
 def run_all_pitfalls(device: str | torch.device = "cuda", *, include_compile: bool = True) -> dict:

@@ -204,10 +204,55 @@ def merge_params(params: dict | None, param_file: Path | None) -> dict:
 
 
 def declared_parameters(notebook: Path) -> dict[str, dict]:
-    """The parameters a notebook declares in its ``parameters`` cell (papermill's view)."""
+    """The parameters a notebook declares in its ``parameters`` cell.
+
+    papermill's view (``papermill.inspect_notebook``), plus every top-level ``name = ...`` of
+    that cell that papermill's line parser skips (it gives up on a line whose comment holds
+    an ``=``, e.g. ``X = 1  # d=256``); papermill injects such names all the same.
+    """
+    import logging
+
     import papermill
 
-    return dict(papermill.inspect_notebook(str(notebook)))
+    log = logging.getLogger("papermill")
+    level = log.level
+    log.setLevel(logging.ERROR)  # its "Unable to parse line" notes are covered below
+    try:
+        found = dict(papermill.inspect_notebook(str(notebook)))
+    except ValueError:  # e.g. no kernelspec in the file: execution names python3 anyway
+        found = {}
+    finally:
+        log.setLevel(level)
+    for name in _assigned_names(notebook):
+        found.setdefault(name, {"name": name, "inferred_type_name": "None", "default": None,
+                                "help": ""})
+    return found
+
+
+def _assigned_names(notebook: Path) -> list[str]:
+    """Names assigned at the top level of the notebook's cell tagged ``parameters``."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    names: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "parameters" not in cell.metadata.get("tags", []):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            return names
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) else [])
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id not in names:
+                        names.append(n.id)
+        break
+    return names
 
 
 def split_parameters(params: dict, declared: dict[Path, dict]) -> tuple[dict[Path, dict], list[str]]:
@@ -266,12 +311,55 @@ def _kernel_manager_class(log_file: Any) -> type:
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggedKernelManager(AsyncKernelManager):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.client_factory = _sliced_client_class()
+
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             kw["stdout"] = log_file
             kw["stderr"] = log_file
             return await super()._async_launch_kernel(kernel_cmd, **kw)
 
     return LoggedKernelManager
+
+
+#: Longest single wait on a kernel socket; longer waits are made of slices this long.
+POLL_SLICE_S = 0.1
+
+
+def _sliced_client_class() -> type:
+    """A kernel client whose channels wait for messages in short slices.
+
+    With a widget cell whose output is large (a plotly figure embedding plotly.js), the
+    execute reply on the shell channel is sometimes not noticed by one long ``poll`` (a lost
+    wake-up): nbclient then sits until the cell timeout although the kernel is idle, or
+    forever without one. Re-polling every :data:`POLL_SLICE_S` seconds picks the reply up.
+    """
+    from queue import Empty
+
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from jupyter_client.channels import AsyncZMQSocketChannel
+    from traitlets import Type
+
+    class SlicedChannel(AsyncZMQSocketChannel):
+        async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+            assert self.socket is not None
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                step = POLL_SLICE_S if deadline is None else \
+                    max(0.0, min(POLL_SLICE_S, deadline - time.monotonic()))
+                if await self.socket.poll(int(step * 1000)):
+                    return await self._recv()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise Empty
+
+    class SlicedKernelClient(AsyncKernelClient):
+        shell_channel_class = Type(SlicedChannel)
+        iopub_channel_class = Type(SlicedChannel)
+        stdin_channel_class = Type(SlicedChannel)
+        control_channel_class = Type(SlicedChannel)
+
+    return SlicedKernelClient
 
 
 def _kernel_pythonpath() -> str:

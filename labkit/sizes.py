@@ -57,10 +57,11 @@ def _as_batch_size(x: object, what: str) -> int:
     if isinstance(x, bool):
         raise ValueError(f"{what} must be an integer >= 1, got {x!r}")
     try:
-        v = int(x)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+        v = int(x.strip()) if isinstance(x, str) else int(x)  # type: ignore[call-overload]
+        whole = isinstance(x, str) or float(x) == v  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{what} must be an integer >= 1, got {x!r}") from None
-    if v != x:
+    if not whole:
         raise ValueError(f"{what} must be an integer >= 1, got {x!r} (not a whole number)")
     if v < 1:
         raise ValueError(f"{what} must be >= 1 (a decode step serves at least one request), "
@@ -231,8 +232,9 @@ def expected_step_cost(sizes: Sequence[int], dist: DistLike,
 
 def vllm_default_sizes(max_size: int = 512) -> list[int]:
     """vLLM V1 default capture sizes: ``[1, 2, 4] + range(8, 256, 8) + range(256, max+1, 16)``,
-    kept ``<= max_size`` (source: ``vllm/config/compilation.py``; the default
-    ``max_cudagraph_capture_size`` is ``min(max_num_seqs * 2, 512)``).
+    kept ``<= max_size`` (source: ``vllm/config/compilation.py``, where newer versions build it
+    in ``vllm/config/vllm.py``; the default ``max_cudagraph_capture_size`` is
+    ``min(max_num_seqs * 2, 512)``).
     """
     max_size = _as_batch_size(max_size, "max_size")
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
@@ -414,7 +416,7 @@ def _segment_costs(prob: _Problem, cands: Sequence[int]) -> np.ndarray:
     b, p = prob.b, prob.p
     c = np.asarray(cands, dtype=np.int64)
     pre_p = np.concatenate([[0.0], np.cumsum(p)])
-    cut = np.searchsorted(b, c, side="right")
+    cut = np.asarray(np.searchsorted(b, c, side="right"))
     prev = np.concatenate([[0], cut[:-1]])
     dp_ = pre_p[cut][None, :] - pre_p[prev][:, None]
     if prob.step is None:                 # padded rows: sum p (c - b) = c * dP - dQ
@@ -435,22 +437,39 @@ class _Entry:
     memory: float | None
 
 
-def _dp_exact_count(prob: _Problem, cands: list[int], kmax: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """``best[j, i]``: least expected cost of a set of exactly ``j + 1`` sizes whose largest is
-    ``cands[i]`` (tail included); ``back`` holds the previous size's index. O(kmax * m^2)."""
-    m = len(cands)
-    C = _segment_costs(prob, cands)
+def _dp_matrix(C: np.ndarray, tail: np.ndarray, kmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """``best[j, i]``: least cost of exactly ``j + 1`` sizes whose largest is candidate ``i``,
+    tail included, for segment costs ``C`` (see :func:`_segment_costs`); ``back[j, i]`` is the
+    previous size's index. O(kmax * m^2) time with numpy, O(kmax * m) memory."""
+    m = C.shape[1]
     dp = np.full((kmax, m), np.inf)
     back = np.full((kmax, m), -1, dtype=np.int64)
     dp[0] = C[0]
     for j in range(1, kmax):
         if m < 2:
             break
-        A = dp[j - 1][:-1, None] + C[1:, :]      # row r: previous largest is cands[r]
+        A = dp[j - 1][:-1, None] + C[1:, :]      # row r: previous largest is candidate r
         back[j] = A.argmin(axis=0)
         dp[j] = A.min(axis=0)
-    return dp + _tail_costs(prob, cands)[None, :], back
+    return dp + tail[None, :], back
+
+
+def _dp_exact_count(prob: _Problem, cands: list[int], kmax: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_dp_matrix` for the problem restricted to ``cands``."""
+    return _dp_matrix(_segment_costs(prob, cands), _tail_costs(prob, cands), kmax)
+
+
+def _suffix_bounds(C: np.ndarray, tail: np.ndarray, kmax: int) -> list[list[float]]:
+    """``lb[r][i]``: least cost of the batches above candidate ``i`` with at most ``r`` more
+    sizes (a lower bound for any completion of a set whose largest size so far is ``i``)."""
+    out = [tail.copy()]
+    for _ in range(kmax - 1):
+        nxt = tail.copy()
+        if len(tail) > 1:
+            nxt[:-1] = np.minimum(tail[:-1], (C[1:, :] + out[-1][None, :]).min(axis=1))
+        out.append(nxt)
+    return [x.tolist() for x in out]
 
 
 def _walk(back: np.ndarray, cands: list[int], j: int, i: int) -> list[int]:
@@ -487,26 +506,61 @@ def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
     return _private_entries(prob, kmax, budget, allowed, best_only)
 
 
+def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: int,
+                        budget: float) -> tuple[float, list[int], float, float] | None:
+    """Lagrangian relaxation of the private-pool budget: minimise ``cost + lam * memory`` (an
+    ordinary DP, since private memory adds up per size) and bisect ``lam`` for the cheapest set
+    within budget. Returns ``(lam, size indices, cost, memory)`` of a feasible set (an
+    incumbent and a multiplier for bounds, not necessarily optimal), or None if none fits."""
+    finite = C[np.isfinite(C)]
+    scale = (float(finite.max()) if finite.size else 1.0) + float(np.nanmax(
+        np.where(np.isfinite(tail), tail, 0.0))) + 1.0
+    positive = mem[mem > 0]
+    lam_hi = 2.0 * kmax * scale / (float(positive.min()) if positive.size else 1.0)
+
+    def solve(lam: float) -> tuple[list[int], float, float]:
+        dp, back = _dp_matrix(C + lam * mem[None, :], tail, kmax)
+        j, i = np.unravel_index(int(np.argmin(dp)), dp.shape)
+        idx = [int(i)]
+        for jj in range(int(j), 0, -1):
+            idx.append(int(back[jj, idx[-1]]))
+        idx = idx[::-1]
+        memory = float(mem[idx].sum())
+        return idx, float(dp[j, i]) - lam * memory, memory
+
+    best: tuple[float, list[int], float, float] | None = None
+    lo, hi = 0.0, lam_hi
+    for step in range(60):
+        lam = 0.0 if step == 0 else (hi if step == 1 else 0.5 * (lo + hi))
+        idx, cost, memory = solve(lam)
+        if memory <= budget:
+            if best is None or cost < best[2]:
+                best = (lam, idx, cost, memory)
+            if step == 0:
+                return best               # the budget does not bind: the optimum itself
+            hi = lam
+        elif step == 1:
+            return None                   # even the least memory does not fit
+        else:
+            lo = lam
+        if step > 1 and hi - lo <= 1e-9 * hi:
+            break
+    return best
+
+
 def _private_entries(prob: _Problem, kmax: int, budget: float, allowed: set[int] | None,
                      best_only: bool) -> list[_Entry]:
     """Private pools: memory adds up, so each state (count j, largest size i) keeps its
-    non-dominated (memory, cost) labels. Branch and bound keeps this fast: a label is dropped
-    when even its best completion (cost lower bound from a memory-free suffix DP, memory lower
-    bound from the sizes it still must add) is dominated by a set already found (``best_only``:
-    costs more than the best set within budget found so far)."""
+    non-dominated (memory, cost) labels; exact, but the label count L can grow large.
+    Branch and bound keeps it fast: a label is dropped when even its best completion (cost
+    bound from a memory-free suffix DP and, with a budget, a Lagrangian one; memory bound from
+    the sizes it still must add) is dominated by a set already found (``best_only``: costs
+    more than the best set within budget so far, seeded by :func:`_lagrange_incumbent`)."""
     cands, mem = prob.cands, prob.mem
     assert mem is not None
     m = len(cands)
-    C_np = _segment_costs(prob, cands)
-    tail_np = _tail_costs(prob, cands)
-    # lb[r][i]: least cost of the batches above cands[i] with at most r more sizes (no memory)
-    lb = [tail_np]
-    for _ in range(kmax - 1):
-        nxt = tail_np.copy()
-        if m > 1:
-            nxt[:-1] = np.minimum(tail_np[:-1], (C_np[1:, :] + lb[-1][None, :]).min(axis=1))
-        lb.append(nxt)
-    lbl = [x.tolist() for x in lb]
+    C_np, tail_np, mem_np = _segment_costs(prob, cands), _tail_costs(prob, cands), np.array(mem)
+    lbl = _suffix_bounds(C_np, tail_np, kmax)
     C, tail = C_np.tolist(), tail_np.tolist()
     fin = [i for i in range(m) if math.isfinite(tail[i])]
     mem_lb = [0.0 if math.isfinite(tail[i]) else
@@ -514,11 +568,21 @@ def _private_entries(prob: _Problem, kmax: int, budget: float, allowed: set[int]
     allowed = set(range(1, kmax + 1)) if allowed is None else allowed
     front_mem: list[float] = []       # completed sets (allowed counts), Pareto, by memory
     front_cost: list[float] = []
-    best = math.inf
+    best, lam, vlam = math.inf, 0.0, lbl
     out: list[_Entry] = []
+    if best_only:
+        inc = _lagrange_incumbent(C_np, tail_np, mem_np, kmax, budget)
+        if inc is None:
+            return []
+        lam, idx, best, memory = inc
+        out.append(_Entry([cands[x] for x in idx], best, memory))
+        if lam == 0.0:
+            return out
+        vlam = _suffix_bounds(C_np + lam * mem_np[None, :], tail_np, kmax)
 
     def hopeless(memory: float, cost: float, i: int, r: int) -> bool:
-        lo_mem, lo_cost = memory + mem_lb[i], cost + lbl[r][i]
+        lo_mem = memory + mem_lb[i]
+        lo_cost = cost + max(lbl[r][i], vlam[r][i] - lam * (budget - memory) if lam else 0.0)
         if lo_mem > budget or not math.isfinite(lo_cost):
             return True
         tol = 1e-12 * max(1.0, abs(lo_cost))
@@ -527,15 +591,32 @@ def _private_entries(prob: _Problem, kmax: int, budget: float, allowed: set[int]
         x = bisect.bisect_right(front_mem, lo_mem) - 1
         return x >= 0 and front_cost[x] <= lo_cost + tol
 
+    # a state's labels: (memory, cost, parent label, candidate index), memory up, cost down
     layer: list[list[tuple]] = [[(mem[i], C[0][i], None, i)] for i in range(m)]
     for j in range(kmax):
         r = kmax - 1 - j
         if j > 0:
+            keys = [([t[0] for t in labs], [-t[1] for t in labs]) for labs in layer]
             new: list[list[tuple]] = []
             for i in range(m):
-                cand = [(lab[0] + mem[i], lab[1] + C[l][i], lab, i)
-                        for l in range(1, i + 1) for lab in layer[l - 1]]
-                new.append(_pareto([t for t in cand if not hopeless(t[0], t[1], i, r)]))
+                cand: list[tuple] = []
+                mem_cap = budget - mem[i] - mem_lb[i]
+                for l in range(1, i + 1):  # noqa: E741  (l as in C[l, i])
+                    labs = layer[l - 1]
+                    if not labs:
+                        continue
+                    mems, negc = keys[l - 1]
+                    hi = bisect.bisect_right(mems, mem_cap)
+                    lo = 0
+                    if best_only:     # costs fall along the list: skip those that cost too much
+                        thr = best - C[l][i] - lbl[r][i]
+                        lo = bisect.bisect_left(negc, -thr - 1e-12 * max(1.0, abs(thr)))
+                    cil = C[l][i]
+                    for lab in labs[lo:hi]:
+                        t = (lab[0] + mem[i], lab[1] + cil, lab, i)
+                        if not hopeless(t[0], t[1], i, r):
+                            cand.append(t)
+                new.append(_pareto(cand))
             layer = new
         if j + 1 in allowed:              # record the sets that stop here
             done = [(lab[0], lab[1] + tail[i], lab) for i in fin for lab in layer[i]
@@ -592,9 +673,11 @@ def optimal_sizes(dist: DistLike, k: int, *, max_size: int | None = None,
     set of ``j`` sizes whose largest is candidate ``i``, using prefix sums for the cost of the
     batches between two consecutive sizes. With no budget or a shared pool whose memory grows
     with size, one DP of O(k * m^2) time (numpy) and O(k * m) memory for m candidates; with a
-    shared pool of non-monotone memory, one DP per distinct memory ceiling (O(m * k * m^2));
-    with private pools, the DP keeps every non-dominated (memory, cost) label per state, exact
-    but pseudo-polynomial (O(k * m^2 * L^2) for L labels per state). Ties go to fewer sizes.
+    shared pool of non-monotone memory, one DP per distinct memory ceiling (O(m * k * m^2)).
+    Private pools make it a knapsack (memory adds up): the DP then keeps every non-dominated
+    (memory, cost) label per state, exact but pseudo-polynomial (O(k * m^2 * L) for L labels
+    per state), pruned by branch and bound with a Lagrangian incumbent and bound (milliseconds
+    on the shipped traces). Ties go to fewer sizes.
     """
     if isinstance(k, bool) or int(k) != k or int(k) < 1:
         raise ValueError(f"k (the most sizes to capture) must be an integer >= 1, got {k!r}")
@@ -689,6 +772,9 @@ def pareto_front(dist: DistLike, candidates_k: Iterable[int] = range(1, 9), *,
     ``candidates_k`` has both less memory and lower expected cost (``step_time`` as ``cost`` in
     :func:`optimal_sizes`, ``eager_time`` as its ``eager_cost``). Sorted by memory; the cost
     falls along the list. Exact, by the same dynamic programme as :func:`optimal_sizes`.
+    A shared pool takes milliseconds. Private pools can have a front of hundreds of points
+    (memory adds up) and take seconds for large ``candidates_k`` over hundreds of observed
+    sizes: pass ``candidates=`` a coarser grid (e.g. multiples of 8) to explore them.
     """
     ks = sorted({int(x) for x in candidates_k})
     if not ks or ks[0] < 1:
@@ -697,8 +783,8 @@ def pareto_front(dist: DistLike, candidates_k: Iterable[int] = range(1, 9), *,
                     memory_per_size=memory_per_size, pool=pool,
                     residual_per_graph=residual_per_graph, candidates=candidates)
     allowed = set(ks)
-    labels = [(e.memory, e.cost, e.sizes) for e in _entries(prob, ks[-1], allowed=allowed)
-              if len(e.sizes) in allowed]
+    labels = [(float(e.memory or 0.0), e.cost, e.sizes)
+              for e in _entries(prob, ks[-1], allowed=allowed) if len(e.sizes) in allowed]
     front: list[ParetoPoint] = []
     for memory, c, sizes in sorted(labels, key=lambda t: (t[0], t[1], len(t[2]))):
         if not front or c < front[-1].expected_cost - 1e-12 * max(1.0, abs(c)):

@@ -13,10 +13,10 @@ OFFLINE (no CDN address left in the page), charts included.
   needs to ``<out>/assets/``, referenced by relative URLs. Mermaid is not loaded (JupyterLab
   renders mermaid diagrams; decks show their source). MathJax is loaded only by pages whose
   markdown holds TeX.
-* plotly.js is put into the page head exactly once (charts in the notebooks carry no copy of
-  their own: labkit's set-up cell, a ``skip`` cell, holds the one the renderer emitted), and every
-  chart is rebuilt from its plotly JSON output, so decks draw the charts whatever plotly
-  renderer the notebook ran with.
+* plotly.js is put into the page head exactly once. The ``plotly_mimetype+notebook`` renderer
+  emits the library with the first chart shown; moved to the head, it still loads when that
+  cell is a ``skip`` cell, a later fragment or dropped. Every chart is rebuilt from its plotly
+  JSON output, so decks draw the charts whatever plotly renderer the notebook ran with.
 * :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
   load a script, style, font or module from; the export fails loudly if one remains.
 """
@@ -103,10 +103,36 @@ def fetch_script() -> Path:
     return repo_root() / "scripts" / "fetch_web_assets.sh"
 
 
+def pinned_packages() -> dict[str, str]:
+    """``{package: version}`` pinned in ``scripts/fetch_web_assets.sh`` (empty without it)."""
+    try:
+        text = fetch_script().read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    block = re.search(r"^PACKAGES=\((.*?)^\)", text, re.S | re.M)
+    specs = re.findall(r'"((?:@[\w.-]+/)?[\w.-]+)@([\w.-]+)"', block.group(1)) if block else []
+    return dict(specs)
+
+
+def _installed_version(node_modules: Path, name: str) -> str | None:
+    import json
+
+    try:
+        return json.loads((node_modules / name / "package.json").read_text("utf-8")).get("version")
+    except (OSError, ValueError):
+        return None
+
+
 def missing_assets(node_modules: Path) -> list[str]:
-    """Files the exports need that ``node_modules`` lacks (empty when complete)."""
+    """What ``node_modules`` lacks for the exports: missing files, and packages at another
+    version than the one pinned in ``scripts/fetch_web_assets.sh`` (empty when complete)."""
     need = [src for src, _ in _COPY_FILES] + [src for src, _, _ in _COPY_DIRS]
-    return [p for p in need if not (node_modules / p).exists()]
+    out = [p for p in need if not (node_modules / p).exists()]
+    for name, version in pinned_packages().items():
+        have = _installed_version(node_modules, name)
+        if have is not None and have != version:
+            out.append(f"{name}@{version} (found {have})")
+    return out
 
 
 def ensure_web_assets(*, fetch: bool = True, quiet: bool = False) -> Path:
@@ -342,7 +368,7 @@ _TEMPLATES = {
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
-<style>.reveal h1, .reveal h2, .reveal h3, .reveal h4 { text-transform: none; }</style>
+<style>.reveal .slides h1, .reveal .slides h2, .reveal .slides h3, .reveal .slides h4 { text-transform: none; }</style>
 {%- endblock html_head_js_mathjax -%}
 {% block footer_js %}
 <script>
@@ -536,8 +562,9 @@ def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
         try:
             ep.preprocess(nb, {"metadata": {"path": str(Path(src).parent)}})
         except CellExecutionError as exc:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
             raise SlidesError(f"executing {src} failed; fix it or export a run that has it "
-                              f"(`labkit run`):\n{str(exc)[-2000:]}") from exc
+                              f"(`labkit run`):\n{text[-2000:]}") from exc
     dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(dest))
     return dest
@@ -587,13 +614,23 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     modules = ensure_web_assets()
     copy_assets(out_dir, modules)
     written: list[Path] = []
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="labkit-slides-") as tmp:
         for job in jobs:
             nb_path = job.executed
             if nb_path is None:
                 where = f"no run folder holds it ({run_dir or 'no runs/ yet'})"
                 print(f"labkit slides: executing {job.source.name}: {where}", file=sys.stderr)
-                nb_path = execute_notebook(job.source, Path(tmp) / job.name / job.source.name)
+                try:
+                    nb_path = execute_notebook(job.source, Path(tmp) / job.name / job.source.name)
+                except SlidesError as exc:  # export the others, then report
+                    print(f"labkit slides: {exc}", file=sys.stderr)
+                    failed.append(job.source.name)
+                    continue
             written += export_notebook(nb_path, out_dir, html=html, name=job.name)
     check_offline(written)
+    if failed:
+        done = "".join(f"\n  {p}" for p in written) or " none"
+        raise SlidesError(f"{len(failed)} notebook(s) failed to execute: {', '.join(failed)} "
+                          f"(errors above). Written:{done}")
     return written

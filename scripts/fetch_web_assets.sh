@@ -57,7 +57,7 @@ Install Node.js (it includes npm): apt-get install nodejs npm (Debian/Ubuntu), b
 (macOS), conda install -c conda-forge nodejs, or an installer from nodejs.org; then re-run."
   command -v tar >/dev/null 2>&1 || die "tar not found"
   mkdir -p "$MODULES"
-  tmp="$(mktemp -d "${TMPDIR:-/tmp}/labkit-web.XXXXXX")"
+  tmp="$(mktemp -d -t labkit-web.XXXXXX)"
   trap 'rm -rf "$tmp"' EXIT
   log "npm pack ${todo[*]}"
   (cd "$tmp" && npm pack --silent --no-fund --no-audit "${todo[@]}" >/dev/null) \

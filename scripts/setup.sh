@@ -57,7 +57,7 @@ case "${1:-}" in
   --pick-cpu-torch) pick_cpu_torch; exit 0 ;;
   --dry-run) DRY_RUN=1 ;;
   "") ;;
-  -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
   *) die "unknown argument: $1 (try --help)" ;;
 esac
 
@@ -132,7 +132,11 @@ describe_mode() {
 
 log "python: $("$PYTHON" -V 2>&1) ($(command -v "$PYTHON"))"
 log "venv: $VENV"
-log "packages: ${WHEELHOUSE:+offline, from the wheelhouse $WHEELHOUSE}${WHEELHOUSE:-from the package index}"
+if [[ -n "$WHEELHOUSE" ]]; then
+  log "packages: offline, from the wheelhouse $WHEELHOUSE"
+else
+  log "packages: from the package index"
+fi
 log "torch: $(describe_mode)"
 
 if (( DRY_RUN )); then

@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 GPU_SKIP_REASON = "needs a CUDA GPU (torch.cuda.is_available() is False)"
-BROWSER_SKIP_REASON = "needs headless Chromium (no chromium/chrome executable found)"
+BROWSER_SKIP_REASON = "Chromium not installed (apt-get install chromium)"
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 

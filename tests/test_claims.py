@@ -17,6 +17,7 @@ def decode_record(speedups: list[float], sizes=(1, 8, 64)) -> dict:
 
 
 def pool_record(private: dict[int, float], lf_growth: list[float], sf_growth: list[float]) -> dict:
+    """Built by hand here (not with claims.pool_record_from_mib, which is tested against it)."""
     sizes = sorted(private)
     return {
         "preset": "gpt2", "sizes": sizes,
@@ -77,6 +78,13 @@ def test_replay_speedup_uses_every_decode_record():
     assert set(a.evidence["per_record"]) == {"decode_small", "decode_gpt2"}
     assert a.evidence["n_points"] == 6 and a.evidence["n_inside_claim"] == 4
     assert a.verdict == "depends"
+    assert a.evidence["falls_with_batch"] == ["gpt2", "small"]
+    assert "falls as the batch grows (gpt2, small)" in a.explanation
+
+
+def test_replay_speedup_does_not_claim_a_trend_that_is_not_there():
+    a = claims.check_replay_speedup({"decode_small": decode_record([3.0, 6.0, 5.0])})
+    assert a.evidence["falls_with_batch"] == [] and "falls" not in a.explanation
 
 
 def test_replay_speedup_without_graph_is_untested():
@@ -252,3 +260,68 @@ def test_claim_lookup_and_needed_records():
 def test_assessment_rejects_unknown_verdict():
     with pytest.raises(ValueError, match="not one of"):
         claims.Assessment("maybe", {}, "")
+
+
+def test_pool_record_from_mib_matches_hand_built():
+    lf, sf = [20.0, 20.0, 20.0, 20.5], [10.0, 14.0, 22.0, 30.0]
+    built = claims.pool_record_from_mib(PRIVATE, lf, sf, preset="gpt2")
+    assert built == pool_record(PRIVATE, lf, sf)
+    with pytest.raises(ValueError, match="one pool size per capture"):
+        claims.pool_record_from_mib(PRIVATE, lf[:2], sf)
+
+
+def test_describe_mentions_verdict_and_evidence():
+    res = claims.evaluate(claims.claim("pool_max_not_sum"), full_records())
+    text = claims.describe(res)
+    assert "VERDICT  : PARTLY" in text and "pool_memory_gpt2" in text
+    assert "CONTEXT  :" in text
+
+
+def test_gather_records_cpu_tier_loads_references(tmp_path, monkeypatch):
+    import shutil
+
+    from labkit import results
+
+    ref = tmp_path / "reference" / "h200"
+    ref.mkdir(parents=True)
+    for name, data in full_records().items():
+        path = results.save_result(name, data, {}, run_dir=tmp_path / "run",
+                                   env={"tier": "gpu", "gpu_name": "NVIDIA H200"})
+        shutil.copy(path, ref / f"{name}.json")
+    monkeypatch.setenv("LABKIT_DATA", str(tmp_path))
+
+    class Ctx:  # the CPU tier of labkit.notebook.NotebookContext
+        live, reference_gpu = False, "h200"
+
+    got = claims.gather_records(Ctx())
+    assert list(got) == claims.needed_records()
+    assert got["pitfalls"].data == full_records()["pitfalls"]
+    with pytest.raises(KeyError, match="no measurement known"):
+        claims.gather_records(Ctx(), ["nope"])
+
+
+def test_gather_records_gpu_tier_reuses_this_runs_results(tmp_path, monkeypatch):
+    from labkit import results
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("LABKIT_RUN_DIR", str(run))
+    recs = full_records()
+    for name in ("decode_small", "decode_gpt2", "pool_memory_gpt2"):
+        results.save_result(name, recs[name], {}, env={"tier": "gpu", "gpu_name": "NVIDIA H200"})
+    measured = []
+
+    def fake_specs():  # "pitfalls" was not saved in this run: it is measured (here: faked)
+        return {n: ((lambda n=n: measured.append(n) or recs[n]), {}) for n in recs}
+
+    monkeypatch.setattr(claims, "record_specs", fake_specs)
+
+    class Ctx:  # the GPU tier of labkit.notebook.NotebookContext
+        live, reference_gpu = True, "h200"
+
+    got = claims.gather_records(Ctx())
+    assert measured == ["pitfalls"]
+    assert {n: r.data for n, r in got.items()} == recs
+    assert (run / "results" / "pitfalls.json").is_file()
+    measured.clear()
+    claims.gather_records(Ctx(), reuse_run=False)
+    assert measured == claims.needed_records()

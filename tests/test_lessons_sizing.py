@@ -44,6 +44,7 @@ def test_linear_fit_exact_line():
 def test_memory_model_and_residual():
     fit = ls.memory_model_from_record(pool_record())
     assert fit.a == pytest.approx(1000) and fit.b == pytest.approx(10)
+    assert fit.floor == 1010 and fit(-50) == 1010      # never below the smallest pool
     assert ls.shared_residual_from_record(pool_record()) == pytest.approx(20)
     with pytest.raises(ValueError, match="pool_memory"):
         ls.memory_model_from_record({"sizes": []})
@@ -58,6 +59,22 @@ def test_interpolated_inside_and_outside():
     assert ls.Interpolated((2,), (7,))(100) == 7
     with pytest.raises(ValueError):
         ls.Interpolated((3, 1), (1, 2))
+
+
+def test_isotonic():
+    assert ls.isotonic([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
+    assert ls.isotonic([5, 1, 1]) == [pytest.approx(7 / 3)] * 3
+    assert ls.isotonic([1, 2, 3]) == [1, 2, 3]
+    assert ls.isotonic([]) == []
+
+
+def test_monotone_time_model():
+    rec = disp_record()
+    rec["times"]["graph_exact"][2] = stats(11)   # a noisy dip at batch 3
+    raw = ls.step_time_model_from_record(rec, monotone=False)
+    mono = ls.step_time_model_from_record(rec)
+    assert raw.ys == (11, 12, 11, 14)
+    assert mono.ys == (11, 11.5, 11.5, 14)
 
 
 def test_time_models_from_record():
@@ -124,7 +141,11 @@ def dispatcher():
 
 
 def test_run_batch_stream_counts(dispatcher):
+    import torch
+
+    threads = torch.get_num_threads()
     c = ls.run_batch_stream(dispatcher, [1, 3, 3, 6, 4])
+    assert torch.get_num_threads() == threads          # restored
     assert c["steps"] == 5 and c["eager_fallbacks"] == 1
     assert c["padded_rows"] == 2 and c["real_rows"] == 17
     assert c["graph_hits"] == {"1": 1, "4": 3}
@@ -153,3 +174,35 @@ def test_plots_sizes():
     assert fig.layout.shapes[0].x0 == 2.5
     with pytest.raises(ValueError):
         ps.pareto_chart([])
+
+
+def test_controls_view_appends_and_redraws():
+    import ipywidgets as w
+
+    calls = []
+
+    def render(n):
+        calls.append(n)
+        return [f"n={n}", f"twice {2 * n}"]
+
+    slider = w.IntSlider(value=1, min=0, max=5)
+    box = ls.controls_view(render, {"n": slider})
+    texts = [o["text"] for o in box.output.outputs]
+    assert texts == ["n=1\n", "twice 2\n"]
+    slider.value = 3
+    assert calls == [1, 3]
+    assert [o["text"] for o in box.output.outputs] == ["n=3\n", "twice 6\n"]
+    with pytest.raises(ValueError):
+        ls.controls_view(render, {})
+
+
+def test_controls_view_appends_rich_objects():
+    import ipywidgets as w
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import HTML
+
+    InteractiveShell.instance()  # rich display formatting needs a shell, as in a kernel
+    box = ls.controls_view(lambda s: HTML(f"<b>{s}</b>"), {"s": w.Text(value="x")})
+    (out,) = box.output.outputs
+    assert out["output_type"] == "display_data"
+    assert out["data"]["text/html"] == "<b>x</b>"

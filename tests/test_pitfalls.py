@@ -214,3 +214,9 @@ def test_gpu_run_all_pitfalls_is_json_and_complete():
     assert [p["name"] for p in rec["pitfalls"]] == list(pitfalls.PITFALL_NAMES)
     assert all(p["fixed_ok"] for p in rec["pitfalls"])
     assert rec["address_demo"]["identical_across_replays"]
+
+
+def test_error_texts_carry_file_names_not_machine_paths():
+    text = 'Stack trace: File "/home/me/src/labkit/pitfalls.py", line 22, in f'
+    assert pitfalls._strip_paths(text) == 'Stack trace: File "pitfalls.py", line 22, in f'
+    assert pitfalls._strip_paths("ratio 1/2, a/b") == "ratio 1/2, a/b"

@@ -57,6 +57,7 @@ def test_overhead_bars_add_cpu_dispatch_labelled_as_cpu():
     assert len(fig.data) == 2
     assert fig.data[1].y == (4.0,)
     assert "CPU" in fig.data[1].name and "no kernel launch" in fig.data[1].name
+    assert fig.data[0].name == "cuda:0"
 
 
 def test_overhead_bars_accept_a_stats_object_via_launch_overhead_dataclass():
@@ -117,3 +118,15 @@ def test_timeline_one_method_and_unknown_method():
     assert len(fig.data) == 2
     with pytest.raises(KeyError, match="compile"):
         tp.timeline_chart(timeline(), methods=("eager", "compile"))
+
+
+def test_short_kernel_names_for_hover():
+    long = ("void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long>"
+            "(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, int)")
+    assert tp.short_name(long) == "at::native::indexSelectSmallIndex"
+    assert tp.short_name("cudaLaunchKernel") == "cudaLaunchKernel"
+    assert tp.short_name("x" * 100, limit=10) == "x" * 9 + "…"
+    fig = tp.timeline_chart({"eager": {"events": [{"lane": "GPU", "name": long, "start_us": 0,
+                                                   "dur_us": 1}], "step_us": 1.0}},
+                            methods=("eager",))
+    assert fig.data[1].customdata[0][0] == "at::native::indexSelectSmallIndex"

@@ -211,3 +211,30 @@ def test_format_duration() -> None:
     assert runner.format_duration(4.24) == "4.2 s"
     assert runner.format_duration(185) == "3 min 05 s"
     assert runner.format_duration(3720) == "1 h 02 min"
+
+
+def test_declared_parameters_survive_papermill_parse_gaps(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("A = 1  # d=256 (papermill skips this line)\nB: int = 2\nC = [1, 2]")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell("D = 4")]
+    path = tmp_path / "01_x.ipynb"
+    nbformat.write(nb, path)
+    assert sorted(runner.declared_parameters(path)) == ["A", "B", "C"]
+
+
+def test_widget_cell_with_large_output_does_not_stall(tmp_path: Path) -> None:
+    """An Output widget holding a large display (as a plotly figure embedding plotly.js does)
+    used to leave the execute reply unnoticed until the cell timeout (forever without one)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import ipywidgets as w\nfrom IPython.display import HTML, display\nout = w.Output()\n"
+        "with out:\n    display(HTML('<b>' + 'x' * 5_000_000 + '</b>'))\nw.VBox([w.IntSlider(), out])"),
+        nbformat.v4.new_code_cell("print('after the widget')")]
+    nb.metadata["kernelspec"] = KERNELSPEC
+    path = tmp_path / "01_widget.ipynb"
+    nbformat.write(nb, path)
+    run_dir = run_suite([str(path)], params={}, param_file=None, out_root=tmp_path / "runs",
+                        timeout=30, keep_going=False)
+    executed = nbformat.read(run_dir / "notebooks" / "01_widget.ipynb", as_version=4)
+    assert executed.cells[0].metadata.papermill.duration < 10  # the timeout is 30 s

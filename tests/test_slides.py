@@ -29,7 +29,7 @@ NPM_SKIP = ("npm not installed: offline slides fetch reveal.js, require.js, jQue
 
 def make_fixture_notebook(path: Path) -> Path:
     """A small notebook like the suite's: title slide (with TeX), parameters cell, the set-up
-    cell (``skip``; it emits plotly.js), a chart slide (the chart is the 2nd slide, ``#/1``),
+    cell (``skip``), a chart slide (the 2nd slide, ``#/1``; its cell emits plotly.js),
     a bar chart slide and a speaker-notes cell."""
 
     def md(src, kind="slide"):
@@ -107,12 +107,12 @@ def exported(tmp_path_factory):
 # ----------------------------------------------------------------------------- unit tests
 
 REMOTE_PAGE = """<html><head>
-<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.1.10/require.min.js"></script>
-<link rel="stylesheet" href="https://unpkg.com/reveal.js@4.0.2/dist/reveal.css">
+<script src="https://cdn-a.example.com/ajax/libs/require.js/2.1.10/require.min.js"></script>
+<link rel="stylesheet" href="https://cdn-b.example.com/reveal.js@4.0.2/dist/reveal.css">
 <style>@import url(https://fonts.googleapis.com/css?family=Lato);</style>
 <script type="module">import mermaid from 'https://cdn.example.org/mermaid.esm.min.mjs';</script>
 <script>require.config({paths: {plotly: 'https://cdn.plot.ly/plotly-2.0.0.min'}});
-var widgetRendererSrc = 'https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js';</script>
+var widgetRendererSrc = 'https://cdn-b.example.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js';</script>
 <script src="//cdn.example.org/protocol-relative.js"></script>
 </head><body>
 <a href="https://example.org/docs">a link is not a load</a>
@@ -123,12 +123,12 @@ var widgetRendererSrc = 'https://unpkg.com/@jupyter-widgets/html-manager@*/dist/
 
 def test_find_remote_urls_lists_every_load():
     urls = slides.find_remote_urls(REMOTE_PAGE)
-    for expected in ("https://cdnjs.cloudflare.com/ajax/libs/require.js/2.1.10/require.min.js",
-                     "https://unpkg.com/reveal.js@4.0.2/dist/reveal.css",
+    for expected in ("https://cdn-a.example.com/ajax/libs/require.js/2.1.10/require.min.js",
+                     "https://cdn-b.example.com/reveal.js@4.0.2/dist/reveal.css",
                      "https://fonts.googleapis.com/css?family=Lato",
                      "https://cdn.example.org/mermaid.esm.min.mjs",
                      "https://cdn.plot.ly/plotly-2.0.0.min",
-                     "https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js",
+                     "https://cdn-b.example.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js",
                      "//cdn.example.org/protocol-relative.js"):
         assert expected in urls, (expected, urls)
     assert not [u for u in urls if "example.org/docs" in u or "w3.org" in u], urls
@@ -158,7 +158,7 @@ def test_check_offline_fails_loudly(tmp_path):
     slides.check_offline([good])
     with pytest.raises(slides.RemoteAssetError) as err:
         slides.check_offline([good, bad])
-    assert "bad.html" in str(err.value) and "unpkg.com/reveal.js" in str(err.value)
+    assert "bad.html" in str(err.value) and "cdn-b.example.com/reveal.js" in str(err.value)
     assert "good.html" not in str(err.value)
 
 
@@ -184,7 +184,7 @@ def _fake_executed_notebook() -> nbformat.NotebookNode:
     chart = nbformat.v4.new_code_cell("fig.show()")
     chart.outputs = [nbformat.v4.new_output("display_data", data={
         "application/vnd.plotly.v1+json": fig,
-        "text/html": '<div><script src="https://cdnjs.cloudflare.com/ajax/libs/mathjax/3.2.2/es5/'
+        "text/html": '<div><script src="https://cdn-a.example.com/ajax/libs/mathjax/3.2.2/es5/'
                      'tex-svg.min.js"></script><div class="plotly-graph-div"></div></div>'})]
     nb.cells = [params, injected, setup, chart]
     return nb
@@ -217,6 +217,15 @@ def test_resolve_sources(tmp_path):
     assert [p.stem for p in got] == ["03_capture_replay", "workshop_90min", "00_setup"]
     with pytest.raises(slides.SlidesError, match="available"):
         slides.resolve_sources(["07"], tmp_path)
+
+
+def test_fetch_script_pins_every_package_the_exports_copy():
+    pins = slides.pinned_packages()
+    assert pins.get("reveal.js", "").startswith("4.")  # what nbconvert's reveal template expects
+    for src, _ in slides._COPY_FILES:
+        parts = src.split("/")
+        name = "/".join(parts[:2]) if src.startswith("@") else parts[0]
+        assert name in pins, f"{name} is copied into decks but not pinned in fetch_web_assets.sh"
 
 
 def test_missing_npm_gives_install_advice(tmp_path, monkeypatch):

@@ -1,10 +1,9 @@
 """Small pure helpers the notebooks use to read and reason about result records.
 
-``labkit.lessons.launch`` holds the launch-overhead arithmetic (expected eager step time,
-where a work sweep stops being launch-bound, timeline statistics); ``labkit.lessons.decode``
-the decode-step helpers (KV cache size, live CPU timing, cached-vs-full check, replay step).
-This module holds what both need: getting the data and the provenance out of a record that
-may be a :class:`labkit.results.Result` or a plain ``dict``.
+One submodule per topic (``labkit.lessons.launch``: launch-overhead arithmetic and timeline
+statistics; ``labkit.lessons.decode``: decode-step helpers; and so on). This module holds what
+they all need: the data and the provenance of a record that may be a
+:class:`labkit.results.Result` or a plain ``dict``, and fields of a Stats record.
 """
 
 from __future__ import annotations
@@ -31,11 +30,15 @@ def record_provenance(record: Any) -> str:
     return ""
 
 
-def median(stats: Mapping | None) -> float | None:
-    """``stats["median"]`` of a Stats dict or :class:`labkit.timing.Stats`; ``None`` if absent."""
+def stat(stats: Any, key: str = "median") -> float | None:
+    """Field ``key`` (``median``, ``p10``, ``p90``, ``mean``) of a Stats dict or a
+    :class:`labkit.timing.Stats`; ``None`` when the stats or the field are absent."""
     if stats is None:
         return None
-    if hasattr(stats, "median") and not isinstance(stats, Mapping):
-        return float(stats.median)
-    value = stats.get("median")
+    value = stats.get(key) if isinstance(stats, Mapping) else getattr(stats, key, None)
     return None if value is None else float(value)
+
+
+def median(stats: Any) -> float | None:
+    """The median of a Stats dict or :class:`labkit.timing.Stats` (``None`` if absent)."""
+    return stat(stats, "median")

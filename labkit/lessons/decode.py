@@ -86,7 +86,8 @@ def check_cached_equals_full(model: TinyGPT, prompt: Sequence[int], max_new_toke
                              *, atol: float = 1e-4) -> CachedCheck:
     """Greedy-decode ``max_new_tokens`` with the KV cache, then run one full forward pass over
     prompt + generated tokens (no cache) and check that it predicts the same tokens, and
-    that the logits of the last cached step match the full pass (max abs difference)."""
+    that the logits of the last cached step match the full pass: max abs difference at most
+    ``atol`` × the largest full-pass logit (at least ``atol``)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     generated = generate(model, [list(prompt)], max_new_tokens)[0]

@@ -26,15 +26,18 @@ MiB = 2**20
 
 @dataclass(frozen=True)
 class LinearFit:
-    """``y = a + b * x`` fitted by least squares; ``r2`` is the coefficient of determination."""
+    """``y = a + b * x`` fitted by least squares; ``r2`` is the coefficient of determination.
+    Calling it gives ``max(floor, a + b * x)`` (a memory model must never go below the
+    smallest pool the allocator hands out)."""
 
     a: float
     b: float
     r2: float
     n: int
+    floor: float = float("-inf")
 
     def __call__(self, x: float) -> float:
-        return self.a + self.b * x
+        return max(self.floor, self.a + self.b * x)
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
@@ -56,14 +59,17 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
 
 def memory_model_from_record(pool_data: Mapping) -> LinearFit:
     """Fit ``bytes = a + b * batch_size`` to the private pool of each captured size in a
-    ``pool_memory_<preset>`` record (``result.data``). Call the fit with a size for bytes."""
+    ``pool_memory_<preset>`` record (``result.data``). Call the fit with a size for bytes; it
+    never returns less than the smallest measured pool (the allocator reserves whole
+    segments, 2 MiB at least, so small graphs all cost about the same)."""
     try:
         per = pool_data["private"]["per_size_bytes"]
     except (KeyError, TypeError):
         raise ValueError("not a pool_memory record: expected data['private']"
                          "['per_size_bytes']; pass result.data of 'pool_memory_<preset>'") from None
     pts = sorted((int(k), float(v)) for k, v in per.items())
-    return linear_fit([p[0] for p in pts], [p[1] for p in pts])
+    fit = linear_fit([p[0] for p in pts], [p[1] for p in pts])
+    return LinearFit(fit.a, fit.b, fit.r2, fit.n, floor=min(p[1] for p in pts))
 
 
 def shared_residual_from_record(pool_data: Mapping) -> float:
@@ -115,7 +121,24 @@ class Interpolated:
         return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def _series_model(disp_data: Mapping, method: str, stat: str) -> Interpolated:
+def isotonic(ys: Sequence[float]) -> list[float]:
+    """The closest non-decreasing sequence to ``ys`` in least squares (pool adjacent
+    violators): adjacent values that go down are replaced by their mean."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for y in ys:
+        blocks.append([float(y), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    out: list[float] = []
+    for s, c in blocks:
+        out.extend([s / c] * int(c))
+    return out
+
+
+def _series_model(disp_data: Mapping, method: str, stat: str,
+                  monotone: bool = True) -> Interpolated:
     try:
         bss, times = disp_data["batch_sizes"], disp_data["times"][method]
     except (KeyError, TypeError):
@@ -124,18 +147,26 @@ def _series_model(disp_data: Mapping, method: str, stat: str) -> Interpolated:
     pts = [(int(b), float(t[stat])) for b, t in zip(bss, times) if t is not None]
     if not pts:
         raise ValueError(f"the record has no {method!r} times")
-    return Interpolated(tuple(p[0] for p in pts), tuple(p[1] for p in pts))
+    ys = [p[1] for p in pts]
+    return Interpolated(tuple(p[0] for p in pts), tuple(isotonic(ys) if monotone else ys))
 
 
-def step_time_model_from_record(disp_data: Mapping, *, stat: str = "median") -> Interpolated:
+def step_time_model_from_record(disp_data: Mapping, *, stat: str = "median",
+                                monotone: bool = True) -> Interpolated:
     """``padded size -> µs`` of one graph replay, from the exact-size graph times of a
-    ``dispatcher_<preset>`` record (sizes between measured ones interpolated)."""
-    return _series_model(disp_data, "graph_exact", stat)
+    ``dispatcher_<preset>`` record (sizes between measured ones interpolated).
+
+    ``monotone=True`` first makes the measured times non-decreasing in the batch size
+    (:func:`isotonic`): a larger batch does not really run faster, and an optimiser fed with
+    noisy dips would pick sizes for the noise."""
+    return _series_model(disp_data, "graph_exact", stat, monotone)
 
 
-def eager_time_model_from_record(disp_data: Mapping, *, stat: str = "median") -> Interpolated:
-    """``batch size -> µs`` of one eager decode step, from a ``dispatcher_<preset>`` record."""
-    return _series_model(disp_data, "eager", stat)
+def eager_time_model_from_record(disp_data: Mapping, *, stat: str = "median",
+                                 monotone: bool = True) -> Interpolated:
+    """``batch size -> µs`` of one eager decode step, from a ``dispatcher_<preset>`` record
+    (made non-decreasing like :func:`step_time_model_from_record`)."""
+    return _series_model(disp_data, "eager", stat, monotone)
 
 
 def dispatcher_overhead_rows(disp_data: Mapping) -> list[dict]:
@@ -239,21 +270,33 @@ def draw_batch_sizes(trace: Sequence[int], n: int, *, seed: int = 0,
     return [rng.choice(pool) for _ in range(n)]
 
 
-def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0) -> dict:
+def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0,
+                     threads: int | None = 1) -> dict:
     """Feed one decode step per batch size through ``dispatcher.step`` (random tokens, each
     row in its own cache slot at a random position) and return its counters as a dict.
-    The counters are reset first."""
+    The counters are reset first.
+
+    ``threads``: CPU threads torch may use meanwhile (restored afterwards; ``None`` leaves
+    the setting alone). A tiny model's ops are too small to split, and on a busy machine
+    several threads contend badly: one thread is often over ten times faster.
+    """
     import torch
 
     cfg = dispatcher.model.cfg
     dev = dispatcher.model.device
     g = torch.Generator().manual_seed(seed)
     dispatcher.reset_counters()
-    for b in batch_sizes:
-        tokens = torch.randint(0, cfg.vocab_size, (b,), generator=g).to(dev)
-        positions = torch.randint(0, cfg.max_seq, (b,), generator=g).to(dev)
-        slots = torch.arange(b, device=dev)
-        dispatcher.step(tokens, positions, slots)
+    before = torch.get_num_threads()
+    if threads is not None and dev.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        for b in batch_sizes:
+            tokens = torch.randint(0, cfg.vocab_size, (b,), generator=g).to(dev)
+            positions = torch.randint(0, cfg.max_seq, (b,), generator=g).to(dev)
+            slots = torch.arange(b, device=dev)
+            dispatcher.step(tokens, positions, slots)
+    finally:
+        torch.set_num_threads(before)
     return dispatcher.counters.to_dict()
 
 
@@ -292,3 +335,48 @@ def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: i
             "other_request_unchanged": not changed[live],
             "untouched_slots_unchanged": not any(changed[live:cfg.max_batch]),
             "scratch_slot_changed": changed[cfg.scratch_slot]}
+
+
+# ---------------------------------------------------------------------------- controls
+
+
+def controls_view(render: Callable[..., object], controls: Mapping[str, object]):
+    """Controls above an output area redrawn with ``render(**values)`` on every change, like
+    :func:`labkit.widgets.explore`, but the results are *appended* to the ``Output`` widget
+    (``append_display_data`` / ``append_stdout``) instead of displayed inside ``with out:``.
+
+    Why: when a notebook runs headless (papermill, nbclient), displaying inside ``with out:``
+    makes nbclient mimic a front end and send every captured output (a plotly figure carries
+    megabytes) back to the kernel on the shell socket while it waits for the cell's reply on
+    the same socket; that race can stall the cell until the execution timeout. Appending to
+    the widget's state sends nothing back. ``render`` returns a figure, a string, or a list
+    of those. Returns the ``VBox``; ``box.update()`` redraws.
+    """
+    import ipywidgets as w
+
+    if not controls:
+        raise ValueError("controls_view needs at least one control")
+    out = w.Output()
+
+    def emit(item: object) -> None:
+        if item is None:
+            return
+        if isinstance(item, (list, tuple)):
+            for x in item:
+                emit(x)
+        elif isinstance(item, str):
+            out.append_stdout(item + "\n")
+        else:
+            out.append_display_data(item)
+
+    def update(*_: object) -> None:
+        out.outputs = ()
+        emit(render(**{name: c.value for name, c in controls.items()}))
+
+    for c in controls.values():
+        c.observe(update, names="value")
+    box = w.VBox([*controls.values(), out])
+    box.update = update  # type: ignore[attr-defined]
+    box.output = out  # type: ignore[attr-defined]
+    update()
+    return box

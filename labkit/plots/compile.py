@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from labkit.lessons import median, record_data, record_provenance
 from labkit.plots import color, label
-from labkit.plots.timing import _error_bars, finish
+from labkit.plots.timing import finish, stats_error_bars
 
 METHODS = ("eager", "graph", "dispatcher", "compile")
 MIB = 2 ** 20
@@ -80,7 +80,7 @@ def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
         text = [f"{t:,.0f} µs" + (f"<br>{x:.1f}×" if x and m != "eager" else "")
                 if t is not None else "" for t, x in zip(s["step_us"][m], sp)]
         fig.add_trace(go.Bar(x=cats, y=s["step_us"][m], name=label(m), marker_color=color(m),
-                             error_y=_error_bars(d["times"][m]), text=text,
+                             error_y=stats_error_bars(d["times"][m]), text=text,
                              textposition="outside"))
     fig.update_layout(barmode="group")
     return finish(fig, f"Decode step: manual graphs vs torch.compile ({d.get('preset', '')})",

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from labkit.lessons import median, record_data, record_provenance
 from labkit.plots import color, label
-from labkit.plots.timing import _error_bars, finish
+from labkit.plots.timing import finish, stats_error_bars
 
 #: bar colours for comparing model presets (shades, since colour per method is taken)
 PRESET_COLORS = {"small": "#6baed6", "gpt2": "#08519c", "char": "#9ecae1", "test": "#c6dbef"}
@@ -50,12 +50,13 @@ def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
     for m in _methods(data, methods):
         stats = data["times"][m]
         fig.add_trace(go.Bar(x=cats, y=[median(s) for s in stats], name=label(m),
-                             marker_color=color(m), error_y=_error_bars(stats),
-                             texttemplate="%{y:,.0f}", textposition="auto"))
+                             marker_color=color(m), error_y=stats_error_bars(stats),
+                             texttemplate="%{y:,.0f}", textposition="auto",
+                             insidetextanchor="middle"))
     fig.update_layout(barmode="group")
     sub = record_provenance(record) if subtitle is None else subtitle
     return finish(fig, _title(data, "Decode step time"), "batch size",
-                       "µs per step (median)", subtitle=sub, log_y=log_y)
+                  "µs per step (median)", subtitle=sub, log_y=log_y)
 
 
 def tokens_per_s_chart(record: Any, *, methods: Sequence[str] | None = None,
@@ -73,7 +74,7 @@ def tokens_per_s_chart(record: Any, *, methods: Sequence[str] | None = None,
     fig.update_layout(barmode="group")
     sub = record_provenance(record) if subtitle is None else subtitle
     return finish(fig, _title(data, "Decode throughput"), "batch size", "tokens / s",
-                       subtitle=sub, log_y=True)
+                  subtitle=sub, log_y=True)
 
 
 def speedup_chart(records: Any, *, method: str = "graph", subtitle: str | None = None):
@@ -106,7 +107,7 @@ def speedup_chart(records: Any, *, method: str = "graph", subtitle: str | None =
     fig.update_layout(barmode="group")
     sub = "; ".join(subs) if subtitle is None else subtitle
     return finish(fig, f"Speed-up of {label(method)} over eager", "batch size",
-                       "× faster than eager (median step time)", subtitle=sub)
+                  "× faster than eager (median step time)", subtitle=sub)
 
 
 def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any] | None = None,
@@ -126,8 +127,9 @@ def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any]
         cats += [c for c in x if c not in cats]
         gpu = (getattr(rec, "env", None) or {}).get("gpu_name") or "GPU"
         fig.add_trace(go.Bar(x=x, y=[median(s) for s in stats], name=f"{gpu} eager, {name}",
-                             marker_color=_preset_color(name, i), error_y=_error_bars(stats),
-                             texttemplate="%{y:,.0f}", textposition="auto"))
+                             marker_color=_preset_color(name, i), error_y=stats_error_bars(stats),
+                             texttemplate="%{y:,.0f}", textposition="auto",
+                             insidetextanchor="middle"))
         prov = record_provenance(rec)
         if prov and prov not in subs:
             subs.append(prov)
@@ -136,11 +138,12 @@ def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any]
         x = [str(b) for b in cpu_times]
         cats += [c for c in x if c not in cats]
         fig.add_trace(go.Bar(x=x, y=[median(s) for s in stats], name=cpu_label,
-                             marker_color=color("cpu"), error_y=_error_bars(stats),
-                             texttemplate="%{y:,.0f}", textposition="auto"))
+                             marker_color=color("cpu"), error_y=stats_error_bars(stats),
+                             texttemplate="%{y:,.0f}", textposition="auto",
+                             insidetextanchor="middle"))
     fig.update_layout(barmode="group")
     fig.update_xaxes(type="category", categoryorder="array",
                      categoryarray=sorted(cats, key=int))
     sub = "; ".join(subs) if subtitle is None else subtitle
     return finish(fig, "Eager decode step time", "batch size", "µs per step (median)",
-                       subtitle=sub, log_y=True)
+                  subtitle=sub, log_y=True)

@@ -79,7 +79,7 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
         hovertemplate="%{text}<br>%{x:.1f} MiB, %{y:.1f} " + cost_unit + "<extra></extra>"))
     for i, (name, (mem, cost)) in enumerate((named or {}).items()):
         fig.add_trace(go.Scatter(x=[mem / MiB], y=[cost], mode="markers+text", name=name,
-                                 text=[name], textposition="top right",
+                                 text=[name], textposition="top center",
                                  marker=dict(size=11, symbol="diamond",
                                              color=SET_COLORS[i % len(SET_COLORS)])))
     if chosen is not None:
@@ -90,7 +90,7 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
                         line=dict(color="black", width=1))))
     if budget is not None:
         fig.add_vline(x=budget / MiB, line_dash="dash", line_color="#444",
-                      annotation_text="memory budget", annotation_position="top")
+                      annotation_text="memory budget", annotation_position="bottom right")
     text = title if not subtitle else f"{title}<br><sup>{subtitle}</sup>"
     fig.update_layout(title=dict(text=text), template=TEMPLATE,
                       xaxis_title="graph memory (MiB)",

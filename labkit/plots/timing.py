@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from labkit.lessons import median, record_data, record_provenance
+from labkit.lessons import median, record_data, record_provenance, stat
 from labkit.lessons.launch import MEET_RATIO, crossover_point, point_at
 from labkit.plots import base_layout, color, label, register_template
 from labkit.widgets import pow2_label
@@ -24,16 +24,6 @@ OVERHEAD_BARS: list[tuple[str, str]] = [
 LANE_LABELS = {"CPU": "CPU launches", "GPU": "GPU kernels"}
 
 
-def _stat(stats: Any, key: str) -> float | None:
-    if stats is None:
-        return None
-    if isinstance(stats, Mapping):
-        v = stats.get(key)
-    else:
-        v = getattr(stats, key, None)
-    return None if v is None else float(v)
-
-
 def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
     """:func:`labkit.plots.base_layout`, plus room above the plot so that a subtitle and the
     horizontal legend do not overlap. Registers the suite's template first."""
@@ -44,10 +34,26 @@ def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
     return fig
 
 
-def _error_bars(stats: Sequence[Any]) -> dict:
-    meds = [_stat(s, "median") for s in stats]
-    lo = [_stat(s, "p10") for s in stats]
-    hi = [_stat(s, "p90") for s in stats]
+def short_name(name: str, limit: int = 60) -> str:
+    """A profiler event name without ``void``, anonymous namespaces, template arguments and
+    parameter lists: ``void at::native::(anonymous namespace)::indexSelect<...>(...)`` →
+    ``at::native::indexSelect``."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    text = text.replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        if stop in text[1:]:
+            text = text[: text.index(stop, 1)]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def stats_error_bars(stats: Sequence[Any]) -> dict:
+    """Plotly ``error_y`` whiskers from Stats (dicts or objects): p10 below, p90 above the
+    median; a missing figure gets no whisker."""
+    meds = [stat(s, "median") for s in stats]
+    lo = [stat(s, "p10") for s in stats]
+    hi = [stat(s, "p90") for s in stats]
     return dict(type="data", symmetric=False,
                 array=[(h - m) if None not in (h, m) else 0 for h, m in zip(hi, meds)],
                 arrayminus=[(m - low) if None not in (low, m) else 0 for low, m in zip(lo, meds)])
@@ -68,22 +74,24 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
     if not keys:
         raise ValueError("the record holds none of " + ", ".join(k for k, _ in OVERHEAD_BARS))
     stats = [data[k] for k, _ in keys]
-    device = data.get("device", "GPU")
+    env = getattr(record, "env", None) or {}
     fig = go.Figure(go.Bar(
-        x=[lab for _, lab in keys], y=[median(s) for s in stats], name=f"{device} (recorded)"
-        if record_provenance(record) else str(device), marker_color=color("gpu"),
-        error_y=_error_bars(stats), texttemplate="%{y:.2f} µs", textposition="auto"))
+        x=[lab for _, lab in keys], y=[median(s) for s in stats],
+        name=env.get("gpu_name") or str(data.get("device", "GPU")), marker_color=color("gpu"),
+        error_y=stats_error_bars(stats), texttemplate="%{y:.2f} µs", textposition="auto",
+        insidetextanchor="middle"))
     if cpu is not None:
         cpu_data = cpu.to_dict() if hasattr(cpu, "to_dict") else dict(cpu)
         host = cpu_data["host_per_launch"]
-        fig.add_trace(go.Bar(x=["CPU dispatch cost<br>(this machine, no GPU)"], y=[median(host)],
-                             name="CPU dispatch (live, no kernel launch)",
-                             marker_color=color("cpu"), error_y=_error_bars([host]),
-                             texttemplate="%{y:.2f} µs", textposition="auto"))
+        fig.add_trace(go.Bar(x=["CPU dispatch cost<br>(this machine, CPU tensor)"], y=[median(host)],
+                             name="CPU tensor op, live (no kernel launch)",
+                             marker_color=color("cpu"), error_y=stats_error_bars([host]),
+                             texttemplate="%{y:.2f} µs", textposition="auto",
+                             insidetextanchor="middle"))
     fig.update_layout(barmode="group", showlegend=cpu is not None)
     sub = record_provenance(record) if subtitle is None else subtitle
     return finish(fig, "What one kernel launch costs", "", "µs (median, p10–p90)",
-                       subtitle=sub)
+                  subtitle=sub)
 
 
 def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float = MEET_RATIO,
@@ -109,7 +117,7 @@ def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float 
         fig.add_trace(go.Scatter(
             x=[n for n, _ in pts], y=[median(s) for _, s in pts], name=label(method),
             mode="lines+markers", line=dict(color=color(method)),
-            error_y=_error_bars([s for _, s in pts]),
+            error_y=stats_error_bars([s for _, s in pts]),
             hovertemplate="%{x:,} elements: %{y:.2f} µs per kernel<extra>" + label(method)
                           + "</extra>"))
     meet = crossover_point(sweep, meet_ratio)
@@ -129,8 +137,8 @@ def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float 
     fig.update_xaxes(tickvals=x, ticktext=[pow2_label(n, show_value=False) for n in x])
     sub = record_provenance(record) if subtitle is None else subtitle
     return finish(fig, "Work per kernel: when does the launch stop mattering?",
-                       "elements per kernel (float32, x.mul_)", "µs per kernel (median)",
-                       subtitle=sub, log_x=True, log_y=True)
+                  "elements per kernel (float32, x.mul_)", "µs per kernel (median)",
+                  subtitle=sub, log_x=True, log_y=True)
 
 
 def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
@@ -164,7 +172,7 @@ def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
                 name=y,
                 marker=dict(color=c, opacity=0.45 if lane == "CPU" else 1.0,
                             line=dict(color=c, width=1)),
-                customdata=[[e.get("name", "")] for e in evs],
+                customdata=[[short_name(e.get("name", ""))] for e in evs],
                 hovertemplate="%{customdata[0]}<br>start %{base:.1f} µs, %{x:.2f} µs"
                               "<extra></extra>"))
     fig.update_layout(barmode="overlay", bargap=0.35, height=170 + 70 * len(order),
@@ -172,4 +180,4 @@ def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
     sub = record_provenance(record) if subtitle is None else subtitle
     return finish(fig, title or "Decode steps on a timeline: CPU launches vs GPU kernels",
-                       "time (µs from the first event)", "", subtitle=sub)
+                  "time (µs from the first event)", "", subtitle=sub)

@@ -1,0 +1,52 @@
+"""Capture plumbing that can be checked without a GPU: error translation and refusals."""
+
+import pytest
+import torch
+
+from labkit.graphs import (CaptureAllocationError, CaptureError, CaptureOOMError,
+                           CaptureSyncError, capture_callable, capture_decode_graphs,
+                           translate_capture_error)
+from labkit.model import build_model, preset
+
+
+def _raise(exc):
+    try:
+        raise exc
+    except BaseException as e:  # noqa: BLE001
+        return e
+
+
+def test_sync_debug_error_becomes_sync_error():
+    e = translate_capture_error(_raise(RuntimeError("called a synchronizing CUDA operation")))
+    assert isinstance(e, CaptureSyncError)
+    assert "host synchronisation" in str(e) and "fix:" in str(e)
+
+
+def test_capture_errors_are_classified():
+    e = translate_capture_error(_raise(RuntimeError(
+        "CUDA error: operation not permitted when stream is capturing")))
+    assert isinstance(e, CaptureAllocationError) and "static.copy_" in str(e)
+    oom = translate_capture_error(_raise(torch.cuda.OutOfMemoryError("CUDA out of memory")))
+    assert isinstance(oom, CaptureOOMError) and "max_batch" in str(oom)
+    other = ValueError("unrelated")
+    assert translate_capture_error(other) is other
+    assert issubclass(CaptureSyncError, CaptureError)
+
+
+def test_chained_oom_is_found():
+    try:
+        try:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        except Exception as inner:
+            raise RuntimeError("capture_end failed") from inner
+    except RuntimeError as outer:
+        assert isinstance(translate_capture_error(outer), CaptureOOMError)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
+def test_capture_refuses_cleanly_without_cuda():
+    m = build_model(preset("test"))
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        capture_decode_graphs(m, [1, 2])
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        capture_callable(lambda t: t + 1, torch.ones(2))
