@@ -37,7 +37,7 @@ test-package: $(STAMP)
 
 # pytest exits 5 when it collects nothing: accepted only while notebooks/ holds no notebook.
 test-notebooks: $(STAMP)
-	@rc=0; $(PY) -m pytest -q --nbval-lax --nbval-current-env \
+	@rc=0; LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with $(NBVAL_SANITIZE) notebooks/ || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -z "$$(find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)" ]; then \
 	    echo "no notebooks yet: nothing to execute"; rc=0; \

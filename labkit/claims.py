@@ -288,8 +288,7 @@ def check_engine_args(records: Mapping[str, dict]) -> Assessment:
     claimed = list(ARTICLE_NAMES)
     exist = [n for n in claimed if n in real]
     ev = {"claimed_names": claimed, "exist_in_vllm": exist, "checked_against": where,
-          "real_names": sorted(n for n in VLLM_CUDAGRAPH_NAMES if n in real or
-                               where != "installed vllm")}
+          "real_names": sorted(n for n in VLLM_CUDAGRAPH_NAMES if n in real)}
     if not exist:
         verdict = "false"
     elif len(exist) < len(claimed):

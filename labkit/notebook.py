@@ -77,6 +77,9 @@ def setup(name: str, *, reference_gpu: str = "h200", quiet: bool = False) -> Not
 
     from labkit.env import hardware_tier
 
+    threads = os.environ.get("LABKIT_CPU_THREADS")
+    if threads:  # CI and small shared machines: one thread is far faster for a tiny model
+        torch.set_num_threads(int(threads))
     tier = hardware_tier()
     ctx = NotebookContext(name, tier, reference_gpu, "cuda" if tier == "gpu" else "cpu")
     configure_plotly()

@@ -307,7 +307,8 @@ def _error_record(exc: BaseException) -> dict:
 def _kernel_manager_class(log_file: Any) -> type:
     """A kernel manager whose kernel writes its own stdout/stderr (start-up warnings, C-level
     messages) to ``log_file`` instead of the terminal, where they would break the progress
-    bar. Cell outputs are unaffected: they go into the executed notebook."""
+    bar, and whose client polls in slices (:func:`_sliced_client_class`). Cell outputs are
+    unaffected: they go into the executed notebook."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggedKernelManager(AsyncKernelManager):

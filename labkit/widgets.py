@@ -67,29 +67,33 @@ def number_slider(low: float, high: float, *, step: float | None = None, value: 
     return w.FloatSlider(step=step or (high - low) / 100, **common)
 
 
-def _emit(item: Any) -> None:
-    """Show one render result: figures with ``.show()``, text printed, lists item by item."""
+def _append(out: Any, item: Any) -> None:
+    """Append one render result to the Output widget's state: text as stdout, anything else
+    (a plotly figure, HTML) as display data; lists item by item."""
     if item is None:
         return
     if isinstance(item, (list, tuple)):
         for x in item:
-            _emit(x)
+            _append(out, x)
     elif isinstance(item, str):
-        print(item)
-    elif hasattr(item, "show") and callable(item.show):
-        item.show()
+        out.append_stdout(item + "\n")
     else:
-        from IPython.display import display
-
-        display(item)
+        out.append_display_data(item)
 
 
 def explore(render: Callable[..., Any], controls: Mapping[str, Any]):
     """Controls above an output area; ``render(**{name: control.value})`` is called once now
-    and again whenever a control changes, and what it returns is shown in the output area.
+    and again whenever a control changes, and what it returns (a figure, a string, or a list
+    of those) is shown in the output area.
+
+    Results are *appended* to the ``Output`` widget's state rather than displayed inside
+    ``with out:``. Headless runners (papermill, nbclient, nbval) imitate a front end for
+    ``with out:`` and send every captured output (megabytes for a plotly figure) back to the
+    kernel while waiting for the cell's reply; that race can stall the cell until its
+    timeout. Appending sends nothing back.
 
     Returns the ``VBox``: end the cell with it (or ``display()`` it). ``box.update()`` redraws
-    by hand; ``box.controls`` holds the controls by name.
+    by hand; ``box.controls`` holds the controls by name; ``box.output`` the output area.
     """
     w = _widgets()
     if not controls:
@@ -98,15 +102,15 @@ def explore(render: Callable[..., Any], controls: Mapping[str, Any]):
 
     def update(*_: Any) -> None:
         values = {name: c.value for name, c in controls.items()}
-        out.clear_output(wait=True)
-        with out:
-            _emit(render(**values))
+        out.outputs = ()
+        _append(out, render(**values))
 
     for c in controls.values():
         c.observe(update, names="value")
     box = w.VBox([*controls.values(), out])
     box.update = update  # type: ignore[attr-defined]
     box.controls = dict(controls)  # type: ignore[attr-defined]
+    box.output = out  # type: ignore[attr-defined]
     update()
     return box
 

@@ -8,5 +8,9 @@ from labkit.results import load_reference
 
 gpu = sys.argv[1] if len(sys.argv) > 1 else "h200"
 readme = Path(__file__).resolve().parent.parent / "README.md"
-changed = update_readme(readme, markdown_summary(load_reference("bench", gpu=gpu)))
+try:
+    few = load_reference("compile_small", gpu=gpu)
+except FileNotFoundError:
+    few = None
+changed = update_readme(readme, markdown_summary(load_reference("bench", gpu=gpu), few))
 print("README updated" if changed else "README already up to date")

@@ -238,3 +238,20 @@ def test_widget_cell_with_large_output_does_not_stall(tmp_path: Path) -> None:
                         timeout=30, keep_going=False)
     executed = nbformat.read(run_dir / "notebooks" / "01_widget.ipynb", as_version=4)
     assert executed.cells[0].metadata.papermill.duration < 10  # the timeout is 30 s
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(not list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")),
+                    reason="no notebooks yet")
+def test_example_parameter_files_name_declared_parameters() -> None:
+    nbs = runner.resolve_notebooks(None, ROOT / "notebooks")
+    declared = {p: set(runner.declared_parameters(p)) for p in nbs}
+    everywhere = set().union(*declared.values())
+    quick = runner.load_param_file(ROOT / "params" / "quick.yaml")
+    assert quick and set(quick) <= everywhere, set(quick) - everywhere
+    grid, grid_nbs = runner.load_grid(ROOT / "params" / "sweep-example.yaml")
+    chosen = runner.resolve_notebooks(grid_nbs, ROOT / "notebooks")
+    swept = set().union(*(declared[p] for p in chosen))
+    assert set(grid) <= swept, set(grid) - swept

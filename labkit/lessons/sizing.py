@@ -341,42 +341,8 @@ def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: i
 
 
 def controls_view(render: Callable[..., object], controls: Mapping[str, object]):
-    """Controls above an output area redrawn with ``render(**values)`` on every change, like
-    :func:`labkit.widgets.explore`, but the results are *appended* to the ``Output`` widget
-    (``append_display_data`` / ``append_stdout``) instead of displayed inside ``with out:``.
+    """Controls above an output area redrawn with ``render(**values)``: the same as
+    :func:`labkit.widgets.explore` (kept under this name for notebooks 05 and 06)."""
+    from labkit.widgets import explore
 
-    Why: when a notebook runs headless (papermill, nbclient), displaying inside ``with out:``
-    makes nbclient mimic a front end and send every captured output (a plotly figure carries
-    megabytes) back to the kernel on the shell socket while it waits for the cell's reply on
-    the same socket; that race can stall the cell until the execution timeout. Appending to
-    the widget's state sends nothing back. ``render`` returns a figure, a string, or a list
-    of those. Returns the ``VBox``; ``box.update()`` redraws.
-    """
-    import ipywidgets as w
-
-    if not controls:
-        raise ValueError("controls_view needs at least one control")
-    out = w.Output()
-
-    def emit(item: object) -> None:
-        if item is None:
-            return
-        if isinstance(item, (list, tuple)):
-            for x in item:
-                emit(x)
-        elif isinstance(item, str):
-            out.append_stdout(item + "\n")
-        else:
-            out.append_display_data(item)
-
-    def update(*_: object) -> None:
-        out.outputs = ()
-        emit(render(**{name: c.value for name, c in controls.items()}))
-
-    for c in controls.values():
-        c.observe(update, names="value")
-    box = w.VBox([*controls.values(), out])
-    box.update = update  # type: ignore[attr-defined]
-    box.output = out  # type: ignore[attr-defined]
-    update()
-    return box
+    return explore(render, controls)
