@@ -78,9 +78,7 @@ for path in sys.argv[1:]:
         if cell.cell_type == "code":
             keep = "nbval-check-output" in cell.metadata.get("tags", [])
             cell.outputs = [o for o in cell.outputs if keep and o.output_type == "stream"]
-            for o in cell.outputs:
-                o.pop("execution_count", None)
-            cell.execution_count = None
+            cell.execution_count = 1 if cell.outputs else None
     if nbformat.writes(nb) != before:
         nbformat.write(nb, path)
         print("cleaned", path)

@@ -31,8 +31,7 @@ def record(path: Path) -> int:
         src.execution_count = None
         if CHECK in src.metadata.get("tags", []):
             src.outputs = [o for o in done.outputs if o.output_type == "stream"]
-            for o in src.outputs:
-                o.pop("execution_count", None)
+            src.execution_count = 1  # nbval skips comparing cells it thinks never ran
             n += 1
         else:
             src.outputs = []

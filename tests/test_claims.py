@@ -79,7 +79,8 @@ def test_replay_speedup_uses_every_decode_record():
     assert a.evidence["n_points"] == 6 and a.evidence["n_inside_claim"] == 4
     assert a.verdict == "depends"
     assert a.evidence["falls_with_batch"] == ["gpt2", "small"]
-    assert "falls as the batch grows (gpt2, small)" in a.explanation
+    assert "gpt2: 8.0x at bs 1 to 2.0x at bs 64; small: 7.0x at bs 1 to 5.0x at bs 64" \
+        in a.explanation
 
 
 def test_replay_speedup_does_not_claim_a_trend_that_is_not_there():
