@@ -69,7 +69,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from labkit.train import train_char_model
 
-    train_char_model(out=Path(args.out), steps=args.steps, seed=args.seed, device=args.device)
+    train_char_model(out=Path(args.out), steps=args.steps, seed=args.seed, device=args.device,
+                     batch=args.batch, seq=args.seq)
     return 0
 
 
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=int, default=1500)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    t.add_argument("--batch", type=int, default=32, help="windows per step (default 32)")
+    t.add_argument("--seq", type=int, default=128, help="bytes per window (default 128)")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("slides", help="export notebooks to offline reveal.js decks")
