@@ -164,7 +164,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         out["cudagraph_skips"] = _cudagraph_skips()
     if disp is not None:
         disp.release()
-    del model, disp, graphs, compiled
+    model = disp = graphs = compiled = None  # drop references before freeing
     _free()
     return out
 
@@ -238,7 +238,7 @@ def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
         end = max((ev["start_us"] + ev["dur_us"] for ev in events), default=0.0)
         out[name] = {"events": events, "step_us": end / steps}
     disp.release()
-    del model, disp
+    model = disp = None  # drop references before freeing
     _free()
     return out
 
@@ -259,7 +259,7 @@ def measure_pool_memory(preset_name: str,
                       "capture_s": {str(b): g.capture_s for b, g in gs.graphs.items()}}
     out["largest_private_bytes"] = max(per.values())
     gs.release()
-    del gs
+    gs = None  # drop references before freeing
     _free()
     for order in ("largest_first", "smallest_first"):
         growth: dict[str, int] = {}
@@ -275,7 +275,7 @@ def measure_pool_memory(preset_name: str,
         gs.release()
         del gs
         _free()
-    del model
+    model = None  # drop references before freeing
     _free()
     return out
 
@@ -325,7 +325,7 @@ def measure_dispatcher(preset_name: str,
     }
     disp.release()
     exact.release()
-    del model, disp, exact
+    model = disp = exact = None  # drop references before freeing
     _free()
     return out
 
@@ -373,7 +373,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
                                                    for b in batch_sizes)},
     }
     disp.release()
-    del model, disp, compiled
+    model = disp = compiled = None  # drop references before freeing
     torch._dynamo.reset()
     _free()
     return out

@@ -42,27 +42,11 @@ def decode(ids: Iterable[int]) -> str:
 
 
 
-def _data_dir() -> Path:
-    try:  # labkit.results owns the data location when it is present
-        from labkit.results import data_dir  # noqa: PLC0415
-        return Path(data_dir())
-    except (ImportError, AttributeError):
-        env = os.environ.get("LABKIT_DATA")
-        return Path(env) if env else Path(__file__).resolve().parent.parent / "data"
-
-
 def corpus_path(name: str | os.PathLike[str] = DEFAULT_CORPUS) -> Path:
     """Path of a corpus: an existing file, or ``<data>/corpus/<name>.txt`` for a bare name."""
-    p = Path(name)
-    if p.is_file():
-        return p
-    folder = _data_dir() / "corpus"
-    cand = folder / (p.name if p.suffix == ".txt" else p.name + ".txt")
-    if cand.is_file():
-        return cand
-    known = sorted(f.stem for f in folder.glob("*.txt")) if folder.is_dir() else []
-    raise FileNotFoundError(f"no corpus {str(name)!r}: not a file, and not one of the shipped "
-                            f"corpora {known} in {folder}")
+    from labkit.results import shipped_file
+
+    return shipped_file("corpus", name, ".txt")
 
 
 def load_corpus(name: str | os.PathLike[str] = DEFAULT_CORPUS) -> str:

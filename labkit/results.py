@@ -182,6 +182,33 @@ def _now() -> str:
 # ----------------------------------------------------------------------------- save / load
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def shipped_file(kind: str, name_or_path: str | os.PathLike[str], suffix: str) -> Path:
+    """An existing file, or ``<data>/<kind>/<name><suffix>`` for a bare name (a shipped
+    trace or corpus, say); the error lists what is shipped."""
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    folder = data_dir() / kind
+    cand = folder / (p.name if p.suffix == suffix else p.name + suffix)
+    if cand.is_file():
+        return cand
+    known = sorted(f.stem for f in folder.glob(f"*{suffix}")) if folder.is_dir() else []
+    raise FileNotFoundError(f"no {kind} file {str(name_or_path)!r}: not a file, and not one of "
+                            f"the shipped ones {known} in {folder}")
+
+
 def save_result(
     name: str,
     data: dict,
@@ -211,15 +238,7 @@ def save_result(
     folder = folder / "results"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
-    text = json.dumps(record.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(record.to_dict(), indent=2, allow_nan=False) + "\n")
     return path
 
 

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -73,17 +72,9 @@ def _display_path(path: Path) -> str:
 
 def _write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically (a reader never sees half a file)."""
-    from labkit.results import to_jsonable
+    from labkit.results import to_jsonable, write_text_atomic
 
-    text = json.dumps(to_jsonable(obj, path.name), indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(to_jsonable(obj, path.name), indent=2) + "\n")
 
 
 def _new_folder(root: Path, stem: str) -> Path:

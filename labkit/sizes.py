@@ -98,28 +98,11 @@ def to_distribution(obs: DistLike) -> dict[int, float]:
     return {s: weights[s] / total for s in sorted(weights)}
 
 
-def _data_dir() -> Path:
-    """The repository's ``data`` folder (``$LABKIT_DATA`` overrides it)."""
-    try:  # labkit.results owns the data location when it is present
-        from labkit.results import data_dir  # noqa: PLC0415
-        return Path(data_dir())
-    except (ImportError, AttributeError):
-        env = os.environ.get("LABKIT_DATA")
-        return Path(env) if env else Path(__file__).resolve().parent.parent / "data"
-
-
 def trace_path(name_or_path: str | os.PathLike[str]) -> Path:
     """Path of a trace: an existing CSV file, or ``<data>/traces/<name>.csv`` for a bare name."""
-    p = Path(name_or_path)
-    if p.is_file():
-        return p
-    folder = _data_dir() / "traces"
-    cand = folder / (p.name if p.suffix == ".csv" else p.name + ".csv")
-    if cand.is_file():
-        return cand
-    known = sorted(f.stem for f in folder.glob("*.csv")) if folder.is_dir() else []
-    raise FileNotFoundError(f"no trace {str(name_or_path)!r}: not a file, and not one of the "
-                            f"shipped traces {known} in {folder}")
+    from labkit.results import shipped_file  # noqa: PLC0415
+
+    return shipped_file("traces", name_or_path, ".csv")
 
 
 def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from labkit.lessons import launch, median, record_data, record_provenance
 from labkit.lessons import decode as ld
