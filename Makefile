@@ -4,7 +4,6 @@
 VENV ?= $(or $(LABKIT_VENV),.venv)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.labkit-setup-done
-NBVAL_SANITIZE := tests/nbval_sanitize.cfg
 ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -37,8 +36,7 @@ test-package: $(STAMP)
 
 # pytest exits 5 when it collects nothing: accepted only while notebooks/ holds no notebook.
 test-notebooks: $(STAMP)
-	@rc=0; LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q --nbval-lax --nbval-current-env \
-	    --nbval-sanitize-with $(NBVAL_SANITIZE) notebooks/ || rc=$$?; \
+	@rc=0; LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks/ || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -z "$$(find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)" ]; then \
 	    echo "no notebooks yet: nothing to execute"; rc=0; \
 	fi; \
@@ -59,8 +57,7 @@ slides: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/labkit bench $(ARGS)
 
-# Strips what executing a notebook adds: outputs (but the expected text of cells tagged
-# nbval-check-output, which nbval compares against), execution counts, widget state and
+# Strips what executing a notebook adds: outputs, execution counts, widget state and
 # papermill/nbclient bookkeeping, language_info details. Tags, slideshow metadata and the
 # kernelspec are kept.
 define STRIP_NOTEBOOKS_PY
@@ -76,9 +73,8 @@ for path in sys.argv[1:]:
         for key in ("papermill", "execution", "collapsed", "scrolled"):
             cell.metadata.pop(key, None)
         if cell.cell_type == "code":
-            keep = "nbval-check-output" in cell.metadata.get("tags", [])
-            cell.outputs = [o for o in cell.outputs if keep and o.output_type == "stream"]
-            cell.execution_count = 1 if cell.outputs else None
+            cell.outputs = []
+            cell.execution_count = None
     if nbformat.writes(nb) != before:
         nbformat.write(nb, path)
         print("cleaned", path)

@@ -1,5 +1,4 @@
-"""Notebooks are stored clean: no outputs (except the expected text of cells tagged
-`nbval-check-output`, which nbval compares against), no execution counts, the standard python3 kernel, a
+"""Notebooks are stored clean: no outputs, no execution counts, the standard python3 kernel, a
 papermill `parameters` cell, valid slideshow metadata. Fix a failure with `make clean-notebooks`
 (outputs) or by editing the notebook's metadata."""
 
@@ -49,14 +48,7 @@ if NOTEBOOKS:
         nb = _read(path)
         dirty = []
         for i, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            checked = "nbval-check-output" in cell.metadata.get("tags", [])
-            outputs = cell.get("outputs") or []
-            # the one exception: nbval's expected text for a deterministic, checked cell
-            if checked and all(o.get("output_type") == "stream" for o in outputs):
-                continue  # (with an execution count: nbval ignores outputs of "unrun" cells)
-            if outputs or cell.get("execution_count") is not None:
+            if cell.cell_type == "code" and (cell.get("outputs") or cell.get("execution_count") is not None):
                 dirty.append(i)
             if EXECUTION_KEYS & set(cell.metadata):
                 dirty.append(i)
@@ -95,12 +87,3 @@ if NOTEBOOKS:
                 f"{rel(path)} cell {i}: slide_type {show.get('slide_type')!r} not in {sorted(SLIDE_TYPES)}"
             )
 
-
-    @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
-    def test_checked_cells_have_expected_output(path):
-        """A cell nbval compares must store what it compares against."""
-        for i, cell in enumerate(_read(path).cells):
-            if "nbval-check-output" in cell.metadata.get("tags", []):
-                assert cell.get("outputs"), (
-                    f"{rel(path)} cell {i}: tagged nbval-check-output but stores no expected "
-                    "output; run `python scripts/record_expected_outputs.py` on it")
