@@ -3,7 +3,6 @@ the notebooks read, saved into a new run folder with provenance."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import sys
 from pathlib import Path
@@ -11,17 +10,6 @@ from pathlib import Path
 BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 POOL_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 METHODS = ("eager", "graph", "dispatcher", "compile")
-
-
-def _new_run_dir(out_root: Path, prefix: str) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run = out_root / f"{prefix}-{stamp}"
-    n = 1
-    while run.exists():
-        n += 1
-        run = out_root / f"{prefix}-{stamp}-{n}"
-    (run / "results").mkdir(parents=True)
-    return run
 
 
 def bench_table(decode: dict[str, dict]) -> list[dict]:
@@ -242,7 +230,9 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
               "benchmark times CUDA graphs and needs an NVIDIA GPU; the recorded H200 results "
               "are in data/reference/h200/ (bench.json).", file=sys.stderr)
         return 2
-    run = _new_run_dir(out_root, "bench")
+    from labkit.results import new_run_dir
+
+    run = new_run_dir("bench", root=out_root)
     env = {**os.environ, "LABKIT_RUN_DIR": str(run.resolve())}
     os.environ["LABKIT_RUN_DIR"] = str(run.resolve())
     failed = []
@@ -254,10 +244,11 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
             failed.append(name)
             print(f"[labkit bench] {name} FAILED (exit {code}); going on", file=sys.stderr)
     path, gate = summarize_bench(run, failed, {"quick": quick, "record": record})
-    rec = load_result(path).data
+    result = load_result(path)
+    rec = result.data
     rows, pool_rows, checks, targets = rec["rows"], rec["pool"], rec["checks"], rec["targets"]
     print()
-    print(provenance_line(load_result(path)))
+    print(provenance_line(result))
     print(format_rows(rows))
     print()
     print(format_rows(pool_rows))

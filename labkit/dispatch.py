@@ -15,23 +15,16 @@ from typing import Literal, Sequence
 
 import torch
 
-from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs
+from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
 from labkit.model import TinyGPT
+from labkit.sizes import padding_table
 
 Mode = Literal["graph", "eager"]
 
 
 def build_padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
     """``table[b]`` = smallest size in ``sizes`` that is >= ``b``, or 0 (run eager)."""
-    ordered = sorted(set(int(s) for s in sizes))
-    if not ordered or ordered[0] < 1:
-        raise ValueError(f"capture sizes must be positive integers, got {list(sizes)}")
-    table, j = [0] * (max_bs + 1), 0
-    for b in range(1, max_bs + 1):
-        while j < len(ordered) and ordered[j] < b:
-            j += 1
-        table[b] = ordered[j] if j < len(ordered) else 0
-    return table
+    return padding_table(check_capture_sizes(sizes), max_bs)
 
 
 @dataclass
@@ -77,12 +70,7 @@ class PaddingDispatcher:
                  graphs: GraphSet | None = None) -> None:
         self.model = model
         cfg = model.cfg
-        self.sizes = sorted(set(int(s) for s in capture_sizes))
-        if not self.sizes or self.sizes[0] < 1:
-            raise ValueError(f"capture sizes must be positive integers, got {list(capture_sizes)}")
-        if self.sizes[-1] > cfg.max_batch:
-            raise ValueError(f"capture size {self.sizes[-1]} exceeds the model's max_batch="
-                             f"{cfg.max_batch}; lower the sizes or raise max_batch")
+        self.sizes = check_capture_sizes(capture_sizes, cfg.max_batch)
         if mode is None:
             mode = "graph" if model.device.type == "cuda" else "eager"
         if mode == "graph" and model.device.type != "cuda":

@@ -102,9 +102,10 @@ def translate_capture_error(exc: BaseException) -> BaseException:
             "pool (pool='shared', largest first), or free other GPU memory", where)
     if "synchronizing CUDA operation" in text:
         return CaptureSyncError(SYNC_RULE, SYNC_FIX, where)
-    if "operation not permitted when stream is capturing" in text or \
-            "StreamCaptureUnsupported" in text or "capture" in text.lower() and \
-            "invalidated" in text.lower():
+    lower = text.lower()
+    if ("operation not permitted when stream is capturing" in text
+            or "StreamCaptureUnsupported" in text
+            or ("capture" in lower and "invalidated" in lower)):
         # pageable host copies and syncs both end here; tell them apart by the user's line
         if any(s in where for s in (".item()", ".cpu()", ".tolist()", "synchronize", "print(",
                                     "nonzero", ".numpy()")):
@@ -301,6 +302,20 @@ def _progress(iterable: Sequence[int], enabled: bool | None, desc: str):
     return tqdm(iterable, desc=desc, unit="graph", leave=False)
 
 
+def check_capture_sizes(sizes: Sequence[int], max_batch: int | None = None) -> list[int]:
+    """Sorted, de-duplicated capture sizes; a clear error when one is not a positive integer
+    or exceeds the cache's ``max_batch``."""
+    given = list(sizes)
+    out = sorted(set(int(s) for s in given))
+    if not out or out[0] < 1:
+        raise ValueError(f"capture sizes must be positive integers, got {given}")
+    if max_batch is not None and out[-1] > max_batch:
+        raise ValueError(f"capture size {out[-1]} is larger than the model's max_batch="
+                         f"{max_batch}; lower the sizes or build the model with a larger "
+                         "max_batch")
+    return out
+
+
 def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shared",
                           order: Order = "largest_first", warmup: int = 3,
                           progress: bool | None = None, check_sync: bool = True,
@@ -316,12 +331,7 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     if not torch.cuda.is_available() or model.device.type != "cuda":
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU "
                            f"(model is on {model.device}); on CPU use eager decode_step")
-    sizes = sorted(set(int(s) for s in sizes))
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"capture sizes must be positive integers, got {sizes}")
-    if sizes[-1] > model.cfg.max_batch:
-        raise ValueError(f"capture size {sizes[-1]} is larger than the model's max_batch="
-                         f"{model.cfg.max_batch}; build the model with a larger max_batch")
+    sizes = check_capture_sizes(sizes, model.cfg.max_batch)
     if pool not in ("shared", "private"):
         raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
     if order not in ("largest_first", "smallest_first"):

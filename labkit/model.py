@@ -349,6 +349,8 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
                 f"max_seq={cfg.max_seq}; raise max_seq or generate fewer tokens")
         if min(p) < 0 or max(p) >= cfg.vocab_size:
             raise ValueError(f"prompt {i} has token ids outside [0, {cfg.vocab_size})")
+    if max_new_tokens == 0:
+        return [[] for _ in prompts]
     step = step_fn or model.decode_step
     dev = model.device
     first = []
@@ -364,8 +366,6 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
         tokens = step(tokens, positions, slots).argmax(-1)
         positions = positions + 1
         out.append(tokens)
-    if max_new_tokens == 0:
-        return [[] for _ in prompts]
     return torch.stack(out, dim=1).tolist()
 
 

@@ -97,20 +97,28 @@ def default_run_dir() -> Path:
     return repo_root() / "runs" / "interactive"
 
 
+def new_folder(root: str | os.PathLike[str], stem: str) -> Path:
+    """Create ``root/stem``, or ``root/stem-2``, ``-3``, ... when it exists. Never reuses one
+    (the creation itself is the test, so two runs starting together get two folders)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        path = root / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+
+
 def new_run_dir(label: str | None = None, root: str | os.PathLike[str] | None = None) -> Path:
     """Create and return a fresh ``runs/<UTC timestamp>[-label]/`` folder."""
-    base = Path(root) if root is not None else repo_root() / "runs"
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    stem = f"{stamp}-{label}" if label else stamp
     if label is not None and not _NAME_RE.match(label):
         raise ValueError(f"run label {label!r}: use letters, digits, '_', '-' or '.'")
-    path = base / stem
-    n = 1
-    while path.exists():
-        n += 1
-        path = base / f"{stem}-{n}"
-    path.mkdir(parents=True)
-    return path
+    base = Path(root) if root is not None else repo_root() / "runs"
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return new_folder(base, f"{stamp}-{label}" if label else stamp)
 
 
 # ----------------------------------------------------------------------------- JSON

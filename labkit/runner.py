@@ -78,16 +78,11 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _new_folder(root: Path, stem: str) -> Path:
-    """Create ``root/stem``, or ``root/stem-2``, ``-3``, ... when it exists. Never reuses one."""
-    root.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while True:
-        path = root / (stem if n == 1 else f"{stem}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            n += 1
+    """Create ``root/stem`` (``-2``, ``-3``, ... when it exists); see
+    :func:`labkit.results.new_folder`."""
+    from labkit.results import new_folder
+
+    return new_folder(root, stem)
 
 
 def _warn(message: str, category: type[Warning]) -> None:

@@ -42,6 +42,11 @@ class Stats:
 
         return cls(q(0.5), q(0.1), q(0.9), statistics.fmean(xs), len(xs), unit)
 
+    def per(self, count: int) -> "Stats":
+        """The same samples divided by ``count`` (a burst of ``count`` launches → one)."""
+        return Stats(self.median / count, self.p10 / count, self.p90 / count,
+                     self.mean / count, self.n, self.unit)
+
     @property
     def spread(self) -> float:
         """(p90 - p10) / median: the relative spread."""
@@ -172,8 +177,7 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
     notes: list[str] = []
     if device.type != "cuda":
         host = time_host(burst, warmup=warmup, repeats=repeats)
-        host = Stats(*(v / n_kernels for v in (host.median, host.p10, host.p90, host.mean)),
-                     host.n)
+        host = host.per(n_kernels)
         notes.append("CPU tensor: host figure is PyTorch's per-op dispatch cost; no kernel "
                      "launch, no GPU figures")
         return LaunchOverhead(str(device), host, None, None, None, n_kernels, notes)
@@ -196,11 +200,10 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
 
     launch_sync = time_host(one_sync, warmup=warmup, repeats=repeats * 4)
     eager_gpu = time_cuda(burst, warmup=warmup, repeats=repeats, inner=1)
-    eager_gpu = Stats(*(v / n_kernels for v in (eager_gpu.median, eager_gpu.p10, eager_gpu.p90,
-                                                 eager_gpu.mean)), eager_gpu.n)
+    eager_gpu = eager_gpu.per(n_kernels)
     captured = capture_callable(lambda t: [t.add_(1) for _ in range(n_kernels)], x, warmup=1)
     node = time_cuda(captured.graph.replay, warmup=warmup, repeats=repeats, inner=5)
-    node = Stats(*(v / n_kernels for v in (node.median, node.p10, node.p90, node.mean)), node.n)
+    node = node.per(n_kernels)
     notes.append("GPU per eager kernel is bounded below by the host launch rate: when the host "
                  "issues slower than the GPU runs, the GPU waits between kernels")
     del captured
@@ -238,17 +241,13 @@ def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None 
 
         if device.type == "cuda":
             eager = time_cuda(burst, warmup=3, repeats=repeats, inner=1)
-            captured = capture_callable(lambda t: burst(t), x, warmup=1)
+            captured = capture_callable(burst, x, warmup=1)
             graph = time_cuda(captured.graph.replay, warmup=3, repeats=repeats, inner=1)
             del captured
         else:
             eager = time_host(burst, warmup=2, repeats=repeats)
             graph = None
-        scale = 1.0 / n_kernels
-        eager = Stats(*(v * scale for v in (eager.median, eager.p10, eager.p90, eager.mean)),
-                      eager.n)
-        if graph is not None:
-            graph = Stats(*(v * scale for v in (graph.median, graph.p10, graph.p90, graph.mean)),
-                          graph.n)
+        eager = eager.per(n_kernels)
+        graph = graph.per(n_kernels) if graph is not None else None
         points.append(WorkPoint(int(n), eager, graph))
     return points
