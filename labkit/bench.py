@@ -301,9 +301,7 @@ def measure_dispatcher(preset_name: str,
         times["dispatcher"].append(_stats(time_cuda(lambda: disp.step(t, p, s), warmup=5,
                                                     repeats=repeats, inner=inner)))
         if b in exact.graphs:
-            exact.tokens[:b].copy_(t)
-            exact.positions[:b].copy_(p)
-            exact.slots[:b].copy_(s)
+            exact.copy_inputs(t, p, s)
             times["graph_exact"].append(_stats(time_cuda(lambda: exact.replay(b), warmup=5,
                                                          repeats=repeats, inner=inner)))
         else:

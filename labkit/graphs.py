@@ -254,6 +254,15 @@ class GraphSet:
     def sizes(self) -> list[int]:
         return sorted(self.graphs)
 
+    def copy_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
+                    slots: torch.Tensor) -> int:
+        """Copy a batch into the first rows of the static buffers; returns its size."""
+        b = tokens.shape[0]
+        self.tokens[:b].copy_(tokens)
+        self.positions[:b].copy_(positions)
+        self.slots[:b].copy_(slots)
+        return b
+
     def replay(self, bs: int) -> torch.Tensor:
         """Replay graph ``bs`` on what is in the static buffers; returns its static logits."""
         if bs not in self.graphs:

@@ -118,9 +118,7 @@ def replay_step(graphs, batch_size: int) -> Callable[[torch.Tensor, torch.Tensor
         if tokens.shape[0] != batch_size:
             raise ValueError(f"this step replays the graph for batch size {batch_size}; got a "
                              f"batch of {tokens.shape[0]} (use a padding dispatcher for that)")
-        graphs.tokens[:batch_size].copy_(tokens)
-        graphs.positions[:batch_size].copy_(positions)
-        graphs.slots[:batch_size].copy_(slots)
+        graphs.copy_inputs(tokens, positions, slots)
         return graphs.replay(batch_size)
 
     return step
