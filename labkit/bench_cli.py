@@ -311,7 +311,13 @@ def markdown_summary(result, compile_few=None) -> str:
     d = result.data
     lines = [f"Recorded with `labkit bench --record`: {provenance_line(result)}.", ""]
     lines += [f"- {f}" for f in _findings(d, compile_few.data if compile_few else None)]
-    lines += ["", "Decode step time (µs, CUDA-event median), bf16, random weights:", ""]
+    if compile_few is not None:
+        lines.append(f"- The two-size torch.compile figures come from the `{compile_few.name}` "
+                     f"record (notebook 08): {provenance_line(compile_few)}.")
+    lines += ["", "Decode step time (µs, CUDA-event median), bf16, random weights. Eager time is "
+              "the host issuing every kernel from Python: it is host-bound and moves between "
+              "runs on the same machine, so compare the ratios of one run, not eager times "
+              "across runs:", ""]
     cols = ["model", "batch", "eager_us", "graph_us", "dispatcher_us", "compile_us",
             "graph_speedup", "dispatcher_over_graph"]
     lines.append("| " + " | ".join(cols) + " |")
