@@ -174,35 +174,3 @@ def test_plots_sizes():
     assert fig.layout.shapes[0].x0 == 2.5
     with pytest.raises(ValueError):
         ps.pareto_chart([])
-
-
-def test_controls_view_appends_and_redraws():
-    import ipywidgets as w
-
-    calls = []
-
-    def render(n):
-        calls.append(n)
-        return [f"n={n}", f"twice {2 * n}"]
-
-    slider = w.IntSlider(value=1, min=0, max=5)
-    box = ls.controls_view(render, {"n": slider})
-    texts = [o["text"] for o in box.output.outputs]
-    assert texts == ["n=1\n", "twice 2\n"]
-    slider.value = 3
-    assert calls == [1, 3]
-    assert [o["text"] for o in box.output.outputs] == ["n=3\n", "twice 6\n"]
-    with pytest.raises(ValueError):
-        ls.controls_view(render, {})
-
-
-def test_controls_view_appends_rich_objects():
-    import ipywidgets as w
-    from IPython.core.interactiveshell import InteractiveShell
-    from IPython.display import HTML
-
-    InteractiveShell.instance()  # rich display formatting needs a shell, as in a kernel
-    box = ls.controls_view(lambda s: HTML(f"<b>{s}</b>"), {"s": w.Text(value="x")})
-    (out,) = box.output.outputs
-    assert out["output_type"] == "display_data"
-    assert out["data"]["text/html"] == "<b>x</b>"

@@ -83,3 +83,32 @@ def test_append_adds_figures_text_and_lists_to_the_widget_state():
     assert kinds == ["display_data", "stream"]
     # (outside a kernel IPython has no formatters, so the figure's data bundle stays empty)
     assert out.outputs[1]["text"] == "done\n"
+
+
+def test_explore_appends_lists_and_redraws():
+    calls = []
+
+    def render(n):
+        calls.append(n)
+        return [f"n={n}", f"twice {2 * n}"]
+
+    slider = ipywidgets.IntSlider(value=1, min=0, max=5)
+    box = widgets.explore(render, {"n": slider})
+    texts = [o["text"] for o in box.output.outputs]
+    assert texts == ["n=1\n", "twice 2\n"]
+    slider.value = 3
+    assert calls == [1, 3]
+    assert [o["text"] for o in box.output.outputs] == ["n=3\n", "twice 6\n"]
+    with pytest.raises(ValueError):
+        widgets.explore(render, {})
+
+
+def test_explore_appends_rich_objects():
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import HTML
+
+    InteractiveShell.instance()  # rich display formatting needs a shell, as in a kernel
+    box = widgets.explore(lambda s: HTML(f"<b>{s}</b>"), {"s": ipywidgets.Text(value="x")})
+    (out,) = box.output.outputs
+    assert out["output_type"] == "display_data"
+    assert out["data"]["text/html"] == "<b>x</b>"

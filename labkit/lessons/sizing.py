@@ -336,13 +336,3 @@ def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: i
             "untouched_slots_unchanged": not any(changed[live:cfg.max_batch]),
             "scratch_slot_changed": changed[cfg.scratch_slot]}
 
-
-# ---------------------------------------------------------------------------- controls
-
-
-def controls_view(render: Callable[..., object], controls: Mapping[str, object]):
-    """Controls above an output area redrawn with ``render(**values)``: the same as
-    :func:`labkit.widgets.explore` (kept under this name for notebooks 05 and 06)."""
-    from labkit.widgets import explore
-
-    return explore(render, controls)
