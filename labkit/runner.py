@@ -77,14 +77,6 @@ def _write_json(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(to_jsonable(obj, path.name), indent=2) + "\n")
 
 
-def _new_folder(root: Path, stem: str) -> Path:
-    """Create ``root/stem`` (``-2``, ``-3``, ... when it exists); see
-    :func:`labkit.results.new_folder`."""
-    from labkit.results import new_folder
-
-    return new_folder(root, stem)
-
-
 def _warn(message: str, category: type[Warning]) -> None:
     """A warning shown as ``labkit run: <message>`` (no source line of the caller)."""
     warnings.warn_explicit(message, category, filename="labkit run", lineno=0,
@@ -437,6 +429,7 @@ def run_suite(notebooks: list[str] | None, params: dict | None = None,
     """
     from labkit.env import environment_record, hardware_tier
     from labkit.report import write_run_index
+    from labkit.results import new_folder
 
     nb_paths = resolve_notebooks(notebooks)
     merged = merge_params(params, param_file)
@@ -451,7 +444,7 @@ def run_suite(notebooks: list[str] | None, params: dict | None = None,
     tier = hardware_tier()
     started = _utc_now()
     out_root = Path(out_root).expanduser().resolve()
-    run_dir = _new_folder(out_root, f"{started.strftime(_STAMP)}-{tier}")
+    run_dir = new_folder(out_root, f"{started.strftime(_STAMP)}-{tier}")
 
     entries = []
     for p in nb_paths:
@@ -609,6 +602,7 @@ def run_sweep(notebooks: list[str] | None, grid_file: Path, params: dict | None 
     ``SystemExit(1)`` after that if any run failed. Notebooks given on the command line win
     over the grid file's ``notebooks`` list."""
     from labkit.report import write_sweep_index
+    from labkit.results import new_folder
 
     grid, grid_nbs = load_grid(grid_file)
     nb_paths = resolve_notebooks(notebooks or grid_nbs)
@@ -621,7 +615,7 @@ def run_sweep(notebooks: list[str] | None, grid_file: Path, params: dict | None 
 
     started = _utc_now()
     out_root = Path(out_root).expanduser().resolve()
-    sweep_dir = _new_folder(out_root, f"sweep-{started.strftime(_STAMP)}")
+    sweep_dir = new_folder(out_root, f"sweep-{started.strftime(_STAMP)}")
     runs: list[dict] = []
     record: dict[str, Any] = {
         "schema": RUN_SCHEMA,

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from labkit import report, runner
+from labkit.results import new_folder
 from labkit.runner import UnknownParameterWarning, run_suite, run_sweep
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -190,8 +191,8 @@ def test_grid_and_combinations(tmp_path: Path) -> None:
 
 
 def test_new_folder_never_reuses(tmp_path: Path) -> None:
-    first = runner._new_folder(tmp_path, "20260101-000000-cpu")
-    second = runner._new_folder(tmp_path, "20260101-000000-cpu")
+    first = new_folder(tmp_path, "20260101-000000-cpu")
+    second = new_folder(tmp_path, "20260101-000000-cpu")
     assert first.name == "20260101-000000-cpu" and second.name == "20260101-000000-cpu-2"
 
 
