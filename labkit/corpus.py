@@ -41,7 +41,6 @@ def decode(ids: Iterable[int]) -> str:
     return bytes(vals).decode("utf-8", errors="replace")
 
 
-
 def corpus_path(name: str | os.PathLike[str] = DEFAULT_CORPUS) -> Path:
     """Path of a corpus: an existing file, or ``<data>/corpus/<name>.txt`` for a bare name."""
     from labkit.results import shipped_file

@@ -48,15 +48,13 @@ def train_char_model(out: Path = Path("data/checkpoints/char.safetensors"), step
                      seed: int = 0, device: str | None = None, batch: int = 32, seq: int = 128,
                      lr: float = 3e-3, log_every: int = 100) -> dict:
     """Train the ``char`` preset on the shipped corpus; save to ``out``; return the record."""
-    from labkit.corpus import encode, load_corpus
+    from labkit.corpus import encode, load_corpus, train_val_split
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    text = load_corpus()
-    ids = torch.tensor(encode(text), dtype=torch.long)
-    split = int(0.9 * ids.numel())
-    train_ids, val_ids = ids[:split], ids[split:]
+    train_ids, val_ids = (torch.tensor(part, dtype=torch.long)
+                          for part in train_val_split(encode(load_corpus()), 0.9))
     cfg = preset("char", max_batch=8)
     model = build_model(cfg, device, seed=seed)
     model.train()
