@@ -86,4 +86,3 @@ if NOTEBOOKS:
             assert show.get("slide_type") in SLIDE_TYPES, (
                 f"{rel(path)} cell {i}: slide_type {show.get('slide_type')!r} not in {sorted(SLIDE_TYPES)}"
             )
-
