@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
 
 import numpy as np
+from labkit.paths import shipped_file
 
 DistLike = Union[Mapping[int, float], Iterable[int]]
 """A batch-size distribution: ``{size: count or probability}`` or observed sizes."""
@@ -100,8 +101,6 @@ def to_distribution(obs: DistLike) -> dict[int, float]:
 
 def trace_path(name_or_path: str | os.PathLike[str]) -> Path:
     """Path of a trace: an existing CSV file, or ``<data>/traces/<name>.csv`` for a bare name."""
-    from labkit.results import shipped_file  # noqa: PLC0415
-
     return shipped_file("traces", name_or_path, ".csv")
 
 

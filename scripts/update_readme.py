@@ -3,8 +3,8 @@
 import sys
 from pathlib import Path
 
-from labkit.bench_cli import markdown_summary, update_readme
-from labkit.results import load_reference
+from labkit.suite.bench_cli import markdown_summary, update_readme
+from labkit.measure.results import load_reference
 
 gpu = sys.argv[1] if len(sys.argv) > 1 else "h200"
 readme = Path(__file__).resolve().parent.parent / "README.md"

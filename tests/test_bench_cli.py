@@ -1,6 +1,6 @@
 """The benchmark's table, targets and merging, on hand-made records (no GPU needed)."""
 
-from labkit.bench_cli import bench_table, evaluate_targets, format_rows, merge_compile, plan
+from labkit.suite.bench_cli import bench_table, evaluate_targets, format_rows, merge_compile, plan
 
 
 def _stats(us):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.images import read_png
-from labkit.plots import COLORS
+from labkit.suite.images import read_png
+from labkit.teach.plots import COLORS
 from test_slides import exported_fixture
 
 pytestmark = pytest.mark.browser
@@ -120,8 +120,8 @@ def test_html_page_draws_the_charts_offline(pages, tmp_path):
 def test_static_image_export(tmp_path, monkeypatch):
     """kaleido draws a PNG and an SVG with the system Chromium (never a downloaded one)."""
     monkeypatch.setenv("BROWSER_PATH", chromium())
-    from labkit.images import figure_bytes
-    from labkit.plots import lines, register_template
+    from labkit.suite.images import figure_bytes
+    from labkit.teach.plots import lines, register_template
 
     register_template()
     fig = lines([1, 8, 64], {"eager": [1200, 1210, 1300], "graph": [170, 180, 260]},
@@ -139,8 +139,8 @@ def test_static_image_export(tmp_path, monkeypatch):
 def test_export_images_from_reference_records(tmp_path, monkeypatch):
     """`labkit images` draws the key charts from reference records (a made-up record in a
     temporary data folder here) and skips those without a record."""
-    from labkit import images
-    from labkit.results import save_result
+    from labkit.suite import images
+    from labkit.measure.results import save_result
 
     monkeypatch.setenv("BROWSER_PATH", chromium())
     data = tmp_path / "data"

@@ -1,4 +1,4 @@
-"""Tests of labkit.claims: each verdict function on synthetic records built here."""
+"""Tests of labkit.teach.claims: each verdict function on synthetic records built here."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from labkit import claims
+from labkit.teach import claims
 
 MIB = 2 ** 20
 
@@ -238,7 +238,7 @@ def test_evaluate_missing_records_is_untested():
 
 
 def test_evaluate_accepts_result_objects_and_bad_records():
-    class R:  # a stand-in for labkit.results.Result
+    class R:  # a stand-in for labkit.measure.results.Result
         def __init__(self, data):
             self.data = data
 
@@ -281,7 +281,7 @@ def test_describe_mentions_verdict_and_evidence():
 def test_gather_records_cpu_tier_loads_references(tmp_path, monkeypatch):
     import shutil
 
-    from labkit import results
+    from labkit.measure import results
 
     ref = tmp_path / "reference" / "h200"
     ref.mkdir(parents=True)
@@ -291,7 +291,7 @@ def test_gather_records_cpu_tier_loads_references(tmp_path, monkeypatch):
         shutil.copy(path, ref / f"{name}.json")
     monkeypatch.setenv("LABKIT_DATA", str(tmp_path))
 
-    class Ctx:  # the CPU tier of labkit.notebook.NotebookContext
+    class Ctx:  # the CPU tier of labkit.teach.notebook.NotebookContext
         live, reference_gpu = False, "h200"
 
     got = claims.gather_records(Ctx())
@@ -302,7 +302,7 @@ def test_gather_records_cpu_tier_loads_references(tmp_path, monkeypatch):
 
 
 def test_gather_records_gpu_tier_reuses_this_runs_results(tmp_path, monkeypatch):
-    from labkit import results
+    from labkit.measure import results
 
     run = tmp_path / "run"
     monkeypatch.setenv("LABKIT_RUN_DIR", str(run))
@@ -316,7 +316,7 @@ def test_gather_records_gpu_tier_reuses_this_runs_results(tmp_path, monkeypatch)
 
     monkeypatch.setattr(claims, "record_specs", fake_specs)
 
-    class Ctx:  # the GPU tier of labkit.notebook.NotebookContext
+    class Ctx:  # the GPU tier of labkit.teach.notebook.NotebookContext
         live, reference_gpu = True, "h200"
 
     got = claims.gather_records(Ctx())

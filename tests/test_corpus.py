@@ -1,4 +1,4 @@
-"""labkit.corpus: byte tokenizer, the shipped corpus (checked against SOURCE.md), batches."""
+"""labkit.teach.corpus: byte tokenizer, the shipped corpus (checked against SOURCE.md), batches."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.corpus import (DEFAULT_CORPUS, VOCAB_SIZE, batches, corpus_path, decode, encode,
+from labkit.teach.corpus import (DEFAULT_CORPUS, VOCAB_SIZE, batches, corpus_path, decode, encode,
                            load_corpus, train_val_split)
 
 ROOT = Path(__file__).resolve().parent.parent

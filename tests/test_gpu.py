@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from labkit.bench import tokens_match
+from labkit.measure.bench import tokens_match
 from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import (CaptureAllocationError, CaptureError, CaptureSyncError,
                            capture_callable, capture_decode_graphs, pool_reserved_bytes)

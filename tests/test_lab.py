@@ -1,4 +1,4 @@
-"""JupyterLab as participants get it (labkit.lab): a server on 127.0.0.1 with a token, the
+"""JupyterLab as participants get it (labkit.suite.lab): a server on 127.0.0.1 with a token, the
 notebooks served through the contents API, a kernel that executes code over the websocket, and
 (with Chromium) the notebook rendered in the JupyterLab UI.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import lab as lablib
+from labkit.suite import lab as lablib
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +91,7 @@ def test_notebook_renders_in_jupyterlab(server, tmp_path):
     with tempfile.TemporaryDirectory(prefix="labkit-chromium-") as profile:
         subprocess.run([browser, *args, f"--user-data-dir={profile}", f"--screenshot={png}", url],
                        capture_output=True, text=True, timeout=240)
-    from labkit.images import read_png
+    from labkit.suite.images import read_png
 
     img = read_png(png)
     assert len(img.colours()) >= 20, "the JupyterLab screenshot looks blank"

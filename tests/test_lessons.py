@@ -1,4 +1,4 @@
-"""labkit.lessons: launch arithmetic, timeline statistics, decode helpers (CPU)."""
+"""labkit.teach.lessons: launch arithmetic, timeline statistics, decode helpers (CPU)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from labkit.lessons import launch, median, record_data, record_provenance
-from labkit.lessons import decode as ld
+from labkit.teach.lessons import launch, median, record_data, record_provenance
+from labkit.teach.lessons import decode as ld
 from labkit.model import build_model, preset
-from labkit.results import Result
+from labkit.measure.results import Result
 from labkit.timing import Stats, WorkPoint
 
 
@@ -105,7 +105,7 @@ def test_time_eager_steps_and_inputs():
 
 
 def test_count_dispatched_ops_sees_the_step():
-    from labkit.bench import step_inputs
+    from labkit.measure.bench import step_inputs
 
     m = build_model(preset("test"))
     tokens, positions, slots = step_inputs(m, 2)

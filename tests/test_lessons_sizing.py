@@ -1,10 +1,10 @@
-"""labkit.lessons.sizing (cost models from records, dispatcher demos) and labkit.plots.sizes."""
+"""labkit.teach.lessons.sizing (cost models from records, dispatcher demos) and labkit.teach.plots.sizes."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.lessons import sizing as ls
+from labkit.teach.lessons import sizing as ls
 
 MiB = 2**20
 
@@ -161,7 +161,7 @@ def test_padding_isolation(dispatcher):
 
 
 def test_plots_sizes():
-    from labkit.plots import sizes as ps
+    from labkit.teach.plots import sizes as ps
     from labkit.sizes import ParetoPoint
 
     fig = ps.trace_histogram({1: 0.25, 3: 0.75}, {"a": [1, 2, 4], "b": [3]})

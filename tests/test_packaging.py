@@ -122,12 +122,12 @@ def test_environment_yml_mirrors_pyproject():
 
 def test_console_script_and_package():
     proj = pyproject()
-    assert proj["project"]["scripts"] == {"labkit": "labkit.cli:main"}
+    assert proj["project"]["scripts"] == {"labkit": "labkit.suite.cli:main"}
     assert proj["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "labkit.__version__"}
     assert proj["build-system"]["build-backend"] == "setuptools.build_meta"
-    cli = ROOT / "labkit" / "cli.py"
-    assert cli.is_file(), "the console script points at labkit/cli.py:main, which is missing"
-    assert re.search(r"^def main\(", cli.read_text(), re.M), "labkit/cli.py has no main()"
+    cli = ROOT / "labkit" / "suite" / "cli.py"
+    assert cli.is_file(), "the console script points at labkit/suite/cli.py:main, which is missing"
+    assert re.search(r"^def main\(", cli.read_text(), re.M), "labkit/suite/cli.py has no main()"
 
 
 def test_pytest_markers():

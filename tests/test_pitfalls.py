@@ -1,4 +1,4 @@
-"""Tests of labkit.pitfalls: the CPU stand-in, the record readers and the quiz everywhere;
+"""Tests of labkit.measure.pitfalls: the CPU stand-in, the record readers and the quiz everywhere;
 each live pitfall on a CUDA GPU (``@pytest.mark.gpu``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from labkit import pitfalls
+from labkit.measure import pitfalls
 
 
 # ---------------------------------------------------------------------------- CPU parts
@@ -217,6 +217,6 @@ def test_gpu_run_all_pitfalls_is_json_and_complete():
 
 
 def test_error_texts_carry_file_names_not_machine_paths():
-    text = 'Stack trace: File "/home/me/src/labkit/pitfalls.py", line 22, in f'
+    text = 'Stack trace: File "/home/me/src/labkit/measure/pitfalls.py", line 22, in f'
     assert pitfalls._strip_paths(text) == 'Stack trace: File "pitfalls.py", line 22, in f'
     assert pitfalls._strip_paths("ratio 1/2, a/b") == "ratio 1/2, a/b"

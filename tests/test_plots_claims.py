@@ -1,11 +1,11 @@
-"""labkit.plots.claims on hand-made records and claim results."""
+"""labkit.teach.plots.claims on hand-made records and claim results."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit import claims
-from labkit.plots import claims as pcl
+from labkit.teach import claims
+from labkit.teach.plots import claims as pcl
 
 MiB = 2 ** 20
 

@@ -1,4 +1,4 @@
-"""labkit.plots.compile on a hand-made compile_<preset> record."""
+"""labkit.teach.plots.compile on a hand-made compile_<preset> record."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from labkit.plots import compile as pc
+from labkit.teach.plots import compile as pc
 
 MiB = 2 ** 20
 

@@ -1,11 +1,11 @@
-"""labkit.plots.decode: step time, tokens/s and speed-up charts of decode records."""
+"""labkit.teach.plots.decode: step time, tokens/s and speed-up charts of decode records."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.plots import decode as dp
-from labkit.results import Result
+from labkit.teach.plots import decode as dp
+from labkit.measure.results import Result
 from labkit.timing import Stats
 
 

@@ -1,11 +1,11 @@
-"""labkit.plots.timing: launch-cost bars, the work sweep chart, the CPU/GPU timeline."""
+"""labkit.teach.plots.timing: launch-cost bars, the work sweep chart, the CPU/GPU timeline."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.plots import timing as tp
-from labkit.results import Result
+from labkit.teach.plots import timing as tp
+from labkit.measure.results import Result
 from labkit.timing import Stats
 
 

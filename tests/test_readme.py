@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from labkit.bench_cli import README_END, README_START, markdown_summary
-from labkit.results import load_reference
+from labkit.suite.bench_cli import README_END, README_START, markdown_summary
+from labkit.measure.results import load_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""labkit.results: JSON result records, reference results, provenance."""
+"""labkit.measure.results: JSON result records, reference results, provenance."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from labkit import results
-from labkit.results import (
+from labkit import paths
+from labkit.measure import results
+from labkit.measure.results import (
     SCHEMA_VERSION,
     Result,
     SchemaError,
@@ -151,7 +152,7 @@ def test_missing_reference_error(data_root):
 
 
 def test_reference_paths(data_root):
-    assert results.data_dir() == data_root
+    assert paths.data_dir() == data_root
     assert results.reference_dir() == data_root / "reference" / "h200"
     assert results.reference_dir("NVIDIA GeForce RTX 4090") == data_root / "reference" / "rtx-4090"
     assert list_references() == [] and list_references("h200") == []
@@ -159,7 +160,7 @@ def test_reference_paths(data_root):
 
 def test_default_data_dir_is_repo_data(monkeypatch):
     monkeypatch.delenv("LABKIT_DATA", raising=False)
-    assert results.data_dir() == Path(__file__).resolve().parents[1] / "data"
+    assert paths.data_dir() == Path(__file__).resolve().parents[1] / "data"
 
 
 def test_copy_to_reference_and_load(tmp_path, data_root):

@@ -1,4 +1,4 @@
-"""labkit.runner / labkit.report: `labkit run` on tiny temporary notebooks (CPU, no GPU)."""
+"""labkit.suite.runner / labkit.suite.report: `labkit run` on tiny temporary notebooks (CPU, no GPU)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import nbformat
 import pytest
 import yaml
 
-from labkit import report, runner
-from labkit.results import new_folder
-from labkit.runner import UnknownParameterWarning, run_suite, run_sweep
+from labkit.suite import report, runner
+from labkit.measure.results import new_folder
+from labkit.suite.runner import UnknownParameterWarning, run_suite, run_sweep
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 # an explicit env keeps the kernel from importing torch: the tests stay fast
-SAVE = ("from labkit.results import save_result\n"
+SAVE = ("from labkit.measure.results import save_result\n"
         "save_result({name!r}, {{'repeats': repeats, 'step': {{'median': 1.5, 'p10': 1.0, "
         "'p90': 2.0, 'mean': 1.5, 'n': 3, 'unit': 'us'}}}}, {{'repeats': repeats}}, "
         "env={{'tier': 'cpu', 'cpu': 'test'}})")

@@ -1,7 +1,7 @@
-"""Offline slide and HTML export (labkit.slides).
+"""Offline slide and HTML export (labkit.suite.slides).
 
 The unit tests need nothing; the export tests execute a small fixture notebook (a plotly chart
-made with labkit.plots, slideshow metadata, a parameters cell) and need the web assets, which
+made with labkit.teach.plots, slideshow metadata, a parameters cell) and need the web assets, which
 ``scripts/fetch_web_assets.sh`` fetches with npm (they are skipped, saying so, without npm).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import slides
+from labkit.suite import slides
 
 PARAM_MARKER = "PARAM_MARKER_7731"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -49,13 +49,13 @@ def make_fixture_notebook(path: Path) -> Path:
     nb.cells = [
         md("# 99 · Fixture deck\nA step costs $t = n \\cdot c$ launches."),
         code(f"{PARAM_MARKER} = 3", "skip", ["parameters"]),
-        code("from labkit.notebook import configure_plotly\nconfigure_plotly()", "skip"),
+        code("from labkit.teach.notebook import configure_plotly\nconfigure_plotly()", "skip"),
         md("## Launch-bound decode", "slide"),
-        code("from labkit.plots import lines\n"
+        code("from labkit.teach.plots import lines\n"
              "lines([1, 8, 64], {'eager': [1200, 1210, 1300], 'graph': [170, 180, 260]},\n"
              "      title='Step time', x_title='batch size', y_title='µs').show()"),
         md("## Bars", "slide"),
-        code("from labkit.plots import bars\n"
+        code("from labkit.teach.plots import bars\n"
              "bars([1, 8], {'eager': [3, 2], 'graph': [1, 1]}, title='B', x_title='x',"
              " y_title='y').show()"),
         md("Say: the red line is eager.", "notes"),

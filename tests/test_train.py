@@ -1,4 +1,4 @@
-"""labkit.train: a few CPU steps are reproducible and save a loadable checkpoint."""
+"""labkit.suite.train: a few CPU steps are reproducible and save a loadable checkpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from safetensors import safe_open
 
 from labkit.model import TinyGPT
-from labkit.train import train_char_model
+from labkit.suite.train import train_char_model
 
 
 def _train(out: Path, seed: int = 0) -> dict:

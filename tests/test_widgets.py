@@ -1,4 +1,4 @@
-"""labkit.widgets: sliders and the explore() redraw loop (no kernel needed)."""
+"""labkit.teach.widgets: sliders and the explore() redraw loop (no kernel needed)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 ipywidgets = pytest.importorskip("ipywidgets")
 
-from labkit import widgets  # noqa: E402
+from labkit.teach import widgets  # noqa: E402
 
 
 def test_pow2_label():

@@ -1,0 +1,405 @@
+"""GPU measurements behind the notebooks and ``labkit bench``; each returns a JSON-able dict.
+
+Correct before fast: every function checks that graph (or dispatcher, or compiled) tokens
+equal eager tokens for the same inputs before it times anything, and records the result
+under ``checks``. Times are CUDA-event medians after warm-up (:func:`labkit.timing.time_cuda`).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from labkit.dispatch import PaddingDispatcher
+from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
+from labkit.model import TinyGPT, build_model, generate, preset
+from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda
+
+StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _need_cuda(what: str) -> None:
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} measures on a CUDA GPU and this machine has none "
+                           "(torch.cuda.is_available() is False); load the recorded reference "
+                           "with labkit.measure.results.load_reference instead")
+
+
+def _free() -> None:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def make_model(name: str, *, max_batch: int, dtype: str = "bfloat16", seed: int = 0) -> TinyGPT:
+    """A random-weight model of preset ``name`` on the GPU."""
+    return build_model(preset(name, max_batch=max_batch, dtype=dtype), "cuda", seed=seed)
+
+
+def step_inputs(model: TinyGPT, bs: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Device tensors for one decode step: random tokens, each row at its own position."""
+    g = torch.Generator().manual_seed(seed)
+    cfg = model.cfg
+    tokens = torch.randint(0, cfg.vocab_size, (bs,), generator=g)
+    positions = torch.randint(cfg.max_seq // 4, cfg.max_seq // 2, (bs,), generator=g)
+    slots = torch.arange(bs)
+    return tuple(t.to(model.device) for t in (tokens, positions, slots))
+
+
+def random_prompts(model: TinyGPT, n: int, seed: int = 0, lo: int = 4, hi: int = 24) -> list:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lo, hi, (n,), generator=g).tolist()
+    return [torch.randint(0, model.cfg.vocab_size, (k,), generator=g).tolist() for k in lens]
+
+
+def token_agreement(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
+                    seed: int = 0) -> float:
+    """Share of greedy tokens from ``step_fn`` equal to eager tokens (1.0 = identical)."""
+    prompts = random_prompts(model, bs, seed)
+    ref = generate(model, prompts, new_tokens)
+    got = generate(model, prompts, new_tokens, step_fn=step_fn)
+    pairs = [(a, b) for r, g in zip(ref, got) for a, b in zip(r, g)]
+    return sum(a == b for a, b in pairs) / len(pairs)
+
+
+def tokens_match(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
+                 seed: int = 0) -> bool:
+    """Greedy tokens with ``step_fn`` equal eager ``decode_step`` tokens for ``bs`` prompts."""
+    return token_agreement(model, step_fn, bs, new_tokens, seed) == 1.0
+
+
+def count_gpu_ops(fn: Callable[[], object]) -> int:
+    """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def _stats(s: Stats) -> dict:
+    return s.to_dict()
+
+
+# ---------------------------------------------------------------------------------- records
+
+
+def measure_launch_overhead(numels: Sequence[int] = (1, 2**10, 2**14, 2**16, 2**18, 2**20,
+                                                    2**22, 2**24),
+                            n_kernels: int = 200, repeats: int = 50) -> dict:
+    """Record ``launch_overhead``: launch costs and the work-per-kernel sweep."""
+    _need_cuda("measure_launch_overhead")
+    lo = launch_overhead("cuda", n_kernels=n_kernels, repeats=repeats)
+    sweep = launch_bound_sweep(numels, "cuda", n_kernels=50, repeats=max(5, repeats // 3))
+    d = lo.to_dict()
+    d["sweep"] = [{"numel": p.numel, "eager": p.eager.to_dict(),
+                   "graph": p.graph.to_dict() if p.graph else None} for p in sweep]
+    return d
+
+
+def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
+                   methods: Sequence[str] = ("eager", "graph"), dtype: str = "bfloat16",
+                   repeats: int = 30, inner: int = 10) -> dict:
+    """Record ``decode_<preset>``: decode step time per method and batch size."""
+    _need_cuda("measure_decode")
+    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    unknown = set(methods) - {"eager", "graph", "dispatcher", "compile"}
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; use eager, graph, dispatcher, "
+                         "compile")
+    model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
+    times: dict[str, list] = {m: [] for m in methods}
+    checks: dict[str, bool] = {}
+    disp = graphs = None
+    if {"graph", "dispatcher"} & set(methods):
+        disp = PaddingDispatcher(model, batch_sizes, progress=False)
+        graphs = disp.graphs
+        checks["graph_tokens_equal_eager"] = all(tokens_match(model, disp.step, b)
+                                                 for b in batch_sizes)
+    compiled = None
+    compile_s = None
+    if "compile" in methods:
+        compiled, compile_s, agree = _compiled_step(model, batch_sizes)
+        checks["compile_tokens_equal_eager"] = agree == 1.0
+        checks["compile_token_agreement"] = agree
+    for b in batch_sizes:
+        t, p, s = step_inputs(model, b)
+        for m in methods:
+            if m == "eager":
+                fn = lambda: model.decode_step(t, p, s)  # noqa: E731
+            elif m == "graph":
+                disp.load_inputs(t, p, s)
+                fn = lambda: graphs.replay(b)  # noqa: E731
+            elif m == "dispatcher":
+                fn = lambda: disp.step(t, p, s)  # noqa: E731
+            else:
+                fn = lambda: compiled(t, p, s)  # noqa: E731
+            times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))
+    kernels = count_gpu_ops(lambda: model.decode_step(*step_inputs(model, 1)))
+    eager = [t["median"] for t in times.get("eager", [])]
+    out = {
+        "preset": preset_name,
+        "config": model.cfg.to_dict(),
+        "dtype": dtype,
+        "batch_sizes": batch_sizes,
+        "kernels_per_step": kernels,
+        "times": times,
+        "tokens_per_s": {m: [b / (t["median"] * 1e-6) for b, t in zip(batch_sizes, ts)]
+                         for m, ts in times.items()},
+        "speedup_vs_eager": ({m: [e / t["median"] for e, t in zip(eager, ts)]
+                              for m, ts in times.items()} if eager else {}),
+        "checks": checks,
+    }
+    if compile_s is not None:
+        out["compile_s"] = compile_s
+        out["cudagraph_skips"] = _cudagraph_skips()
+    if disp is not None:
+        disp.release()
+    model = disp = graphs = compiled = None  # drop references before freeing
+    _free()
+    return out
+
+
+def _compiled_step(model: TinyGPT, batch_sizes: Sequence[int]):
+    """``torch.compile(mode='reduce-overhead')`` of the decode step with PyTorch's default
+    shape handling (the first size is compiled static; a second size triggers one dynamic
+    recompile; CUDA Graph Trees record one graph per size). Returns (step, compile seconds,
+    token agreement).
+
+    The compiled step fuses kernels, so in bf16 its rounding differs from eager; greedy
+    tokens can then differ at near-ties. The share of equal tokens is returned, not hidden.
+    """
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled_fn = torch.compile(model.decode_step, mode="reduce-overhead")
+
+    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled_fn(t, p, s)
+
+    def safe_step(t, p, s):  # clone: the next replay overwrites cudagraph-tree outputs
+        return step(t, p, s).clone()
+
+    t0 = time.perf_counter()
+    for b in batch_sizes:  # compile + record one graph per size (3 calls: warm-up, record)
+        args = step_inputs(model, b)
+        for _ in range(3):
+            step(*args)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    agreement = min(token_agreement(model, safe_step, b) for b in batch_sizes)
+    return step, compile_s, agreement
+
+
+def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
+                     dtype: str = "bfloat16") -> dict:
+    """Record ``timeline_<preset>``: CPU launches and GPU kernels of a few steps, from a
+    profiler trace, for eager decode and for graph replay."""
+    _need_cuda("measure_timeline")
+    from torch.profiler import ProfilerActivity, profile
+
+    model = make_model(preset_name, max_batch=batch_size, dtype=dtype)
+    disp = PaddingDispatcher(model, [batch_size], progress=False, copy_outputs=False)
+    t, p, s = step_inputs(model, batch_size)
+    out = {}
+    for name, fn in (("eager", lambda: model.decode_step(t, p, s)),
+                     ("graph", lambda: disp.graphs.replay(batch_size))):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                fn()
+            torch.cuda.synchronize()
+        events = []
+        for e in prof.events():
+            is_gpu = e.device_type == torch.autograd.DeviceType.CUDA
+            launch = e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync",
+                                "cudaMemsetAsync")
+            if is_gpu or launch:
+                events.append({"lane": "GPU" if is_gpu else "CPU", "name": e.name,
+                               "start_us": float(e.time_range.start),
+                               "dur_us": float(e.time_range.elapsed_us())})
+        t0 = min(ev["start_us"] for ev in events) if events else 0.0
+        for ev in events:
+            ev["start_us"] -= t0
+        events.sort(key=lambda ev: ev["start_us"])
+        end = max((ev["start_us"] + ev["dur_us"] for ev in events), default=0.0)
+        out[name] = {"events": events, "step_us": end / steps}
+    disp.release()
+    model = disp = None  # drop references before freeing
+    _free()
+    return out
+
+
+def measure_pool_memory(preset_name: str,
+                        sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                        dtype: str = "bfloat16") -> dict:
+    """Record ``pool_memory_<preset>``: private pools vs one shared pool (both orders)."""
+    _need_cuda("measure_pool_memory")
+    sizes = sorted(set(int(b) for b in sizes))
+    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype)
+    out: dict = {"preset": preset_name, "sizes": sizes, "dtype": dtype}
+
+    gs = capture_decode_graphs(model, sizes, pool="private", order="largest_first",
+                               progress=False)
+    per = {str(b): pool_reserved_bytes(g.pool) for b, g in gs.graphs.items()}
+    out["private"] = {"per_size_bytes": per, "total_bytes": sum(per.values()),
+                      "capture_s": {str(b): g.capture_s for b, g in gs.graphs.items()}}
+    out["largest_private_bytes"] = max(per.values())
+    gs.release()
+    gs = None  # drop references before freeing
+    _free()
+    for order in ("largest_first", "smallest_first"):
+        growth: dict[str, int] = {}
+        gs = capture_decode_graphs(
+            model, sizes, pool="shared", order=order, progress=False,
+            on_captured=lambda b, g: growth.__setitem__(str(b), pool_reserved_bytes(g.pool)))
+        pool_id = next(iter(gs.graphs.values())).pool
+        out[f"shared_{order}"] = {
+            "total_bytes": pool_reserved_bytes(pool_id),
+            "capture_s": {str(b): g.capture_s for b, g in gs.graphs.items()},
+            "growth_bytes": growth,
+        }
+        gs.release()
+        del gs
+        _free()
+    model = None  # drop references before freeing
+    _free()
+    return out
+
+
+def measure_dispatcher(preset_name: str,
+                       capture_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
+                       batch_sizes: Sequence[int] = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48,
+                                                     64, 96, 128, 129, 160),
+                       dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
+    """Record ``dispatcher_<preset>``: eager vs exact graph vs padded dispatch per batch size."""
+    _need_cuda("measure_dispatcher")
+    capture_sizes = sorted(set(int(b) for b in capture_sizes))
+    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    model = make_model(preset_name, max_batch=max(batch_sizes + capture_sizes), dtype=dtype)
+    disp = PaddingDispatcher(model, capture_sizes, progress=False)
+    exact_sizes = [b for b in batch_sizes if b <= capture_sizes[-1]]
+    exact = capture_decode_graphs(model, exact_sizes, pool="shared", progress=False)
+    checks = {"dispatcher_tokens_equal_eager": all(tokens_match(model, disp.step, b)
+                                                   for b in batch_sizes)}
+    disp.reset_counters()
+    times: dict[str, list] = {"eager": [], "graph_exact": [], "dispatcher": []}
+    for b in batch_sizes:
+        t, p, s = step_inputs(model, b)
+        times["eager"].append(_stats(time_cuda(lambda: model.decode_step(t, p, s),
+                                               warmup=5, repeats=repeats, inner=inner)))
+        times["dispatcher"].append(_stats(time_cuda(lambda: disp.step(t, p, s), warmup=5,
+                                                    repeats=repeats, inner=inner)))
+        if b in exact.graphs:
+            exact.copy_inputs(t, p, s)
+            times["graph_exact"].append(_stats(time_cuda(lambda: exact.replay(b), warmup=5,
+                                                         repeats=repeats, inner=inner)))
+        else:
+            times["graph_exact"].append(None)
+    out = {
+        "preset": preset_name,
+        "dtype": dtype,
+        "capture_sizes": capture_sizes,
+        "batch_sizes": batch_sizes,
+        "padded_to": [disp.padded_size(b) for b in batch_sizes],
+        "times": times,
+        "tokens_per_s": {m: [None if t is None else b / (t["median"] * 1e-6)
+                             for b, t in zip(batch_sizes, ts)] for m, ts in times.items()},
+        "counters": disp.counters.to_dict(),
+        "checks": checks,
+    }
+    disp.release()
+    exact.release()
+    model = disp = exact = None  # drop references before freeing
+    _free()
+    return out
+
+
+def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
+                    dtype: str = "bfloat16", repeats: int = 30, inner: int = 10) -> dict:
+    """Record ``compile_<preset>``: manual graphs vs ``torch.compile(mode='reduce-overhead')``."""
+    _need_cuda("measure_compile")
+    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
+    t0 = time.perf_counter()
+    disp = PaddingDispatcher(model, batch_sizes, progress=False)
+    capture_s = time.perf_counter() - t0
+    graph_pool = pool_reserved_bytes(next(iter(disp.graphs.graphs.values())).pool)
+    before = _pool_segments()
+    compiled, compile_s, agree = _compiled_step(model, batch_sizes)
+    compile_pool = sum(v for k, v in _pool_segments().items() if k not in before) or None
+    times: dict[str, list] = {"eager": [], "graph": [], "dispatcher": [], "compile": []}
+    for b in batch_sizes:
+        t, p, s = step_inputs(model, b)
+        disp.load_inputs(t, p, s)
+        fns = {"eager": lambda: model.decode_step(t, p, s),
+               "graph": lambda: disp.graphs.replay(b),
+               "dispatcher": lambda: disp.step(t, p, s),
+               "compile": lambda: compiled(t, p, s)}
+        for m, fn in fns.items():
+            times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))
+    t, p, s = step_inputs(model, 1)
+    kernels = {"eager": count_gpu_ops(lambda: model.decode_step(t, p, s)),
+               "compile": _count_compiled_kernels(model, t, p, s)}
+    skips = _cudagraph_skips()
+    out = {
+        "preset": preset_name,
+        "dtype": dtype,
+        "batch_sizes": batch_sizes,
+        "times": times,
+        "compile_s": compile_s,
+        "capture_s": capture_s,
+        "memory": {"graph_pool_bytes": graph_pool, "compile_pool_bytes": compile_pool},
+        "kernels_per_step": kernels,
+        "cudagraph_skips": skips,
+        "checks": {"compile_tokens_equal_eager": agree == 1.0,
+                   "compile_token_agreement": agree,
+                   "graph_tokens_equal_eager": all(tokens_match(model, disp.step, b)
+                                                   for b in batch_sizes)},
+    }
+    disp.release()
+    model = disp = compiled = None  # drop references before freeing
+    torch._dynamo.reset()
+    _free()
+    return out
+
+
+def _pool_segments() -> dict:
+    """Reserved bytes per non-default pool id, from the allocator snapshot."""
+    out: dict = {}
+    for seg in torch.cuda.memory_snapshot():
+        pid = tuple(seg.get("segment_pool_id", (0, 0)))
+        if pid != (0, 0):
+            out[pid] = out.get(pid, 0) + int(seg["total_size"])
+    return out
+
+
+def _count_compiled_kernels(model: TinyGPT, t, p, s) -> int:
+    """GPU ops of the decode step compiled without CUDA graphs: what fusion leaves."""
+    import torch._dynamo
+
+    try:
+        torch._dynamo.reset()
+        fn = torch.compile(model.decode_step, mode="default")
+        return count_gpu_ops(lambda: fn(t, p, s))
+    except Exception:  # noqa: BLE001 - a count we cannot take is recorded as missing
+        return -1
+
+
+def _cudagraph_skips() -> list[str]:
+    try:
+        from torch._dynamo.utils import counters
+
+        return sorted(str(k) for k in counters.get("inductor", {}) if "skip" in str(k))
+    except Exception:  # noqa: BLE001
+        return []

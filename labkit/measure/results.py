@@ -1,0 +1,359 @@
+"""Result records: versioned JSON files with provenance.
+
+A result is one JSON file ``<run_dir>/results/<name>.json``::
+
+    {"schema": 1, "name": "...", "created": "2026-11-29T12:00:00+00:00",
+     "params": {...}, "env": {...environment_record()...}, "data": {...}}
+
+* :func:`save_result` writes one into the current run folder: ``$LABKIT_RUN_DIR`` (set by
+  ``labkit run``) or, in an interactive session, ``runs/interactive/``.
+* Reference results recorded on a real GPU live in ``data/reference/<gpu>/<name>.json``;
+  :func:`load_reference` reads them so that a reader without a GPU still sees real numbers,
+  and :func:`provenance_line` says where they came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labkit.env import environment_record, gpu_slug
+from labkit.paths import data_dir, repo_root
+from labkit import __version__
+
+#: Version of the JSON layout written by :func:`save_result`.
+SCHEMA_VERSION = 1
+
+RUN_DIR_ENV = "LABKIT_RUN_DIR"
+DEFAULT_GPU = "h200"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SchemaError(ValueError):
+    """A result file is not a labkit result, or was written with another schema version."""
+
+
+@dataclass
+class Result:
+    """One result record. ``data`` holds the measurements, ``params`` the knobs they were
+    taken with, ``env`` the :func:`labkit.env.environment_record` of the machine."""
+
+    name: str
+    data: dict
+    params: dict
+    env: dict
+    schema: int
+    created: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "name": self.name,
+            "created": self.created,
+            "params": self.params,
+            "env": self.env,
+            "data": self.data,
+        }
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def reference_dir(gpu: str = DEFAULT_GPU) -> Path:
+    """``data/reference/<gpu>/``; ``gpu`` may be a slug (``'h200'``) or a device name."""
+    return data_dir() / "reference" / gpu_slug(gpu)
+
+
+def default_run_dir() -> Path:
+    """``$LABKIT_RUN_DIR`` when set (``labkit run`` sets it), else ``runs/interactive``."""
+    override = os.environ.get(RUN_DIR_ENV)
+    if override:
+        return Path(override).expanduser()
+    return repo_root() / "runs" / "interactive"
+
+
+def new_folder(root: str | os.PathLike[str], stem: str) -> Path:
+    """Create ``root/stem``, or ``root/stem-2``, ``-3``, ... when it exists. Never reuses one
+    (the creation itself is the test, so two runs starting together get two folders)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        path = root / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def new_run_dir(label: str | None = None, root: str | os.PathLike[str] | None = None) -> Path:
+    """Create and return a fresh ``runs/<UTC timestamp>[-label]/`` folder."""
+    if label is not None and not _NAME_RE.match(label):
+        raise ValueError(f"run label {label!r}: use letters, digits, '_', '-' or '.'")
+    base = Path(root) if root is not None else repo_root() / "runs"
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return new_folder(base, f"{stamp}-{label}" if label else stamp)
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def to_jsonable(obj: Any, _where: str = "data") -> Any:
+    """Convert ``obj`` into plain JSON types.
+
+    numpy / torch scalars become Python numbers, arrays and tensors nested lists, dataclasses
+    dicts, tuples and sets lists, paths strings; non-finite floats (nan, inf) become ``None``.
+    Anything else raises ``TypeError`` naming where it was found.
+    """
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                key = _scalar(key, f"{_where} key")
+            out[str(key)] = to_jsonable(value, f"{_where}[{key!r}]")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, (set, frozenset)):
+        return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(sorted(obj, key=repr))]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj), _where)
+    # numpy / torch values, recognised without importing either module here
+    module = type(obj).__module__.split(".")[0]
+    if module == "numpy":
+        import numpy as np
+
+        if isinstance(obj, np.dtype):
+            return str(obj)
+        if isinstance(obj, (np.ndarray, np.generic)):
+            return to_jsonable(obj.tolist(), _where)
+    if module == "torch":
+        import torch
+
+        if isinstance(obj, torch.Tensor):
+            return to_jsonable(obj.detach().cpu().tolist(), _where)
+        if isinstance(obj, (torch.dtype, torch.device)):
+            return str(obj)
+    if hasattr(obj, "to_dict") and callable(obj.to_dict):
+        return to_jsonable(obj.to_dict(), _where)
+    raise TypeError(
+        f"{_where}: {type(obj).__module__}.{type(obj).__qualname__} is not JSON-serialisable; "
+        "store numbers, strings, lists, dicts, dataclasses, numpy/torch values"
+    )
+
+
+def _scalar(value: Any, where: str) -> Any:
+    converted = to_jsonable(value, where)
+    if isinstance(converted, (list, dict)):
+        raise TypeError(f"{where}: {value!r} cannot be a JSON object key")
+    return converted
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+# ----------------------------------------------------------------------------- save / load
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_result(
+    name: str,
+    data: dict,
+    params: dict | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    *,
+    env: dict | None = None,
+) -> Path:
+    """Write ``<run_dir>/results/<name>.json`` and return its path.
+
+    ``run_dir`` defaults to :func:`default_run_dir`; ``env`` to a fresh
+    :func:`labkit.env.environment_record`. An existing file of the same name is replaced.
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' or '.'")
+    if not isinstance(data, dict):
+        raise TypeError(f"data must be a dict, not {type(data).__name__}")
+    record = Result(
+        name=name,
+        data=to_jsonable(data, "data"),
+        params=to_jsonable(params or {}, "params"),
+        env=to_jsonable(env if env is not None else environment_record(), "env"),
+        schema=SCHEMA_VERSION,
+        created=_now(),
+    )
+    folder = Path(run_dir) if run_dir is not None else default_run_dir()
+    folder = folder / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    write_text_atomic(path, json.dumps(record.to_dict(), indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def load_result(path: str | os.PathLike[str]) -> Result:
+    """Read a result file, checking that it is a labkit result of :data:`SCHEMA_VERSION`."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict) or "schema" not in raw:
+        raise SchemaError(f"{path}: not a labkit result (no 'schema' field)")
+    if raw["schema"] != SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path}: written with result schema version {raw['schema']!r}, but this labkit "
+            f"({_labkit_version()}) reads schema version {SCHEMA_VERSION}. Re-create it with "
+            "this version (`labkit run`), or use the labkit version that wrote it."
+        )
+    missing = [k for k in ("name", "data", "params", "env", "created") if k not in raw]
+    if missing:
+        raise SchemaError(f"{path}: result is missing field(s) {', '.join(missing)}")
+    for key in ("data", "params", "env"):
+        if not isinstance(raw[key], dict):
+            raise SchemaError(f"{path}: field {key!r} must be an object")
+    return Result(
+        name=raw["name"],
+        data=raw["data"],
+        params=raw["params"],
+        env=raw["env"],
+        schema=raw["schema"],
+        created=raw["created"],
+    )
+
+
+def _labkit_version() -> str:
+
+    return f"labkit {__version__}"
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def list_references(gpu: str | None = None) -> list[Path]:
+    """Reference result files, sorted: those of one GPU, or of every GPU when ``gpu`` is None.
+    The result name is ``path.stem``, the GPU folder ``path.parent.name``."""
+    if gpu is not None:
+        folder = reference_dir(gpu)
+        return sorted(folder.glob("*.json")) if folder.is_dir() else []
+    root = data_dir() / "reference"
+    return sorted(root.glob("*/*.json")) if root.is_dir() else []
+
+
+def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
+    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``)."""
+    folder = reference_dir(gpu)
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        have = [p.stem for p in list_references(gpu)]
+        have_text = ", ".join(have) if have else "none"
+        raise FileNotFoundError(
+            f"no reference result {name!r} for GPU {gpu_slug(gpu)!r}: expected the file "
+            f"{path} (reference results present for {gpu_slug(gpu)}: {have_text}). "
+            "To create it, run `labkit run` on a machine with that GPU, then "
+            f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/."
+        )
+    return load_result(path)
+
+
+def _measured_on(env: dict) -> str:
+    """GPU slug a result was measured on, or 'cpu'."""
+    name = env.get("gpu_name")
+    if env.get("tier") == "gpu" and name:
+        return gpu_slug(name)
+    return "cpu"
+
+
+def copy_to_reference(
+    run_dir: str | os.PathLike[str], gpu: str | None = None, *, force: bool = False
+) -> list[Path]:
+    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` and return the new paths.
+
+    ``gpu`` defaults to the GPU the results were measured on. Every file is validated first;
+    results measured on another GPU (or on the CPU tier) are refused unless ``force=True``, so
+    a reference folder only ever holds numbers from the hardware it is named after.
+    """
+    src = Path(run_dir) / "results"
+    files = sorted(src.glob("*.json")) if src.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no result files in {src}: run `labkit run` first")
+    loaded = [(p, load_result(p)) for p in files]
+    origins = {_measured_on(r.env) for _, r in loaded}
+    if gpu is None:
+        if len(origins) != 1:
+            raise ValueError(
+                f"results in {src} come from several machines ({', '.join(sorted(origins))}); "
+                "name the GPU explicitly"
+            )
+        gpu = origins.pop()
+    target_slug = gpu_slug(gpu)
+    if not force:
+        wrong = [f"{p.name} ({_measured_on(r.env)})" for p, r in loaded if _measured_on(r.env) != target_slug]
+        if wrong:
+            raise ValueError(
+                f"refusing to file results under data/reference/{target_slug}/: "
+                f"measured elsewhere: {', '.join(wrong)} (pass force=True to override)"
+            )
+    dest = reference_dir(target_slug)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for path, _ in loaded:
+        target = dest / path.name
+        shutil.copyfile(path, target)
+        out.append(target)
+    return out
+
+
+def provenance_line(result: Result) -> str:
+    """e.g. ``measured on NVIDIA H200, driver 580.95, torch 2.11.0, CUDA 13.0, 2026-11-29,
+    commit abc1234``. Facts missing from the record are left out, never guessed."""
+    env = result.env or {}
+    if env.get("tier") == "gpu" and env.get("gpu_name"):
+        parts = [f"measured on {env['gpu_name']}"]
+        if env.get("driver"):
+            parts.append(f"driver {env['driver']}")
+    else:
+        cpu = env.get("cpu")
+        parts = [f"measured on CPU ({cpu})" if cpu else "measured on CPU"]
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    if env.get("tier") == "gpu" and env.get("cuda"):
+        parts.append(f"CUDA {env['cuda']}")
+    date = (result.created or env.get("date") or "")[:10]
+    if date:
+        parts.append(date)
+    commit = env.get("git_commit")
+    if commit:
+        parts.append(f"commit {commit[:7]}" + (" (dirty)" if env.get("git_dirty") else ""))
+    return ", ".join(parts)

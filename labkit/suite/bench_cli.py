@@ -1,0 +1,341 @@
+"""``labkit bench``: the decode benchmark table, its targets, and (``--record``) every record
+the notebooks read, saved into a new run folder with provenance."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from labkit.measure import bench
+from labkit.measure.pitfalls import run_all_pitfalls
+from labkit.measure.results import load_result, new_run_dir, provenance_line, save_result
+
+BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+POOL_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+METHODS = ("eager", "graph", "dispatcher", "compile")
+
+
+def bench_table(decode: dict[str, dict]) -> list[dict]:
+    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records."""
+    rows = []
+    for name, rec in decode.items():
+        for i, b in enumerate(rec["batch_sizes"]):
+            t = {m: rec["times"][m][i]["median"] for m in rec["times"]
+                 if rec["times"][m][i] is not None}
+            row = {"model": name, "batch": b, **{f"{m}_us": t[m] for m in t}}
+            if "eager" in t and "graph" in t:
+                row["graph_speedup"] = t["eager"] / t["graph"]
+            if "dispatcher" in t and "graph" in t:
+                row["dispatcher_over_graph"] = t["dispatcher"] / t["graph"]
+            if "dispatcher" in t and "compile" in t:
+                row["dispatcher_over_compile"] = t["dispatcher"] / t["compile"]
+            rows.append(row)
+    return rows
+
+
+def evaluate_targets(decode: dict[str, dict], pool: dict | None,
+                     compile_few: dict | None = None) -> list[dict]:
+    """The targets, each with the measured value and pass/fail.
+
+    ``decode`` records carry a compile column measured over all their batch sizes (one
+    static compile, then one dynamic recompile); ``compile_few`` is a ``compile_<preset>``
+    record compiled for two sizes only, where compile keeps (nearly) static shapes. Both
+    comparisons are reported: they disagree, and the difference is the lesson."""
+    out = []
+
+    def at(rec: dict, m: str, b: int) -> float | None:
+        if b not in rec["batch_sizes"] or m not in rec["times"]:
+            return None
+        t = rec["times"][m][rec["batch_sizes"].index(b)]
+        return None if t is None else t["median"]
+
+    small = decode.get("small")
+    if small:
+        e, g, d = at(small, "eager", 1), at(small, "graph", 1), at(small, "dispatcher", 1)
+        if e and g:
+            out.append({"target": "graph >= 5x eager at batch 1 (4-layer)", "value": e / g,
+                        "pass": e / g >= 5})
+        if d and g:
+            out.append({"target": "dispatcher within 5% of raw replay at batch 1 (4-layer)",
+                        "value": d / g, "pass": d / g <= 1.05})
+    for rec in (r for r in (small, compile_few) if r):
+        for b in (1, 8):
+            c, d = at(rec, "compile", b), at(rec, "dispatcher", b)
+            if c and d:
+                out.append({"target": f"dispatcher faster than torch.compile at batch {b} "
+                                      f"(4-layer; compile over {len(rec['batch_sizes'])} "
+                                      "sizes)", "value": d / c, "pass": d < c})
+    if pool:
+        ratio = pool["shared_largest_first"]["total_bytes"] / pool["largest_private_bytes"]
+        out.append({"target": "shared pool largest-first <= 1.1x largest private pool",
+                    "value": ratio, "pass": ratio <= 1.1})
+    return out
+
+
+def format_rows(rows: list[dict]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "PASS" if v else "FAIL"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return "" if v is None else str(v)
+
+
+def _mib(b: int) -> float:
+    return b / 2**20
+
+
+# name -> (labkit.measure.bench function, keyword arguments); each runs in its own process
+def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
+    """The measurements ``labkit bench`` makes, as (record name, function, kwargs)."""
+    sizes = [1, 8, 64] if quick else list(BENCH_SIZES)
+    repeats = 10 if quick else 30
+    steps = []
+    for name in ("small", "gpt2"):
+        steps.append((f"decode_{name}", "measure_decode",
+                      dict(preset_name=name, batch_sizes=sizes,
+                           methods=["eager", "graph", "dispatcher"], repeats=repeats)))
+        steps.append((f"compile_times_{name}", "measure_decode",
+                      dict(preset_name=name, batch_sizes=sizes, methods=["compile"],
+                           repeats=repeats)))
+    steps.append(("pool_memory_gpt2", "measure_pool_memory",
+                  dict(preset_name="gpt2", sizes=list(POOL_SIZES))))
+    if record:
+        steps += [
+            ("launch_overhead", "measure_launch_overhead", {}),
+            ("timeline_small", "measure_timeline", dict(preset_name="small")),
+            ("pool_memory_small", "measure_pool_memory",
+             dict(preset_name="small", sizes=list(POOL_SIZES))),
+            ("dispatcher_small", "measure_dispatcher", dict(preset_name="small")),
+            ("compile_small", "measure_compile", dict(preset_name="small")),
+            ("pitfalls", "run_all_pitfalls", {}),
+        ]
+    return steps
+
+
+def merge_compile(decode: dict, compile_rec: dict) -> dict:
+    """Put the compile column (measured in its own process, possibly at fewer batch sizes)
+    into a decode record; sizes it did not measure get ``None``."""
+    out = dict(decode)
+    sizes = decode["batch_sizes"]
+    by_size = dict(zip(compile_rec["batch_sizes"], compile_rec["times"]["compile"]))
+    col = [by_size.get(b) for b in sizes]
+    out["times"] = {**decode["times"], "compile": col}
+    out["tokens_per_s"] = {**decode["tokens_per_s"],
+                           "compile": [None if t is None else b / (t["median"] * 1e-6)
+                                       for b, t in zip(sizes, col)]}
+    eager = [t["median"] for t in decode["times"]["eager"]]
+    out["speedup_vs_eager"] = {m: [None if t is None else e / t["median"]
+                                   for e, t in zip(eager, ts)]
+                               for m, ts in out["times"].items()}
+    out["checks"] = {**decode["checks"], **compile_rec["checks"]}
+    for key in ("compile_s", "cudagraph_skips"):
+        if key in compile_rec:
+            out[key] = compile_rec[key]
+    out["compile_batch_sizes"] = compile_rec["batch_sizes"]
+    return out
+
+
+def run_worker(name: str, func: str, kwargs: dict) -> int:
+    """Measure one record in this process and save it into ``$LABKIT_RUN_DIR``."""
+    fn = run_all_pitfalls if func == "run_all_pitfalls" else getattr(bench, func)
+    save_result(name, fn(**kwargs), kwargs)
+    return 0
+
+
+def summarize_bench(run: Path, failed: list[str] | None = None,
+                    params: dict | None = None) -> tuple[Path, dict]:
+    """Merge the compile columns into the decode records and write the ``bench`` record of
+    run folder ``run``. Needs no GPU: the records keep the environment they were measured
+    in. Returns the bench record's path and the correctness gate."""
+
+    res = run / "results"
+
+    def rec(name: str):
+        p = res / f"{name}.json"
+        return load_result(p) if p.exists() else None
+
+    decode = {}
+    env = None
+    for name in ("small", "gpt2"):
+        d, c = rec(f"decode_{name}"), rec(f"compile_times_{name}")
+        if d is None:
+            continue
+        env = env or d.env
+        data = d.data
+        if c is not None and "compile" not in data["times"]:
+            data = merge_compile(data, c.data)
+            save_result(f"decode_{name}", data, {**d.params, "compile": c.params}, run,
+                        env=d.env)
+        decode[name] = data
+    pool_res = rec("pool_memory_gpt2")
+    pool = pool_res.data if pool_res else None
+    rows = bench_table(decode)
+    few = rec("compile_small")
+    targets = evaluate_targets(decode, pool, few.data if few else None)
+    pool_rows = []
+    if pool:
+        pool_rows = [{"layout": k, "total_MiB": _mib(pool[k]["total_bytes"])}
+                     for k in ("private", "shared_largest_first", "shared_smallest_first")]
+        pool_rows.append({"layout": "largest private pool",
+                          "total_MiB": _mib(pool["largest_private_bytes"])})
+    checks = {f"{n}.{k}": v for n, r in decode.items() for k, v in r["checks"].items()}
+    # the correctness gate: graph and dispatcher tokens equal eager tokens. torch.compile's
+    # fused bf16 kernels round differently, so its agreement is reported, not gated.
+    gate = {k: v for k, v in checks.items() if "graph_tokens" in k or "dispatcher_tokens" in k}
+    path = save_result("bench", {"rows": rows, "targets": targets, "pool": pool_rows,
+                                 "checks": checks, "failed": failed or []},
+                       params or {}, run, env=env)
+    return path, gate
+
+
+def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
+    """Run the benchmark on the GPU; print and save the table. Returns an exit code.
+
+    Each measurement runs in a fresh Python process (a CUDA error in one cannot poison the
+    others, and torch.compile's CUDA Graph Trees never share a process with manual graphs).
+    """
+    import json
+    import subprocess
+
+    import torch
+
+
+    if not torch.cuda.is_available():
+        print("labkit bench: no CUDA GPU here (torch.cuda.is_available() is False). The "
+              "benchmark times CUDA graphs and needs an NVIDIA GPU; the recorded H200 results "
+              "are in data/reference/h200/ (bench.json).", file=sys.stderr)
+        return 2
+
+    run = new_run_dir("bench", root=out_root)
+    env = {**os.environ, "LABKIT_RUN_DIR": str(run.resolve())}
+    os.environ["LABKIT_RUN_DIR"] = str(run.resolve())
+    failed = []
+    for name, func, kwargs in plan(quick, record):
+        print(f"[labkit bench] {name} ...", flush=True)
+        code = subprocess.run([sys.executable, "-m", "labkit.suite.bench_cli", name, func,
+                               json.dumps(kwargs)], env=env).returncode
+        if code != 0:
+            failed.append(name)
+            print(f"[labkit bench] {name} FAILED (exit {code}); going on", file=sys.stderr)
+    path, gate = summarize_bench(run, failed, {"quick": quick, "record": record})
+    result = load_result(path)
+    rec = result.data
+    rows, pool_rows, checks, targets = rec["rows"], rec["pool"], rec["checks"], rec["targets"]
+    print()
+    print(provenance_line(result))
+    print(format_rows(rows))
+    print()
+    print(format_rows(pool_rows))
+    print()
+    print("checks (tokens equal eager before timing):", checks)
+    print(format_rows(targets))
+    if failed:
+        print("FAILED measurements:", ", ".join(failed))
+    print(f"\nsaved: {run}")
+    return 0 if all(gate.values()) and not failed else 1
+
+
+def _findings(d: dict, compile_few: dict | None) -> list[str]:
+    """Headline sentences, every number read from the records."""
+    rows = {(r["model"], r["batch"]): r for r in d["rows"]}
+    out = []
+    s1, g1 = rows.get(("small", 1)), rows.get(("gpt2", 1))
+    big = max((r for r in d["rows"] if r["model"] == "gpt2"), key=lambda r: r["batch"],
+              default=None)
+    if s1 and g1 and big:
+        out.append(f"Graph replay removes the host's launch cost: {s1['graph_speedup']:.1f}x "
+                   f"faster than eager at batch 1 for the 4-layer model, "
+                   f"{g1['graph_speedup']:.1f}x for the 12-layer one; the gain shrinks as the "
+                   f"GPU's own work grows ({big['graph_speedup']:.1f}x at batch {big['batch']} "
+                   "for the 12-layer model).")
+    for model, label in (("small", "4-layer"), ("gpt2", "12-layer")):
+        ov = [r["dispatcher_over_graph"] for r in d["rows"]
+              if r["model"] == model and "dispatcher_over_graph" in r]
+        if ov:
+            out.append(f"The padding dispatcher (validate, copy in, replay, copy out) costs "
+                       f"{100 * (min(ov) - 1):.0f}-{100 * (max(ov) - 1):.0f}% over a bare "
+                       f"replay for the {label} model.")
+    pool = {r["layout"]: r["total_MiB"] for r in d["pool"]}
+    if pool:
+        out.append(f"One shared pool captured largest-first holds "
+                   f"{pool['shared_largest_first']:.0f} MiB, the largest single graph's pool "
+                   f"({pool['largest private pool']:.0f} MiB); private pools hold "
+                   f"{pool['private']:.0f} MiB; smallest-first "
+                   f"{pool['shared_smallest_first']:.0f} MiB.")
+    if compile_few:
+        k = compile_few.get("kernels_per_step", {})
+        t = compile_few["times"]
+        ratios = [c["median"] / g["median"] for c, g in zip(t["compile"], t["graph"])]
+        out.append(f"torch.compile(mode='reduce-overhead') compiled for "
+                   f"{len(compile_few['batch_sizes'])} batch sizes fuses kernels "
+                   f"({k.get('compile')} GPU ops per step instead of {k.get('eager')}) and takes "
+                   f"{min(ratios):.2f}-{max(ratios):.2f}x the time of the hand-made graphs; "
+                   f"compiled for all {len({r['batch'] for r in d['rows']})} sizes (a "
+                   "dynamic-shape recompile) it is the compile_us column below.")
+    return out
+
+
+def markdown_summary(result, compile_few=None) -> str:
+    """The README's reference-results block, generated from the recorded ``bench`` result
+    (a :class:`labkit.measure.results.Result`) and, if given, the ``compile_small`` record, so that
+    no number in the README is typed by hand."""
+
+    d = result.data
+    lines = [f"Recorded with `labkit bench --record`: {provenance_line(result)}.", ""]
+    lines += [f"- {f}" for f in _findings(d, compile_few.data if compile_few else None)]
+    if compile_few is not None:
+        lines.append(f"- The two-size torch.compile figures come from the `{compile_few.name}` "
+                     f"record (notebook 08): {provenance_line(compile_few)}.")
+    lines += ["", "Decode step time (µs, CUDA-event median), bf16, random weights. Eager time is "
+              "the host issuing every kernel from Python: it is host-bound and moves between "
+              "runs on the same machine, so compare the ratios of one run, not eager times "
+              "across runs:", ""]
+    cols = ["model", "batch", "eager_us", "graph_us", "dispatcher_us", "compile_us",
+            "graph_speedup", "dispatcher_over_graph"]
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "---|" * len(cols))
+    for r in d["rows"]:
+        lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    lines += ["", "Graph pool memory, 12-layer d=768 model, ten batch sizes 1…512:", "",
+              "| layout | MiB |", "|---|---|"]
+    lines += [f"| {r['layout']} | {r['total_MiB']:.0f} |" for r in d["pool"]]
+    lines += ["", "Targets:", "", "| target | value | result |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['value']:.3g} | {'PASS' if t['pass'] else 'FAIL'} |"
+              for t in d["targets"]]
+    return "\n".join(lines)
+
+
+README_START = "<!-- bench:start (generated by scripts/update_readme.py; do not edit) -->"
+README_END = "<!-- bench:end -->"
+
+
+def update_readme(readme: Path, block: str) -> bool:
+    """Replace the generated block in ``readme``; returns True when the file changed."""
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no generated block; add the lines {README_START!r} "
+                         f"and {README_END!r} where the table belongs")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_START}\n{block}\n{README_END}{tail}"
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+        return True
+    return False
+
+
+if __name__ == "__main__":  # worker: python -m labkit.suite.bench_cli NAME FUNC KWARGS_JSON
+    import json
+
+    sys.exit(run_worker(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))

@@ -1,0 +1,188 @@
+"""The ``labkit`` command line: run the notebook suite, benchmark, record references, slides.
+
+Every subcommand imports what it needs when it runs, so ``labkit --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _parse_params(items: list[str] | None) -> dict:
+    """``key=value`` pairs; values parsed as YAML scalars (numbers, booleans, lists)."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise SystemExit(f"labkit: parameter {item!r} is not key=value (e.g. -p repeats=20)")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from labkit.suite.runner import run_suite, run_sweep
+
+    params = _parse_params(args.param)
+    if args.sweep:
+        run_dirs = run_sweep(args.notebooks or None, grid_file=Path(args.sweep), params=params,
+                             param_file=Path(args.file) if args.file else None,
+                             out_root=Path(args.out), timeout=args.timeout)
+        print("\n".join(str(d) for d in run_dirs))
+        return 0
+    run_dir = run_suite(args.notebooks or None, params=params,
+                        param_file=Path(args.file) if args.file else None,
+                        out_root=Path(args.out), timeout=args.timeout,
+                        keep_going=args.keep_going)
+    print(run_dir)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from labkit.suite.bench_cli import run_bench
+
+    return run_bench(quick=args.quick, out_root=Path(args.out), record=args.record)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from labkit.env import environment_record, format_record
+
+    rec = environment_record()
+    print(json.dumps(rec, indent=2) if args.json else format_record(rec))
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from labkit.measure.results import copy_to_reference
+
+    copied = copy_to_reference(Path(args.run_dir), args.gpu)
+    for p in copied:
+        print(p)
+    print(f"{len(copied)} result(s) recorded as references for {args.gpu}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from labkit.suite.train import train_char_model
+
+    train_char_model(out=Path(args.out), steps=args.steps, seed=args.seed, device=args.device,
+                     batch=args.batch, seq=args.seq)
+    return 0
+
+
+def cmd_slides(args: argparse.Namespace) -> int:
+    from labkit.suite.slides import export_slides
+
+    outputs = export_slides(run_dir=Path(args.run) if args.run else None,
+                            out_dir=Path(args.out), notebooks=args.notebooks or None,
+                            html=not args.no_html)
+    for p in outputs:
+        print(p)
+    return 0
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from labkit.suite.lab import start_lab
+
+    return start_lab(port=args.port, open_browser=not args.no_browser)
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from labkit.suite.images import export_images
+
+    for p in export_images(out_dir=Path(args.out), fmt=args.format):
+        print(p)
+    return 0
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message already says what went wrong and what to do."""
+    out: list[type[BaseException]] = [FileNotFoundError]
+    for mod, name in (("labkit.suite.slides", "SlidesError"), ("labkit.suite.images", "ImagesError"),
+                      ("labkit.suite.lab", "LabError"), ("labkit.measure.results", "SchemaError"),
+                      ("labkit.graphs", "CaptureError")):
+        module = sys.modules.get(mod)
+        if module is not None and hasattr(module, name):
+            out.append(getattr(module, name))
+    return tuple(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="execute the notebook suite (or some notebooks) with papermill")
+    r.add_argument("notebooks", nargs="*", help="notebooks or numbers (e.g. 03 05); default all")
+    r.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
+                   help="papermill parameter for every notebook (repeatable)")
+    r.add_argument("-f", "--file", help="YAML file of parameters")
+    r.add_argument("--sweep", metavar="GRID.yaml",
+                   help="YAML mapping of parameter -> list of values: one run per combination")
+    r.add_argument("--out", default="runs", help="folder for run folders (default: runs)")
+    r.add_argument("--timeout", type=int, default=1800, help="seconds per cell (default 1800)")
+    r.add_argument("--keep-going", action="store_true",
+                   help="run the remaining notebooks after one fails")
+    r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("bench", help="decode benchmark on a GPU: eager, graph, dispatcher, compile")
+    b.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    b.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
+    b.add_argument("--record", action="store_true",
+                   help="also save every notebook record (decode_*, pool_memory_*, ...)")
+    b.set_defaults(func=cmd_bench)
+
+    e = sub.add_parser("env", help="print the environment record (GPU, driver, torch, commit)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_env)
+
+    ref = sub.add_parser("reference", help="copy a run's result records into data/reference/<gpu>")
+    ref.add_argument("run_dir")
+    ref.add_argument("--gpu", default="h200", help="reference folder name (default h200)")
+    ref.set_defaults(func=cmd_reference)
+
+    t = sub.add_parser("train", help="train the tiny byte-level checkpoint on the corpus")
+    t.add_argument("--out", default="data/checkpoints/char.safetensors")
+    t.add_argument("--steps", type=int, default=1500)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    t.add_argument("--batch", type=int, default=32, help="windows per step (default 32)")
+    t.add_argument("--seq", type=int, default=128, help="bytes per window (default 128)")
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("slides", help="export notebooks to offline reveal.js decks")
+    s.add_argument("notebooks", nargs="*")
+    s.add_argument("--run", help="run folder with executed notebooks (default: newest run)")
+    s.add_argument("--out", default="build/slides")
+    s.add_argument("--no-html", action="store_true", help="decks only, no HTML pages")
+    s.set_defaults(func=cmd_slides)
+
+    lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants")
+    lab.add_argument("--port", type=int, default=8888)
+    lab.add_argument("--no-browser", action="store_true")
+    lab.set_defaults(func=cmd_lab)
+
+    im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")
+    im.add_argument("--out", default="build/images")
+    im.add_argument("--format", default="png", choices=["png", "svg"])
+    im.set_defaults(func=cmd_images)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except _user_errors() as exc:  # a clear message, not a traceback
+        print(f"labkit {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("labkit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

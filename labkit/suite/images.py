@@ -1,0 +1,357 @@
+"""``labkit images``: static PNG/SVG files of the suite's key charts, for papers, handouts and
+slides made with other tools.
+
+The figures are built from the recorded reference results (``data/reference/<gpu>/``, via
+:func:`labkit.measure.results.load_reference`) with the suite's plotly builders, and drawn by kaleido
+1.x, which drives the machine's own Chromium. labkit never downloads a browser: without one,
+:func:`find_browser` raises an error saying how to install it (``apt-get install chromium``).
+
+:func:`read_png` is a small PNG decoder (pure Python; Pillow is not needed) used to check that
+an image is not blank.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+from labkit.measure.results import load_reference, provenance_line, reference_dir
+from labkit.teach.plots import bars, lines, register_template
+
+#: Executables tried, in order, after ``$BROWSER_PATH``.
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+FORMATS = ("png", "svg")
+WIDTH, HEIGHT, PNG_SCALE = 1100, 600, 2
+
+
+class ImagesError(RuntimeError):
+    """Static images cannot be made here (no browser, no kaleido, no records)."""
+
+
+# ----------------------------------------------------------------------------- browser
+
+
+def find_browser() -> str:
+    """Path of a local Chromium/Chrome: ``$BROWSER_PATH``, ``/usr/bin/chromium``, or one on PATH.
+    Raises :class:`ImagesError` (with the install command) when there is none."""
+    env = os.environ.get("BROWSER_PATH")
+    if env:
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return env
+        raise ImagesError(f"BROWSER_PATH={env} is not an executable file")
+    if os.access("/usr/bin/chromium", os.X_OK):
+        return "/usr/bin/chromium"
+    for name in BROWSER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ImagesError(
+        "no Chromium or Chrome found. Static images are drawn by kaleido in a local browser, and "
+        "labkit never downloads one. Install Chromium (Debian/Ubuntu: `apt-get install chromium`; "
+        "macOS: `brew install --cask chromium`) or point BROWSER_PATH at a Chrome/Chromium "
+        "executable.")
+
+
+def _kaleido():
+    try:
+        import kaleido
+    except ImportError as exc:
+        raise ImagesError("static images need kaleido 1.x: `pip install 'kaleido>=1.0'` "
+                          "(or install labkit with the `images` extra)") from exc
+    return kaleido
+
+
+def figure_bytes(fig: Any, fmt: str = "png", *, width: int = WIDTH, height: int = HEIGHT,
+                 scale: float | None = None, browser: str | None = None) -> bytes:
+    """Draw one plotly figure as PNG or SVG bytes with kaleido and the local Chromium.
+    MathJax is not loaded (nothing is fetched from the network)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
+    kaleido = _kaleido()
+    browser = browser or find_browser()
+    scale = scale if scale is not None else (PNG_SCALE if fmt == "png" else 1)
+    return kaleido.calc_fig_sync(fig, opts=dict(format=fmt, width=width, height=height, scale=scale),
+                                 kopts=dict(path=browser, mathjax=False))
+
+
+# ----------------------------------------------------------------------------- charts
+
+
+def _median(stats: Any) -> float | None:
+    if isinstance(stats, dict):
+        v = stats.get("median")
+        return None if v is None else float(v)
+    return None
+
+
+def _generic_launch(res) -> Any:
+
+    d = res.data
+    keys = [k for k in ("host_per_launch", "launch_sync", "gpu_per_eager_kernel",
+                        "gpu_per_graph_node") if d.get(k)]
+    return bars([k.replace("_", " ") for k in keys], {"reference": [_median(d[k]) for k in keys]},
+                title="Launch overhead", x_title="", y_title="µs (median)",
+                subtitle=_provenance(res))
+
+
+def _generic_sweep(res) -> Any:
+
+    sweep = res.data["sweep"]
+    x = [p["numel"] for p in sweep]
+    series = {"eager": [_median(p["eager"]) for p in sweep]}
+    if all(p.get("graph") for p in sweep):
+        series["graph"] = [_median(p["graph"]) for p in sweep]
+    return lines(x, series, title="Time per kernel vs work per kernel", x_title="elements",
+                 y_title="µs per kernel (median)", subtitle=_provenance(res), log_x=True,
+                 log_y=True)
+
+
+def _generic_decode(res) -> Any:
+
+    d = res.data
+    return bars(d["batch_sizes"], {m: [_median(s) for s in v] for m, v in d["times"].items()},
+                title=f"Decode step time ({d.get('preset', '')})", x_title="batch size",
+                y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
+
+
+def _generic_pools(res) -> Any:
+
+    d = res.data
+    keys = ["private", "shared_largest_first", "shared_smallest_first"]
+    return bars(["graph pools"], {k: [d[k]["total_bytes"] / 2**20] for k in keys if k in d},
+                title=f"Graph pool memory ({d.get('preset', '')})", x_title="",
+                y_title="MiB", subtitle=_provenance(res), text_fmt=".0f")
+
+
+def _generic_dispatcher(res) -> Any:
+
+    d = res.data
+    series = {"eager" if k == "eager" else ("graph" if k == "graph_exact" else k):
+              [_median(s) for s in v] for k, v in d["times"].items()}
+    return lines(d["batch_sizes"], series, title="Decode step: eager vs graph vs dispatcher",
+                 x_title="batch size", y_title="µs per step (median)",
+                 subtitle=_provenance(res), log_x=True)
+
+
+def _generic_compile(res) -> Any:
+
+    d = res.data
+    return bars(d["batch_sizes"], {m: [_median(s) for s in v] for m, v in d["times"].items()},
+                title="Manual graphs vs torch.compile", x_title="batch size",
+                y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
+
+
+def _provenance(res) -> str:
+
+    try:
+        return provenance_line(res)
+    except Exception:
+        return ""
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One key chart: the image's file stem, the record it is drawn from, the suite's builder
+    (``module:function``, called with the Result, or with ``data`` + ``subtitle`` when
+    ``takes_data``) and a generic fallback built with :mod:`labkit.teach.plots`."""
+
+    stem: str
+    record: str
+    builder: str | None
+    fallback: Callable[[Any], Any] | None
+    takes_data: bool = False
+
+    def build(self, res) -> Any:
+        if self.builder:
+            import importlib
+
+            mod, fn = self.builder.split(":")
+            try:
+                func = getattr(importlib.import_module(mod), fn)
+            except (ImportError, AttributeError):
+                func = None
+            if func is not None:
+                try:
+                    if self.takes_data:
+                        return func(res.data, subtitle=_provenance(res))
+                    return func(res)
+                except Exception as exc:  # a builder out of step with the record: fall back
+                    if self.fallback is None:
+                        raise
+                    print(f"labkit images: {self.builder} failed on {self.record} ({exc}); "
+                          "using the generic chart", file=sys.stderr)
+        if self.fallback is None:
+            raise ImagesError(f"no builder for {self.stem}")
+        return self.fallback(res)
+
+
+def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
+    """The suite's key charts, in notebook order."""
+    out = [
+        Chart("01_launch_overhead", "launch_overhead", "labkit.teach.plots.timing:launch_overhead_bars",
+              _generic_launch),
+        Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart",
+              _generic_sweep),
+    ]
+    for p in presets:
+        out.append(Chart(f"02_decode_step_{p}", f"decode_{p}", "labkit.teach.plots.decode:step_time_chart",
+                         _generic_decode))
+    for p in presets:
+        out.append(Chart(f"03_timeline_{p}", f"timeline_{p}", "labkit.teach.plots.timing:timeline_chart",
+                         None))
+    for p in presets:
+        out.append(Chart(f"04_pool_memory_{p}", f"pool_memory_{p}", "labkit.teach.plots.memory:pool_totals",
+                         _generic_pools, takes_data=True))
+    for p in presets:
+        out.append(Chart(f"05_dispatcher_{p}", f"dispatcher_{p}", "labkit.teach.plots.dispatch:step_times",
+                         _generic_dispatcher, takes_data=True))
+    for p in presets:
+        out.append(Chart(f"08_compile_{p}", f"compile_{p}", "labkit.teach.plots.compile:step_time_bars",
+                         _generic_compile))
+    return out
+
+
+def export_images(out_dir: Path = Path("build/images"), fmt: str = "png", *,
+                  gpu: str = "h200", charts: Sequence[Chart] | None = None) -> list[Path]:
+    """Write ``<out_dir>/<stem>.<fmt>`` for every key chart whose reference record exists;
+    returns the files written. Charts without a record are skipped (and listed on stderr);
+    :class:`ImagesError` when none can be drawn."""
+
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
+    browser = find_browser()
+    kaleido = _kaleido()
+    register_template()
+    charts = list(charts) if charts is not None else key_charts()
+    todo, missing = [], []
+    cache: dict[str, Any] = {}
+    for ch in charts:
+        if ch.record not in cache:
+            try:
+                cache[ch.record] = load_reference(ch.record, gpu=gpu)
+            except FileNotFoundError:
+                cache[ch.record] = None
+        if cache[ch.record] is None:
+            missing.append(ch.record)
+        else:
+            todo.append((ch, cache[ch.record]))
+    if missing:
+        print(f"labkit images: no reference record for {', '.join(sorted(set(missing)))} in "
+              f"{reference_dir(gpu)}: those charts are skipped", file=sys.stderr)
+    if not todo:
+        raise ImagesError(f"no reference records to draw in {reference_dir(gpu)}: record them on "
+                          "a GPU (`labkit run`, then `labkit reference`)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    scale = PNG_SCALE if fmt == "png" else 1
+    kaleido.start_sync_server(path=browser, mathjax=False, silence_warnings=True)
+    try:
+        for ch, res in todo:
+            fig = ch.build(res)
+            data = kaleido.calc_fig_sync(fig, opts=dict(format=fmt, width=WIDTH, height=HEIGHT,
+                                                        scale=scale))
+            target = out_dir / f"{ch.stem}.{fmt}"
+            target.write_bytes(data)
+            written.append(target)
+    finally:
+        kaleido.stop_sync_server(silence_warnings=True)
+    return written
+
+
+# ----------------------------------------------------------------------------- PNG check
+
+
+@dataclass
+class PngImage:
+    """Decoded 8-bit PNG: ``pixels`` holds ``height`` rows of ``width * channels`` bytes."""
+
+    width: int
+    height: int
+    channels: int
+    rows: list[bytes]
+
+    def rgb(self, x: int, y: int) -> tuple[int, int, int]:
+        row, i = self.rows[y], x * self.channels
+        if self.channels >= 3:
+            return row[i], row[i + 1], row[i + 2]
+        return row[i], row[i], row[i]
+
+    def colours(self, step: int = 4) -> dict[tuple[int, int, int], int]:
+        """Histogram of RGB colours over every ``step``-th pixel of every ``step``-th row."""
+        hist: dict[tuple[int, int, int], int] = {}
+        for y in range(0, self.height, step):
+            for x in range(0, self.width, step):
+                c = self.rgb(x, y)
+                hist[c] = hist.get(c, 0) + 1
+        return hist
+
+    def count_near(self, rgb: tuple[int, int, int], tol: int = 40, step: int = 2) -> int:
+        """Sampled pixels within ``tol`` (per channel) of ``rgb``."""
+        n = 0
+        for y in range(0, self.height, step):
+            for x in range(0, self.width, step):
+                c = self.rgb(x, y)
+                if all(abs(a - b) <= tol for a, b in zip(c, rgb)):
+                    n += 1
+        return n
+
+
+def read_png(source: str | os.PathLike[str] | bytes) -> PngImage:
+    """Decode an 8-bit grey/RGB/RGBA (non-interlaced) PNG with zlib alone."""
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG file")
+    pos, idat = 8, []
+    width = height = depth = ctype = interlace = 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"IEND":
+            break
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}.get(ctype)
+    if depth != 8 or channels is None or interlace:
+        raise ValueError(f"unsupported PNG (bit depth {depth}, colour type {ctype}, "
+                         f"interlace {interlace})")
+    raw = zlib.decompress(b"".join(idat))
+    stride = width * channels
+    rows: list[bytes] = []
+    prev = bytearray(stride)
+    p = 0
+    for _ in range(height):
+        ftype, line = raw[p], bytearray(raw[p + 1:p + 1 + stride])
+        p += 1 + stride
+        if ftype == 1:
+            for i in range(channels, stride):
+                line[i] = (line[i] + line[i - channels]) & 0xFF
+        elif ftype == 2:
+            for i in range(stride):
+                line[i] = (line[i] + prev[i]) & 0xFF
+        elif ftype == 3:
+            for i in range(stride):
+                left = line[i - channels] if i >= channels else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
+        elif ftype == 4:
+            for i in range(stride):
+                a = line[i - channels] if i >= channels else 0
+                b = prev[i]
+                c = prev[i - channels] if i >= channels else 0
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                line[i] = (line[i] + pred) & 0xFF
+        elif ftype != 0:
+            raise ValueError(f"bad PNG filter type {ftype}")
+        rows.append(bytes(line))
+        prev = line
+    return PngImage(width, height, channels, rows)

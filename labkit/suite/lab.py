@@ -1,0 +1,268 @@
+"""``labkit lab``: JupyterLab on the suite's notebooks, for workshop participants.
+
+:func:`start_lab` runs JupyterLab in the foreground on ``notebooks/`` (loopback only, with a
+token, ``--allow-root`` when run as root, no update or news checks) and prints the address to
+open. :class:`LabServer` starts the same server in the background for scripts and tests, and
+:func:`execute_code` runs code in a kernel through the server's REST API and websocket, the way
+the JupyterLab front end does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Sequence
+from labkit.paths import repo_root
+
+LOOPBACK = "127.0.0.1"
+TOKEN_ENV = "LABKIT_LAB_TOKEN"
+
+
+def notebooks_dir() -> Path:
+
+    return repo_root() / "notebooks"
+
+
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def lab_command(root_dir: Path, port: int, token: str, *, open_browser: bool = False,
+                ip: str = LOOPBACK, extra_args: Sequence[str] = ()) -> list[str]:
+    """The ``jupyter lab`` command line :func:`start_lab` and :class:`LabServer` run."""
+    cmd = [sys.executable, "-m", "jupyterlab",
+           f"--ServerApp.root_dir={root_dir}",
+           f"--ServerApp.ip={ip}",
+           f"--ServerApp.port={port}",
+           "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           "--LabApp.news_url=None"]
+    if not open_browser:
+        cmd.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return cmd + list(extra_args)
+
+
+def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | None = None,
+              token: str | None = None, extra_args: Sequence[str] = ()) -> int:
+    """Run JupyterLab on ``notebooks/`` until Ctrl-C; returns its exit status.
+
+    Listens on 127.0.0.1 only (on a remote machine, forward the port:
+    ``ssh -L 8888:127.0.0.1:8888 host``). The token is ``$LABKIT_LAB_TOKEN`` or a fresh random
+    one; the address printed includes it. A busy ``port`` is replaced by the next free one.
+    """
+    root = Path(root_dir) if root_dir is not None else notebooks_dir()
+    if not root.is_dir():
+        print(f"labkit lab: {root} does not exist: run from the repository", file=sys.stderr)
+        return 2
+    token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(18)
+    chosen = port
+    if not port_free(chosen):
+        chosen = next((p for p in range(port + 1, port + 50) if port_free(p)), 0) or free_port()
+        print(f"labkit lab: port {port} is busy, using {chosen}", file=sys.stderr)
+    cmd = lab_command(root, chosen, token, open_browser=open_browser, extra_args=extra_args)
+    url = f"http://{LOOPBACK}:{chosen}/lab?token={token}"
+    print(f"labkit lab: JupyterLab on {root}\n  open  {url}\n  stop  Ctrl-C", flush=True)
+    # its own session, so that Ctrl-C reaches only us and we shut it down without its prompt
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        print("\nlabkit lab: stopping JupyterLab (kernels are shut down)", file=sys.stderr)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 0
+
+
+class LabError(RuntimeError):
+    """The server did not start, or a request to it failed."""
+
+
+class LabServer:
+    """JupyterLab in the background on 127.0.0.1, a free port and a random token::
+
+        with LabServer(root_dir) as lab:
+            lab.get("/api/status")          # (200, {...})
+            execute_code(lab, "1+1")        # '2'
+
+    Runtime files, workspaces and user settings go to a temporary folder.
+    """
+
+    def __init__(self, root_dir: Path, *, port: int | None = None, token: str | None = None,
+                 start_timeout: float = 90.0):
+        self.root_dir = Path(root_dir)
+        self.port = port or free_port()
+        self.token = token or secrets.token_urlsafe(18)
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="labkit-lab-")
+        self.log_path = Path(self._tmp.name) / "server.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def url(self, path: str = "/lab", *, with_token: bool = True) -> str:
+        sep = "&" if "?" in path else "?"
+        return f"{self.base_url}{path}" + (f"{sep}token={self.token}" if with_token else "")
+
+    def start(self) -> "LabServer":
+        tmp = Path(self._tmp.name)
+        extra = [f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+                 f"--LabApp.user_settings_dir={tmp / 'settings'}"]
+        env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(lab_command(self.root_dir, self.port, self.token,
+                                                 extra_args=extra),
+                                     stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LabError(f"JupyterLab exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if self.get("/api/status")[0] == 200:
+                    return self
+            except (OSError, LabError):
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise LabError(f"JupyterLab not ready after {self.start_timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def request(self, method: str, path: str, body: dict | None = None, *,
+                token: bool = True, timeout: float = 30.0) -> tuple[int, object]:
+        """``(status, parsed JSON or text)`` of one REST call."""
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"token {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                     headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            return status, text
+
+    def get(self, path: str, *, token: bool = True) -> tuple[int, object]:
+        return self.request("GET", path, token=token)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> "LabServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._tmp.cleanup()
+
+
+def _message(code: str, session: str) -> dict:
+    return {
+        "header": {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "session": session,
+                   "username": "labkit", "version": "5.3",
+                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "parent_header": {}, "metadata": {}, "channel": "shell",
+        "content": {"code": code, "silent": False, "store_history": False,
+                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+    }
+
+
+async def _ws_execute(url: str, code: str, timeout: float) -> dict:
+    from tornado.websocket import websocket_connect
+
+    conn = await asyncio.wait_for(websocket_connect(url), timeout)
+    try:
+        msg = _message(code, uuid.uuid4().hex)
+        await conn.write_message(json.dumps(msg))
+        out: dict = {"result": None, "stdout": "", "error": None}
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LabError(f"no reply to {code!r} within {timeout:.0f} s")
+            raw = await asyncio.wait_for(conn.read_message(), left)
+            if raw is None:
+                raise LabError("the kernel websocket closed")
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
+                continue
+            kind, content = reply["header"]["msg_type"], reply.get("content", {})
+            if kind == "execute_result":
+                out["result"] = content["data"].get("text/plain")
+            elif kind == "stream":
+                out["stdout"] += content.get("text", "")
+            elif kind == "error":
+                out["error"] = f"{content.get('ename')}: {content.get('evalue')}"
+            elif kind == "status" and content.get("execution_state") == "idle":
+                return out
+    finally:
+        conn.close()
+
+
+def execute_code(lab: LabServer, code: str, *, timeout: float = 60.0) -> dict:
+    """Run ``code`` in a fresh python3 kernel of ``lab`` (REST session + kernel websocket);
+    returns ``{"result": text/plain or None, "stdout": str, "error": str or None}``. The
+    session and its kernel are deleted afterwards."""
+    status, sess = lab.request("POST", "/api/sessions", {
+        "path": "labkit-check.ipynb", "name": "labkit-check.ipynb", "type": "notebook",
+        "kernel": {"name": "python3"}})
+    if status not in (200, 201) or not isinstance(sess, dict):
+        raise LabError(f"creating a session failed ({status}): {sess}")
+    try:
+        kernel = sess["kernel"]["id"]
+        ws = (f"ws://{LOOPBACK}:{lab.port}/api/kernels/{kernel}/channels"
+              f"?session_id={uuid.uuid4().hex}&token={lab.token}")
+        return asyncio.run(_ws_execute(ws, code, timeout))
+    finally:
+        lab.request("DELETE", f"/api/sessions/{sess['id']}")

@@ -1,0 +1,492 @@
+"""A popular article's claims about CUDA Graphs in vLLM, as data, each checked against records.
+
+Each :class:`Claim` names the measurement it is checked against and a function that reads the
+verdict and the evidence **from result records** (``decode_small``, ``decode_gpt2``,
+``pool_memory_gpt2``, ``pitfalls``); no measured number is typed in here. The only numbers in
+this module are the article's own (the claimed 5–8× band) and the tolerance a verdict uses.
+
+Verdicts: ``holds`` (the measurements agree), ``partly`` (right in direction or practice, wrong
+in mechanism or only under a condition), ``false`` (the measurements contradict it),
+``depends`` (true for some settings, not others), ``untested`` (a record is missing).
+
+    records = {"decode_small": res.data, ...}          # or Result objects
+    rows = evaluate_all(records)                       # one dict per claim
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+from labkit.measure.bench import measure_decode, measure_pool_memory
+from labkit.measure.pitfalls import run_all_pitfalls
+from labkit.measure.results import default_run_dir, load_result, provenance_line
+from labkit.teach.notebook import measure_or_reference
+
+VERDICTS = ("holds", "partly", "false", "depends", "untested")
+
+#: the article's figure for "replay is 5–8x faster than eager"
+CLAIMED_SPEEDUP = (5.0, 8.0)
+#: relative slack within which two memory figures count as "the same"
+MEMORY_TOL = 0.10
+MIB = 2 ** 20
+
+#: vLLM's real CUDA-graph settings, as read from its source (V0 ``vllm/engine/arg_utils.py``,
+#: ``vllm/worker/model_runner.py``; V1 ``vllm/config/compilation.py``)
+VLLM_CUDAGRAPH_NAMES: dict[str, str] = {
+    "enforce_eager": "engine argument (--enforce-eager): turn CUDA graphs off",
+    "compilation_config": "engine argument (--compilation-config / -O): holds the options below",
+    "cudagraph_mode": "CompilationConfig: NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
+                      "FULL_AND_PIECEWISE",
+    "cudagraph_capture_sizes": "CompilationConfig (--cudagraph-capture-sizes): the batch sizes",
+    "max_cudagraph_capture_size": "CompilationConfig (--max-cudagraph-capture-size)",
+    "cuda_graph_sizes": "older engine argument (--cuda-graph-sizes)",
+    "max_seq_len_to_capture": "V0 engine argument: longest sequence a graph covers",
+}
+#: names the article gives, and where those names really come from
+ARTICLE_NAMES: dict[str, str] = {
+    "enable_cuda_graph": "no such vLLM argument (graphs are on unless enforce_eager=True)",
+    "cuda_graph_batch_sizes": "a TensorRT-LLM setting, not vLLM's",
+    "graph_pool_size": "no such argument anywhere: the pool is not pre-sized, it grows",
+}
+
+
+@dataclass
+class Assessment:
+    """A verdict with the numbers behind it and a sentence that uses them."""
+
+    verdict: str
+    evidence: dict
+    explanation: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: its text, what it is checked against, and the check."""
+
+    id: str
+    claim: str
+    measurement: str
+    records: tuple[str, ...]
+    check: Callable[[Mapping[str, dict]], Assessment]
+    context: str = ""
+    any_of: bool = False          # True: one of ``records`` is enough
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _data(rec: Any) -> dict:
+    data = getattr(rec, "data", rec)
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a record must be a labkit Result or a dict, got {type(rec).__name__}")
+    return dict(data)
+
+
+def _mib(b: float | int | None) -> float | None:
+    return None if b is None else float(b) / MIB
+
+
+# ---------------------------------------------------------------------------- 1. 5-8x
+
+
+def check_replay_speedup(records: Mapping[str, dict]) -> Assessment:
+    """Graph-replay speed-up over eager per model and batch size vs the claimed 5–8×."""
+    lo, hi = CLAIMED_SPEEDUP
+    per: dict[str, dict] = {}
+    for name in sorted(records):
+        if not name.startswith("decode_"):
+            continue
+        d = _data(records[name])
+        sp = d.get("speedup_vs_eager", {}).get("graph")
+        if not sp:
+            continue
+        per[name] = {"batch_sizes": list(d["batch_sizes"]), "speedup": [float(s) for s in sp],
+                     "kernels_per_step": d.get("kernels_per_step")}
+    if not per:
+        return Assessment("untested", {}, "no decode record with a graph speed-up")
+    values = [s for p in per.values() for s in p["speedup"]]
+    inside = [lo <= s <= hi for s in values]
+    smin, smax = min(values), max(values)
+    evidence = {"claimed": [lo, hi], "min": smin, "max": smax, "n_points": len(values),
+                "n_inside_claim": sum(inside), "per_record": per}
+    parts = "; ".join(
+        f"{n.removeprefix('decode_')}: " + ", ".join(f"bs {b} {s:.1f}x" for b, s in
+                                                   zip(p["batch_sizes"], p["speedup"]))
+        for n, p in per.items())
+    if all(inside):
+        verdict = "holds"
+    elif not any(inside):
+        verdict = "false"
+    else:
+        verdict = "depends"
+    falling = {n.removeprefix("decode_"): p for n, p in per.items()
+               if len(p["speedup"]) > 1 and p["speedup"][-1] < p["speedup"][0]}
+    evidence["falls_with_batch"] = list(falling)
+    text = (f"measured {smin:.1f}x to {smax:.1f}x ({parts}); {sum(inside)} of {len(values)} "
+            f"points inside the claimed {lo:g}-{hi:g}x.")
+    if falling:
+        text += " From the smallest to the largest batch the speed-up falls (" + "; ".join(
+            f"{n}: {p['speedup'][0]:.1f}x at bs {p['batch_sizes'][0]} to {p['speedup'][-1]:.1f}x "
+            f"at bs {p['batch_sizes'][-1]}" for n, p in falling.items()) + \
+            "): the gain is the CPU launch time removed, worth less as the GPU work per step grows."
+    return Assessment(verdict, evidence, text)
+
+
+# ---------------------------------------------------------------------------- 2. max not sum
+
+
+def _pool_record(records: Mapping[str, dict]) -> tuple[str, dict] | None:
+    names = sorted(n for n in records if n.startswith("pool_memory_"))
+    if not names:
+        return None
+    name = "pool_memory_gpt2" if "pool_memory_gpt2" in names else names[0]
+    return name, _data(records[name])
+
+
+def check_shared_pool_max(records: Mapping[str, dict]) -> Assessment:
+    """Shared-pool total vs the largest single private pool (max) and all of them (sum)."""
+    found = _pool_record(records)
+    if found is None:
+        return Assessment("untested", {}, "no pool_memory record")
+    name, d = found
+    total = int(d["private"]["total_bytes"])
+    largest = int(d["largest_private_bytes"])
+    lf = int(d["shared_largest_first"]["total_bytes"])
+    sf = int(d["shared_smallest_first"]["total_bytes"])
+    ev = {"record": name, "n_graphs": len(d.get("sizes", [])),
+          "sum_private_mib": _mib(total), "max_private_mib": _mib(largest),
+          "shared_largest_first_mib": _mib(lf), "shared_smallest_first_mib": _mib(sf),
+          "largest_first_over_max": lf / largest, "smallest_first_over_max": sf / largest,
+          "largest_first_over_sum": lf / total}
+    lf_is_max = lf <= largest * (1 + MEMORY_TOL)
+    sf_is_max = sf <= largest * (1 + MEMORY_TOL)
+    nums = (f"{ev['n_graphs']} graphs: sum of private pools {ev['sum_private_mib']:.1f} MiB, "
+            f"largest one {ev['max_private_mib']:.1f} MiB; one shared pool "
+            f"{ev['shared_largest_first_mib']:.1f} MiB captured largest first "
+            f"({ev['largest_first_over_max']:.2f}x the largest), "
+            f"{ev['shared_smallest_first_mib']:.1f} MiB smallest first "
+            f"({ev['smallest_first_over_max']:.2f}x)")
+    if lf >= total:
+        return Assessment("false", ev, nums + ": sharing saved nothing.")
+    if lf_is_max and sf_is_max:
+        return Assessment("holds", ev, nums + ": about the max in either order.")
+    if lf_is_max:
+        return Assessment("partly", ev, nums + ": max-not-sum holds when the largest graph "
+                          "is captured first; in the other order the pool ends above the max.")
+    return Assessment("partly", ev, nums + ": well below the sum but above the max (the "
+                      "largest graph's peak plus what each other graph keeps alive).")
+
+
+# ---------------------------------------------------------------------------- 3. largest first
+
+
+def _growth_in_order(section: dict, sizes: Sequence[int],
+                     descending: bool) -> list[tuple[int, int]]:
+    growth = {int(k): int(v) for k, v in section.get("growth_bytes", {}).items()}
+    order = sorted(sizes, reverse=descending)
+    return [(b, growth[b]) for b in order if b in growth]
+
+
+def check_largest_first(records: Mapping[str, dict]) -> Assessment:
+    """Capture largest first "so the pool is big enough": is the pool sized by the first
+    capture, or does it grow? And does largest-first end smaller?"""
+    found = _pool_record(records)
+    if found is None:
+        return Assessment("untested", {}, "no pool_memory record")
+    name, d = found
+    sizes = [int(s) for s in d["sizes"]]
+    lf_total = int(d["shared_largest_first"]["total_bytes"])
+    sf_total = int(d["shared_smallest_first"]["total_bytes"])
+    sf_growth = _growth_in_order(d["shared_smallest_first"], sizes, descending=False)
+    lf_growth = _growth_in_order(d["shared_largest_first"], sizes, descending=True)
+    sf_steps = sum(1 for (_, a), (_, b) in zip(sf_growth, sf_growth[1:]) if b > a)
+    lf_first = lf_growth[0][1] if lf_growth else None
+    ev = {"record": name, "largest_first_mib": _mib(lf_total),
+          "smallest_first_mib": _mib(sf_total),
+          "smallest_first_over_largest_first": sf_total / lf_total if lf_total else None,
+          "smallest_first_pool_mib_after_each": [[b, _mib(v)] for b, v in sf_growth],
+          "largest_first_pool_mib_after_each": [[b, _mib(v)] for b, v in lf_growth],
+          "smallest_first_growth_steps": sf_steps,
+          "largest_first_share_after_first_capture":
+              (lf_first / lf_total) if lf_first and lf_total else None}
+    nums = (f"largest first ends at {ev['largest_first_mib']:.1f} MiB, smallest first at "
+            f"{ev['smallest_first_mib']:.1f} MiB; captured smallest first the pool grew at "
+            f"{sf_steps} of {max(len(sf_growth) - 1, 0)} later captures")
+    if lf_total > sf_total * (1 + MEMORY_TOL):
+        return Assessment("false", ev, nums + ": largest first did not save memory here.")
+    if sf_steps >= 1:
+        return Assessment("partly", ev, nums + ". The practice is right (vLLM, SGLang and "
+                          "TensorRT-LLM capture largest first) but the pool is not sized "
+                          "up front: it grows on demand; largest first helps because the "
+                          "smaller graphs fit into blocks the first one freed.")
+    return Assessment("holds", ev, nums + ".")
+
+
+# ---------------------------------------------------------------------------- 4. offsets
+
+
+def check_offsets_not_addresses(records: Mapping[str, dict]) -> Assessment:
+    """Graphs replay into the same absolute device addresses (the ``pitfalls`` record)."""
+    if "pitfalls" not in records:
+        return Assessment("untested", {}, "no pitfalls record")
+    d = _data(records["pitfalls"])
+    addr = d.get("address_demo") or {}
+    if not addr or "error" in addr:
+        return Assessment("untested", {"address_demo": addr}, "the address demonstration "
+                          "did not run")
+    pits = {p["name"]: p for p in d.get("pitfalls", [])}
+    reb = (pits.get("input_rebound") or {}).get("details", {})
+    shared = (pits.get("output_overwritten") or {}).get("details", {}).get("shared_pool", {})
+    a = addr["graphs"][0]
+    seg = a.get("output_segment") or {}
+    kernel = addr.get("kernel_args") or {}
+    ev = {"output_ptr_hex": hex(a["output_ptr"]), "replays": len(addr["replay_output_ptrs"]),
+          "identical_across_replays": bool(addr["identical_across_replays"]),
+          "segment_base_hex": hex(seg["segment_base"]) if seg else None,
+          "offset_in_segment": seg.get("offset_in_segment"),
+          "absolute": bool(addr.get("absolute")),
+          "pointer_in_kernel_args": kernel.get("output_ptr_found"),
+          "rebound_input_ignored": bool(reb) and reb.get("stale") == reb.get("previous_step"),
+          "shared_pool_block_reused_at_same_address": shared.get("reused_address")}
+    absolute_evidence = ev["absolute"] or bool(ev["pointer_in_kernel_args"])
+    if ev["identical_across_replays"] and absolute_evidence:
+        text = (f"graph A wrote to {ev['output_ptr_hex']} at each of {ev['replays']} replays; "
+                f"that is a device virtual address (allocator segment at "
+                f"{ev['segment_base_hex']} + offset {ev['offset_in_segment']})")
+        if ev["pointer_in_kernel_args"]:
+            text += ", and the same 8-byte address sits in the kernel node's arguments"
+        if ev["rebound_input_ignored"]:
+            text += ("; a rebound input was ignored: the graph kept reading the tensor at the "
+                     "captured address")
+        text += (". Graphs bake absolute addresses; only CUDA virtual-memory remapping "
+                 "(vLLM's sleep mode) moves the physical memory underneath them.")
+        return Assessment("false", ev, text)
+    if not ev["identical_across_replays"]:
+        return Assessment("holds", ev, "the output address changed between replays")
+    return Assessment("partly", ev, "same address at every replay, but the record does not "
+                      "show that it is absolute")
+
+
+# ---------------------------------------------------------------------------- 5. engine args
+
+
+def vllm_option_names() -> tuple[set[str], str]:
+    """vLLM's engine-argument and compilation-config field names: read from an installed
+    ``vllm`` when there is one, else the names listed in :data:`VLLM_CUDAGRAPH_NAMES`."""
+    try:
+        import dataclasses
+
+        from vllm.config import CompilationConfig  # type: ignore
+        from vllm.engine.arg_utils import EngineArgs  # type: ignore
+
+        names = {f.name for f in dataclasses.fields(EngineArgs)}
+        names |= {f.name for f in dataclasses.fields(CompilationConfig)}
+        return names, "installed vllm"
+    except Exception:  # noqa: BLE001 - vllm is not a dependency
+        return set(VLLM_CUDAGRAPH_NAMES), "vLLM source (listed in labkit.teach.claims)"
+
+
+def check_engine_args(records: Mapping[str, dict]) -> Assessment:
+    """Do the argument names the article gives exist in vLLM?"""
+    real, where = vllm_option_names()
+    claimed = list(ARTICLE_NAMES)
+    exist = [n for n in claimed if n in real]
+    ev = {"claimed_names": claimed, "exist_in_vllm": exist, "checked_against": where,
+          "real_names": sorted(n for n in VLLM_CUDAGRAPH_NAMES if n in real)}
+    if not exist:
+        verdict = "false"
+    elif len(exist) < len(claimed):
+        verdict = "partly"
+    else:
+        verdict = "holds"
+    text = (f"{len(exist)} of {len(claimed)} names exist ({where}). vLLM's settings are "
+            "enforce_eager and compilation_config.cudagraph_mode / cudagraph_capture_sizes / "
+            "max_cudagraph_capture_size; " +
+            "; ".join(f"{n}: {why}" for n, why in ARTICLE_NAMES.items() if n not in exist))
+    return Assessment(verdict, ev, text)
+
+
+# ---------------------------------------------------------------------------- the list
+
+
+CLAIMS: list[Claim] = [
+    Claim("replay_5_8x", "Replaying a CUDA graph makes decode 5-8x faster than eager.",
+          "decode step time, eager vs graph replay, per model and batch size",
+          ("decode_small", "decode_gpt2"), check_replay_speedup, any_of=True,
+          context="Public end-to-end decode gains on 7B-class models are about 1.1-2.3x; a "
+                  "tiny model on a fast GPU can show much more, because the gain is the CPU "
+                  "launch time removed.",
+          sources=("PyTorch docs, CUDA Graphs: 'eliding CPU overhead is the main benefit'",)),
+    Claim("pool_max_not_sum", "Sharing one memory pool makes graph memory the max of the "
+          "graphs instead of their sum.",
+          "pool bytes (allocator accounting): private pools vs one shared pool, both orders",
+          ("pool_memory_gpt2",), check_shared_pool_max,
+          context="vLLM estimates graph memory as the first capture plus a per-graph "
+                  "residual times (n - 1).",
+          sources=("vllm/worker/model_runner.py", "vllm/v1/worker/gpu_model_runner.py")),
+    Claim("largest_first_sizes_pool", "Capture the largest batch size first so that the pool "
+          "is big enough for the others.",
+          "pool size after each capture, largest first vs smallest first",
+          ("pool_memory_gpt2",), check_largest_first,
+          context="vLLM ('capturing the largest batch size first may help reduce the memory "
+                  "usage'), SGLang and TensorRT-LLM all capture in descending order.",
+          sources=("vllm/worker/model_runner.py",
+                   "python/sglang/srt/model_executor/cuda_graph_runner.py")),
+    Claim("pool_offsets", "The pool records offsets, not absolute addresses, so graphs can "
+          "be moved.",
+          "data_ptr of a graph's output over replays and its allocator segment; rebound input",
+          ("pitfalls",), check_offsets_not_addresses,
+          context="PyTorch docs: 'a captured graph acts on the same virtual addresses every "
+                  "time it replays'.",
+          sources=("PyTorch docs, CUDA Graphs",)),
+    Claim("engine_args", "vLLM's CUDA graphs are configured with enable_cuda_graph, "
+          "cuda_graph_batch_sizes and graph_pool_size.",
+          "vLLM's engine arguments and compilation config", (), check_engine_args,
+          sources=("vllm/engine/arg_utils.py", "vllm/config/compilation.py")),
+]
+
+
+def claim(claim_id: str) -> Claim:
+    """The claim with id ``claim_id``."""
+    for c in CLAIMS:
+        if c.id == claim_id:
+            return c
+    raise KeyError(f"no claim {claim_id!r}; ids: {[c.id for c in CLAIMS]}")
+
+
+def needed_records(claims: Sequence[Claim] | None = None) -> list[str]:
+    """Every record name the claims are checked against, in order."""
+    out: list[str] = []
+    for c in claims or CLAIMS:
+        out += [r for r in c.records if r not in out]
+    return out
+
+
+def evaluate(c: Claim, records: Mapping[str, Any]) -> dict:
+    """Run one claim's check on ``records`` (name -> Result or data dict)."""
+    present = {k: _data(v) for k, v in records.items() if v is not None}
+    missing = [r for r in c.records if r not in present]
+    base = {"id": c.id, "claim": c.claim, "measurement": c.measurement,
+            "records": list(c.records), "context": c.context}
+    if c.records and (len(missing) == len(c.records) if c.any_of else missing):
+        return {**base, "verdict": "untested", "evidence": {"missing": missing},
+                "explanation": f"record(s) not available: {', '.join(missing)}"}
+    try:
+        a = c.check(present)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return {**base, "verdict": "untested", "evidence": {"error": repr(exc)},
+                "explanation": f"the record does not have the expected fields ({exc!r})"}
+    return {**base, "verdict": a.verdict, "evidence": a.evidence, "explanation": a.explanation}
+
+
+def evaluate_all(records: Mapping[str, Any], claims: Sequence[Claim] | None = None) -> list[dict]:
+    """One result dict per claim (see :func:`evaluate`)."""
+    return [evaluate(c, records) for c in (claims or CLAIMS)]
+
+
+def verdict_rows(results: Sequence[dict]) -> list[dict]:
+    """Table rows: claim, verdict, the evidence in one sentence, what it was checked against."""
+    return [{"claim": r["claim"], "verdict": r["verdict"], "evidence": r["explanation"],
+             "checked against": ", ".join(r["records"]) or "vLLM source"} for r in results]
+
+
+def describe(result: dict) -> str:
+    """Plain text of one evaluated claim: the claim, its verdict, the evidence sentence and
+    what real systems do."""
+    lines = [f"CLAIM    : {result['claim']}", f"VERDICT  : {result['verdict'].upper()}",
+             f"MEASURED : {result['measurement']}"
+             + (f" (records: {', '.join(result['records'])})" if result["records"] else ""),
+             f"EVIDENCE : {result['explanation']}"]
+    if result.get("context"):
+        lines.append(f"CONTEXT  : {result['context']}")
+    return "\n".join(lines)
+
+
+def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Sequence[float],
+                         smallest_first_mib: Sequence[float], preset: str = "synthetic") -> dict:
+    """A ``pool_memory_<preset>``-shaped record from MiB figures, for exercises and tests:
+    ``private_mib[bs]`` per batch size; the shared pool's size after each capture, in capture
+    order (largest first: descending sizes; smallest first: ascending)."""
+    sizes = sorted(int(b) for b in private_mib)
+    if len(largest_first_mib) != len(sizes) or len(smallest_first_mib) != len(sizes):
+        raise ValueError(f"give one pool size per capture: {len(sizes)} sizes, "
+                         f"{len(largest_first_mib)} and {len(smallest_first_mib)} values")
+
+    def b(x: float) -> int:
+        return int(round(x * MIB))
+
+    def shared(values: Sequence[float], order: Sequence[int]) -> dict:
+        return {"total_bytes": b(values[-1]), "capture_s": {},
+                "growth_bytes": {str(bs): b(v) for bs, v in zip(order, values)}}
+
+    return {"preset": preset, "sizes": sizes,
+            "private": {"per_size_bytes": {str(k): b(private_mib[k]) for k in sizes},
+                        "total_bytes": sum(b(private_mib[k]) for k in sizes), "capture_s": {}},
+            "largest_private_bytes": max(b(private_mib[k]) for k in sizes),
+            "shared_largest_first": shared(largest_first_mib, sizes[::-1]),
+            "shared_smallest_first": shared(smallest_first_mib, sizes)}
+
+
+def verdict_counts(results: Sequence[dict]) -> dict[str, int]:
+    """How many claims got each verdict."""
+    out = {v: 0 for v in VERDICTS}
+    for r in results:
+        out[r["verdict"]] += 1
+    return {k: v for k, v in out.items() if v}
+
+
+# ---------------------------------------------------------------------------- gathering records
+
+
+def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
+    """name -> (measure function, params) for the records the claims need. The measure
+    functions import :mod:`labkit.measure.bench` only when called (they need a GPU)."""
+
+    def decode(p: str):
+        def run() -> dict:
+            return measure_decode(p, batch_sizes=(1, 8, 64), methods=("eager", "graph"),
+                                  dtype="bfloat16", repeats=30)
+        return run
+
+    def pool() -> dict:
+        return measure_pool_memory("gpt2", sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                                   dtype="bfloat16")
+
+    def pits() -> dict:
+        return run_all_pitfalls()
+
+    dec = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "bfloat16",
+           "repeats": 30}
+    return {
+        "decode_small": (decode("small"), {"preset": "small", **dec}),
+        "decode_gpt2": (decode("gpt2"), {"preset": "gpt2", **dec}),
+        "pool_memory_gpt2": (pool, {"preset": "gpt2", "dtype": "bfloat16",
+                                    "sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]}),
+        "pitfalls": (pits, {}),
+    }
+
+
+def gather_records(ctx: Any, names: Sequence[str] | None = None, *,
+                   reuse_run: bool = True) -> dict[str, Any]:
+    """The records the claims need, via :func:`labkit.teach.notebook.measure_or_reference`.
+
+    On the GPU tier a record already saved in the current run folder (by an earlier notebook
+    of the same ``labkit run``) is reused instead of measured again when ``reuse_run``.
+    """
+
+    specs = record_specs()
+    out: dict[str, Any] = {}
+    for name in names or needed_records():
+        if name not in specs:
+            raise KeyError(f"no measurement known for record {name!r}; known: {sorted(specs)}")
+        path = default_run_dir() / "results" / f"{name}.json"
+        if getattr(ctx, "live", False) and reuse_run and path.is_file():
+            res = load_result(path)
+            print(f"{name}: measured earlier in this run ({provenance_line(res)})")
+            out[name] = res
+            continue
+        fn, params = specs[name]
+        out[name] = measure_or_reference(ctx, name, fn, params)
+    return out
