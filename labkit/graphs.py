@@ -249,6 +249,9 @@ class GraphSet:
     pool_mode: PoolMode
     order: Order
     capture_order: list[int] = field(default_factory=list)
+    #: static logits ``(largest size, V)`` that every graph writes its first rows of; it lies
+    #: outside the graphs' pool, so a graph's output never pins pool memory
+    logits: torch.Tensor | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -349,13 +352,14 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     tokens = torch.zeros(n, dtype=torch.long, device=dev)
     positions = torch.zeros(n, dtype=torch.long, device=dev)
     slots = torch.full((n,), model.cfg.scratch_slot, dtype=torch.long, device=dev)
+    logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype, device=dev)
     seq = sizes[::-1] if order == "largest_first" else sizes
     handle = torch.cuda.graph_pool_handle() if pool == "shared" else None
     stream = torch.cuda.Stream()
     graphs: dict[int, CapturedGraph] = {}
 
     def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return model.decode_step(t, p, s, check=False)
+        return model.decode_step(t, p, s, check=False, out=logits[:t.shape[0]])
 
     try:
         with gc_frozen():
@@ -376,4 +380,5 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
                 exc.rule, exc.fix + f" (graphs already captured for sizes {done} were "
                 "released; the model and its cache are intact)", exc.detail) from exc
         raise
-    return GraphSet(graphs, tokens, positions, slots, pool, order, capture_order=list(seq))
+    return GraphSet(graphs, tokens, positions, slots, pool, order, capture_order=list(seq),
+                    logits=logits)

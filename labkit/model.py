@@ -2,7 +2,9 @@
 
 The decode step is written so that it can be captured in a CUDA graph:
 
-* the KV cache is allocated once, shape ``(layers, slots, heads, max_seq, head_dim)``;
+* the KV cache (:mod:`labkit.kvcache`) is allocated once: ``(layers, slots, max_seq, heads,
+  head_dim)`` in the slot layout, or blocks of a pool with a block table in the paged layout;
+  each step reads it in place (no copy of a whole row per layer);
 * ``decode_step(tokens, positions, slots)`` takes device tensors only, never reads a value
   back to the host, and every shape depends on the batch size alone;
 * each row of a batch may sit at its own position and use its own cache slot;
@@ -21,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.kvcache import LAYOUTS, KVCache, StepMeta, make_cache
+
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -36,10 +40,19 @@ class GPTConfig:
     max_seq: int = 256
     dtype: str = "float32"
     extra: dict = field(default_factory=dict)
+    #: KV-cache layout: ``'slot'`` (one row per slot) or ``'paged'`` (blocks + block table)
+    kv_layout: str = "slot"
+    #: positions per block (paged layout)
+    block_size: int = 16
+    #: blocks in the paged pool, the pad block included (None: as much room as the slots)
+    num_blocks: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not supported; use one of {sorted(_DTYPES)}")
+        if self.kv_layout not in LAYOUTS:
+            raise ValueError(f"kv_layout {self.kv_layout!r} is not supported; use one of "
+                             f"{list(LAYOUTS)}")
         if self.d_model % self.n_head:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
@@ -115,17 +128,15 @@ class Block(nn.Module):
         x = x + self.proj(y.transpose(1, 2).reshape(x.shape))
         return self._mlp(x), k, v
 
-    def forward_step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     positions: torch.Tensor, slots: torch.Tensor,
-                     mask: torch.Tensor) -> torch.Tensor:
-        """One new token per row: write k, v into the cache, attend over the row's slot."""
-        q, k, v = self._split(x)  # (B, H, 1, hd)
-        # index_put with device index tensors: no host sync, shape fixed by B
-        k_cache[slots, :, positions] = k[:, :, 0]
-        v_cache[slots, :, positions] = v[:, :, 0]
-        keys, values = k_cache[slots], v_cache[slots]  # (B, H, T, hd)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + self.proj(y.transpose(1, 2).reshape(x.shape))
+    def forward_step(self, x: torch.Tensor, cache: KVCache, layer: int,
+                     meta: StepMeta) -> torch.Tensor:
+        """One new token per row ``x`` ``(B, 1, D)``: write k, v into the cache, attend over
+        the row's positions in place."""
+        b = x.shape[0]
+        q, k, v = self.qkv(self.ln1(x)).view(b, 3, self.n_head, self.head_dim).unbind(1)
+        cache.write(layer, k, v, meta)
+        y = cache.attend(layer, q, meta)  # (B, H, hd)
+        x = x + self.proj(y.reshape(x.shape))
         return self._mlp(x)
 
 
@@ -144,9 +155,10 @@ class TinyGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        cache_shape = (cfg.n_layer, cfg.max_batch + 1, cfg.n_head, cfg.max_seq, cfg.head_dim)
-        self.register_buffer("k_cache", torch.zeros(cache_shape), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(cache_shape), persistent=False)
+        options = ({"block_size": cfg.block_size, "num_blocks": cfg.num_blocks}
+                   if cfg.kv_layout == "paged" else {})
+        self.cache = make_cache(cfg.kv_layout, cfg.n_layer, cfg.max_batch, cfg.max_seq,
+                                cfg.n_head, cfg.head_dim, torch.float32, **options)
         self.register_buffer("_arange", torch.arange(cfg.max_seq), persistent=False)
         self.apply(self._init)
         self.to(cfg.torch_dtype)
@@ -166,12 +178,21 @@ class TinyGPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def k_cache(self) -> torch.Tensor:
+        """All keys: ``(layers, slots, max_seq, heads, head_dim)`` (slot layout) or
+        ``(layers, blocks, block_size, heads, head_dim)`` (paged)."""
+        return self.cache.k
+
+    @property
+    def v_cache(self) -> torch.Tensor:
+        return self.cache.v
+
     def cache_bytes(self) -> int:
-        return self.k_cache.numel() * self.k_cache.element_size() * 2
+        return self.cache.nbytes()
 
     def reset_cache(self) -> None:
-        self.k_cache.zero_()
-        self.v_cache.zero_()
+        self.cache.reset()
 
     def _check_tensor(self, name: str, t: torch.Tensor, ndim: int) -> None:
         if not isinstance(t, torch.Tensor):
@@ -202,6 +223,17 @@ class TinyGPT(nn.Module):
                 raise ValueError(
                     f"position {last} is past the KV cache (max_seq={cfg.max_seq}); "
                     f"build the model with a larger max_seq or generate fewer tokens")
+        if cfg.kv_layout == "paged" and positions is not None:
+            self._check_room(slots.tolist(), [p + extra_len + 1 for p in positions.tolist()])
+
+    def _check_room(self, slots: list[int], needed: list[int]) -> None:
+        """Paged layout: each live slot must own blocks for the positions it writes."""
+        for s, n in zip(slots, needed):
+            if s != self.cfg.scratch_slot and n > self.cache.capacity(s):
+                raise ValueError(
+                    f"slot {s} owns room for {self.cache.capacity(s)} positions but the step "
+                    f"writes position {n - 1}; reserve blocks first "
+                    f"(model.cache.reserve({s}, {n}))")
 
     # ------------------------------------------------------------------ forward passes
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -233,20 +265,25 @@ class TinyGPT(nn.Module):
                              f"(max_seq={self.cfg.max_seq}); shorten it or raise max_seq")
         if tokens.device.type == "cpu":
             self._check_values(tokens, None, slots)
+            if self.cfg.kv_layout == "paged":
+                self._check_room(slots.tolist(), [t] * b)
         x = self.tok_emb(tokens) + self.pos_emb(self._arange[:t])
         for i, block in enumerate(self.blocks):
             x, k, v = block.forward_full(x)
-            self.k_cache[i, slots, :, :t] = k
-            self.v_cache[i, slots, :, :t] = v
+            self.cache.write_prefill(i, k.transpose(1, 2), v.transpose(1, 2), slots)
         return self.lm_head(self.ln_f(x[:, -1]))
 
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                    *, check: bool | None = None) -> torch.Tensor:
+                    *, check: bool | None = None,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
         """One decode step for a batch: token ``tokens[i]`` sits at ``positions[i]`` of slot
         ``slots[i]``. Returns logits ``(B, V)``.
 
         Capture-safe: shapes depend on ``B`` only and nothing is read back to the host.
+        ``out`` (``(B, V)``, the model's dtype) receives the logits instead of a new tensor:
+        graphs write into one static buffer allocated outside their memory pool.
+
         Value checks (ids in range, position inside the cache) read values on the host, so
         they run by default only for CPU tensors; pass ``check=True`` to force them on CUDA
         (outside capture), ``check=False`` to skip them.
@@ -265,12 +302,14 @@ class TinyGPT(nn.Module):
             check = tokens.device.type == "cpu"
         if check:
             self._check_values(tokens, positions, slots)
+        meta = self.cache.step_meta(positions, slots)
         x = (self.tok_emb(tokens) + self.pos_emb(positions)).unsqueeze(1)  # (B, 1, D)
-        # attend to positions 0..pos of each row: (B, 1, 1, T) boolean mask
-        mask = (self._arange[None, :] <= positions[:, None])[:, None, None, :]
         for i, block in enumerate(self.blocks):
-            x = block.forward_step(x, self.k_cache[i], self.v_cache[i], positions, slots, mask)
-        return self.lm_head(self.ln_f(x[:, 0]))
+            x = block.forward_step(x, self.cache, i, meta)
+        h = self.ln_f(x[:, 0])
+        if out is None:
+            return self.lm_head(h)
+        return torch.mm(h, self.lm_head.weight.t(), out=out)
 
     # ------------------------------------------------------------------ weights
     def save(self, path: str | Path, extra_metadata: dict[str, str] | None = None) -> None:
@@ -353,20 +392,26 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
         return [[] for _ in prompts]
     step = step_fn or model.decode_step
     dev = model.device
-    first = []
-    for i, p in enumerate(prompts):
-        logits = model.prefill(torch.tensor([list(p)], device=dev),
-                               torch.tensor([i], device=dev))
-        first.append(logits.argmax(-1))
-    tokens = torch.cat(first)
-    positions = torch.tensor([len(p) for p in prompts], device=dev)
-    slots = torch.arange(n, device=dev)
-    out = [tokens]
-    for _ in range(max_new_tokens - 1):
-        tokens = step(tokens, positions, slots).argmax(-1)
-        positions = positions + 1
-        out.append(tokens)
-    return torch.stack(out, dim=1).tolist()
+    for i, p in enumerate(prompts):  # paged layout: blocks for every position written
+        model.cache.reserve(i, len(p) + max_new_tokens - 1)
+    try:
+        first = []
+        for i, p in enumerate(prompts):
+            logits = model.prefill(torch.tensor([list(p)], device=dev),
+                                   torch.tensor([i], device=dev))
+            first.append(logits.argmax(-1))
+        tokens = torch.cat(first)
+        positions = torch.tensor([len(p) for p in prompts], device=dev)
+        slots = torch.arange(n, device=dev)
+        out = [tokens]
+        for _ in range(max_new_tokens - 1):
+            tokens = step(tokens, positions, slots).argmax(-1)
+            positions = positions + 1
+            out.append(tokens)
+        return torch.stack(out, dim=1).tolist()
+    finally:
+        for i in range(n):
+            model.cache.release(i)
 
 
 def generate_text(model: TinyGPT, prompt: str, max_new_tokens: int = 100) -> str:
