@@ -210,16 +210,13 @@ if [[ -d "$VENV" ]]; then
 else
   real_venv="$(cd "$(dirname "$VENV")" 2>/dev/null && pwd -P || true)/$(basename "$VENV")"
 fi
-# Prints where the venv finds torch (without importing it), if anywhere.
-venv_torch_origin() {
-  "$VPY" -E -c 'import importlib.util as u, os
-s = u.find_spec("torch")
-print(os.path.realpath(s.origin) if s and s.origin else "")' 2>/dev/null || true
-}
+# Where the venv's own torch is (found without importing it), if it has one.
 VENV_OWN_TORCH=""
 if [[ -x "$VPY" ]]; then
-  origin="$(venv_torch_origin)"
-  [[ "$origin" == "$real_venv"/* ]] && VENV_OWN_TORCH="$origin"
+  VENV_OWN_TORCH="$("$VPY" -E -c 'import importlib.util as u, os, sys
+s = u.find_spec("torch")
+origin = os.path.abspath(s.origin) if s and s.origin else ""
+print(origin if origin.startswith(os.path.abspath(sys.prefix) + os.sep) else "")' 2>/dev/null || true)"
 fi
 LINK=""
 if [[ "$TORCH_MODE" == reuse ]]; then
