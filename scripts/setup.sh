@@ -6,13 +6,13 @@
 #
 # Choice of torch (the large part), first match wins:
 #   LABKIT_TORCH_SPEC=...      install exactly this requirement into the venv
-#   python3 (or $LABKIT_PYTHON) already imports torch >= 2.4, a CUDA build or (on a machine
-#   without an NVIDIA GPU) any build: reuse it. Whether python3 is a system python, a virtualenv
-#                              or a conda env, the venv gets labkit-reuse-torch.pth, which lists
-#                              the folders python3 imports packages from; setup checks that the
-#                              venv imports that very torch before it installs anything, and
-#                              never installs a second torch. LABKIT_REUSE_TORCH=0 never reuses,
-#                              LABKIT_REUSE_TORCH=1 reuses a CPU-only torch on a GPU machine too.
+#   python3 ($LABKIT_PYTHON) imports torch >= 2.4, a CUDA build, or any build on a machine
+#   without an NVIDIA GPU      reuse it, whether python3 is a system python, a virtualenv or a
+#                              conda env: the venv gets labkit-reuse-torch.pth listing the
+#                              folders python3 imports packages from; setup checks that the venv
+#                              imports that very torch before installing anything, and never
+#                              installs a second one. LABKIT_REUSE_TORCH=0: never reuse;
+#                              LABKIT_REUSE_TORCH=1: reuse a CPU-only torch on a GPU machine too
 #   an NVIDIA GPU is present   pip install "torch>=2.4" (a CUDA build)
 #   otherwise (CPU machine)    the highest "+cpu" build >= 2.4 that pip can see, so that a
 #                              multi-GB CUDA build is not downloaded for nothing
@@ -290,17 +290,17 @@ case "$TORCH_MODE" in
         || die "$VENV runs Python $venv_ver but $PYTHON is Python $PY_VER, so $VENV cannot use its torch: delete $VENV and re-run"
       pth_text="# Written by labkit's scripts/setup.sh: the package folders of $PYTHON ($PY_PREFIX),
 # so that this venv imports its torch $TORCH_VERSION. Packages installed into this venv come first.
-$(printf '%s\n' "${PY_DIRS[@]}")"
+$(printf '%s\n' ${PY_DIRS[@]+"${PY_DIRS[@]}"})"
       if [[ ! -f "$PTH" || "$(cat "$PTH")" != "$pth_text" ]]; then
         printf '%s\n' "$pth_text" > "$PTH"
         rm -f "$STAMP"  # what pip can see changed: let the package step run again
       fi
       seen="$("$VPY" -E -c 'import os, torch; print(os.path.realpath(torch.__file__))' 2>&1 | tail -n 1 || true)"
       if [[ "$seen" != "$TORCH_FILE" ]]; then
-        die "$VENV does not import the torch of $PY_WHAT ($TORCH_FILE) through $PTH_NAME; it got: $seen. Nothing was installed. Either install labkit into that environment itself (make run VENV=$PY_PREFIX), or let $VENV get its own torch (LABKIT_REUSE_TORCH=0; a download of several GB on a GPU machine)"
+        die "$VENV does not import the torch of $PY_WHAT ($TORCH_FILE) through $PTH_NAME; it got: $seen. No package was installed. Either install labkit into that environment itself (make run VENV=$PY_PREFIX), or let $VENV get its own torch (LABKIT_REUSE_TORCH=0; a download of several GB on a GPU machine)"
       fi
       [[ -n "$TORCH_DIST" ]] \
-        || die "the torch of $PY_WHAT ($TORCH_DIR) has no package metadata (no torch-*.dist-info), so pip would not count it and would install a second torch for labkit's requirement torch>=$TORCH_MIN. Nothing was installed. Install labkit into that environment itself (make run VENV=$PY_PREFIX), or set LABKIT_TORCH_SPEC"
+        || die "the torch of $PY_WHAT ($TORCH_DIR) has no package metadata (no torch-*.dist-info), so pip would not count it and would install a second torch to meet labkit's requirement torch>=$TORCH_MIN. No package was installed. Reinstall torch there with pip (which writes the metadata), or install labkit into that environment without dependencies ($PYTHON -m pip install --no-deps -e .) and add the other requirements of requirements.txt yourself"
       # pip may keep the reused torch but never replace it
       printf 'torch==%s\n' "$TORCH_DIST" > "$CONSTRAINT"
       PIP_TORCH_ARGS=(--constraint "$CONSTRAINT")

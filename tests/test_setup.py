@@ -102,6 +102,7 @@ def run_setup(world: dict[str, Path], venv: Path, *args: str, gpu: bool = False,
                           capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_setup_reuses_the_torch_of_a_virtualenv_python_offline(world):
     venv = world["base"] / "venv"
     done = run_setup(world, venv)
