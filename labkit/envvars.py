@@ -139,9 +139,13 @@ def plotly_renderer(environ: Mapping[str, str] | None = None,
     raw = _raw(PLOTLY_RENDERER, environ)
     if raw is None:
         return default
-    import plotly.io as pio
+    try:
+        import plotly.io as pio
 
-    known = set(pio.renderers)
+        known = set(pio.renderers)
+    except ValueError:  # plotly itself rejects a bad PLOTLY_RENDERER of this process on import
+        bad_here = os.environ.get(PLOTLY_RENDERER, raw)
+        raise EnvVarError(PLOTLY_RENDERER, bad_here, "not a plotly renderer") from None
     bad = [part for part in raw.strip().split("+") if part not in known]
     if bad:
         raise EnvVarError(PLOTLY_RENDERER, raw, f"unknown renderer {', '.join(bad)}")

@@ -309,3 +309,23 @@ def test_example_parameter_files_name_declared_parameters() -> None:
     assert quick and plan.params == quick
     splan = runner.plan_sweep(None, ROOT / "params" / "sweep-example.yaml", nb_dir=nb_dir)
     assert len(splan.combos) == 4
+
+
+def test_param_file_serves_the_whole_suite_but_typos_fail(tmp_path: Path) -> None:
+    a = make_notebook(tmp_path, "01_alpha")
+    other = tmp_path / "02_other.ipynb"
+    nb = nbformat.read(a, as_version=4)
+    nb.cells[1].source = "width = 2.5"
+    nbformat.write(nb, other)
+    f = tmp_path / "p.yaml"
+    f.write_text("repeats: 4\nwidth: 3.5\n")
+    plan = runner.plan_run(["01"], param_file=f, nb_dir=tmp_path)
+    assert plan.per_notebook == {a.resolve(): {"repeats": 4}} and plan.unused == ["width"]
+    with pytest.raises(SuiteError, match="unknown parameter 'width'"):  # given with -p: strict
+        runner.plan_run(["01"], {"width": 1.0}, nb_dir=tmp_path)
+    f.write_text("repeats: 4\nwidht: 3.5\n")
+    with pytest.raises(SuiteError, match=r"unknown parameter 'widht' \(did you mean width\?\)"):
+        runner.plan_run(None, param_file=f, nb_dir=tmp_path)
+    f.write_text("repeats: 4\nwidth: wide\n")
+    with pytest.raises(SuiteError, match="'width' of notebook 02_other expects float"):
+        runner.plan_run(None, param_file=f, nb_dir=tmp_path)

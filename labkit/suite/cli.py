@@ -28,6 +28,12 @@ def _print_plan(notebooks: list[Path], per_notebook: dict[Path, dict]) -> None:
         print(f"  {nb.stem}: {given}")
 
 
+def _note_unused(names: list[str], param_file: Path | None) -> None:
+    if names:
+        print(f"labkit run: note: {', '.join(names)} from {param_file} not passed: no selected "
+              "notebook declares them (other notebooks of the suite do)", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from labkit.suite.runner import (
         RunInterrupted, plan_run, plan_sweep, run_suite, run_sweep, summary_line,
@@ -38,6 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     param_file = Path(args.file) if args.file else None
     if args.sweep:
         splan = plan_sweep(args.notebooks or None, Path(args.sweep), params, param_file)
+        _note_unused(splan.unused, param_file)
         for name in splan.overridden:
             print(f"labkit run: note: {name} is set both by -p/-f and by the sweep file; the "
                   "sweep's values are used", file=sys.stderr)
@@ -58,6 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n".join(str(d) for d in sres.run_dirs))
         return 0 if sres.ok else 1
     plan = plan_run(args.notebooks or None, params, param_file)
+    _note_unused(plan.unused, param_file)
     if args.check:
         print(f"labkit run: check passed: {len(plan.notebooks)} notebook(s), parameters:")
         _print_plan(plan.notebooks, plan.per_notebook)
@@ -155,8 +163,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(out)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (naming the bad argument and where help is)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
+    p = _Parser(prog="labkit", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 

@@ -363,15 +363,17 @@ def unknown_parameter_error(names: Sequence[str], declared: Mapping[Path, Mappin
 
 
 def assign_parameters(params: Mapping[str, Any],
-                      declared: Mapping[Path, Mapping[str, Parameter]]) -> dict[Path, dict]:
+                      declared: Mapping[Path, Mapping[str, Parameter]], *,
+                      may_skip: Iterable[str] = ()) -> dict[Path, dict]:
     """Per notebook, the parameters it declares, each checked against the default's type.
 
-    A name may reach several notebooks; a name unknown to ALL of them, or a value of the wrong
-    type for one of them, raises :class:`SuiteError` (naming the parameter, the notebook and
-    the expected type).
+    A name may reach several notebooks; a name unknown to ALL of them (unless in ``may_skip``),
+    or a value of the wrong type for one of them, raises :class:`SuiteError` (naming the
+    parameter, the notebook and the expected type).
     """
     known = set().union(*(set(d) for d in declared.values())) if declared else set()
-    unknown = [k for k in params if k not in known]
+    skip = set(may_skip)
+    unknown = [k for k in params if k not in known and k not in skip]
     if unknown:
         raise unknown_parameter_error(unknown, declared)
     per_nb: dict[Path, dict] = {}

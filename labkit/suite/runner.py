@@ -86,19 +86,41 @@ class RunPlan:
     per_notebook: dict[Path, dict]
     declared: dict[Path, dict[str, Parameter]]
     param_file: Path | None = None
+    #: names from the parameter file that other suite notebooks declare, none of the selected
+    unused: list[str] = field(default_factory=list)
+
+
+def _file_names_for_other_notebooks(file_params: dict, params: dict | None,
+                                    declared: dict[Path, dict], nb_dir: Path | None) -> list[str]:
+    """Names of a parameter file (not also given with -p) that no selected notebook declares
+    but another suite notebook does: a file like params/quick.yaml serves the whole suite."""
+    selected = set().union(*(set(d) for d in declared.values())) if declared else set()
+    left = [k for k in file_params if k not in selected and k not in (params or {})]
+    if not left:
+        return []
+    try:
+        suite = find_notebooks(None, nb_dir)
+    except SuiteError:
+        return []
+    everywhere = set().union(*(set(declared.get(p) or declared_parameters(p)) for p in suite))
+    return [k for k in left if k in everywhere]
 
 
 def plan_run(notebooks: Sequence[str] | None, params: dict | None = None,
              param_file: Path | None = None, *, nb_dir: Path | None = None) -> RunPlan:
     """Check a run before anything is made: notebooks exist, every parameter is declared by at
     least one of them with a value of the declared type, the LABKIT_* variables are valid.
-    Raises :class:`SuiteError` / :class:`labkit.envvars.EnvVarError`."""
+    A name from ``param_file`` that only notebooks outside the selection declare is not passed
+    (listed in ``unused``). Raises :class:`SuiteError` / :class:`labkit.envvars.EnvVarError`."""
     envvars.check_environment()
     nb_paths = find_notebooks(notebooks, nb_dir)
-    merged = merge_params(params, param_file)
+    file_params = load_param_file(param_file)
+    merged = {**file_params, **(params or {})}
     declared = {p: declared_parameters(p) for p in nb_paths}
-    per_nb = assign_parameters(merged, declared)
-    return RunPlan(nb_paths, merged, per_nb, declared, Path(param_file) if param_file else None)
+    unused = _file_names_for_other_notebooks(file_params, params, declared, nb_dir)
+    per_nb = assign_parameters(merged, declared, may_skip=unused)
+    return RunPlan(nb_paths, merged, per_nb, declared, Path(param_file) if param_file else None,
+                   unused)
 
 
 def load_grid(grid_file: Path) -> tuple[dict[str, list], list[str] | None]:
@@ -153,6 +175,7 @@ class SweepPlan:
     base: dict
     declared: dict[Path, dict[str, Parameter]]
     overridden: list[str] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
 
 
 def plan_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | None = None,
@@ -163,13 +186,16 @@ def plan_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | 
     envvars.check_environment()
     grid, grid_nbs = load_grid(grid_file)
     nb_paths = find_notebooks(list(notebooks or []) or grid_nbs, nb_dir)
-    base = merge_params(params, param_file)
+    file_params = load_param_file(param_file)
+    base = {**file_params, **(params or {})}
     declared = {p: declared_parameters(p) for p in nb_paths}
+    unused = [k for k in _file_names_for_other_notebooks(file_params, params, declared, nb_dir)
+              if k not in grid]
     combos = combinations(grid)
     for combo in combos:
-        assign_parameters({**base, **combo}, declared)
+        assign_parameters({**base, **combo}, declared, may_skip=unused)
     return SweepPlan(Path(grid_file), grid, combos, nb_paths, base, declared,
-                     sorted(set(base) & set(grid)))
+                     sorted(set(base) & set(grid)), unused)
 
 
 # ----------------------------------------------------------------------------- results
@@ -330,7 +356,7 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
         "duration_s": None,
         "params": plan.params,
         "param_file": str(plan.param_file) if plan.param_file else None,
-        "unknown_params": [],
+        "unknown_params": list(plan.unused),
         "sweep": sweep,
         "timeout_s": timeout,
         "keep_going": keep_going,
@@ -443,8 +469,9 @@ def run_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | N
         for i, combo in enumerate(plan.combos, 1):
             say(f"sweep {i}/{len(plan.combos)}: " + ", ".join(f"{k}={v!r}" for k, v in combo.items()))
             run_params = {**plan.base, **combo}
-            run_plan = RunPlan(plan.notebooks, run_params, assign_parameters(run_params, declared),
-                               declared)
+            run_plan = RunPlan(plan.notebooks, run_params,
+                               assign_parameters(run_params, declared, may_skip=plan.unused),
+                               declared, None, list(plan.unused))
             info = {"index": i, "of": len(plan.combos), "sweep_dir": sweep_dir.name,
                     "combination": combo}
             item: dict[str, Any] = {"index": i, "combination": combo, "run": None,
