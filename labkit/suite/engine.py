@@ -118,8 +118,7 @@ def find_notebooks(names: Sequence[str] | None, nb_dir: Path | None = None) -> l
             continue
         matches = _lookup(entry, nb_dir) if nb_dir.is_dir() else []
         if len(matches) != 1:
-            out.append(_no_match(entry, matches, nb_dir))
-            continue
+            raise _no_match(entry, matches, nb_dir)
         out.append(matches[0].resolve())
     unique: list[Path] = []
     for p in out:  # the same notebook twice would overwrite its own outputs
@@ -128,7 +127,8 @@ def find_notebooks(names: Sequence[str] | None, nb_dir: Path | None = None) -> l
     return unique
 
 
-def _no_match(entry: str, matches: list[Path], nb_dir: Path) -> Path:
+def _no_match(entry: str, matches: list[Path], nb_dir: Path) -> SuiteError:
+    """The error for a name that selects no notebook, or several."""
     have = known_names(nb_dir)
     if matches:
         why = "matches several notebooks (" + ", ".join(p.name for p in matches) + ")"
@@ -137,7 +137,7 @@ def _no_match(entry: str, matches: list[Path], nb_dir: Path) -> Path:
     close = difflib.get_close_matches(entry, have, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     listing = ", ".join(n for n in have if not n.startswith(SOLUTIONS + "/")) or "none"
-    raise SuiteError(f"notebook {entry!r} {why} in {display_path(nb_dir)}: {hint}"
+    return SuiteError(f"notebook {entry!r} {why} in {display_path(nb_dir)}: {hint}"
                      f"give a number like 03, a name like 03_topic, solutions/03, or a path to a "
                      f".ipynb file (have: {listing})")
 

@@ -528,6 +528,7 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     notebooks); those it lacks (or all, when there is no run) are executed here first. Fails with
     :class:`RemoteAssetError` if a page would still load anything from the network.
     """
+    envvars.check_environment()
     out_dir = Path(out_dir)
     sources = find_notebooks(notebooks)
     if run_dir is not None:
