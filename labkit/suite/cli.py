@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (SuiteError, EnvVarError) as exc:  # bad input: nothing was run or written
-        print(f"labkit {args.command}: {exc}", file=sys.stderr)
+        one_line = " ".join(str(exc).splitlines())
+        print(f"labkit {args.command}: {one_line}", file=sys.stderr)
         return EXIT_USAGE
     except _user_errors() as exc:  # a clear message, not a traceback
         print(f"labkit {args.command}: {exc}", file=sys.stderr)

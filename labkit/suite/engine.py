@@ -262,9 +262,10 @@ def parse_param_value(name: str, text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        shown = text if text.isprintable() and "'" not in text else "your text"
         raise SuiteError(
             f"parameter {name!r}: value {text!r} is not valid YAML ({mark}): close brackets "
-            f"and quotes (e.g. -p {name}=[1,2]), or quote text: -p {name}='\"{text}\"'"
+            f"and quotes (e.g. -p {name}=[1,2]), or quote text: -p {name}='\"{shown}\"'"
         ) from None
 
 
@@ -342,7 +343,8 @@ def type_problem(value: Any, param: Parameter) -> str | None:
 
 def _type_hint(name: str, value: Any, kind: str) -> str:
     if kind == "str":
-        return f"quote text: -p {name}='\"{value}\"'"
+        shown = str(value) if str(value).isprintable() and "'" not in str(value) else "your text"
+        return f"quote text: -p {name}='\"{shown}\"'"
     example = {"int": "20", "float": "0.5", "bool": "true", "list": "[1, 8]",
                "dict": "{a: 1}"}[kind]
     article = "an" if kind == "int" else "a"
