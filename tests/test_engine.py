@@ -11,8 +11,9 @@ import pytest
 
 import labkit
 from labkit.envvars import EnvVarError
-from labkit.suite import engine
-from labkit.suite.engine import Parameter, SuiteError
+from labkit.suite import engine, params
+from labkit.suite.engine import SuiteError
+from labkit.suite.params import Parameter
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 PKG_PARENT = str(Path(labkit.__file__).resolve().parent.parent)
@@ -37,30 +38,30 @@ def test_type_problem() -> None:
     def p(kind):
         return Parameter("n", "1", kind)
 
-    assert engine.type_problem(3, p("float")) is None  # int where float is expected
-    assert engine.type_problem(3.0, p("int")) == "expects int (default 1), got float 3.0"
-    assert engine.type_problem(True, p("int")) is not None  # a bool is not a number here
-    assert engine.type_problem([1], p("list")) is None and engine.type_problem((1,), p("list")) is None
-    assert engine.type_problem("a", p("list")) is not None
-    assert engine.type_problem({"a": 1}, p("dict")) is None
-    assert engine.type_problem(None, p("str")) == "expects str (default 1), got null"
-    assert engine.type_problem(object(), p(None)) is None
+    assert params.type_problem(3, p("float")) is None  # int where float is expected
+    assert params.type_problem(3.0, p("int")) == "expects int (default 1), got float 3.0"
+    assert params.type_problem(True, p("int")) is not None  # a bool is not a number here
+    assert params.type_problem([1], p("list")) is None and params.type_problem((1,), p("list")) is None
+    assert params.type_problem("a", p("list")) is not None
+    assert params.type_problem({"a": 1}, p("dict")) is None
+    assert params.type_problem(None, p("str")) == "expects str (default 1), got null"
+    assert params.type_problem(object(), p(None)) is None
 
 
 def test_parse_param_items() -> None:
-    assert engine.parse_param_items(["a=1", "b=[1, 2]", "c=x=y", "d=", "a=2"]) == {
+    assert params.parse_param_items(["a=1", "b=[1, 2]", "c=x=y", "d=", "a=2"]) == {
         "a": 2, "b": [1, 2], "c": "x=y", "d": None}
     for bad, needle in (("noequals", "not key=value"), ("1a=3", "not a Python name"),
                         ("=3", "not a Python name"), ("x={a", "parameter 'x'")):
         with pytest.raises(SuiteError, match=needle):
-            engine.parse_param_items([bad])
+            params.parse_param_items([bad])
 
 
 def _notebook(path: Path, body: str) -> Path:
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("n = 2")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    cell = nbformat.v4.new_code_cell("n = 2")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell(body)]
     nb.metadata["kernelspec"] = KERNELSPEC
     nbformat.write(nb, path)
     return path

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import yaml
 
-from labkit.suite import engine, report, runner
+from labkit.suite import engine, params, report, runner
 from labkit.measure.results import new_folder
 from labkit.suite.engine import SuiteError
 from labkit.suite.runner import run_suite, run_sweep
@@ -219,12 +219,12 @@ def test_parameters_merge_and_split(tmp_path: Path) -> None:
     f.write_text("- not a mapping\n")
     with pytest.raises(SuiteError, match="mapping"):
         runner.merge_params({}, f)
-    anything = {n: engine.Parameter(n, "", None) for n in "ab"}
+    anything = {n: params.Parameter(n, "", None) for n in "ab"}
     declared = {Path("x"): {"a": anything["a"]}, Path("y"): anything}
-    per_nb = engine.assign_parameters({"a": 1, "b": 2}, declared)
+    per_nb = params.assign_parameters({"a": 1, "b": 2}, declared)
     assert per_nb == {Path("x"): {"a": 1}, Path("y"): {"a": 1, "b": 2}}
     with pytest.raises(SuiteError, match="unknown parameter 'z'"):
-        engine.assign_parameters({"a": 1, "z": 3}, declared)
+        params.assign_parameters({"a": 1, "z": 3}, declared)
 
 
 def test_grid_and_combinations(tmp_path: Path) -> None:
@@ -273,7 +273,7 @@ def test_declared_parameters_survive_papermill_parse_gaps(tmp_path: Path) -> Non
     nb.cells = [cell, nbformat.v4.new_code_cell("Z = 4")]
     path = tmp_path / "01_x.ipynb"
     nbformat.write(nb, path)
-    got = engine.declared_parameters(path)
+    got = params.declared_parameters(path)
     assert {k: p.kind for k, p in got.items()} == {
         "A": "int", "B": "float", "C": "list", "D": "float", "E": None, "F": "str", "G": "int",
         "H": "bool"}
@@ -304,7 +304,7 @@ ROOT = Path(__file__).resolve().parents[1]
                     reason="no notebooks yet")
 def test_example_parameter_files_name_declared_parameters() -> None:
     nb_dir = ROOT / "notebooks"
-    quick = engine.load_param_file(ROOT / "params" / "quick.yaml")
+    quick = params.load_param_file(ROOT / "params" / "quick.yaml")
     plan = runner.plan_run(None, quick, nb_dir=nb_dir)  # names and types checked
     assert quick and plan.params == quick
     splan = runner.plan_sweep(None, ROOT / "params" / "sweep-example.yaml", nb_dir=nb_dir)

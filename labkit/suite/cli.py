@@ -12,7 +12,8 @@ from pathlib import Path
 
 from labkit import __version__
 from labkit.envvars import EnvVarError
-from labkit.suite.engine import SuiteError, parse_param_items
+from labkit.suite.engine import SuiteError
+from labkit.suite.params import parse_param_items
 
 #: Exit status for bad input (as argparse uses); a run with a failed notebook exits 1.
 EXIT_USAGE = 2

@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 from labkit import envvars
 from labkit.env import environment_record, hardware_tier
 from labkit.measure.results import new_folder, to_jsonable, write_text_atomic
-from labkit.suite.engine import (
-    NotebookResult, Parameter, SuiteError, assign_parameters, declared_parameters, display_path,
-    execute_notebook, find_notebooks, load_param_file, load_yaml_mapping,
+from labkit.suite.engine import NotebookResult, SuiteError, display_path, execute_notebook, find_notebooks
+from labkit.suite.params import (
+    Parameter, assign_parameters, declared_parameters, load_param_file, load_yaml_mapping,
 )
 from labkit.suite.report import export_notebook_html, format_duration, write_run_index, write_sweep_index
 
