@@ -72,3 +72,26 @@ def test_padding_isolation(dispatcher):
     assert r["untouched_slots_unchanged"] and r["scratch_slot_changed"]
     with pytest.raises(ValueError, match="padded"):
         runs.padding_isolation(dispatcher, live=4)
+
+
+@pytest.mark.gpu
+def test_live_pool_comparison_is_shaped_like_a_pool_memory_record_on_gpu():
+    from labkit.teach.lessons import memory as lm
+
+    m = build_model(preset("test", max_batch=8, dtype="bfloat16"), "cuda")
+    live = runs.live_pool_comparison(m, [4, 1, 2, 2])
+    assert live["sizes"] == [1, 2, 4]
+    assert set(live["private"]["per_size_bytes"]) == {"1", "2", "4"}
+    assert live["largest_private_bytes"] == max(live["private"]["per_size_bytes"].values()) > 0
+    for mode in runs.MODES:
+        assert live[mode]["total_bytes"] > 0 and set(live[mode]["capture_s"]) == {"1", "2", "4"}
+    rows = lm.summary_rows(live)                 # what notebook 04 shows
+    assert [r["strategy"] for r in rows][0] == "private pool per size"
+
+
+@pytest.mark.gpu
+def test_naive_reserved_delta_splits_pool_and_outside_on_gpu():
+    m = build_model(preset("test", max_batch=4, dtype="bfloat16"), "cuda")
+    d = runs.naive_reserved_delta(m, [1, 2])
+    assert d["pool_bytes"] > 0
+    assert d["outside_pool_bytes"] == d["naive_delta_bytes"] - d["pool_bytes"]
