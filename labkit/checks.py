@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
-from typing import Any, Sequence
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["as_int", "as_number", "as_bool", "as_int_list"]
 
@@ -59,18 +59,10 @@ def as_bool(value: Any, name: str) -> bool:
 
 def as_int_list(values: Any, name: str, *, minimum: int | None = None,
                 maximum: int | None = None, fix: str = "") -> list[int]:
-    """A sequence of ints (each checked by :func:`as_int`), in the given order; ``TypeError``
-    when ``values`` is not a sequence (a string, a number, a set is refused too: its order is
-    arbitrary, say ``sorted(s)``)."""
-    if isinstance(values, (str, bytes, set, frozenset, Mapping)) or not isinstance(
-            values, (Sequence, range)) and not _is_array(values):
+    """An iterable of ints (each checked by :func:`as_int`) as a list, in the given order;
+    ``TypeError`` when ``values`` is a string, a mapping or not iterable at all."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise TypeError(f"{name} must be a list of ints, got {values!r} ({_kind(values)})"
                         + (f"; {fix}" if fix else ""))
     return [as_int(v, f"{name}[{i}]", minimum=minimum, maximum=maximum, fix=fix)
             for i, v in enumerate(values)]
-
-
-def _is_array(values: Any) -> bool:
-    """A 1-D numpy array (checked without importing numpy)."""
-    return type(values).__module__ == "numpy" and getattr(values, "ndim", None) == 1
-

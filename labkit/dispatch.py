@@ -190,7 +190,7 @@ class PaddingDispatcher:
                              f"max {max(tok)}; map them into the model's vocabulary")
         if min(pos) < 0:
             raise ValueError(f"position {min(pos)} is negative; positions count from 0 (the "
-                             "first token of a sequence sits at position 0)")
+                             "first token of a sequence sits at position 0); give positions >= 0")
         if max(pos) >= cfg.max_seq:
             raise ValueError(f"position {max(pos)} is past the KV cache (max_seq="
                              f"{cfg.max_seq}); raise max_seq or stop earlier")

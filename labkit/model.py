@@ -214,7 +214,8 @@ class TinyGPT(nn.Module):
                 f"move it with {name}.to({str(self.device)!r})"
             )
         if t.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{name} has dtype {t.dtype}; it must hold integer ids (torch.long)")
+            raise TypeError(f"{name} has dtype {t.dtype}; it must hold integer ids: pass "
+                            f"{name}.long()")
         if t.dim() != ndim:
             raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
 
@@ -234,7 +235,7 @@ class TinyGPT(nn.Module):
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0:
                 raise ValueError(f"position {lo} is negative; positions count from 0 (the "
-                                 "first token of a sequence sits at position 0)")
+                                 "first token of a sequence sits at position 0); give positions >= 0")
             if hi >= cfg.max_seq:
                 raise ValueError(
                     f"position {hi} is past the KV cache (max_seq={cfg.max_seq}); "

@@ -94,7 +94,7 @@ def to_distribution(obs: DistLike) -> dict[int, float]:
                    Counter(_as_batch_size(x, "observed batch size") for x in obs).items()}
     else:
         raise TypeError(f"a distribution is a mapping {{size: weight}} or a sequence of sizes, "
-                        f"got {type(obs).__name__}")
+                        f"got {type(obs).__name__}; pass e.g. load_trace(name)")
     total = sum(weights.values())
     if not weights or total <= 0:
         raise ValueError("the batch-size distribution is empty: pass observed sizes or a "
@@ -264,7 +264,7 @@ def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None =
     p = to_distribution(dist)
     target = as_number(target, "target", fix="give a share of steps in (0, 1], e.g. 0.95")
     if not 0.0 < target <= 1.0:
-        raise ValueError(f"target is a share of steps in (0, 1], got {target}")
+        raise ValueError(f"target is a share of steps in (0, 1], got {target}; give e.g. 0.95")
     if max_sizes is not None:
         max_sizes = as_int(max_sizes, "max_sizes", minimum=1, fix="keep at least one size")
     cum, q = 0.0, max(p)
