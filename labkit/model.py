@@ -235,7 +235,8 @@ class TinyGPT(nn.Module):
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0:
                 raise ValueError(f"position {lo} is negative; positions count from 0 (the "
-                                 "first token of a sequence sits at position 0); give positions >= 0")
+                                 "first token of a sequence sits at position 0); give "
+                                 "positions >= 0")
             if hi >= cfg.max_seq:
                 raise ValueError(
                     f"position {hi} is past the KV cache (max_seq={cfg.max_seq}); "

@@ -440,8 +440,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 @st.composite
 def budget_cases(draw):
-    """Small problems: no memory model, or a budget with each pool mode; with and without eager_cost, step
-    times or padded rows, memories that are close together, zero, or far apart."""
+    """Small problems: no memory model, or a budget with each pool mode; with and without
+    eager_cost; step times or padded rows; memories close together, equal, or far apart."""
     support = draw(st.lists(st.integers(1, 12), min_size=1, max_size=6, unique=True))
     dist = {s: draw(st.integers(1, 9)) for s in support}
     extra = draw(st.lists(st.integers(1, 14), max_size=2))
