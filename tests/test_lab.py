@@ -104,7 +104,7 @@ def test_notebook_renders_in_jupyterlab(server, tmp_path):
     with tempfile.TemporaryDirectory(prefix="labkit-chromium-") as profile:
         subprocess.run([browser, *args, f"--user-data-dir={profile}", f"--screenshot={png}", url],
                        capture_output=True, text=True, timeout=240)
-    from labkit.suite.images import read_png
+    from pngutil import read_png
 
     img = read_png(png)
     assert len(img.colours()) >= 20, "the JupyterLab screenshot looks blank"
