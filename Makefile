@@ -12,7 +12,8 @@ ARGS ?=
 help:
 	@echo "make setup            create $(VENV) and install labkit with its dependencies"
 	@echo "make run              set up, then run the notebook suite (labkit run; ARGS=... adds options)"
-	@echo "make test             set up, then pytest tests/ and execute every notebook with nbval (CI)"
+	@echo "make test             set up, then pytest tests/ and execute every notebook with nbval (CI;"
+	@echo "                     solutions/ in strict mode: every exercise check must pass)"
 	@echo "make lab              start JupyterLab on notebooks/ (ARGS=... passed to jupyter lab)"
 	@echo "make slides           export workshop slides (labkit slides)"
 	@echo "make images           export the charts as PNG (labkit images; needs Chromium)"
@@ -34,13 +35,29 @@ test: test-package test-notebooks
 test-package: $(STAMP)
 	$(PY) -m pytest -q tests
 
-# pytest exits 5 when it collects nothing: accepted only while notebooks/ holds no notebook.
+# nbval executes every cell of every notebook. The student notebooks have open TODOs: their
+# exercise checks only print. The worked solutions run in strict mode (LABKIT_STRICT_EXERCISES=1,
+# see labkit/teach/exercises.py): a wrong or unanswered exercise fails. The variable is set in
+# the pytest process, whose environment the notebook kernels inherit. Both runs always happen.
+# pytest exits 5 when it collects nothing: accepted only while that folder holds no notebook.
+NBVAL = LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q --nbval-lax --nbval-current-env
+
 test-notebooks: $(STAMP)
-	@rc=0; LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks/ || rc=$$?; \
-	if [ $$rc -eq 5 ] && [ -z "$$(find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)" ]; then \
+	@status=0; \
+	rc=0; LABKIT_STRICT_EXERCISES=0 $(NBVAL) --ignore=notebooks/solutions notebooks/ || rc=$$?; \
+	if [ $$rc -eq 5 ] && [ -z "$$(find notebooks -maxdepth 1 -name '*.ipynb' 2>/dev/null)" ]; then \
 	    echo "no notebooks yet: nothing to execute"; rc=0; \
 	fi; \
-	exit $$rc
+	[ $$rc -eq 0 ] || status=$$rc; \
+	rc=0; \
+	if [ -d notebooks/solutions ]; then \
+	    LABKIT_STRICT_EXERCISES=1 $(NBVAL) notebooks/solutions/ || rc=$$?; \
+	fi; \
+	if [ $$rc -eq 5 ] && [ -z "$$(find notebooks/solutions -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)" ]; then \
+	    echo "no solution notebooks yet: nothing to execute strictly"; rc=0; \
+	fi; \
+	[ $$rc -eq 0 ] || status=$$rc; \
+	exit $$status
 
 run: $(STAMP)
 	$(VENV)/bin/labkit run $(ARGS)

@@ -10,13 +10,15 @@ logic is tested everywhere.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Sequence
 
 import torch
 
+from labkit.checks import as_bool, as_int
 from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
-from labkit.model import TinyGPT
+from labkit.model import TinyGPT, check_slots
 from labkit.sizes import padding_table
 
 Mode = Literal["graph", "eager"]
@@ -24,6 +26,7 @@ Mode = Literal["graph", "eager"]
 
 def build_padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
     """``table[b]`` = smallest size in ``sizes`` that is >= ``b``, or 0 (run eager)."""
+    max_bs = as_int(max_bs, "max_bs", minimum=0, fix="give the largest batch size to serve")
     return padding_table(check_capture_sizes(sizes), max_bs)
 
 
@@ -62,33 +65,65 @@ class PaddingDispatcher:
     on CPU) runs the same padded batches eagerly. ``copy_outputs=True`` returns a fresh
     tensor each step; with ``False`` the result is a view of the graph's static output that
     the next step overwrites (faster, but hold on to it at your own risk).
+
+    The checked path: every batch is checked on the host before anything is copied (one
+    entry per row, ids inside the vocabulary, positions in ``[0, max_seq)``, slots distinct
+    live slots, never the scratch slot). A bad batch raises ``ValueError``/``TypeError`` and
+    changes nothing: no buffer, cache or counter is touched. CPU metadata is always checked;
+    CUDA metadata costs one ``.cpu()`` of the three small tensors (a host sync) per step,
+    which ``check=False`` skips when the caller vouches for the batch (benchmarks timing the
+    replay path do this). :meth:`TinyGPT.decode_step` does not check CUDA tensors.
+
+    Threads: a dispatcher may be shared by threads. One lock serialises the copy-in, the
+    replay and the copy-out of each step, and with ``copy_outputs=True`` every caller gets its
+    own tensor. With ``copy_outputs=False`` the returned view is overwritten by the next step,
+    so such a dispatcher belongs to the first thread that steps it and a step from any other
+    thread raises ``RuntimeError``. On CUDA, threads sharing a dispatcher must issue their
+    work on the same stream (the default one).
     """
 
     def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *, mode: Mode | None = None,
                  pool: PoolMode = "shared", order: Order = "largest_first",
                  copy_outputs: bool = True, warmup: int = 3, progress: bool | None = None,
                  graphs: GraphSet | None = None) -> None:
+        if not isinstance(model, TinyGPT):
+            raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
+                            "with labkit.model.build_model")
         self.model = model
         cfg = model.cfg
         self.sizes = check_capture_sizes(capture_sizes, cfg.max_batch)
+        if mode is not None and mode not in ("graph", "eager"):
+            raise ValueError(f"mode must be 'graph', 'eager' or None (pick by device), got "
+                             f"{mode!r}")
+        if pool not in ("shared", "private"):
+            raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
+        if order not in ("largest_first", "smallest_first"):
+            raise ValueError(f"order must be 'largest_first' or 'smallest_first', got {order!r}")
+        self.copy_outputs = as_bool(copy_outputs, "copy_outputs")
+        warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
+        if progress is not None:
+            as_bool(progress, "progress")
+        if graphs is not None and not isinstance(graphs, GraphSet):
+            raise TypeError(f"graphs must be a GraphSet from capture_decode_graphs, got "
+                            f"{type(graphs).__name__}")
         if mode is None:
             mode = "graph" if model.device.type == "cuda" else "eager"
         if mode == "graph" and model.device.type != "cuda":
             raise RuntimeError(f"mode='graph' needs the model on a CUDA GPU (it is on "
                                f"{model.device}); use mode='eager' to run the same bucketing")
-        if mode not in ("graph", "eager"):
-            raise ValueError(f"mode must be 'graph' or 'eager', got {mode!r}")
+        if graphs is not None and graphs.sizes != self.sizes:
+            raise ValueError(f"graphs were captured for {graphs.sizes}, not {self.sizes}; "
+                             "pass the same capture sizes")
         self.mode: Mode = mode
-        self.copy_outputs = copy_outputs
         self.table = build_padding_table(self.sizes, cfg.max_batch)
         self.counters = DispatchCounters()
         self._dirty = 0  # rows [0, _dirty) of the slot buffer may hold live slots
+        self._lock = threading.Lock()
+        self._owner: int | None = None  # with copy_outputs=False: the one thread allowed
         if mode == "graph":
             self.graphs = graphs or capture_decode_graphs(model, self.sizes, pool=pool,
                                                           order=order, warmup=warmup,
                                                           progress=progress)
-            if graphs is not None and sorted(graphs.graphs) != self.sizes:
-                raise ValueError(f"graphs were captured for {graphs.sizes}, not {self.sizes}")
             self._tokens, self._positions, self._slots = (self.graphs.tokens,
                                                           self.graphs.positions,
                                                           self.graphs.slots)
@@ -103,8 +138,7 @@ class PaddingDispatcher:
     # ------------------------------------------------------------------ lookup
     def padded_size(self, bs: int) -> int | None:
         """The graph size a batch of ``bs`` rows runs in, or ``None`` for eager."""
-        if bs < 1:
-            raise ValueError(f"batch size must be >= 1, got {bs}")
+        bs = as_int(bs, "batch size", minimum=1, fix="a decode step has at least one row")
         p = self.table[bs] if bs < len(self.table) else 0
         return p or None
 
@@ -117,12 +151,16 @@ class PaddingDispatcher:
         return rows
 
     def reset_counters(self) -> None:
-        self.counters = DispatchCounters()
+        with self._lock:
+            self.counters = DispatchCounters()
 
     # ------------------------------------------------------------------ the step
     def _validate(self, tokens: torch.Tensor, positions: torch.Tensor,
-                  slots: torch.Tensor) -> int:
+                  slots: torch.Tensor, check: bool) -> int:
+        """Check a batch on the host before anything is written; returns its size."""
         m = self.model
+        cfg = m.cfg
+        as_bool(check, "check")
         for name, t in (("tokens", tokens), ("positions", positions), ("slots", slots)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -131,39 +169,44 @@ class PaddingDispatcher:
             if t.dtype not in (torch.int64, torch.int32):
                 raise TypeError(f"{name} has dtype {t.dtype}; use integer ids (torch.long)")
             if t.device.type not in ("cpu", m.device.type):
-                raise ValueError(f"{name} is on {t.device}, the model on {m.device}; move it")
+                raise ValueError(f"{name} is on {t.device}, the model on {m.device}; move it "
+                                 f"with {name}.to({str(m.device)!r})")
         b = tokens.shape[0]
         if positions.shape[0] != b or slots.shape[0] != b:
             raise ValueError(f"tokens, positions, slots need one entry per row; got {b}, "
                              f"{positions.shape[0]}, {slots.shape[0]}")
         if b < 1:
             raise ValueError("empty batch: give at least one row")
-        if b > m.cfg.max_batch:
+        if b > cfg.max_batch:
             raise ValueError(
-                f"batch of {b} rows is larger than the KV cache's max_batch={m.cfg.max_batch} "
+                f"batch of {b} rows is larger than the KV cache's max_batch={cfg.max_batch} "
                 f"(largest graph: {self.sizes[-1]}); build the model with max_batch >= {b}")
-        if slots.device.type == "cpu":  # cheap host-side value checks
-            if int(slots.min()) < 0 or int(slots.max()) >= m.cfg.max_batch:
-                raise ValueError(f"slots must lie in [0, {m.cfg.max_batch}); slot "
-                                 f"{m.cfg.scratch_slot} is the padding scratch slot")
-            if int(positions.min()) < 0 or int(positions.max()) >= m.cfg.max_seq:
-                raise ValueError(f"position {int(positions.max())} is past the KV cache "
-                                 f"(max_seq={m.cfg.max_seq}); raise max_seq or stop earlier")
-            if int(tokens.min()) < 0 or int(tokens.max()) >= m.cfg.vocab_size:
-                raise ValueError(f"token ids must lie in [0, {m.cfg.vocab_size})")
+        host = (tokens, positions, slots)
+        if not check and any(t.device.type != "cpu" for t in host):
+            return b  # the caller vouches for CUDA metadata
+        tok, pos, slo = _host_lists(host)
+        if min(tok) < 0 or max(tok) >= cfg.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got min {min(tok)}, "
+                             f"max {max(tok)}; map them into the model's vocabulary")
+        if min(pos) < 0:
+            raise ValueError(f"position {min(pos)} is negative; positions count from 0 (the "
+                             "first token of a sequence sits at position 0); give positions >= 0")
+        if max(pos) >= cfg.max_seq:
+            raise ValueError(f"position {max(pos)} is past the KV cache (max_seq="
+                             f"{cfg.max_seq}); raise max_seq or stop earlier")
+        check_slots(slo, cfg.max_batch)
         return b
 
-    def load_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
-                    slots: torch.Tensor) -> int:
-        """Copy a batch into the persistent buffers, point padded rows at the scratch slot,
-        and return the padded size (0 when the batch is above the largest graph)."""
-        b = self._validate(tokens, positions, slots)
+    def _load(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+              check: bool) -> int:
+        b = self._validate(tokens, positions, slots, check)
         p = self.table[b]
         if p == 0:
             return 0
         dst = (self._tokens[:b], self._positions[:b], self._slots[:b])
         src = (tokens, positions, slots)
-        if self._foreach_copy is not None and tokens.device == self._tokens.device:
+        if (self._foreach_copy is not None and all(t.device == self._tokens.device for t in src)
+                and all(t.dtype == torch.long for t in src)):
             self._foreach_copy(dst, src)
         else:
             for d, s in zip(dst, src):
@@ -173,31 +216,69 @@ class PaddingDispatcher:
         self._dirty = b
         return p
 
+    def load_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
+                    slots: torch.Tensor, *, check: bool = True) -> int:
+        """Copy a batch into the persistent buffers, point padded rows at the scratch slot,
+        and return the padded size (0 when the batch is above the largest graph). The batch
+        is checked first (see the class docstring); a bad one raises and copies nothing."""
+        with self._lock:
+            return self._load(tokens, positions, slots, check)
+
     def step(self, tokens: torch.Tensor, positions: torch.Tensor,
-             slots: torch.Tensor) -> torch.Tensor:
+             slots: torch.Tensor, *, check: bool = True) -> torch.Tensor:
         """Logits ``(b, V)`` for one decode step of ``b`` rows; same contract as
-        :meth:`TinyGPT.decode_step`."""
-        p = self.load_inputs(tokens, positions, slots)
-        b = tokens.shape[0]
-        c = self.counters
-        c.steps += 1
-        c.real_rows += b
-        if p == 0:  # above the largest graph: eager, counted
-            c.eager_fallbacks += 1
-            return self.model.decode_step(tokens, positions, slots)
-        c.graph_hits[p] = c.graph_hits.get(p, 0) + 1
-        c.padded_rows += p - b
-        if self.graphs is not None:
-            out = self.graphs.replay(p)
-        else:
-            out = self.model.decode_step(self._tokens[:p], self._positions[:p],
-                                         self._slots[:p], check=False)
-        out = out[:b]
-        return out.clone() if self.copy_outputs else out
+        :meth:`TinyGPT.decode_step`. ``check=False`` skips the host copy of CUDA metadata
+        (CPU metadata is always checked). Safe to call from several threads."""
+        with self._lock:
+            if not self.copy_outputs:
+                me = threading.get_ident()
+                if self._owner is None:
+                    self._owner = me
+                elif self._owner != me:
+                    raise RuntimeError(
+                        "this PaddingDispatcher was built with copy_outputs=False, so its "
+                        "result is a view the next step overwrites, and it belongs to the "
+                        "first thread that stepped it; another thread's step would hand out "
+                        "the wrong logits. Build it with copy_outputs=True (the default) to "
+                        "share it between threads")
+            p = self._load(tokens, positions, slots, check)
+            b = tokens.shape[0]
+            if p == 0:  # above the largest graph: eager, counted
+                dev = self.model.device
+                out = self.model.decode_step(tokens.to(dev), positions.to(dev),
+                                             slots.to(dev), check=False)  # checked above
+            elif self.graphs is not None:
+                out = self.graphs.replay(p)[:b]
+                out = out.clone() if self.copy_outputs else out
+            else:
+                out = self.model.decode_step(self._tokens[:p], self._positions[:p],
+                                             self._slots[:p], check=False)[:b]
+                out = out.clone() if self.copy_outputs else out
+            c = self.counters
+            c.steps += 1
+            c.real_rows += b
+            if p == 0:
+                c.eager_fallbacks += 1
+            else:
+                c.graph_hits[p] = c.graph_hits.get(p, 0) + 1
+                c.padded_rows += p - b
+            return out
 
     __call__ = step
 
     def release(self) -> None:
         """Free the captured graphs (eager mode: nothing to free)."""
-        if self.graphs is not None:
-            self.graphs.release()
+        with self._lock:
+            if self.graphs is not None:
+                self.graphs.release()
+
+
+def _host_lists(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """The values of small 1-D integer tensors as lists, with at most one device-to-host copy
+    (one host sync) for those not on the CPU."""
+    on_dev = [t for t in tensors if t.device.type != "cpu"]
+    parts = iter(())
+    if on_dev:
+        flat = torch.cat([t.to(torch.long) for t in on_dev]).cpu()
+        parts = iter(flat.split([t.shape[0] for t in on_dev]))
+    return [t.tolist() if t.device.type == "cpu" else next(parts).tolist() for t in tensors]

@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from labkit import __version__
+from labkit import __version__, envvars
 
 Tier = Literal["gpu", "cpu"]
 
 #: Environment variable that forces the tier (only ``cpu`` or ``auto`` are accepted).
-FORCE_TIER_ENV = "LABKIT_FORCE_TIER"
+FORCE_TIER_ENV = envvars.FORCE_TIER
 
 _VENDOR_WORDS = {"nvidia", "geforce", "tesla"}
 
@@ -55,14 +55,8 @@ def hardware_tier() -> Tier:
     ``LABKIT_FORCE_TIER=cpu`` forces the CPU tier (to try the no-GPU path on a GPU machine);
     ``LABKIT_FORCE_TIER=auto`` (or unset / empty) detects.
     """
-    forced = os.environ.get(FORCE_TIER_ENV, "").strip().lower()
-    if forced == "cpu":
+    if envvars.force_tier() == "cpu":  # raises EnvVarError naming a bad value
         return "cpu"
-    if forced not in ("", "auto"):
-        raise ValueError(
-            f"{FORCE_TIER_ENV}={forced!r} is not understood: use 'cpu' to force the CPU tier, "
-            "or 'auto' (or leave it unset) to detect the GPU"
-        )
     return "gpu" if _cuda_available() else "cpu"
 
 
@@ -153,8 +147,9 @@ def _git_state() -> tuple[str | None, bool | None]:
     A copy of the tree without git metadata (a GPU machine that got the files only) can
     name its commit with ``LABKIT_GIT_COMMIT`` (dirty state then unknown).
     """
-    if os.environ.get("LABKIT_GIT_COMMIT"):
-        return os.environ["LABKIT_GIT_COMMIT"], None
+    commit = envvars.git_commit()
+    if commit:
+        return commit, None
     here = Path(__file__).resolve().parent
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
     if not top:

@@ -19,6 +19,7 @@ Bad captures raise :class:`CaptureError` subclasses that name the rule broken an
 from __future__ import annotations
 
 import gc
+import numbers
 import time
 import traceback
 from contextlib import contextmanager
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 import torch
+
+from labkit.checks import as_bool, as_int, as_int_list
 
 PoolMode = Literal["shared", "private"]
 Order = Literal["largest_first", "smallest_first"]
@@ -177,6 +180,10 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
     to share memory; ``None`` gives the graph a private pool. Raises :class:`CaptureError`
     naming the broken rule; a failed capture leaves nothing captured behind.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
+    as_bool(check_sync, "check_sync")
     if not torch.cuda.is_available():
         raise RuntimeError("CUDA graphs need a CUDA GPU (torch.cuda.is_available() is False); "
                            "on CPU run the callable eagerly instead")
@@ -268,6 +275,8 @@ class GraphSet:
 
     def replay(self, bs: int) -> torch.Tensor:
         """Replay graph ``bs`` on what is in the static buffers; returns its static logits."""
+        if isinstance(bs, bool) or not isinstance(bs, numbers.Integral):
+            raise TypeError(f"bs must be an int batch size, got {bs!r}")
         if bs not in self.graphs:
             raise KeyError(f"no graph captured for batch size {bs}; captured: {self.sizes}")
         return self.graphs[bs].replay()
@@ -315,17 +324,31 @@ def _progress(iterable: Sequence[int], enabled: bool | None, desc: str):
 
 
 def check_capture_sizes(sizes: Sequence[int], max_batch: int | None = None) -> list[int]:
-    """Sorted, de-duplicated capture sizes; a clear error when one is not a positive integer
-    or exceeds the cache's ``max_batch``."""
-    given = list(sizes)
-    out = sorted(set(int(s) for s in given))
-    if not out or out[0] < 1:
-        raise ValueError(f"capture sizes must be positive integers, got {given}")
+    """The capture sizes, sorted; a clear error when the list is empty, an entry is not a
+    positive ``int`` (``2.5``, ``"3"``, ``True`` are refused, not coerced), a size repeats, or
+    one exceeds the cache's ``max_batch``."""
+    if max_batch is not None:
+        max_batch = as_int(max_batch, "max_batch", minimum=1)
+    given = as_int_list(sizes, "capture sizes", minimum=1,
+                        fix="capture sizes are positive batch sizes such as [1, 2, 4, 8]")
+    if not given:
+        raise ValueError("capture sizes are empty; give at least one batch size, e.g. [1, 2, 4]")
+    dup = sorted({s for s in given if given.count(s) > 1})
+    if dup:
+        raise ValueError(f"capture size(s) {dup} appear more than once in {given}; list each "
+                         "size once (sorted(set(sizes)))")
+    out = sorted(given)
     if max_batch is not None and out[-1] > max_batch:
         raise ValueError(f"capture size {out[-1]} is larger than the model's max_batch="
                          f"{max_batch}; lower the sizes or build the model with a larger "
                          "max_batch")
     return out
+
+
+def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
 
 
 def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shared",
@@ -340,14 +363,21 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     live request's cache. On an error every graph captured so far is released.
     ``on_captured(bs, graph)`` is called after each capture (to read pool growth, say).
     """
+    if not hasattr(model, "decode_step") or not hasattr(model, "cfg"):
+        raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
+    sizes = check_capture_sizes(sizes, model.cfg.max_batch)
+    _check_choice(pool, "pool", ("shared", "private"))
+    _check_choice(order, "order", ("largest_first", "smallest_first"))
+    warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
+    if progress is not None:
+        as_bool(progress, "progress")
+    as_bool(check_sync, "check_sync")
+    if on_captured is not None and not callable(on_captured):
+        raise TypeError(f"on_captured must be callable (bs, graph) or None, got "
+                        f"{type(on_captured).__name__}")
     if not torch.cuda.is_available() or model.device.type != "cuda":
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU "
                            f"(model is on {model.device}); on CPU use eager decode_step")
-    sizes = check_capture_sizes(sizes, model.cfg.max_batch)
-    if pool not in ("shared", "private"):
-        raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
-    if order not in ("largest_first", "smallest_first"):
-        raise ValueError(f"order must be 'largest_first' or 'smallest_first', got {order!r}")
     dev, n = model.device, sizes[-1]
     tokens = torch.zeros(n, dtype=torch.long, device=dev)
     positions = torch.zeros(n, dtype=torch.long, device=dev)

@@ -14,8 +14,7 @@ The decode step is written so that it can be captured in a CUDA graph:
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,14 +22,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.checks import as_int
 from labkit.kvcache import LAYOUTS, KVCache, StepMeta, make_cache
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+# The largest value a size field of GPTConfig may take: index tensors are int32-safe below it.
+_MAX_DIM = 2**31 - 1
+_INT_FIELDS = ("vocab_size", "n_layer", "n_head", "d_model", "max_batch", "max_seq")
+
+
 @dataclass
 class GPTConfig:
-    """Shape of a :class:`TinyGPT`. ``max_batch`` live cache slots plus one scratch slot."""
+    """Shape of a :class:`TinyGPT`. ``max_batch`` live cache slots plus one scratch slot.
+
+    Every size is a positive ``int`` (``2.5``, ``"3"``, ``True`` are refused, not coerced) and
+    ``n_head`` must divide ``d_model``; a bad value raises naming the field and the fix.
+    """
 
     vocab_size: int = 256
     n_layer: int = 4
@@ -39,7 +48,6 @@ class GPTConfig:
     max_batch: int = 8
     max_seq: int = 256
     dtype: str = "float32"
-    extra: dict = field(default_factory=dict)
     #: KV-cache layout: ``'slot'`` (one row per slot) or ``'paged'`` (blocks + block table)
     kv_layout: str = "slot"
     #: positions per block (paged layout)
@@ -48,19 +56,30 @@ class GPTConfig:
     num_blocks: int | None = None
 
     def __post_init__(self) -> None:
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not supported; use one of {sorted(_DTYPES)}")
+        for name in _INT_FIELDS:
+            setattr(self, name, as_int(getattr(self, name), f"GPTConfig.{name}", minimum=1,
+                                       maximum=_MAX_DIM,
+                                       fix=f"give {name} as a positive whole number"))
+        if not isinstance(self.dtype, str) or self.dtype not in _DTYPES:
+            raise ValueError(f"GPTConfig.dtype {self.dtype!r} is not supported; use one of "
+                             f"{sorted(_DTYPES)}")
         if self.kv_layout not in LAYOUTS:
-            raise ValueError(f"kv_layout {self.kv_layout!r} is not supported; use one of "
-                             f"{list(LAYOUTS)}")
+            raise ValueError(f"GPTConfig.kv_layout {self.kv_layout!r} is not supported; use one "
+                             f"of {list(LAYOUTS)}")
+        self.block_size = as_int(self.block_size, "GPTConfig.block_size", minimum=1,
+                                 maximum=_MAX_DIM, fix="give the block size as a positive "
+                                 "whole number that divides max_seq")
+        if self.num_blocks is not None:
+            self.num_blocks = as_int(self.num_blocks, "GPTConfig.num_blocks", minimum=2,
+                                     maximum=_MAX_DIM, fix="give at least 2 blocks (block 0 "
+                                     "is the pad block), or None for as much room as the slots")
+        if self.kv_layout == "paged" and self.max_seq % self.block_size:
+            raise ValueError(f"GPTConfig.max_seq={self.max_seq} is not a multiple of "
+                             f"block_size={self.block_size}; pick a block size that divides it")
         if self.d_model % self.n_head:
             raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
-                "pick n_head that divides d_model"
-            )
-        for name in ("vocab_size", "n_layer", "n_head", "d_model", "max_batch", "max_seq"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                f"GPTConfig.d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+                "pick n_head that divides d_model")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -93,9 +112,28 @@ PRESETS: dict[str, dict] = {
 
 def preset(name: str, **overrides) -> GPTConfig:
     """A named configuration (``char``, ``small``, ``gpt2``, ``test``) with overrides."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     return GPTConfig(**{**PRESETS[name], **overrides})
+
+
+def check_slots(slots: Sequence[int], max_batch: int) -> None:
+    """Refuse cache slots of one batch that are outside ``[0, max_batch)`` (slot
+    ``max_batch`` is the scratch slot, never a live request's) or repeated (two rows writing
+    one slot overwrite each other's cache and get wrong logits). Host-side ints only."""
+    slots = list(slots)
+    bad = [x for x in slots if not 0 <= x < max_batch]
+    if bad:
+        why = (f" (slot {max_batch} is the scratch slot that padded rows write, never a live "
+               "request's)") if max_batch in bad else ""
+        raise ValueError(f"cache slots must lie in [0, {max_batch}){why}; got slots={slots}; "
+                         f"give each request its own slot below max_batch={max_batch}")
+    seen: set[int] = set()
+    dup = sorted({x for x in slots if x in seen or seen.add(x)})
+    if dup:
+        raise ValueError(f"cache slot(s) {dup} appear more than once in slots={slots}: rows "
+                         "sharing a slot overwrite each other's KV cache; give every row of a "
+                         "batch a distinct slot")
 
 
 class Block(nn.Module):
@@ -149,6 +187,9 @@ class TinyGPT(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
+        if not isinstance(cfg, GPTConfig):
+            raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}; build one with "
+                            "GPTConfig(...) or preset(name)")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_seq, cfg.d_model)
@@ -203,28 +244,35 @@ class TinyGPT(nn.Module):
                 f"move it with {name}.to({str(self.device)!r})"
             )
         if t.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{name} has dtype {t.dtype}; it must hold integer ids (torch.long)")
+            raise TypeError(f"{name} has dtype {t.dtype}; it must hold integer ids: pass "
+                            f"{name}.long()")
         if t.dim() != ndim:
             raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
 
     def _check_values(self, tokens: torch.Tensor, positions: torch.Tensor | None,
-                      slots: torch.Tensor, extra_len: int = 0) -> None:
-        """Value checks; they read values on the host, so only for CPU tensors or on request."""
+                      slots: torch.Tensor | None) -> None:
+        """Value checks; they read values on the host, so only for CPU tensors or on request
+        (never during capture). Each raises before anything is written."""
         cfg = self.cfg
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= cfg.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); "
-                             f"got min {int(tokens.min())}, max {int(tokens.max())}")
-        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) > cfg.max_batch):
-            raise ValueError(f"cache slots must lie in [0, {cfg.max_batch}] "
-                             f"(slot {cfg.max_batch} is the scratch slot); got {slots.tolist()}")
+        if tokens.numel():
+            lo, hi = int(tokens.min()), int(tokens.max())
+            if lo < 0 or hi >= cfg.vocab_size:
+                raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got min {lo}, "
+                                 f"max {hi}; map them into the model's vocabulary")
+        if slots is not None:
+            check_slots(slots.tolist(), cfg.max_batch)
         if positions is not None and positions.numel():
-            last = int(positions.max()) + extra_len
-            if int(positions.min()) < 0 or last >= cfg.max_seq:
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0:
+                raise ValueError(f"position {lo} is negative; positions count from 0 (the "
+                                 "first token of a sequence sits at position 0); give "
+                                 "positions >= 0")
+            if hi >= cfg.max_seq:
                 raise ValueError(
-                    f"position {last} is past the KV cache (max_seq={cfg.max_seq}); "
+                    f"position {hi} is past the KV cache (max_seq={cfg.max_seq}); "
                     f"build the model with a larger max_seq or generate fewer tokens")
-        if cfg.kv_layout == "paged" and positions is not None:
-            self._check_room(slots.tolist(), [p + extra_len + 1 for p in positions.tolist()])
+        if cfg.kv_layout == "paged" and positions is not None and slots is not None:
+            self._check_room(slots.tolist(), [p + 1 for p in positions.tolist()])
 
     def _check_room(self, slots: list[int], needed: list[int]) -> None:
         """Paged layout: each live slot must own blocks for the positions it writes."""
@@ -242,6 +290,8 @@ class TinyGPT(nn.Module):
         if tokens.shape[1] > self.cfg.max_seq:
             raise ValueError(f"sequence of {tokens.shape[1]} tokens is longer than "
                              f"max_seq={self.cfg.max_seq}; build the model with a larger max_seq")
+        if tokens.device.type == "cpu":
+            self._check_values(tokens, None, None)
         x = self.tok_emb(tokens) + self.pos_emb(self._arange[: tokens.shape[1]])
         for block in self.blocks:
             x, _, _ = block.forward_full(x)
@@ -251,13 +301,17 @@ class TinyGPT(nn.Module):
     def prefill(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Run prompts ``(B, T)`` of one length, fill cache slots ``slots`` at positions 0..T-1.
 
-        Returns the logits of the last prompt position, ``(B, V)``.
+        Returns the logits of the last prompt position, ``(B, V)``. ``slots`` must be distinct
+        live slots (not the scratch slot); like :meth:`decode_step`, values are checked for CPU
+        tensors (CUDA tensors: check them on the host first, e.g. with :func:`check_slots`).
         """
         self._check_tensor("tokens", tokens, 2)
         self._check_tensor("slots", slots, 1)
         b, t = tokens.shape
         if slots.shape[0] != b:
             raise ValueError(f"slots has {slots.shape[0]} entries for {b} prompts; give one each")
+        if b < 1:
+            raise ValueError("no prompts: tokens has 0 rows; give at least one prompt")
         if t < 1:
             raise ValueError("prompt is empty; give at least one token")
         if t > self.cfg.max_seq:
@@ -265,8 +319,8 @@ class TinyGPT(nn.Module):
                              f"(max_seq={self.cfg.max_seq}); shorten it or raise max_seq")
         if tokens.device.type == "cpu":
             self._check_values(tokens, None, slots)
-            if self.cfg.kv_layout == "paged":
-                self._check_room(slots.tolist(), [t] * b)
+        if self.cfg.kv_layout == "paged":  # blocks are known on the host: always checked
+            self._check_room(slots.tolist(), [t] * b)
         x = self.tok_emb(tokens) + self.pos_emb(self._arange[:t])
         for i, block in enumerate(self.blocks):
             x, k, v = block.forward_full(x)
@@ -284,10 +338,17 @@ class TinyGPT(nn.Module):
         ``out`` (``(B, V)``, the model's dtype) receives the logits instead of a new tensor:
         graphs write into one static buffer allocated outside their memory pool.
 
-        Value checks (ids in range, position inside the cache) read values on the host, so
-        they run by default only for CPU tensors; pass ``check=True`` to force them on CUDA
-        (outside capture), ``check=False`` to skip them.
+        Value checks (ids in range, position inside the cache, slots distinct, live and not
+        the scratch slot) read values on the host. They always run for CPU tensors. For CUDA
+        tensors they are off by default, since they would need a host sync (``.cpu()``) on
+        every step and change eager timings: :class:`labkit.dispatch.PaddingDispatcher`,
+        which copies host-side metadata into static buffers, is the checked path. Pass
+        ``check=True`` to force them on CUDA (outside capture; inside capture it raises),
+        ``check=False`` to skip them (graph capture and padded batches, whose padded rows
+        share the scratch slot, do this).
         """
+        if check is not None and not isinstance(check, bool):
+            raise TypeError(f"check must be True, False or None, got {check!r}")
         self._check_tensor("tokens", tokens, 1)
         self._check_tensor("positions", positions, 1)
         self._check_tensor("slots", slots, 1)
@@ -298,9 +359,14 @@ class TinyGPT(nn.Module):
         if b > self.cfg.max_batch:
             raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
                              f"{self.cfg.max_batch}; build the model with a larger max_batch")
+        on_cpu = tokens.device.type == "cpu"
         if check is None:
-            check = tokens.device.type == "cpu"
+            check = on_cpu
         if check:
+            if not on_cpu and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("decode_step(check=True) reads values on the host, which a "
+                                   "CUDA graph capture forbids; capture with check=False and "
+                                   "check the batch before copying it into the static buffers")
             self._check_values(tokens, positions, slots)
         meta = self.cache.step_meta(positions, slots)
         x = (self.tok_emb(tokens) + self.pos_emb(positions)).unsqueeze(1)  # (B, 1, D)
@@ -339,24 +405,66 @@ class TinyGPT(nn.Module):
         if "config" not in meta:
             raise ValueError(f"{path} has no labkit config in its metadata; was it saved by "
                              "TinyGPT.save?")
-        cfg = GPTConfig(**{**json.loads(meta["config"]), **overrides})
+        stored = json.loads(meta["config"])
+        if stored.get("extra", None) == {}:
+            del stored["extra"]       # a field older checkpoints carry; it was never used
+        known = {f.name for f in fields(GPTConfig)}
+        unknown = sorted(set(stored) - known) + sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown} (from {path.name} or the "
+                             f"overrides); GPTConfig has {sorted(known)}")
+        device = as_device(device)
+        cfg = GPTConfig(**{**stored, **overrides})
         model = cls(cfg)
         state = load_file(str(path))
         model.load_state_dict(state)
         return model.to(device)
 
 
+def as_device(device: str | torch.device, name: str = "device") -> torch.device:
+    """``device`` as a ``torch.device``; a clear error for a malformed name or a missing GPU."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{name} must be a str such as 'cpu' or 'cuda', or a torch.device; "
+                        f"got {device!r} ({type(device).__name__})")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"{name} {device!r} is not a device name; use 'cpu', 'cuda' or "
+                         "'cuda:0'") from exc
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} {device!r} is not supported; use 'cpu' or 'cuda'")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"{name} {device!r} asked for but torch.cuda.is_available() is "
+                           "False; use device='cpu' or run on a machine with an NVIDIA GPU")
+    return dev
+
+
 def build_model(cfg: GPTConfig, device: str | torch.device = "cpu", seed: int = 0) -> TinyGPT:
     """A model with seeded random weights on ``device``, in eval mode."""
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' asked for but torch.cuda.is_available() is False; "
-                           "use device='cpu' or run on a machine with an NVIDIA GPU")
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}; build one with "
+                        "GPTConfig(...) or preset(name)")
+    device = as_device(device)
+    seed = as_int(seed, "seed", minimum=0, maximum=2**63 - 1, fix="use a seed such as 0")
     torch.manual_seed(seed)
     return TinyGPT(cfg).to(device).eval()
 
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``step_fn(tokens, positions, slots) -> logits``: the contract of :meth:`TinyGPT.decode_step`."""
+
+
+def _prompt_ids(p: object, i: int) -> list[int]:
+    """Prompt ``i`` as a list of ints; a clear error for anything else."""
+    if isinstance(p, torch.Tensor):
+        if p.dim() != 1 or p.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"prompt {i} is a tensor of shape {tuple(p.shape)} and dtype "
+                            f"{p.dtype}; give a 1-D integer tensor or a list of token ids")
+        return p.tolist()
+    if isinstance(p, (str, bytes)) or not isinstance(p, Sequence):
+        raise TypeError(f"prompt {i} must be a list of token ids, got {type(p).__name__}; "
+                        "encode text first (list(text.encode('utf-8')) for a byte model)")
+    return [as_int(t, f"prompt {i} token {j}") for j, t in enumerate(p)]
 
 
 @torch.no_grad()
@@ -368,40 +476,54 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
     each at its own position. ``step_fn(tokens, positions, slots) -> logits`` replaces
     ``model.decode_step`` (a graph replay or a padding dispatcher, say). Returns the new
     token ids of each prompt.
+
+    A prompt of ``L`` tokens and ``N >= 1`` new tokens writes positions ``0 .. L + N - 2``
+    (the last new token is returned, never fed back), so it fits when
+    ``L + N - 1 <= max_seq``. Everything is checked before anything is written.
     """
+    if not isinstance(model, TinyGPT):
+        raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
     cfg = model.cfg
-    n = len(prompts)
+    if isinstance(prompts, (str, bytes, torch.Tensor)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a list of prompts (each a list of token ids), got "
+                        f"{type(prompts).__name__}; wrap a single prompt as [prompt]")
+    max_new_tokens = as_int(max_new_tokens, "max_new_tokens", minimum=0,
+                            fix="ask for 0 or more new tokens")
+    if step_fn is not None and not callable(step_fn):
+        raise TypeError(f"step_fn must be callable (tokens, positions, slots) -> logits, got "
+                        f"{type(step_fn).__name__}")
+    ids = [_prompt_ids(p, i) for i, p in enumerate(prompts)]
+    n = len(ids)
     if n == 0:
         return []
     if n > cfg.max_batch:
         raise ValueError(f"{n} prompts but the cache holds max_batch={cfg.max_batch}; "
                          "build the model with a larger max_batch or send fewer prompts")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    for i, p in enumerate(prompts):
+    for i, p in enumerate(ids):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty; give at least one token")
-        if len(p) + max_new_tokens - 1 >= cfg.max_seq:
+        need = len(p) + max(max_new_tokens - 1, 0)
+        if need > cfg.max_seq:
             raise ValueError(
-                f"prompt {i} ({len(p)} tokens) + {max_new_tokens} new tokens needs "
-                f"{len(p) + max_new_tokens} positions but the KV cache holds "
+                f"prompt {i} ({len(p)} tokens) + {max_new_tokens} new tokens needs {need} "
+                f"cache positions (the last new token is not written) but the KV cache holds "
                 f"max_seq={cfg.max_seq}; raise max_seq or generate fewer tokens")
         if min(p) < 0 or max(p) >= cfg.vocab_size:
-            raise ValueError(f"prompt {i} has token ids outside [0, {cfg.vocab_size})")
+            raise ValueError(f"prompt {i} has token ids outside [0, {cfg.vocab_size}); map "
+                             "them into the model's vocabulary")
     if max_new_tokens == 0:
-        return [[] for _ in prompts]
+        return [[] for _ in ids]
     step = step_fn or model.decode_step
     dev = model.device
-    for i, p in enumerate(prompts):  # paged layout: blocks for every position written
+    for i, p in enumerate(ids):  # paged layout: blocks for every position written
         model.cache.reserve(i, len(p) + max_new_tokens - 1)
     try:
         first = []
-        for i, p in enumerate(prompts):
-            logits = model.prefill(torch.tensor([list(p)], device=dev),
-                                   torch.tensor([i], device=dev))
+        for i, p in enumerate(ids):
+            logits = model.prefill(torch.tensor([p], device=dev), torch.tensor([i], device=dev))
             first.append(logits.argmax(-1))
         tokens = torch.cat(first)
-        positions = torch.tensor([len(p) for p in prompts], device=dev)
+        positions = torch.tensor([len(p) for p in ids], device=dev)
         slots = torch.arange(n, device=dev)
         out = [tokens]
         for _ in range(max_new_tokens - 1):
@@ -416,13 +538,11 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
 
 def generate_text(model: TinyGPT, prompt: str, max_new_tokens: int = 100) -> str:
     """Greedy continuation of a text prompt with a byte-level model (``vocab_size=256``)."""
-    if model.cfg.vocab_size != 256:
-        raise ValueError("generate_text needs a byte-level model (vocab_size=256)")
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}; for token ids "
+                        "use generate(model, [ids], n)")
+    if not isinstance(model, TinyGPT) or model.cfg.vocab_size != 256:
+        raise ValueError("generate_text needs a byte-level TinyGPT (vocab_size=256)")
     ids = list(prompt.encode("utf-8"))
     new = generate(model, [ids], max_new_tokens)[0]
     return bytes(new).decode("utf-8", errors="replace")
-
-
-def perplexity_hint(loss: float) -> float:
-    """exp(loss), guarded against overflow, for training logs."""
-    return math.exp(min(loss, 50.0))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DATA_DIR_ENV = "LABKIT_DATA"
+from labkit import envvars
+
+DATA_DIR_ENV = envvars.DATA_DIR
 
 
 def repo_root() -> Path:
@@ -18,10 +20,7 @@ def repo_root() -> Path:
 
 def data_dir() -> Path:
     """The repository's ``data/`` folder (``$LABKIT_DATA`` overrides it)."""
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override).expanduser()
-    return repo_root() / "data"
+    return envvars.data_dir() or repo_root() / "data"
 
 
 def shipped_file(kind: str, name_or_path: str | os.PathLike[str], suffix: str) -> Path:

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
 
 import numpy as np
+
+from labkit.checks import as_int, as_number
 from labkit.paths import shipped_file
 
 DistLike = Union[Mapping[int, float], Iterable[int]]
@@ -54,20 +56,18 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 def _as_batch_size(x: object, what: str) -> int:
-    """``x`` as a positive int, or a ValueError that says what was wrong."""
-    if isinstance(x, bool):
-        raise ValueError(f"{what} must be an integer >= 1, got {x!r}")
-    try:
-        v = int(x.strip()) if isinstance(x, str) else int(x)  # type: ignore[call-overload]
-        whole = isinstance(x, str) or float(x) == v  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{what} must be an integer >= 1, got {x!r}") from None
-    if not whole:
-        raise ValueError(f"{what} must be an integer >= 1, got {x!r} (not a whole number)")
-    if v < 1:
-        raise ValueError(f"{what} must be >= 1 (a decode step serves at least one request), "
-                         f"got {v}; drop empty or negative entries")
-    return v
+    """``x`` as a positive int: an ``int`` or numpy integer only (``2.5``, ``2.0``, ``"3"``,
+    ``True`` are refused, never coerced), with an error that names ``what`` and the fix."""
+    return as_int(x, what, minimum=1,
+                  fix="a batch size is a whole number >= 1 (a step serves at least one request)")
+
+
+def _parse_batch_size(text: str, what: str) -> int:
+    """A batch size read from a CSV cell: decimal digits only (``"3"``; not ``"3.5"``)."""
+    t = text.strip()
+    if not t.isdigit():
+        raise ValueError(f"{what} must be a whole number >= 1, got {text!r}; fix the CSV")
+    return _as_batch_size(int(t), what)
 
 
 def to_distribution(obs: DistLike) -> dict[int, float]:
@@ -84,14 +84,17 @@ def to_distribution(obs: DistLike) -> dict[int, float]:
         weights: dict[int, float] = {}
         for key, w in obs.items():
             size = _as_batch_size(key, "batch size")
-            w = float(w)
+            w = as_number(w, f"weight of batch size {size}", allow_inf=True)
             if not math.isfinite(w) or w < 0:
                 raise ValueError(f"weight of batch size {size} must be finite and >= 0, got {w}")
             if w > 0:
                 weights[size] = weights.get(size, 0.0) + w
-    else:
+    elif isinstance(obs, Iterable):
         weights = {s: float(c) for s, c in
                    Counter(_as_batch_size(x, "observed batch size") for x in obs).items()}
+    else:
+        raise TypeError(f"a distribution is a mapping {{size: weight}} or a sequence of sizes, "
+                        f"got {type(obs).__name__}; pass e.g. load_trace(name)")
     total = sum(weights.values())
     if not weights or total <= 0:
         raise ValueError("the batch-size distribution is empty: pass observed sizes or a "
@@ -115,7 +118,7 @@ def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or "batch_size" not in reader.fieldnames:
             raise ValueError(f"{path} has no 'batch_size' column (columns: {reader.fieldnames})")
-        return [_as_batch_size(row["batch_size"], f"batch_size in {path.name}")
+        return [_parse_batch_size(row["batch_size"] or "", f"batch_size in {path.name}")
                 for row in reader]
 
 
@@ -123,12 +126,18 @@ def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:
 # padding
 # --------------------------------------------------------------------------------------------
 
-def _check_sizes(sizes: Iterable[int]) -> list[int]:
-    """Sorted, de-duplicated capture sizes; ValueError when empty or not positive integers."""
-    out = sorted({_as_batch_size(s, "capture size") for s in sizes})
-    if not out:
-        raise ValueError("the list of capture sizes is empty: capture at least one size")
-    return out
+def _check_sizes(sizes: Iterable[int], what: str = "capture sizes") -> list[int]:
+    """Sorted capture sizes; an error when empty, not positive ints, or repeated."""
+    if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, Iterable):
+        raise TypeError(f"{what} must be a list of ints, got {type(sizes).__name__}")
+    given = [_as_batch_size(s, f"{what}[{i}]") for i, s in enumerate(sizes)]
+    if not given:
+        raise ValueError(f"the list of {what} is empty: capture at least one size")
+    dup = sorted({s for s, c in Counter(given).items() if c > 1})
+    if dup:
+        raise ValueError(f"{what} {dup} appear more than once in {given}; list each size "
+                         "once (sorted(set(sizes)))")
+    return sorted(given)
 
 
 def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
@@ -145,9 +154,8 @@ def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
     ``table[0]`` is 0 (there is no empty decode step). ``max_bs`` defaults to the largest size.
     """
     ordered = _check_sizes(sizes)
-    max_bs = ordered[-1] if max_bs is None else int(max_bs)
-    if max_bs < 0:
-        raise ValueError(f"max_bs must be >= 0, got {max_bs}")
+    max_bs = ordered[-1] if max_bs is None else as_int(
+        max_bs, "max_bs", minimum=0, fix="give the largest batch size to tabulate")
     table = [0] * (max_bs + 1)
     for b in range(1, max_bs + 1):
         i = bisect.bisect_left(ordered, b)
@@ -195,6 +203,12 @@ def expected_step_cost(sizes: Sequence[int], dist: DistLike,
     ``eager_time(bs)`` for a batch above the largest size (required when any such batch occurs).
     """
     ordered, p = _check_sizes(sizes), to_distribution(dist)
+    for name, fn in (("step_time", step_time), ("eager_time", eager_time)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be a function batch size -> µs, got "
+                            f"{type(fn).__name__}")
+    if step_time is None:
+        raise TypeError("step_time must be a function padded size -> µs, got None")
     total = 0.0
     for b, w in p.items():
         i = bisect.bisect_left(ordered, b)
@@ -248,11 +262,11 @@ def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None =
     smallest kept size). It ignores padding cost; compare it with :func:`optimal_sizes`.
     """
     p = to_distribution(dist)
-    target = float(target)
+    target = as_number(target, "target", fix="give a share of steps in (0, 1], e.g. 0.95")
     if not 0.0 < target <= 1.0:
-        raise ValueError(f"target is a share of steps in (0, 1], got {target}")
-    if max_sizes is not None and int(max_sizes) < 1:
-        raise ValueError(f"max_sizes must be >= 1, got {max_sizes}")
+        raise ValueError(f"target is a share of steps in (0, 1], got {target}; give e.g. 0.95")
+    if max_sizes is not None:
+        max_sizes = as_int(max_sizes, "max_sizes", minimum=1, fix="keep at least one size")
     cum, q = 0.0, max(p)
     for b, w in p.items():
         cum += w
@@ -271,7 +285,9 @@ def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None =
 
 def linear_memory(base: float, per_row: float) -> Callable[[int], float]:
     """A memory model ``size -> base + per_row * size`` bytes for one captured graph."""
-    return lambda size: float(base) + float(per_row) * size
+    base = as_number(base, "base", minimum=0.0, fix="graph memory is bytes >= 0")
+    per_row = as_number(per_row, "per_row", minimum=0.0, fix="graph memory is bytes >= 0")
+    return lambda size: base + per_row * size
 
 
 def _mem_of(memory_per_size: MemoryModel, size: int) -> float:
@@ -297,12 +313,25 @@ def set_memory(sizes: Sequence[int], memory_per_size: MemoryModel, pool: Pool = 
     memory the same way: first capture + per-graph x (n - 1)).
     """
     ordered = _check_sizes(sizes)
+    _check_pool(pool)
+    _check_memory_model(memory_per_size)
+    residual = as_number(residual_per_graph, "residual_per_graph", minimum=0.0,
+                         fix="bytes each further graph adds to a shared pool, >= 0")
     mems = [_mem_of(memory_per_size, s) for s in ordered]
     if pool == "private":
         return float(sum(mems))
-    if pool == "shared":
-        return max(mems) + float(residual_per_graph) * (len(ordered) - 1)
-    raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
+    return max(mems) + residual * (len(ordered) - 1)
+
+
+def _check_pool(pool: object) -> None:
+    if not isinstance(pool, str) or pool not in ("shared", "private"):
+        raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
+
+
+def _check_memory_model(memory_per_size: object) -> None:
+    if not isinstance(memory_per_size, Mapping) and not callable(memory_per_size):
+        raise TypeError("memory_per_size must be a function size -> bytes or a mapping "
+                        f"{{size: bytes}}, got {type(memory_per_size).__name__}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,14 +360,18 @@ def _problem(dist: DistLike, *, max_size: int | None, cost: CostModel,
              eager_cost: Callable[[int], float] | None, memory_per_size: MemoryModel | None,
              pool: Pool, residual_per_graph: float, candidates: Iterable[int] | None) -> _Problem:
     p = to_distribution(dist)
-    if pool not in ("shared", "private"):
-        raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
-    if not math.isfinite(float(residual_per_graph)) or residual_per_graph < 0:
-        raise ValueError(f"residual_per_graph must be >= 0 bytes, got {residual_per_graph}")
+    _check_pool(pool)
+    residual_per_graph = as_number(residual_per_graph, "residual_per_graph", minimum=0.0,
+                                   fix="bytes each further graph adds to a shared pool, >= 0")
+    if memory_per_size is not None:
+        _check_memory_model(memory_per_size)
+    if eager_cost is not None and not callable(eager_cost):
+        raise TypeError(f"eager_cost must be a function batch size -> cost, got "
+                        f"{type(eager_cost).__name__}")
     if candidates is not None:
-        cands = _check_sizes(candidates)
+        cands = _check_sizes(candidates, "candidates")
     elif isinstance(memory_per_size, Mapping):
-        cands = _check_sizes(memory_per_size)   # only measured sizes can be chosen
+        cands = _check_sizes(list(memory_per_size), "memory_per_size sizes")  # measured
     else:
         cands = sorted(p)                        # observed sizes contain an optimum (see docs)
     if max_size is not None:
@@ -347,7 +380,7 @@ def _problem(dist: DistLike, *, max_size: int | None, cost: CostModel,
     if not cands:
         raise ValueError(f"no candidate capture size is <= max_size={max_size}: raise "
                          "max_size or pass candidates=... that include smaller sizes")
-    if cost == "padded_rows":
+    if isinstance(cost, str) and cost == "padded_rows":
         step = None
     elif callable(cost):
         step = cost
@@ -489,16 +522,26 @@ def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
 
 
 def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: int,
-                        budget: float) -> tuple[float, list[int], float, float] | None:
+                        budget: float) -> tuple[float, list[int], float, float, bool] | None:
     """Lagrangian relaxation of the private-pool budget: minimise ``cost + lam * memory`` (an
     ordinary DP, since private memory adds up per size) and bisect ``lam`` for the cheapest set
-    within budget. Returns ``(lam, size indices, cost, memory)`` of a feasible set (an
-    incumbent and a multiplier for bounds, not necessarily optimal), or None if none fits."""
-    finite = C[np.isfinite(C)]
-    scale = (float(finite.max()) if finite.size else 1.0) + float(np.nanmax(
-        np.where(np.isfinite(tail), tail, 0.0))) + 1.0
-    positive = mem[mem > 0]
-    lam_hi = 2.0 * kmax * scale / (float(positive.min()) if positive.size else 1.0)
+    within budget. Returns ``(lam, size indices, cost, memory, optimal)`` of a feasible set
+    (an incumbent and a multiplier for bounds; ``optimal`` when the budget does not bind, so
+    the set is the optimum itself), or None only when no set fits at all.
+
+    Feasibility is decided directly, not by the relaxation: the least memory any allowed set
+    needs is that of the cheapest-memory single size that may be the largest (memory adds up
+    and is >= 0; the batches above the largest size decide whether it may be). A multiplier
+    large enough to reach that set can be far above any estimate from costs and memories
+    (memories may differ by far less than the smallest one), so ``lam`` grows until the
+    relaxed optimum fits, and the least-memory set is the incumbent if it never does."""
+    single = np.where(np.isfinite(tail), C[0] + tail, np.inf)
+    tops = [i for i in range(len(single)) if math.isfinite(single[i])]
+    if not tops:
+        return None
+    least = min(tops, key=lambda i: (mem[i], single[i]))
+    if mem[least] > budget:
+        return None                       # even the least memory does not fit
 
     def solve(lam: float) -> tuple[list[int], float, float]:
         dp, back = _dp_matrix(C + lam * mem[None, :], tail, kmax)
@@ -510,23 +553,35 @@ def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: 
         memory = float(mem[idx].sum())
         return idx, float(dp[j, i]) - lam * memory, memory
 
-    best: tuple[float, list[int], float, float] | None = None
-    lo, hi = 0.0, lam_hi
-    for step in range(60):
-        lam = 0.0 if step == 0 else (hi if step == 1 else 0.5 * (lo + hi))
+    idx, cost, memory = solve(0.0)
+    if memory <= budget:
+        return 0.0, idx, cost, memory, True   # the budget does not bind: the optimum itself
+    best = (0.0, [least], float(single[least]), float(mem[least]), False)
+    finite = C[np.isfinite(C)]
+    scale = (float(finite.max()) if finite.size else 1.0) + float(np.nanmax(
+        np.where(np.isfinite(tail), tail, 0.0))) + 1.0
+    positive = mem[mem > 0]
+    hi = 2.0 * kmax * scale / (float(positive.min()) if positive.size else 1.0)
+    for _ in range(200):                  # find a multiplier whose relaxed optimum fits
+        idx, cost, memory = solve(hi)
+        if memory <= budget:
+            break
+        hi *= 4.0
+    else:
+        return best                       # no usable multiplier: the least-memory set
+    lo = 0.0
+    best = min(best, (hi, idx, cost, memory, False), key=lambda t: t[2])
+    for _ in range(60):
+        if hi - lo <= 1e-9 * hi:
+            break
+        lam = 0.5 * (lo + hi)
         idx, cost, memory = solve(lam)
         if memory <= budget:
-            if best is None or cost < best[2]:
-                best = (lam, idx, cost, memory)
-            if step == 0:
-                return best               # the budget does not bind: the optimum itself
+            if cost < best[2]:
+                best = (lam, idx, cost, memory, False)
             hi = lam
-        elif step == 1:
-            return None                   # even the least memory does not fit
         else:
             lo = lam
-        if step > 1 and hi - lo <= 1e-9 * hi:
-            break
     return best
 
 
@@ -556,9 +611,9 @@ def _private_entries(prob: _Problem, kmax: int, budget: float, allowed: set[int]
         inc = _lagrange_incumbent(C_np, tail_np, mem_np, kmax, budget)
         if inc is None:
             return []
-        lam, idx, best, memory = inc
+        lam, idx, best, memory, optimal = inc
         out.append(_Entry([cands[x] for x in idx], best, memory))
-        if lam == 0.0:
+        if optimal:
             return out
         vlam = _suffix_bounds(C_np + lam * mem_np[None, :], tail_np, kmax)
 
@@ -661,8 +716,7 @@ def optimal_sizes(dist: DistLike, k: int, *, max_size: int | None = None,
     per state), pruned by branch and bound with a Lagrangian incumbent and bound (milliseconds
     on the shipped traces). Ties go to fewer sizes.
     """
-    if isinstance(k, bool) or int(k) != k or int(k) < 1:
-        raise ValueError(f"k (the most sizes to capture) must be an integer >= 1, got {k!r}")
+    k = as_int(k, "k (the most sizes to capture)", minimum=1, fix="capture at least one size")
     prob = _problem(dist, max_size=max_size, cost=cost, eager_cost=eager_cost,
                     memory_per_size=memory_per_size, pool=pool,
                     residual_per_graph=residual_per_graph, candidates=candidates)
@@ -684,18 +738,16 @@ def _check_budget(memory_budget: float | None, memory_per_size: MemoryModel | No
         return math.inf
     if memory_per_size is None:
         raise ValueError("memory_budget needs memory_per_size (bytes per captured size)")
-    budget = float(memory_budget)
-    if math.isnan(budget) or budget < 0:
-        raise ValueError(f"memory_budget must be >= 0 bytes, got {memory_budget}")
-    return budget
+    return as_number(memory_budget, "memory_budget", minimum=0.0, allow_inf=True,
+                     fix="give the bytes the graphs may use, >= 0")
 
 
 def _min_memory(prob: _Problem) -> float:
-    """Memory of the smallest allowed set (one size; the largest candidate without eager)."""
+    """Memory of the smallest allowed set: one size that may be the largest (any size with
+    eager fallback; otherwise one that serves every batch up to the largest candidate)."""
     assert prob.mem is not None
-    if prob.eager is None and np.any(prob.b <= prob.cands[-1]):
-        return prob.mem[-1]
-    return min(prob.mem)
+    tail = _tail_costs(prob, prob.cands)
+    return min(m for m, t in zip(prob.mem, tail.tolist()) if math.isfinite(t))
 
 
 def brute_force_optimal(dist: DistLike, k: int, *, max_size: int | None = None,
@@ -710,6 +762,7 @@ def brute_force_optimal(dist: DistLike, k: int, *, max_size: int | None = None,
 
     Returns ``(sizes, expected cost)``. Exponential in the number of candidates: small cases only.
     """
+    k = as_int(k, "k (the most sizes to capture)", minimum=1, fix="capture at least one size")
     budget = _check_budget(memory_budget, memory_per_size)
     prob = _problem(dist, max_size=max_size, cost=cost, eager_cost=eager_cost,
                     memory_per_size=memory_per_size, pool=pool,
@@ -758,9 +811,7 @@ def pareto_front(dist: DistLike, candidates_k: Iterable[int] = range(1, 9), *,
     (memory adds up) and take seconds for large ``candidates_k`` over hundreds of observed
     sizes: pass ``candidates=`` a coarser grid (e.g. multiples of 8) to explore them.
     """
-    ks = sorted({int(x) for x in candidates_k})
-    if not ks or ks[0] < 1:
-        raise ValueError(f"candidates_k must be size counts >= 1, got {list(candidates_k)}")
+    ks = _check_sizes(candidates_k, "candidates_k")
     prob = _problem(dist, max_size=max_size, cost=step_time, eager_cost=eager_time,
                     memory_per_size=memory_per_size, pool=pool,
                     residual_per_graph=residual_per_graph, candidates=candidates)

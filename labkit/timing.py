@@ -13,7 +13,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from labkit.checks import as_bool, as_int, as_int_list, as_number
 from labkit.graphs import capture_callable
+from labkit.model import as_device
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,14 @@ class Stats:
 
     @classmethod
     def from_samples(cls, samples: Sequence[float], unit: str = "us") -> "Stats":
+        if isinstance(samples, (str, bytes)) or not hasattr(samples, "__len__"):
+            raise TypeError(f"samples must be a list of numbers, got {type(samples).__name__}")
         if not samples:
             raise ValueError("no samples to summarise; give repeats >= 1")
-        xs = sorted(float(x) for x in samples)
+        if not isinstance(unit, str):
+            raise TypeError(f"unit must be a str such as 'us', got {unit!r}")
+        xs = sorted(as_number(x, f"samples[{i}]", fix="timings are finite numbers")
+                    for i, x in enumerate(samples))
 
         def q(p: float) -> float:
             if len(xs) == 1:
@@ -44,6 +51,7 @@ class Stats:
 
     def per(self, count: int) -> "Stats":
         """The same samples divided by ``count`` (a burst of ``count`` launches → one)."""
+        count = as_int(count, "count", minimum=1, fix="divide by the number of calls per sample")
         return Stats(self.median / count, self.p10 / count, self.p90 / count,
                      self.mean / count, self.n, self.unit)
 
@@ -59,10 +67,17 @@ class Stats:
         return f"{self.median:.2f} {self.unit} (p10 {self.p10:.2f}, p90 {self.p90:.2f}, n={self.n})"
 
 
+def _check_fn(fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}; "
+                        "wrap a call as lambda: f(x)")
+
+
 def _check_counts(warmup: int, repeats: int, inner: int) -> None:
-    if warmup < 0 or repeats < 1 or inner < 1:
-        raise ValueError(f"need warmup >= 0, repeats >= 1, inner >= 1; got {warmup}, "
-                         f"{repeats}, {inner}")
+    """Refuse counts that are not ints (bool included) or have the wrong sign."""
+    as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times")
+    as_int(repeats, "repeats", minimum=1, fix="take at least one sample (repeats >= 1)")
+    as_int(inner, "inner", minimum=1, fix="make at least one call per sample (inner >= 1)")
 
 
 def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
@@ -72,8 +87,9 @@ def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     With ``sync=True`` and CUDA present, each sample ends with ``torch.cuda.synchronize()``,
     so it measures launch + GPU execution + sync.
     """
+    _check_fn(fn)
     _check_counts(warmup, repeats, inner)
-    do_sync = sync and torch.cuda.is_available()
+    do_sync = as_bool(sync, "sync") and torch.cuda.is_available()
     for _ in range(warmup):
         fn()
     if do_sync:
@@ -96,10 +112,11 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     Warm-up first (module load, cuBLAS handles, allocator), then ``repeats`` samples.
     Raises on a machine without CUDA: there is no GPU time to measure.
     """
+    _check_fn(fn)
+    _check_counts(warmup, repeats, inner)
     if not torch.cuda.is_available():
         raise RuntimeError("time_cuda needs a CUDA GPU (torch.cuda.is_available() is False); "
                            "use time_host on CPU")
-    _check_counts(warmup, repeats, inner)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -117,7 +134,7 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
 
 def time_any(fn: Callable[[], object], device: torch.device | str, **kw) -> Stats:
     """``time_cuda`` on a CUDA device, ``time_host`` otherwise."""
-    if torch.device(device).type == "cuda":
+    if as_device(device).type == "cuda":
         return time_cuda(fn, **kw)
     kw.pop("inner", None)
     return time_host(fn, **kw)
@@ -165,9 +182,9 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' asked for but CUDA is not available; use 'cpu'")
+    device = as_device(device)
+    n_kernels = as_int(n_kernels, "n_kernels", minimum=1, fix="launch at least one kernel")
+    _check_counts(warmup, repeats, 1)
     x = torch.zeros(1, device=device)
 
     def burst() -> None:
@@ -228,12 +245,14 @@ def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None 
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    device = as_device(device)
+    numels = as_int_list(numels, "numels", minimum=1, maximum=2**31 - 1,
+                         fix="give tensor sizes in elements, e.g. [1, 1024, 1048576]")
+    n_kernels = as_int(n_kernels, "n_kernels", minimum=1, fix="launch at least one kernel")
+    as_int(repeats, "repeats", minimum=1, fix="take at least one sample (repeats >= 1)")
     points = []
     for n in numels:
-        if n < 1:
-            raise ValueError(f"numel must be >= 1, got {n}")
-        x = torch.ones(int(n), device=device)
+        x = torch.ones(n, device=device)
 
         def burst(t: torch.Tensor = x) -> None:
             for _ in range(n_kernels):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.suite.images import read_png
 from labkit.teach.plots import COLORS
+from pngutil import read_png
 from test_slides import exported_fixture
 
 pytestmark = pytest.mark.browser

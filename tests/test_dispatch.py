@@ -92,3 +92,104 @@ def test_bad_input_errors_name_the_fix(model):
     with pytest.raises(RuntimeError, match="eager"):
         PaddingDispatcher(model, SIZES, mode="graph")
     assert d.counters.steps == 0  # rejected steps are not counted
+
+
+# ------------------------------------------------------------- bad batches change nothing
+
+def _state(model, d):
+    return (model.k_cache.clone(), model.v_cache.clone(), d.counters.to_dict(),
+            d._tokens.clone(), d._positions.clone(), d._slots.clone(), d._dirty)
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+               for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("tokens, positions, slots, words", [
+    ([1, 2], [3, 3], [4, 4], "more than once"),
+    ([1, 2, 3], [3, 3, 3], [0, 5, 0], "more than once"),
+    ([1, 2], [3, 3], [0, 16], "scratch slot"),
+    ([1, 2, 3], [3, 3, 3], [0, 16, 1], "scratch slot"),
+    ([1], [-2], [0], "position -2 is negative"),
+    ([1], [32], [0], "past the KV cache"),
+    ([97], [0], [0], "token ids"),
+    ([1] * 9, [0] * 9, [0, 1, 2, 3, 4, 5, 6, 7, 7], "more than once"),   # eager fallback size
+])
+def test_bad_batch_raises_and_changes_nothing(model, tokens, positions, slots, words):
+    model.reset_cache()
+    d = PaddingDispatcher(model, SIZES)
+    d.step(torch.tensor([5, 6, 7, 8, 9]), torch.tensor([1] * 5), torch.tensor([9, 8, 7, 6, 5]))
+    before = _state(model, d)
+    with pytest.raises(ValueError, match=words):
+        d.step(torch.tensor(tokens), torch.tensor(positions), torch.tensor(slots))
+    with pytest.raises(ValueError, match=words):
+        d.load_inputs(torch.tensor(tokens), torch.tensor(positions), torch.tensor(slots))
+    assert _same(_state(model, d), before)
+
+
+def test_shared_dispatcher_is_correct_from_two_threads(model):
+    """Two threads step one dispatcher with different batches: each gets its own logits."""
+    import threading
+
+    d = PaddingDispatcher(model, SIZES)
+    batches = [(torch.tensor([3, 4]), torch.tensor([5, 6]), torch.tensor([0, 1])),
+               (torch.tensor([7, 8, 9]), torch.tensor([2, 9, 4]), torch.tensor([2, 3, 4]))]
+    model.reset_cache()
+    expected = [d.step(*b) for b in batches]  # one thread; steps are idempotent (same k, v)
+    d.reset_counters()
+    steps, wrong, errors = 60, [0, 0], []
+    barrier = threading.Barrier(2)
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            for _ in range(steps):
+                out = d.step(*batches[i])
+                if out.shape != expected[i].shape or not torch.equal(out, expected[i]):
+                    wrong[i] += 1
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and wrong == [0, 0]
+    assert d.counters.steps == 2 * steps
+    assert d.counters.graph_hits == {2: steps, 4: steps}
+
+
+def test_copy_outputs_false_belongs_to_one_thread(model):
+    import threading
+
+    d = PaddingDispatcher(model, SIZES, copy_outputs=False)
+    d.step(torch.tensor([1]), torch.tensor([0]), torch.tensor([0]))
+    caught = []
+
+    def other() -> None:
+        try:
+            d.step(torch.tensor([1]), torch.tensor([0]), torch.tensor([0]))
+        except RuntimeError as exc:
+            caught.append(str(exc))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert len(caught) == 1 and "copy_outputs=True" in caught[0]
+    assert d.counters.steps == 1
+
+
+@pytest.mark.parametrize("sizes, error, words", [
+    ([1, 2.5], TypeError, r"capture sizes\[1\]"), ([1, "3"], TypeError, "capture sizes"),
+    ([True, 2], TypeError, "bool"), ([1, 2, 2], ValueError, "more than once"),
+    ([0, 2], ValueError, ">= 1"), ([], ValueError, "empty"), ("1,2", TypeError, "list"),
+    ([1, 2**40], ValueError, "max_batch"),
+])
+def test_capture_sizes_are_refused_not_coerced(model, sizes, error, words):
+    with pytest.raises(error, match=words):
+        PaddingDispatcher(model, sizes)
+    if words != "max_batch":
+        with pytest.raises(error, match=words):
+            build_padding_table(sizes, 16)

@@ -50,3 +50,29 @@ def test_capture_refuses_cleanly_without_cuda():
         capture_decode_graphs(m, [1, 2])
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         capture_callable(lambda t: t + 1, torch.ones(2))
+
+
+def test_check_capture_sizes_sorts_and_refuses_instead_of_coercing():
+    from labkit.graphs import check_capture_sizes
+
+    assert check_capture_sizes([8, 1, 4], 8) == [1, 4, 8]
+    import numpy as np
+    assert check_capture_sizes(np.array([2, 1])) == [1, 2]
+    for bad, error, words in [([2.5], TypeError, "int"), (["3"], TypeError, "int"),
+                              ([True], TypeError, "bool"), ([1, 1], ValueError, "once"),
+                              ([], ValueError, "empty"), ([0], ValueError, ">= 1"),
+                              (4, TypeError, "list")]:
+        with pytest.raises(error, match=words):
+            check_capture_sizes(bad)
+    with pytest.raises(ValueError, match="max_batch"):
+        check_capture_sizes([1, 16], 8)
+
+
+def test_capture_arguments_are_checked_before_cuda_is_needed():
+    m = build_model(preset("test"))
+    with pytest.raises(ValueError, match="pool"):
+        capture_decode_graphs(m, [1, 2], pool="pooled")
+    with pytest.raises(TypeError, match="warmup"):
+        capture_decode_graphs(m, [1, 2], warmup=2.5)
+    with pytest.raises(TypeError, match="capture sizes"):
+        capture_decode_graphs(m, [1, "2"])

@@ -50,6 +50,19 @@ def test_lab_command_is_loopback_with_token(tmp_path):
     assert ("--allow-root" in cmd) == (lablib.os.geteuid() == 0)
 
 
+def test_kernels_get_the_engine_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = lablib.server_environment()
+    pkg_parent = str(Path(lablib.__file__).resolve().parents[2])
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == pkg_parent
+    assert env["PLOTLY_RENDERER"] == "plotly_mimetype+notebook"
+    monkeypatch.setenv("LABKIT_LAB_TOKEN", "bad token")
+    with pytest.raises(ValueError, match="LABKIT_LAB_TOKEN='bad token'"):
+        lablib.start_lab(root_dir=tmp_path, open_browser=False)
+    with pytest.raises(lablib.LabError, match="does not exist"):
+        lablib.start_lab(root_dir=tmp_path / "missing", open_browser=False)
+
+
 def test_status_needs_the_token(server):
     status, body = server.get("/api/status")
     assert status == 200 and isinstance(body, dict) and "started" in body
@@ -91,7 +104,7 @@ def test_notebook_renders_in_jupyterlab(server, tmp_path):
     with tempfile.TemporaryDirectory(prefix="labkit-chromium-") as profile:
         subprocess.run([browser, *args, f"--user-data-dir={profile}", f"--screenshot={png}", url],
                        capture_output=True, text=True, timeout=240)
-    from labkit.suite.images import read_png
+    from pngutil import read_png
 
     img = read_png(png)
     assert len(img.colours()) >= 20, "the JupyterLab screenshot looks blank"

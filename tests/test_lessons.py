@@ -96,34 +96,6 @@ def test_tokens_per_s():
         ld.tokens_per_s(1, 0)
 
 
-def test_time_eager_steps_and_inputs():
-    m = build_model(preset("test"))
-    times = ld.time_eager_steps(m, [1, 2], repeats=2, warmup=0)
-    assert sorted(times) == [1, 2] and all(t.n == 2 and t.median > 0 for t in times.values())
-    with pytest.raises(ValueError, match="max_batch"):
-        ld.time_eager_steps(m, [m.cfg.max_batch + 1])
-
-
-def test_count_dispatched_ops_sees_the_step():
-    from labkit.measure.bench import step_inputs
-
-    m = build_model(preset("test"))
-    tokens, positions, slots = step_inputs(m, 2)
-    ops = ld.count_dispatched_ops(lambda: m.decode_step(tokens, positions, slots))
-    # one LayerNorm per sub-block plus the final one; 4 linear layers per block + head
-    assert ops["native_layer_norm"] == 2 * m.cfg.n_layer + 1
-    assert ops["addmm"] + ops["mm"] == 4 * m.cfg.n_layer + 1
-    assert sum(ld.count_dispatched_ops(lambda: m.decode_step(tokens, positions, slots),
-                                       include_views=True).values()) > sum(ops.values())
-
-
-def test_cached_decode_equals_full_forward():
-    m = build_model(preset("test"))
-    check = ld.check_cached_equals_full(m, [1, 2, 3], 6)
-    assert check.tokens_equal and bool(check) and len(check.generated) == 6
-    assert check.max_abs_logit_diff < 1e-4
-
-
 def test_decode_rows():
     bss = [1, 8]
     rec = {"batch_sizes": bss, "times": {"eager": [S(1000.0), S(1100.0)],
@@ -133,21 +105,6 @@ def test_decode_rows():
     rows = ld.decode_rows(rec)
     assert rows[1] == {"batch": 8, "eager µs": 1100.0, "eager tok/s": 7273, "graph µs": 200.0,
                        "graph tok/s": 40000, "graph speed-up": 5.5}
-
-
-@pytest.mark.gpu
-def test_replay_step_matches_eager_on_gpu():
-    from labkit.graphs import capture_decode_graphs
-    from labkit.model import generate
-
-    m = build_model(preset("test", max_batch=2), "cuda")
-    graphs = capture_decode_graphs(m, [1])
-    eager = generate(m, [[1, 2, 3]], 8)
-    replay = generate(m, [[1, 2, 3]], 8, step_fn=ld.replay_step(graphs, 1))
-    assert replay == eager
-    with pytest.raises(KeyError):
-        ld.replay_step(graphs, 2)
-    graphs.release()
 
 
 def test_what_if_line():

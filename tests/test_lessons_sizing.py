@@ -1,4 +1,4 @@
-"""labkit.teach.lessons.sizing (cost models from records, dispatcher demos) and labkit.teach.plots.sizes."""
+"""labkit.teach.lessons.sizing (cost models from records, size lists) and labkit.teach.plots.sizes."""
 
 from __future__ import annotations
 
@@ -129,35 +129,6 @@ def test_draw_batch_sizes_is_seeded_and_capped():
     assert set(a) <= {1, 5, 9}
     with pytest.raises(ValueError):
         ls.draw_batch_sizes([20], 3, max_bs=10)
-
-
-@pytest.fixture(scope="module")
-def dispatcher():
-    from labkit.dispatch import PaddingDispatcher
-    from labkit.model import build_model, preset
-
-    model = build_model(preset("test", max_batch=8))
-    return PaddingDispatcher(model, [1, 2, 4], mode="eager")
-
-
-def test_run_batch_stream_counts(dispatcher):
-    import torch
-
-    threads = torch.get_num_threads()
-    c = ls.run_batch_stream(dispatcher, [1, 3, 3, 6, 4])
-    assert torch.get_num_threads() == threads          # restored
-    assert c["steps"] == 5 and c["eager_fallbacks"] == 1
-    assert c["padded_rows"] == 2 and c["real_rows"] == 17
-    assert c["graph_hits"] == {"1": 1, "4": 3}
-
-
-def test_padding_isolation(dispatcher):
-    r = ls.padding_isolation(dispatcher, live=3)
-    assert r["padded_to"] == 4 and r["padded_rows"] == 1
-    assert r["stepped_slots_changed"] and r["other_request_unchanged"]
-    assert r["untouched_slots_unchanged"] and r["scratch_slot_changed"]
-    with pytest.raises(ValueError, match="padded"):
-        ls.padding_isolation(dispatcher, live=4)
 
 
 def test_plots_sizes():

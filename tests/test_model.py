@@ -124,3 +124,98 @@ def test_bfloat16_model_runs_on_cpu():
     out = generate(m, [[1, 2, 3]], 4)
     assert len(out[0]) == 4 and all(0 <= t < 97 for t in out[0])
     assert m.k_cache.dtype == torch.bfloat16
+
+
+# ------------------------------------------------------------- boundaries that never fail silently
+
+def _cache(model):
+    return model.k_cache.clone(), model.v_cache.clone()
+
+
+def _unchanged(model, before) -> bool:
+    return torch.equal(model.k_cache, before[0]) and torch.equal(model.v_cache, before[1])
+
+
+@pytest.mark.parametrize("slots, words", [
+    ([0, 0], "more than once"), ([3, 1, 3], "more than once"), ([8], "scratch slot"),
+    ([0, 8], "scratch slot"), ([-1], r"\[0, 8\)"),
+])
+def test_decode_step_refuses_shared_and_scratch_slots_and_writes_nothing(model, slots, words):
+    model.reset_cache()
+    model.prefill(torch.tensor([[1, 2, 3]]), torch.tensor([0]))
+    before = _cache(model)
+    b = len(slots)
+    with pytest.raises(ValueError, match=words):
+        model.decode_step(torch.ones(b, dtype=torch.long), torch.full((b,), 3),
+                          torch.tensor(slots))
+    assert _unchanged(model, before)
+
+
+@pytest.mark.parametrize("slots, words", [([2, 2], "more than once"), ([8, 1], "scratch slot")])
+def test_prefill_refuses_shared_and_scratch_slots_and_writes_nothing(model, slots, words):
+    model.reset_cache()
+    before = _cache(model)
+    with pytest.raises(ValueError, match=words):
+        model.prefill(torch.ones(len(slots), 4, dtype=torch.long), torch.tensor(slots))
+    assert _unchanged(model, before)
+
+
+def test_negative_position_is_called_negative(model):
+    with pytest.raises(ValueError, match="position -1 is negative") as info:
+        model.decode_step(torch.tensor([1]), torch.tensor([-1]), torch.tensor([0]))
+    assert "past" not in str(info.value)
+
+
+def test_generate_runs_that_exactly_fit_the_cache(model):
+    # prompt L, N new tokens: positions 0 .. L + N - 2 are written (the last token is not)
+    max_seq = model.cfg.max_seq
+    for L, n in ((30, 2), (31, 2), (32, 1), (1, max_seq), (20, max_seq - 19)):
+        out = generate(model, [[1] * L], n)
+        assert len(out[0]) == n, (L, n)
+        ref = model(torch.tensor([[1] * L + out[0][:-1]]))[0].argmax(-1)[L - 1:].tolist()
+        assert out[0] == ref, (L, n)                     # same tokens as the full forward
+    model.reset_cache()
+    for L, n in ((32, 2), (33, 1), (1, max_seq + 1)):
+        with pytest.raises(ValueError, match="max_seq"):
+            generate(model, [[1] * L], n)
+    assert model.k_cache.abs().sum() == 0
+
+
+@pytest.mark.parametrize("field", ["vocab_size", "n_layer", "n_head", "d_model", "max_batch",
+                                   "max_seq"])
+@pytest.mark.parametrize("value, error", [
+    (2.5, TypeError), (2.0, TypeError), ("3", TypeError), (True, TypeError), (None, TypeError),
+    (0, ValueError), (-4, ValueError), (2**40, ValueError),
+])
+def test_config_refuses_non_int_and_non_positive_values(field, value, error):
+    with pytest.raises(error, match=f"GPTConfig.{field}"):
+        GPTConfig(**{"vocab_size": 16, "n_layer": 1, "n_head": 2, "d_model": 8, "max_batch": 2,
+                     "max_seq": 8, field: value})
+
+
+def test_config_refuses_inconsistent_values_and_keeps_ints():
+    with pytest.raises(ValueError, match="not divisible by n_head"):
+        GPTConfig(d_model=30, n_head=4)
+    with pytest.raises(ValueError, match="GPTConfig.n_head"):
+        GPTConfig(n_head=0)                             # not a ZeroDivisionError
+    with pytest.raises(ValueError, match="dtype"):
+        GPTConfig(dtype=torch.float32)
+    import numpy as np
+    cfg = GPTConfig(n_layer=np.int64(2))
+    assert cfg.n_layer == 2 and type(cfg.n_layer) is int
+    assert "extra" not in cfg.to_dict()
+
+
+def test_checkpoint_with_the_old_extra_field_still_loads(tmp_path, model):
+    import json
+
+    from safetensors.torch import save_file
+    path = tmp_path / "old.safetensors"
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path), metadata={"config": json.dumps({**model.cfg.to_dict(),
+                                                                "extra": {}})})
+    assert TinyGPT.load(path).cfg == model.cfg
+    save_file(state, str(path), metadata={"config": json.dumps({**model.cfg.to_dict(),
+                                                                "bogus": 1})})
+    with pytest.raises(ValueError, match="bogus"):
+        TinyGPT.load(path)

@@ -1,5 +1,6 @@
-"""Tests of labkit.measure.pitfalls: the CPU stand-in, the record readers and the quiz everywhere;
-each live pitfall on a CUDA GPU (``@pytest.mark.gpu``)."""
+"""Tests of labkit.measure.pitfalls: rules and error texts everywhere; each live pitfall on a
+CUDA GPU (``@pytest.mark.gpu``). Reading the record and the quiz: test_lessons_pitfalls.py;
+the CPU stand-in: test_simulated.py."""
 
 from __future__ import annotations
 
@@ -9,91 +10,14 @@ import pytest
 import torch
 
 from labkit.measure import pitfalls
+from labkit.teach.lessons.pitfalls import describe_addresses
 
 
 # ---------------------------------------------------------------------------- CPU parts
 
 
-def test_rules_cover_every_pitfall_and_quiz_answer():
+def test_rules_cover_every_pitfall():
     assert set(pitfalls.PITFALL_NAMES) == set(pitfalls.RULES) == set(pitfalls.PITFALLS)
-    for item in pitfalls.QUIZ.values():
-        assert item.answer in pitfalls.RULES
-
-
-def test_check_quiz():
-    right = {k: item.answer for k, item in pitfalls.QUIZ.items()}
-    assert all(pitfalls.check_quiz(right).values())
-    wrong = dict(right, a="rng")
-    res = pitfalls.check_quiz(wrong)
-    assert res["a"] is False and sum(res.values()) == len(right) - 1
-    assert not any(pitfalls.check_quiz({}).values())
-
-
-def test_simulated_graph_rebinding_is_stale_and_copy_fixes_it():
-    static_x = torch.zeros(3)
-    g = pitfalls.SimulatedGraph(lambda t: t * 2, static_x)
-    static_x.copy_(torch.tensor([1.0, 2.0, 3.0]))
-    assert g.replay().tolist() == [2.0, 4.0, 6.0]
-    static_x = torch.tensor([5.0, 5.0, 5.0])       # rebinding: the graph never sees it
-    assert g.replay().tolist() == [2.0, 4.0, 6.0]
-    g.inputs[0].copy_(static_x)                     # the fix
-    assert g.replay().tolist() == [10.0, 10.0, 10.0]
-
-
-def test_simulated_graph_output_is_static_and_overwritten():
-    x = torch.ones(2)
-    g = pitfalls.SimulatedGraph(lambda t: t + 1, x)
-    held = g.replay()
-    kept = held.clone()
-    x.fill_(10.0)
-    again = g.replay()
-    assert again is held and held.tolist() == [11.0, 11.0]
-    assert kept.tolist() == [2.0, 2.0]
-
-
-def test_simulated_graph_rejects_non_tensor_inputs():
-    with pytest.raises(TypeError, match="input 0"):
-        pitfalls.SimulatedGraph(lambda t: t, [1.0, 2.0])
-
-
-def _fake_record() -> dict:
-    return {"pitfalls": [
-        {"name": "host_sync", "rule": pitfalls.RULES["host_sync"], "what": "w",
-         "error": "CUDA graph capture failed: host synchronisation\n  fix: ...", "fix": "f",
-         "fixed_ok": True, "details": {}},
-        {"name": "rng", "rule": pitfalls.RULES["rng"], "what": "w", "error": "", "fix": "f",
-         "fixed_ok": False, "details": {}},
-    ]}
-
-
-def test_summary_rows_and_by_name():
-    rec = _fake_record()
-    rows = pitfalls.summary_rows(rec)
-    assert [r["pitfall"] for r in rows] == ["host_sync", "rng"]
-    assert rows[0]["what happened"] == "CUDA graph capture failed: host synchronisation"
-    assert rows[0]["fixed"] == "yes" and rows[1]["fixed"] == "NO"
-    assert set(pitfalls.by_name(rec)) == {"host_sync", "rng"}
-    with pytest.raises(KeyError, match="not a 'pitfalls' record"):
-        pitfalls.by_name({"x": 1})
-
-
-def test_describe_has_error_and_fix():
-    text = pitfalls.describe(_fake_record()["pitfalls"][0], source="recorded")
-    assert "host synchronisation" in text and "fix  : f" in text and "fixed: yes" in text
-    assert "[recorded]" in text.splitlines()[0]
-
-
-def test_describe_addresses():
-    seg = {"segment_base": 0x7F0000000000, "offset_in_segment": 512}
-    addr = {"replay_output_ptrs": [0x7F0000000200] * 2, "identical_across_replays": True,
-            "graphs": [{"graph": "A", "input_ptr": 1, "output_ptr": 0x7F0000000200,
-                        "output_segment": seg, "pool_id": [0, 1]}],
-            "ordinary_tensor_ptr": 2, "kernel_args": None}
-    text = pitfalls.describe_addresses(addr)
-    assert "0x7f0000000200, 0x7f0000000200  (identical)" in text
-    assert "segment 0x7f0000000000 + 512 bytes, pool (0, 1)" in text
-    assert "not read" in text
-    assert "not available" in pitfalls.describe_addresses({"error": "x"})
 
 
 def test_err_text_keeps_chain_and_drops_cpp_frames():
@@ -192,7 +116,7 @@ def test_gpu_address_demo():
     k = d["kernel_args"]
     if k is not None and "error" not in k:      # needs the cuda-python bindings
         assert k["input_ptr_found"] and k["output_ptr_found"]
-    assert "identical" in pitfalls.describe_addresses(d)
+    assert "identical" in describe_addresses(d)
 
 
 @pytest.mark.gpu

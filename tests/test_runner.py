@@ -10,9 +10,10 @@ import nbformat
 import pytest
 import yaml
 
-from labkit.suite import report, runner
+from labkit.suite import engine, params, report, runner
 from labkit.measure.results import new_folder
-from labkit.suite.runner import UnknownParameterWarning, run_suite, run_sweep
+from labkit.suite.engine import SuiteError
+from labkit.suite.runner import run_suite, run_sweep
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 # an explicit env keeps the kernel from importing torch: the tests stay fast
@@ -57,8 +58,12 @@ def test_run_suite_executes_saves_and_reports(suite, tmp_path: Path, capsys) -> 
     nbs, out = suite
     pfile = tmp_path / "p.yaml"
     pfile.write_text("repeats: 4\nlabel: fromfile\n")
-    run_dir = run_suite([str(p) for p in nbs], params={"repeats": 7}, param_file=pfile,
-                        out_root=out, timeout=120, keep_going=False)
+    res = run_suite([str(p) for p in nbs], params={"repeats": 7}, param_file=pfile,
+                    out_root=out, timeout=120, keep_going=False)
+    run_dir = res.run_dir
+    assert res.ok and [r.status for r in res.notebooks] == ["ok", "ok"]
+    assert [r.records for r in res.notebooks] == [["alpha"], ["beta"]]
+    assert all(r.output == run_dir / "notebooks" / f"{r.notebook.stem}.ipynb" for r in res.notebooks)
 
     assert run_dir.is_dir() and run_dir.parent == out.resolve()
     assert re.fullmatch(r"\d{8}-\d{6}-(cpu|gpu)", run_dir.name)
@@ -83,27 +88,59 @@ def test_run_suite_executes_saves_and_reports(suite, tmp_path: Path, capsys) -> 
                  "measured on CPU (test)", "step.median [us]"):
         assert text in index
     assert "http://" not in index and "https://" not in index and "<script" not in index
-    assert str(run_dir.name) in capsys.readouterr().out  # the final summary line
+    assert run_dir.name in runner.summary_line(res) and "2/2 notebooks ok" in runner.summary_line(res)
+    assert capsys.readouterr().out == ""  # the library prints nothing; the CLI reports
 
-    # a second run never reuses the folder; a parameter no notebook declares is warned about
-    with pytest.warns(UnknownParameterWarning, match="no_such_param"):
-        second = run_suite([str(nbs[0])], params={"no_such_param": 1}, param_file=None,
-                           out_root=out, timeout=120, keep_going=False)
+    # a second run never reuses the folder; defaults apply without parameters
+    second = run_suite([str(nbs[0])], params={}, param_file=None, out_root=out, timeout=120,
+                       keep_going=False).run_dir
     assert second != run_dir and (second / "run.json").is_file()
     rec2 = json.loads((second / "run.json").read_text())
-    assert rec2["unknown_params"] == ["no_such_param"]
     assert rec2["notebooks"][0]["parameters"] == {}
     assert "repeats is 3, label is default" in outputs_text(second / "notebooks" / "01_alpha.ipynb")
+
+
+def test_unknown_parameter_is_an_error_and_makes_no_folder(suite) -> None:
+    nbs, out = suite
+    with pytest.raises(SuiteError, match=r"unknown parameter 'repeat' \(did you mean repeats\?\)"):
+        run_suite([str(p) for p in nbs], params={"repeat": 1}, out_root=out)
+    assert not out.exists()
+
+
+def test_a_name_declared_by_one_notebook_reaches_only_that_one(tmp_path: Path) -> None:
+    a = make_notebook(tmp_path, "01_alpha")
+    b = tmp_path / "02_other.ipynb"
+    nb = nbformat.read(a, as_version=4)
+    nb.cells[1].source = "width = 2.5"
+    nbformat.write(nb, b)
+    plan = runner.plan_run([str(a), str(b)], {"repeats": 4, "width": 3})  # int where float is
+    assert plan.per_notebook == {a.resolve(): {"repeats": 4}, b.resolve(): {"width": 3}}
+
+
+def test_wrong_type_names_parameter_notebook_and_type(suite) -> None:
+    nbs, out = suite
+    with pytest.raises(SuiteError) as err:
+        runner.plan_run([str(p) for p in nbs], {"repeats": "abc"})
+    msg = str(err.value)
+    assert "'repeats'" in msg and "01_alpha" in msg and "expects int" in msg and "'abc'" in msg
+    for bad in (True, 2.5, [1], None):
+        with pytest.raises(SuiteError, match="expects int"):
+            runner.plan_run([str(nbs[0])], {"repeats": bad})
+    with pytest.raises(SuiteError, match="expects str"):
+        runner.plan_run([str(nbs[0])], {"label": 5})
+    assert not out.exists()
 
 
 def test_failing_notebook_exits_nonzero_and_is_recorded(tmp_path: Path, capsys) -> None:
     bad = make_notebook(tmp_path / "nbs", "01_bad", fail=True)
     good = make_notebook(tmp_path / "nbs", "02_good")
-    with pytest.raises(SystemExit) as exc:
-        run_suite([str(bad), str(good)], params={}, param_file=None, out_root=tmp_path / "runs",
-                  timeout=120, keep_going=False)
-    assert exc.value.code == 1
+    res = run_suite([str(bad), str(good)], params={}, param_file=None, out_root=tmp_path / "runs",
+                    timeout=120, keep_going=False, progress=True)
+    assert not res.ok and res.status == "failed" and res.failed == ["01_bad"]
+    (failed,) = res.notebooks  # the second was skipped
+    assert not failed.ok and failed.error.startswith("ValueError: deliberate failure")
     (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir == res.run_dir
     rec = json.loads((run_dir / "run.json").read_text())
     assert rec["status"] == "failed"
     first, second = rec["notebooks"]
@@ -114,7 +151,7 @@ def test_failing_notebook_exits_nonzero_and_is_recorded(tmp_path: Path, capsys) 
     assert (run_dir / "notebooks" / "01_bad.ipynb").is_file()  # executed up to the error
     index = (run_dir / "index.html").read_text()
     assert "deliberate failure" in index and "skipped" in index
-    assert "FAILED  01_bad" in capsys.readouterr().out
+    assert "FAILED  01_bad" in capsys.readouterr().out  # the progress lines
 
 
 def test_sweep_makes_one_run_per_combination(tmp_path: Path) -> None:
@@ -123,9 +160,12 @@ def test_sweep_makes_one_run_per_combination(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({"repeats": [1, 2], "label": "swept", "notebooks": [str(nb)]}))
     out = tmp_path / "runs"
-    with pytest.warns(UserWarning, match="label set both"):  # the grid wins over -p
-        run_dirs = run_sweep(None, grid_file=grid, params={"label": "cli"}, param_file=None,
-                             out_root=out, timeout=120)
+    plan = runner.plan_sweep(None, grid, params={"label": "cli"})
+    assert plan.overridden == ["label"]  # the grid wins over -p
+    res = run_sweep(None, grid_file=grid, params={"label": "cli"}, param_file=None,
+                    out_root=out, timeout=120)
+    assert res.ok and all(r.ok for r in res.runs)
+    run_dirs = res.run_dirs
 
     assert len(run_dirs) == 2 and len(set(run_dirs)) == 2
     seen = []
@@ -140,6 +180,7 @@ def test_sweep_makes_one_run_per_combination(tmp_path: Path) -> None:
     assert sorted(seen) == [1, 2]
 
     (sweep_dir,) = [p for p in out.iterdir() if p.name.startswith("sweep-")]
+    assert sweep_dir == res.sweep_dir
     summary = json.loads((sweep_dir / "sweep.json").read_text())
     assert summary["status"] == "ok" and len(summary["runs"]) == 2
     assert {r["run"] for r in summary["runs"]} == {d.name for d in run_dirs}
@@ -154,13 +195,20 @@ def test_resolve_notebooks(tmp_path: Path) -> None:
     a = make_notebook(tmp_path, "00_setup")
     b = make_notebook(tmp_path, "03_capture")
     (tmp_path / "notes.ipynb").write_text("{}")  # not NN_*: never selected by default
-    assert runner.resolve_notebooks(None, tmp_path) == [a, b]
-    assert runner.resolve_notebooks(["03", "0", "03_capture"], tmp_path) == [b.resolve(), a.resolve()]
-    assert runner.resolve_notebooks([str(a)], tmp_path) == [a.resolve()]
-    with pytest.raises(SystemExit, match="matches no notebook"):
-        runner.resolve_notebooks(["07"], tmp_path)
-    with pytest.raises(SystemExit, match="no notebooks"):
-        runner.resolve_notebooks(None, tmp_path / "empty")
+    w = make_notebook(tmp_path, "workshop_90min")
+    s = make_notebook(tmp_path / "solutions", "03_capture")
+    find = engine.find_notebooks
+    assert find(None, tmp_path) == [a.resolve(), b.resolve()]
+    assert find(["03", "0", "03_capture"], tmp_path) == [b.resolve(), a.resolve()]
+    assert find([str(a)], tmp_path) == [a.resolve()]
+    assert find(["workshop_90min", "solutions/3", "solutions/03_capture.ipynb"], tmp_path) == [
+        w.resolve(), s.resolve()]
+    with pytest.raises(SuiteError, match="'07' matches no notebook"):
+        find(["07"], tmp_path)
+    with pytest.raises(SuiteError, match="did you mean 03_capture"):
+        find(["03_captrue"], tmp_path)
+    with pytest.raises(SuiteError, match="no notebooks"):
+        find(None, tmp_path / "empty")
 
 
 def test_parameters_merge_and_split(tmp_path: Path) -> None:
@@ -169,12 +217,14 @@ def test_parameters_merge_and_split(tmp_path: Path) -> None:
     assert runner.merge_params({"a": 5, "c": "x"}, f) == {"a": 5, "b": [1, 2], "c": "x"}
     assert runner.merge_params(None, None) == {}
     f.write_text("- not a mapping\n")
-    with pytest.raises(SystemExit, match="mapping"):
+    with pytest.raises(SuiteError, match="mapping"):
         runner.merge_params({}, f)
-    per_nb, unknown = runner.split_parameters(
-        {"a": 1, "b": 2, "z": 3}, {Path("x"): {"a": {}}, Path("y"): {"a": {}, "b": {}}})
+    anything = {n: params.Parameter(n, "", None) for n in "ab"}
+    declared = {Path("x"): {"a": anything["a"]}, Path("y"): anything}
+    per_nb = params.assign_parameters({"a": 1, "b": 2}, declared)
     assert per_nb == {Path("x"): {"a": 1}, Path("y"): {"a": 1, "b": 2}}
-    assert unknown == ["z"]
+    with pytest.raises(SuiteError, match="unknown parameter 'z'"):
+        params.assign_parameters({"a": 1, "z": 3}, declared)
 
 
 def test_grid_and_combinations(tmp_path: Path) -> None:
@@ -186,7 +236,7 @@ def test_grid_and_combinations(tmp_path: Path) -> None:
     combos = runner.combinations(grid)
     assert len(combos) == 4 and combos[0] == {"batch": 1, "preset": "small", "repeats": 5}
     g.write_text("batch: []\n")
-    with pytest.raises(SystemExit, match="empty"):
+    with pytest.raises(SuiteError, match="empty"):
         runner.load_grid(g)
 
 
@@ -216,12 +266,18 @@ def test_format_duration() -> None:
 
 def test_declared_parameters_survive_papermill_parse_gaps(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("A = 1  # d=256 (papermill skips this line)\nB: int = 2\nC = [1, 2]")
+    cell = nbformat.v4.new_code_cell(
+        "A = 1  # d=256 (papermill skips this line)\nB: float = 2\nC = [1, 2**10]\n"
+        "D = -0.5\nE = None\nF = 'x'\nG = 2**20\nH = True")
     cell.metadata["tags"] = ["parameters"]
-    nb.cells = [cell, nbformat.v4.new_code_cell("D = 4")]
+    nb.cells = [cell, nbformat.v4.new_code_cell("Z = 4")]
     path = tmp_path / "01_x.ipynb"
     nbformat.write(nb, path)
-    assert sorted(runner.declared_parameters(path)) == ["A", "B", "C"]
+    got = params.declared_parameters(path)
+    assert {k: p.kind for k, p in got.items()} == {
+        "A": "int", "B": "float", "C": "list", "D": "float", "E": None, "F": "str", "G": "int",
+        "H": "bool"}
+    assert got["C"].default == "[1, 2**10]"
 
 
 def test_widget_cell_with_large_output_does_not_stall(tmp_path: Path) -> None:
@@ -236,7 +292,7 @@ def test_widget_cell_with_large_output_does_not_stall(tmp_path: Path) -> None:
     path = tmp_path / "01_widget.ipynb"
     nbformat.write(nb, path)
     run_dir = run_suite([str(path)], params={}, param_file=None, out_root=tmp_path / "runs",
-                        timeout=30, keep_going=False)
+                        timeout=30, keep_going=False).run_dir
     executed = nbformat.read(run_dir / "notebooks" / "01_widget.ipynb", as_version=4)
     assert executed.cells[0].metadata.papermill.duration < 10  # the timeout is 30 s
 
@@ -247,12 +303,29 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(not list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")),
                     reason="no notebooks yet")
 def test_example_parameter_files_name_declared_parameters() -> None:
-    nbs = runner.resolve_notebooks(None, ROOT / "notebooks")
-    declared = {p: set(runner.declared_parameters(p)) for p in nbs}
-    everywhere = set().union(*declared.values())
-    quick = runner.load_param_file(ROOT / "params" / "quick.yaml")
-    assert quick and set(quick) <= everywhere, set(quick) - everywhere
-    grid, grid_nbs = runner.load_grid(ROOT / "params" / "sweep-example.yaml")
-    chosen = runner.resolve_notebooks(grid_nbs, ROOT / "notebooks")
-    swept = set().union(*(declared[p] for p in chosen))
-    assert set(grid) <= swept, set(grid) - swept
+    nb_dir = ROOT / "notebooks"
+    quick = params.load_param_file(ROOT / "params" / "quick.yaml")
+    plan = runner.plan_run(None, quick, nb_dir=nb_dir)  # names and types checked
+    assert quick and plan.params == quick
+    splan = runner.plan_sweep(None, ROOT / "params" / "sweep-example.yaml", nb_dir=nb_dir)
+    assert len(splan.combos) == 4
+
+
+def test_param_file_serves_the_whole_suite_but_typos_fail(tmp_path: Path) -> None:
+    a = make_notebook(tmp_path, "01_alpha")
+    other = tmp_path / "02_other.ipynb"
+    nb = nbformat.read(a, as_version=4)
+    nb.cells[1].source = "width = 2.5"
+    nbformat.write(nb, other)
+    f = tmp_path / "p.yaml"
+    f.write_text("repeats: 4\nwidth: 3.5\n")
+    plan = runner.plan_run(["01"], param_file=f, nb_dir=tmp_path)
+    assert plan.per_notebook == {a.resolve(): {"repeats": 4}} and plan.unused == ["width"]
+    with pytest.raises(SuiteError, match="unknown parameter 'width'"):  # given with -p: strict
+        runner.plan_run(["01"], {"width": 1.0}, nb_dir=tmp_path)
+    f.write_text("repeats: 4\nwidht: 3.5\n")
+    with pytest.raises(SuiteError, match=r"unknown parameter 'widht' \(did you mean width\?\)"):
+        runner.plan_run(None, param_file=f, nb_dir=tmp_path)
+    f.write_text("repeats: 4\nwidth: wide\n")
+    with pytest.raises(SuiteError, match="'width' of notebook 02_other expects float"):
+        runner.plan_run(None, param_file=f, nb_dir=tmp_path)

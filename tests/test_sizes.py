@@ -49,10 +49,11 @@ def test_to_distribution_normalises_counts_and_observations():
 
 @pytest.mark.parametrize("bad, words", [
     ({}, "empty"), ([], "empty"), ({3: 0.0}, "empty"), ([0, 1], ">= 1"), ({-2: 1.0}, ">= 1"),
-    ([1.5], "whole"), ({2: -1.0}, ">= 0"), ({2: float("nan")}, "finite"), ("12", "string"),
+    ([1.5], "must be an int"), ({2: -1.0}, ">= 0"), ({2: float("nan")}, "finite"),
+    ("12", "string"), (["3"], "must be an int"), ([True], "bool"),
 ])
 def test_to_distribution_rejects_bad_input(bad, words):
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises((TypeError, ValueError), match=words):
         to_distribution(bad)
 
 
@@ -289,7 +290,7 @@ def test_optimal_sizes_memory_budget_binds():
 def test_optimal_sizes_bad_input(kwargs, words):
     d = {1: 1.0, 9: 2.0}
     k = kwargs.pop("k")
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises((TypeError, ValueError), match=words):
         optimal_sizes(d, k, **kwargs)
 
 
@@ -416,3 +417,71 @@ def test_sizes_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# --------------------------------------------------- private pools with a budget: vs brute force
+
+def test_private_budget_with_eager_cost_finds_the_set_that_fits():
+    """Memories that differ by far less than the smallest one: the Lagrangian multiplier
+    estimated from costs was too small to reach the least-memory set, and that was read as
+    'nothing fits'. The single size 6 fits the budget."""
+    dist = {3: 5, 4: 9, 6: 5, 7: 7}
+    kw = dict(memory_per_size={3: 94, 4: 94.5, 6: 95, 7: 96}, pool="private",
+              memory_budget=95.75, eager_cost=lambda b: 3.0 * b)
+    ref_sizes, ref_cost = brute_force_optimal(dist, 1, **kw)
+    got = optimal_sizes(dist, 1, **kw)
+    assert got == ref_sizes
+    assert math.isclose(direct_cost(got, dist, eager_cost=kw["eager_cost"]), ref_cost)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def budget_cases(draw):
+    """Small problems: no memory model, or a budget with each pool mode; with and without
+    eager_cost; step times or padded rows; memories close together, equal, or far apart."""
+    support = draw(st.lists(st.integers(1, 12), min_size=1, max_size=6, unique=True))
+    dist = {s: draw(st.integers(1, 9)) for s in support}
+    extra = draw(st.lists(st.integers(1, 14), max_size=2))
+    sizes = sorted(set(support) | set(extra))
+    base = draw(st.integers(0, 100))
+    memory = {s: base + draw(st.sampled_from([0, 0.25, 0.5, 1, 3, 40])) for s in sizes}
+    pool = draw(st.sampled_from(["private", "shared", None]))   # None: no memory model
+    kw = {} if pool is None else dict(
+        memory_per_size=memory, pool=pool, residual_per_graph=draw(st.sampled_from([0, 0.5, 7])),
+        memory_budget=base + draw(st.floats(0, 150)))
+    if draw(st.booleans()):
+        e = draw(st.floats(0, 20))
+        kw["eager_cost"] = lambda b, e=e: e * b
+    if draw(st.booleans()):
+        a = draw(st.floats(0, 5))
+        kw["cost"] = lambda s, a=a: a + s
+    if pool is None and draw(st.booleans()):
+        kw["candidates"] = sizes
+    top = max(kw.get("candidates", kw.get("memory_per_size", support)))
+    if callable(kw.get("cost")) and "eager_cost" not in kw and max(support) > top:
+        kw["eager_cost"] = lambda b: 100.0
+    return dist, draw(st.integers(1, 4)), kw
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budget_cases())
+def test_optimal_sizes_with_budgets_equals_brute_force(case):
+    dist, k, kw = case
+    try:
+        _, ref_cost = brute_force_optimal(dist, k, **kw)
+    except ValueError:
+        with pytest.raises(ValueError, match="too small"):
+            optimal_sizes(dist, k, **kw)
+        return
+    got = optimal_sizes(dist, k, **kw)
+    assert 1 <= len(got) <= k
+    if "memory_per_size" in kw:
+        mem = set_memory(got, kw["memory_per_size"], kw["pool"], kw["residual_per_graph"])
+        assert mem <= kw["memory_budget"]
+    cmax = max(kw.get("candidates", kw.get("memory_per_size", dist)))
+    cost = direct_cost(got, dist, cost=kw.get("cost", "padded_rows"),
+                       eager_cost=kw.get("eager_cost"), cmax=cmax)
+    assert math.isclose(cost, ref_cost, rel_tol=1e-9, abs_tol=1e-9)

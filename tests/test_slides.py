@@ -17,6 +17,7 @@ import nbformat
 import pytest
 
 from labkit.suite import slides
+from labkit.suite.engine import SuiteError, find_notebooks
 
 PARAM_MARKER = "PARAM_MARKER_7731"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -208,15 +209,20 @@ def test_prepare_notebook_adds_the_library_when_the_notebook_has_none():
     assert info["charts"] == 1 and slides.count_plotlyjs(info["plotlyjs"]) == 1
 
 
-def test_resolve_sources(tmp_path):
+def test_sources_are_found_by_the_suite_engine(tmp_path, monkeypatch):
     for name in ("00_setup", "03_capture_replay", "workshop_90min"):
         make_fixture_notebook(tmp_path / f"{name}.ipynb")
-    assert [p.name for p in slides.resolve_sources(None, tmp_path)] == [
+    assert [p.name for p in find_notebooks(None, tmp_path)] == [
         "00_setup.ipynb", "03_capture_replay.ipynb"]
-    got = slides.resolve_sources(["3", "workshop_90min", "00_setup.ipynb"], tmp_path)
+    got = find_notebooks(["3", "workshop_90min", "00_setup.ipynb"], tmp_path)
     assert [p.stem for p in got] == ["03_capture_replay", "workshop_90min", "00_setup"]
-    with pytest.raises(slides.SlidesError, match="available"):
-        slides.resolve_sources(["07"], tmp_path)
+    with pytest.raises(SuiteError, match="'07' matches no notebook"):
+        find_notebooks(["07"], tmp_path)
+    # export_slides rejects a bad name before fetching assets or writing anything
+    monkeypatch.setattr(slides, "ensure_web_assets", lambda **k: pytest.fail("assets fetched"))
+    with pytest.raises(SuiteError, match="'99_nope'"):
+        slides.export_slides(out_dir=tmp_path / "out", notebooks=["99_nope"])
+    assert not (tmp_path / "out").exists()
 
 
 def test_fetch_script_pins_every_package_the_exports_copy():

@@ -15,10 +15,8 @@ import torch
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
-from labkit.model import TinyGPT, build_model, generate, preset
+from labkit.model import StepFn, TinyGPT, build_model, generate, preset
 from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda
-
-StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _need_cuda(what: str) -> None:
@@ -137,7 +135,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                 disp.load_inputs(t, p, s)
                 fn = lambda: graphs.replay(b)  # noqa: E731
             elif m == "dispatcher":
-                fn = lambda: disp.step(t, p, s)  # noqa: E731
+                fn = lambda: disp.step(t, p, s, check=False)  # noqa: E731
             else:
                 fn = lambda: compiled(t, p, s)  # noqa: E731
             times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))
@@ -298,8 +296,8 @@ def measure_dispatcher(preset_name: str,
         t, p, s = step_inputs(model, b)
         times["eager"].append(_stats(time_cuda(lambda: model.decode_step(t, p, s),
                                                warmup=5, repeats=repeats, inner=inner)))
-        times["dispatcher"].append(_stats(time_cuda(lambda: disp.step(t, p, s), warmup=5,
-                                                    repeats=repeats, inner=inner)))
+        times["dispatcher"].append(_stats(time_cuda(lambda: disp.step(t, p, s, check=False),
+                                                    warmup=5, repeats=repeats, inner=inner)))
         if b in exact.graphs:
             exact.copy_inputs(t, p, s)
             times["graph_exact"].append(_stats(time_cuda(lambda: exact.replay(b), warmup=5,
@@ -344,7 +342,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
         disp.load_inputs(t, p, s)
         fns = {"eager": lambda: model.decode_step(t, p, s),
                "graph": lambda: disp.graphs.replay(b),
-               "dispatcher": lambda: disp.step(t, p, s),
+               "dispatcher": lambda: disp.step(t, p, s, check=False),
                "compile": lambda: compiled(t, p, s)}
         for m, fn in fns.items():
             times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))

@@ -13,9 +13,9 @@ numbers in ``details``); ``fixed_ok`` is True when the fixed version gave the ri
 :func:`run_all_pitfalls` runs them all plus :func:`address_demo` (the data pointers a graph
 writes to) and is recorded as the result ``"pitfalls"``.
 
-Without CUDA nothing here can run live; :class:`SimulatedGraph` is a CPU stand-in that keeps
-the two properties of a graph the input/output pitfalls depend on (it reads the tensors it was
-captured with, and writes into one static output), and :data:`QUIZ` holds a self-check.
+Without CUDA nothing here can run live. Reading a record (tables, plain-text reports) and the
+notebook's quiz are in :mod:`labkit.teach.lessons.pitfalls`; a CPU stand-in for a captured graph
+is :class:`labkit.teach.simulated.SimulatedGraph`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import gc
 import re
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -31,7 +30,7 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import CaptureError, capture_callable
 from labkit.model import build_model, preset
 
-# the rules the pitfalls break, by key; the notebook quiz refers to these keys
+# the rules the pitfalls break, by key; the quiz in labkit.teach.lessons.pitfalls uses the keys
 RULES: dict[str, str] = {
     "host_sync": "no host synchronisation inside the captured code",
     "dynamic_shape": "every shape is fixed at capture; no data-dependent shapes",
@@ -645,113 +644,3 @@ def run_all_pitfalls(device: str | torch.device = "cuda", *, include_compile: bo
     out["compiled"] = (_guarded("output_overwritten", compiled_output_overwritten, dev)
                        if include_compile else None)
     return out
-
-
-# ---------------------------------------------------------------------------- reading records
-
-
-def by_name(record: dict) -> dict[str, dict]:
-    """The ``pitfalls`` list of a record, keyed by pitfall name."""
-    if "pitfalls" not in record:
-        raise KeyError("not a 'pitfalls' record: it has no 'pitfalls' list (keys: "
-                       f"{sorted(record)})")
-    return {p["name"]: p for p in record["pitfalls"]}
-
-
-def summary_rows(record: dict) -> list[dict]:
-    """One table row per pitfall: name, rule, first line of the observed error, fixed?"""
-    rows = []
-    for p in record.get("pitfalls", []):
-        first = (p.get("error") or "").strip().splitlines()
-        rows.append({"pitfall": p["name"], "rule broken": p.get("rule", ""),
-                     "what happened": first[0] if first else "",
-                     "fixed": "yes" if p.get("fixed_ok") else "NO"})
-    return rows
-
-
-def describe(p: dict, source: str = "") -> str:
-    """Plain-text report of one pitfall entry (what, the real error, the fix); ``source``
-    (e.g. ``"recorded on NVIDIA H200 ..."``) is printed in the heading."""
-    head = f"== {p['name']}: {p.get('rule', '')}" + (f"  [{source}]" if source else "")
-    lines = [head, f"what : {p.get('what', '')}", "error:"]
-    lines += ["    " + ln for ln in (p.get("error") or "").splitlines()]
-    lines += [f"fix  : {p.get('fix', '')}", f"fixed: {'yes' if p.get('fixed_ok') else 'NO'}"]
-    return "\n".join(lines)
-
-
-def describe_addresses(addr: dict) -> str:
-    """Plain-text report of an :func:`address_demo` result."""
-    if not addr or "error" in addr:
-        return f"address demonstration not available: {addr.get('error') if addr else None}"
-    ptrs = addr["replay_output_ptrs"]
-    lines = [f"graph A's output data_ptr at {len(ptrs)} replays: "
-             + ", ".join(hex(p) for p in ptrs)
-             + ("  (identical)" if addr["identical_across_replays"] else "  (CHANGED)")]
-    for g in addr["graphs"]:
-        seg = g.get("output_segment") or {}
-        lines.append(f"graph {g['graph']}: input {hex(g['input_ptr'])}, output "
-                     f"{hex(g['output_ptr'])} = segment {hex(seg.get('segment_base', 0))} + "
-                     f"{seg.get('offset_in_segment')} bytes, pool {tuple(g['pool_id'])}")
-    lines.append(f"an ordinary tensor allocated meanwhile: {hex(addr['ordinary_tensor_ptr'])}")
-    k = addr.get("kernel_args")
-    if k and "error" not in k:
-        lines.append(f"kernel arguments of a captured x * 3: input {hex(k['input_ptr'])} "
-                     f"{'found' if k['input_ptr_found'] else 'NOT found'}, output "
-                     f"{hex(k['output_ptr'])} {'found' if k['output_ptr_found'] else 'NOT found'}"
-                     " as 8-byte values in the kernel node's parameters")
-    elif k:
-        lines.append(f"kernel arguments: not read ({k['error'][:200]})")
-    else:
-        lines.append("kernel arguments: not read (needs the cuda-python driver bindings)")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------- CPU stand-in
-
-
-class SimulatedGraph:
-    """A CPU stand-in for a captured graph (for exercises without a GPU).
-
-    It keeps the two properties the input/output pitfalls depend on: replay reads the very
-    tensors it was "captured" with (a real graph reads their addresses), and it writes into
-    one static output tensor, returned by every replay. Nothing is faster: it is a model of
-    the semantics, not of the performance.
-    """
-
-    def __init__(self, fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> None:
-        for i, t in enumerate(inputs):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"input {i} must be a tensor allocated before capture, got "
-                                f"{type(t).__name__}")
-        self.fn = fn
-        self.inputs = tuple(inputs)
-        self.output = fn(*self.inputs).clone()
-
-    def replay(self) -> torch.Tensor:
-        """Recompute from the captured inputs into the static output; return the output."""
-        with torch.no_grad():
-            self.output.copy_(self.fn(*self.inputs))
-        return self.output
-
-
-@dataclass(frozen=True)
-class QuizItem:
-    """A snippet and the key (in :data:`RULES`) of the rule it breaks."""
-
-    code: str
-    answer: str
-
-
-QUIZ: dict[str, QuizItem] = {
-    "a": QuizItem("def step(x):\n    n = int(x.argmax())\n    return x * n", "host_sync"),
-    "b": QuizItem("out = graph.replay()\nstatic_in.copy_(next_batch)\nout2 = graph.replay()\n"
-                  "loss = (out - out2).abs().sum()", "output_overwritten"),
-    "c": QuizItem("def step(x):\n    return x[x != 0].mean()", "dynamic_shape"),
-    "d": QuizItem("static_in = next_batch.cuda()\ngraph.replay()", "input_rebound"),
-    "e": QuizItem("def step(x):\n    return x + random.gauss(0, 1)", "rng"),
-}
-
-
-def check_quiz(answers: dict[str, Any]) -> dict[str, bool]:
-    """Which answers name the right rule key (see :data:`RULES`)."""
-    return {k: answers.get(k) == item.answer for k, item in QUIZ.items()}

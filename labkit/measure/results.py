@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit import envvars
 from labkit.env import environment_record, gpu_slug
 from labkit.paths import data_dir, repo_root
 from labkit import __version__
@@ -33,7 +34,7 @@ from labkit import __version__
 #: Version of the JSON layout written by :func:`save_result`.
 SCHEMA_VERSION = 1
 
-RUN_DIR_ENV = "LABKIT_RUN_DIR"
+RUN_DIR_ENV = envvars.RUN_DIR
 DEFAULT_GPU = "h200"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -76,10 +77,7 @@ def reference_dir(gpu: str = DEFAULT_GPU) -> Path:
 
 def default_run_dir() -> Path:
     """``$LABKIT_RUN_DIR`` when set (``labkit run`` sets it), else ``runs/interactive``."""
-    override = os.environ.get(RUN_DIR_ENV)
-    if override:
-        return Path(override).expanduser()
-    return repo_root() / "runs" / "interactive"
+    return envvars.run_dir() or repo_root() / "runs" / "interactive"
 
 
 def new_folder(root: str | os.PathLike[str], stem: str) -> Path:

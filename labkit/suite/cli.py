@@ -10,36 +10,79 @@ import json
 import sys
 from pathlib import Path
 
+from labkit import __version__
+from labkit.envvars import EnvVarError
+from labkit.suite.engine import SuiteError
+from labkit.suite.params import parse_param_items
 
-def _parse_params(items: list[str] | None) -> dict:
-    """``key=value`` pairs; values parsed as YAML scalars (numbers, booleans, lists)."""
-    import yaml
+#: Exit status for bad input (as argparse uses); a run with a failed notebook exits 1.
+EXIT_USAGE = 2
 
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise SystemExit(f"labkit: parameter {item!r} is not key=value (e.g. -p repeats=20)")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+
+def _command_line() -> str:
+    return " ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if sys.argv else ""
+
+
+def _print_plan(notebooks: list[Path], per_notebook: dict[Path, dict]) -> None:
+    for nb in notebooks:
+        given = ", ".join(f"{k}={v!r}" for k, v in per_notebook[nb].items()) or "defaults"
+        print(f"  {nb.stem}: {given}")
+
+
+def _note_unused(names: list[str], param_file: Path | None) -> None:
+    if names:
+        print(f"labkit run: note: {', '.join(names)} from {param_file} not passed: no selected "
+              "notebook declares them (other notebooks of the suite do)", file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from labkit.suite.runner import run_suite, run_sweep
+    from labkit.suite.runner import (
+        RunInterrupted, plan_run, plan_sweep, run_suite, run_sweep, summary_line,
+        sweep_summary_line,
+    )
 
-    params = _parse_params(args.param)
+    params = parse_param_items(args.param)
+    param_file = Path(args.file) if args.file else None
     if args.sweep:
-        run_dirs = run_sweep(args.notebooks or None, grid_file=Path(args.sweep), params=params,
-                             param_file=Path(args.file) if args.file else None,
-                             out_root=Path(args.out), timeout=args.timeout)
-        print("\n".join(str(d) for d in run_dirs))
+        splan = plan_sweep(args.notebooks or None, Path(args.sweep), params, param_file)
+        _note_unused(splan.unused, param_file)
+        for name in splan.overridden:
+            print(f"labkit run: note: {name} is set both by -p/-f and by the sweep file; the "
+                  "sweep's values are used", file=sys.stderr)
+        if args.check:
+            print(f"labkit run: check passed: sweep of {len(splan.combos)} combination(s) over "
+                  f"{', '.join(splan.grid)} on {', '.join(p.stem for p in splan.notebooks)}")
+            return 0
+        try:
+            sres = run_sweep(None, Path(args.sweep), timeout=args.timeout, out_root=Path(args.out),
+                             plan=splan, progress=True, command=_command_line(),
+                             echo=lambda line: print(f"labkit run: {line}", flush=True))
+        except RunInterrupted as stop:
+            print(f"labkit run: interrupted; recorded in {stop.result.sweep_dir}", file=sys.stderr)
+            return 130
+        for note in sres.notes:
+            print(f"labkit run: {note}", file=sys.stderr)
+        print(f"labkit run: {sweep_summary_line(sres)}")
+        print("\n".join(str(d) for d in sres.run_dirs))
+        return 0 if sres.ok else 1
+    plan = plan_run(args.notebooks or None, params, param_file)
+    _note_unused(plan.unused, param_file)
+    if args.check:
+        print(f"labkit run: check passed: {len(plan.notebooks)} notebook(s), parameters:")
+        _print_plan(plan.notebooks, plan.per_notebook)
         return 0
-    run_dir = run_suite(args.notebooks or None, params=params,
-                        param_file=Path(args.file) if args.file else None,
-                        out_root=Path(args.out), timeout=args.timeout,
-                        keep_going=args.keep_going)
-    print(run_dir)
-    return 0
+    try:
+        res = run_suite(None, timeout=args.timeout, keep_going=args.keep_going,
+                        out_root=Path(args.out), plan=plan, progress=True,
+                        command=_command_line())
+    except RunInterrupted as stop:
+        print(f"labkit run: interrupted; recorded in {stop.result.run_dir}", file=sys.stderr)
+        return 130
+    for note in res.notes:
+        print(f"labkit run: {note}", file=sys.stderr)
+    print(f"labkit run: {summary_line(res)}")
+    print(res.run_dir)
+    return 0 if res.ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -99,6 +142,16 @@ def cmd_images(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is less than 1")
+    return value
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message already says what went wrong and what to do."""
     out: list[type[BaseException]] = [FileNotFoundError]
@@ -111,21 +164,35 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(out)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (naming the bad argument and where help is)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
+    p = _Parser(prog="labkit", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="execute the notebook suite (or some notebooks) with papermill")
-    r.add_argument("notebooks", nargs="*", help="notebooks or numbers (e.g. 03 05); default all")
+    r.add_argument("notebooks", nargs="*",
+                   help="numbers (03), names (03_capture_replay, workshop_90min), solutions/03 "
+                        "or .ipynb paths; default all NN_*.ipynb")
     r.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
-                   help="papermill parameter for every notebook (repeatable)")
+                   help="papermill parameter (YAML value) for every notebook that declares it "
+                        "(repeatable); a name no selected notebook declares is an error")
     r.add_argument("-f", "--file", help="YAML file of parameters")
     r.add_argument("--sweep", metavar="GRID.yaml",
                    help="YAML mapping of parameter -> list of values: one run per combination")
     r.add_argument("--out", default="runs", help="folder for run folders (default: runs)")
-    r.add_argument("--timeout", type=int, default=1800, help="seconds per cell (default 1800)")
+    r.add_argument("--timeout", type=_positive_int, default=1800,
+                   help="seconds per cell (default 1800)")
     r.add_argument("--keep-going", action="store_true",
                    help="run the remaining notebooks after one fails")
+    r.add_argument("--check", action="store_true",
+                   help="check notebooks, parameters, sweep file and environment; run nothing")
     r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="decode benchmark on a GPU: eager, graph, dispatcher, compile")
@@ -161,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_slides)
 
     lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants")
-    lab.add_argument("--port", type=int, default=8888)
+    lab.add_argument("--port", type=_positive_int, default=8888)
     lab.add_argument("--no-browser", action="store_true")
     lab.set_defaults(func=cmd_lab)
 
@@ -173,9 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line ``argv``; returns the exit status (0 ok, 1 a notebook or command
+    failed, 2 bad input, 130 interrupted). Bad input prints one message, no traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or argparse's usage error (printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
         return int(args.func(args) or 0)
+    except (SuiteError, EnvVarError) as exc:  # bad input: nothing was run or written
+        one_line = " ".join(str(exc).splitlines())
+        print(f"labkit {args.command}: {one_line}", file=sys.stderr)
+        return EXIT_USAGE
     except _user_errors() as exc:  # a clear message, not a traceback
         print(f"labkit {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -4,7 +4,9 @@
 token, ``--allow-root`` when run as root, no update or news checks) and prints the address to
 open. :class:`LabServer` starts the same server in the background for scripts and tests, and
 :func:`execute_code` runs code in a kernel through the server's REST API and websocket, the way
-the JupyterLab front end does.
+the JupyterLab front end does. Both give the kernels the suite engine's environment
+(:func:`labkit.suite.engine.kernel_environment`: this labkit first on ``PYTHONPATH``, the
+offline-friendly plotly renderer), so notebooks import the same labkit as ``labkit run``.
 """
 
 from __future__ import annotations
@@ -24,15 +26,21 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Sequence
-from labkit.paths import repo_root
+
+from labkit import envvars
+from labkit.suite.engine import kernel_environment, notebooks_dir
 
 LOOPBACK = "127.0.0.1"
-TOKEN_ENV = "LABKIT_LAB_TOKEN"
+TOKEN_ENV = envvars.LAB_TOKEN
 
 
-def notebooks_dir() -> Path:
+class LabError(RuntimeError):
+    """The server did not start, or a request to it failed."""
 
-    return repo_root() / "notebooks"
+
+def server_environment() -> dict[str, str]:
+    """The environment of the JupyterLab server, which its kernels inherit."""
+    return {**os.environ, **kernel_environment()}
 
 
 def port_free(port: int, host: str = LOOPBACK) -> bool:
@@ -79,9 +87,10 @@ def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | N
     """
     root = Path(root_dir) if root_dir is not None else notebooks_dir()
     if not root.is_dir():
-        print(f"labkit lab: {root} does not exist: run from the repository", file=sys.stderr)
-        return 2
-    token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(18)
+        raise LabError(f"notebook folder {root} does not exist: run from the repository root "
+                       "(or give root_dir)")
+    token = token or envvars.lab_token() or secrets.token_urlsafe(18)
+    env = server_environment()
     chosen = port
     if not port_free(chosen):
         chosen = next((p for p in range(port + 1, port + 50) if port_free(p)), 0) or free_port()
@@ -90,7 +99,7 @@ def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | N
     url = f"http://{LOOPBACK}:{chosen}/lab?token={token}"
     print(f"labkit lab: JupyterLab on {root}\n  open  {url}\n  stop  Ctrl-C", flush=True)
     # its own session, so that Ctrl-C reaches only us and we shut it down without its prompt
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -102,10 +111,6 @@ def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | N
             proc.kill()
             proc.wait()
         return 0
-
-
-class LabError(RuntimeError):
-    """The server did not start, or a request to it failed."""
 
 
 class LabServer:
@@ -140,7 +145,7 @@ class LabServer:
         tmp = Path(self._tmp.name)
         extra = [f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
                  f"--LabApp.user_settings_dir={tmp / 'settings'}"]
-        env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
+        env = dict(server_environment(), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(lab_command(self.root_dir, self.port, self.token,
                                                  extra_args=extra),

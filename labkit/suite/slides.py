@@ -3,8 +3,9 @@ OFFLINE (no CDN address left in the page), charts included.
 
 * The executed notebooks come from a run folder (``runs/<stamp>/notebooks/NN_x.ipynb``, made by
   ``labkit run``): the one given, else the newest. A notebook no run folder holds is executed
-  here (nbconvert's ExecutePreprocessor, into a temporary folder), so a CPU machine still gets
-  decks showing the recorded reference charts.
+  here (the suite engine, :mod:`labkit.suite.engine`, into a temporary folder), so a CPU
+  machine still gets decks showing the recorded reference charts. Notebooks are named as for
+  ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``, ``workshop_90min``, a path).
 * Cells tagged ``parameters`` / ``injected-parameters`` are dropped; the cells' slideshow
   metadata makes the slides (``skip`` cells are left out of decks).
 * reveal.js, require.js, jQuery, the Jupyter widgets HTML manager and MathJax 3 are local
@@ -23,7 +24,6 @@ OFFLINE (no CDN address left in the page), charts included.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -32,19 +32,20 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
-import labkit
+from typing import Iterable, Sequence
+
+from labkit import envvars
 from labkit.paths import repo_root
+from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks
 
 #: Folder (under the output folder) that receives the JavaScript/CSS copies.
 ASSETS_DIR = "assets"
 #: Environment variable naming the folder that holds ``node_modules`` (default ``build/web``).
-WEB_DIR_ENV = "LABKIT_WEB_DIR"
+WEB_DIR_ENV = envvars.WEB_DIR
 #: Tags of cells left out of every export.
 DROP_TAGS = ("parameters", "injected-parameters")
 #: reveal.js theme: ``white`` loads its fonts from local files (``simple`` would use a web font).
 REVEAL_THEME = "white"
-NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 # files copied from node_modules: (source under node_modules, destination under assets/)
 _COPY_FILES: tuple[tuple[str, str], ...] = (
@@ -91,8 +92,7 @@ class RemoteAssetError(SlidesError):
 
 def web_dir() -> Path:
     """Folder holding ``node_modules`` with the web assets (``build/web`` or ``$LABKIT_WEB_DIR``)."""
-    override = os.environ.get(WEB_DIR_ENV)
-    return Path(override).expanduser() if override else repo_root() / "build" / "web"
+    return envvars.web_dir() or repo_root() / "build" / "web"
 
 
 def fetch_script() -> Path:
@@ -489,35 +489,6 @@ def _run_status(run_dir: Path) -> dict[str, str]:
         return {}
 
 
-def resolve_sources(notebooks: Sequence[str] | None, nb_dir: Path | None = None) -> list[Path]:
-    """Notebook names, numbers (``03``), stems or paths -> source notebook paths.
-    ``None`` selects every ``notebooks/NN_*.ipynb``."""
-    nb_dir = Path(nb_dir) if nb_dir is not None else repo_root() / "notebooks"
-    available = sorted(nb_dir.glob(NOTEBOOK_GLOB)) if nb_dir.is_dir() else []
-    if not notebooks:
-        if not available:
-            raise SlidesError(f"no notebooks matching {NOTEBOOK_GLOB} in {nb_dir}")
-        return available
-    out = []
-    for entry in notebooks:
-        entry = str(entry).strip()
-        p = Path(entry).expanduser()
-        if p.is_file() and p.suffix == ".ipynb":
-            out.append(p.resolve())
-            continue
-        if re.fullmatch(r"\d{1,2}", entry):
-            matches = sorted(nb_dir.glob(f"{int(entry):02d}_*.ipynb"))
-        else:
-            stem = entry[:-6] if entry.endswith(".ipynb") else entry
-            matches = [q for q in (nb_dir / f"{stem}.ipynb",) if q.is_file()]
-        if len(matches) != 1:
-            have = ", ".join(q.stem for q in sorted(nb_dir.glob("*.ipynb"))) or "none"
-            raise SlidesError(f"notebook {entry!r} matches {len(matches)} notebooks in {nb_dir} "
-                              f"(available: {have})")
-        out.append(matches[0])
-    return out
-
-
 def _is_executed(path: Path) -> bool:
     import nbformat
 
@@ -526,42 +497,18 @@ def _is_executed(path: Path) -> bool:
                for c in nb.cells)
 
 
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
-    """Execute ``src`` (in its own folder, as JupyterLab would) into ``dest`` with nbconvert.
-    Results the notebook saves go to a folder beside ``dest``, never into ``runs/``."""
-    import nbformat
-    from nbconvert.preprocessors import CellExecutionError, ExecutePreprocessor
-
-
-    nb = nbformat.read(str(src), as_version=4)
-    pkg_parent = str(Path(labkit.__file__).resolve().parent.parent)
-    pypath = os.pathsep.join(x for x in (pkg_parent, os.environ.get("PYTHONPATH", "")) if x)
-    run_dir = Path(dest).parent / "run"
-    ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3")
-    with _env(PYTHONPATH=pypath, LABKIT_RUN_DIR=str(run_dir),
-              PLOTLY_RENDERER="plotly_mimetype+notebook"):
-        try:
-            ep.preprocess(nb, {"metadata": {"path": str(Path(src).parent)}})
-        except CellExecutionError as exc:
-            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-            raise SlidesError(f"executing {src} failed; fix it or export a run that has it "
-                              f"(`labkit run`):\n{text[-2000:]}") from exc
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest))
+    """Execute ``src`` (in its own folder, as JupyterLab would) into ``dest`` with the suite
+    engine (papermill, the plotly renderer exports need). Results the notebook saves go to a
+    folder beside ``dest``, never into ``runs/``. Raises :class:`SlidesError` when it fails."""
+    dest = Path(dest)
+    res = _execute(Path(src), dest, run_dir=dest.parent / "run", timeout=timeout,
+                   plotly_renderer=DEFAULT_PLOTLY_RENDERER)
+    if not res.ok:
+        cell = (res.error_record or {}).get("source") or ""
+        where = f"\nin the cell:\n{cell[-1500:]}" if cell else ""
+        raise SlidesError(f"executing {src} failed ({res.error}); fix it or export a run that "
+                          f"has it (`labkit run`){where}")
     return dest
 
 
@@ -581,8 +528,9 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     notebooks); those it lacks (or all, when there is no run) are executed here first. Fails with
     :class:`RemoteAssetError` if a page would still load anything from the network.
     """
+    envvars.check_environment()
     out_dir = Path(out_dir)
-    sources = resolve_sources(notebooks)
+    sources = find_notebooks(notebooks)
     if run_dir is not None:
         run_dir = Path(run_dir)
         if not (run_dir / "notebooks").is_dir():

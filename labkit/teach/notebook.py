@@ -8,12 +8,11 @@ labelled with where they came from). Nothing here measures anything itself.
 from __future__ import annotations
 
 import html
-import os
 import platform
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from labkit import __version__
+from labkit import __version__, envvars
 from labkit.env import hardware_tier
 from labkit.measure.results import load_reference, load_result, provenance_line, save_result
 from labkit.teach.plots import register_template
@@ -42,7 +41,7 @@ def configure_plotly() -> str:
     """
     import plotly.io as pio
 
-    renderer = os.environ.get("PLOTLY_RENDERER", "plotly_mimetype+notebook")
+    renderer = envvars.plotly_renderer()
     pio.renderers.default = renderer
 
     register_template()
@@ -78,9 +77,9 @@ def setup(name: str, *, reference_gpu: str = "h200", quiet: bool = False) -> Not
     import torch
 
 
-    threads = os.environ.get("LABKIT_CPU_THREADS")
+    threads = envvars.cpu_threads()
     if threads:  # CI and small shared machines: one thread is far faster for a tiny model
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(threads)
     tier = hardware_tier()
     ctx = NotebookContext(name, tier, reference_gpu, "cuda" if tier == "gpu" else "cpu")
     configure_plotly()

@@ -1,16 +1,15 @@
-"""Notebook 04 helpers: read a ``pool_memory_<preset>`` record, and a small live comparison.
+"""Notebook 04 helpers: read a ``pool_memory_<preset>`` record.
 
 The record (``labkit.measure.bench.measure_pool_memory``) holds, for ten batch sizes, the bytes of
 each graph's private pool, the size of one shared pool captured largest-first or
 smallest-first (and how it grew after each capture), and the capture times. The functions
-here turn it into table rows and a summary; :func:`live_pool_comparison` and
-:func:`naive_reserved_delta` run a small version of the same measurement on a GPU.
+here turn it into table rows and a summary (of a record, or of the small live version that
+:func:`labkit.measure.lesson_runs.live_pool_comparison` measures on a GPU).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-from labkit.graphs import capture_decode_graphs
+from typing import Mapping
 
 MiB = 2**20
 MODES = ("private", "shared_largest_first", "shared_smallest_first")
@@ -95,54 +94,3 @@ def summary_rows(data: Mapping) -> list[dict]:
     return [{"strategy": names[m], "total (MiB)": round(totals[m] / MiB, 1),
              "x largest single pool": round(totals[m] / s["largest_private"], 2),
              "capture, all sizes (s)": round(s["capture_total_s"][m], 3)} for m in MODES]
-
-
-# ---------------------------------------------------------------------------- live (GPU only)
-
-
-def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
-    """Capture ``sizes`` three ways (private pools; one shared pool largest-first; one shared
-    pool smallest-first) and return a record shaped like ``pool_memory_<preset>`` (without
-    ``growth_bytes``). Each graph set is released before the next. Needs a CUDA GPU."""
-
-    sizes = sorted(set(int(s) for s in sizes))
-    out: dict = {"preset": None, "sizes": sizes}
-    for mode in MODES:
-        pool = "private" if mode == "private" else "shared"
-        order = "smallest_first" if mode == "shared_smallest_first" else "largest_first"
-        gs = capture_decode_graphs(model, sizes, pool=pool, order=order, warmup=warmup,
-                                   progress=False)
-        try:
-            rep = gs.memory_report()
-        finally:
-            gs.release()
-        section = {"total_bytes": int(rep["total_reserved_bytes"]),
-                   "capture_s": {str(k): float(v) for k, v in rep["capture_s"].items()}}
-        if mode == "private":
-            section["per_size_bytes"] = {str(p["sizes"][0]): int(p["reserved_bytes"])
-                                         for p in rep["pools"]}
-        out[mode] = section
-    out["largest_private_bytes"] = max(out["private"]["per_size_bytes"].values())
-    return out
-
-
-def naive_reserved_delta(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
-    """Capture ``sizes`` into one shared pool and compare two ways of measuring its memory:
-    the change of ``torch.cuda.memory_reserved()`` (naive: it also counts the cuBLAS
-    workspace the new capture stream gets, and anything else allocated meanwhile) and the
-    allocator's per-pool accounting. Needs a CUDA GPU. Bytes."""
-    import torch
-
-
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_reserved()
-    gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",
-                               warmup=warmup, progress=False)
-    try:
-        torch.cuda.synchronize()
-        after = torch.cuda.memory_reserved()
-        pool = int(gs.memory_report()["total_reserved_bytes"])
-    finally:
-        gs.release()
-    naive = int(after - before)
-    return {"naive_delta_bytes": naive, "pool_bytes": pool, "outside_pool_bytes": naive - pool}

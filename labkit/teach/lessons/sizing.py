@@ -7,8 +7,9 @@
   ``dispatcher_<preset>`` record into ``size -> µs`` functions (piecewise linear between
   measured sizes, linear extrapolation outside);
   these feed :func:`labkit.sizes.optimal_sizes` and :func:`labkit.sizes.pareto_front`;
-* :func:`run_batch_stream` and :func:`padding_isolation` are the live CPU demos of the
-  padding dispatcher; :func:`size_set_rows` compares named capture-size lists.
+* :func:`size_set_rows` compares named capture-size lists; :func:`draw_batch_sizes` draws a
+  seeded stream of batch sizes from a trace (the live dispatcher demos that consume it,
+  ``run_batch_stream`` and ``padding_isolation``, are in :mod:`labkit.measure.lesson_runs`).
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def best_under_budget(front: Sequence, budget_bytes: float):
     return min(fits, key=lambda p: (p.expected_cost, p.memory)) if fits else None
 
 
-# ---------------------------------------------------------------------------- live demos (CPU)
+# ---------------------------------------------------------------------------- batch streams
 
 
 def draw_batch_sizes(trace: Sequence[int], n: int, *, seed: int = 0,
@@ -268,71 +269,3 @@ def draw_batch_sizes(trace: Sequence[int], n: int, *, seed: int = 0,
         raise ValueError(f"the trace has no batch size <= max_bs={max_bs}")
     rng = random.Random(seed)
     return [rng.choice(pool) for _ in range(n)]
-
-
-def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0,
-                     threads: int | None = 1) -> dict:
-    """Feed one decode step per batch size through ``dispatcher.step`` (random tokens, each
-    row in its own cache slot at a random position) and return its counters as a dict.
-    The counters are reset first.
-
-    ``threads``: CPU threads torch may use meanwhile (restored afterwards; ``None`` leaves
-    the setting alone). A tiny model's ops are too small to split, and on a busy machine
-    several threads contend badly: one thread is often over ten times faster.
-    """
-    import torch
-
-    cfg = dispatcher.model.cfg
-    dev = dispatcher.model.device
-    g = torch.Generator().manual_seed(seed)
-    dispatcher.reset_counters()
-    before = torch.get_num_threads()
-    if threads is not None and dev.type == "cpu":
-        torch.set_num_threads(threads)
-    try:
-        for b in batch_sizes:
-            tokens = torch.randint(0, cfg.vocab_size, (b,), generator=g).to(dev)
-            positions = torch.randint(0, cfg.max_seq, (b,), generator=g).to(dev)
-            slots = torch.arange(b, device=dev)
-            dispatcher.step(tokens, positions, slots)
-    finally:
-        torch.set_num_threads(before)
-    return dispatcher.counters.to_dict()
-
-
-def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: int = 0) -> dict:
-    """Show that padded rows write only the scratch slot.
-
-    Prefills ``live + 1`` requests (slots ``0..live``), then runs one dispatcher step for the
-    first ``live`` of them, padded up to a larger graph. Returns the padded size, whether the
-    cache of slot ``live`` (a request not in this step) is unchanged, whether the scratch slot
-    changed, and whether the stepped slots changed (they must: their new k, v were written).
-    """
-    import torch
-
-    model = dispatcher.model
-    cfg = model.cfg
-    if live + 1 > cfg.max_batch:
-        raise ValueError(f"needs max_batch >= {live + 1}, the model has {cfg.max_batch}")
-    padded = dispatcher.padded_size(live)
-    if padded is None or padded == live:
-        raise ValueError(f"batch {live} must be padded to a larger graph; captured sizes "
-                         f"are {dispatcher.sizes}")
-    dev = model.device
-    g = torch.Generator().manual_seed(seed)
-    model.reset_cache()
-    for slot in range(live + 1):
-        ids = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=g).to(dev)
-        model.prefill(ids, torch.tensor([slot], device=dev))
-    before = model.k_cache.clone()
-    tokens = torch.randint(0, cfg.vocab_size, (live,), generator=g).to(dev)
-    positions = torch.full((live,), prompt_len, dtype=torch.long, device=dev)
-    dispatcher.step(tokens, positions, torch.arange(live, device=dev))
-    after = model.k_cache
-    changed = [not torch.equal(before[:, s], after[:, s]) for s in range(cfg.max_batch + 1)]
-    return {"batch": live, "padded_to": padded, "padded_rows": padded - live,
-            "stepped_slots_changed": all(changed[:live]),
-            "other_request_unchanged": not changed[live],
-            "untouched_slots_unchanged": not any(changed[live:cfg.max_batch]),
-            "scratch_slot_changed": changed[cfg.scratch_slot]}
-

@@ -1,0 +1,68 @@
+"""Argument checks shared by the core modules: no silent truncation or coercion.
+
+An integer argument must be an ``int`` (or a numpy integer): ``2.5``, ``2.0``, ``"3"`` and
+``True`` are refused, never turned into ``2``, ``3`` or ``1``. Every error names the argument,
+what was wrong and how to fix it. Standard library only (``labkit.sizes`` must not import torch).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["as_int", "as_number", "as_bool", "as_int_list"]
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def as_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None,
+           fix: str = "") -> int:
+    """``value`` as an ``int``; ``TypeError`` for a non-integer (``bool`` included),
+    ``ValueError`` outside ``[minimum, maximum]``. ``fix`` ends the message."""
+    tail = f"; {fix}" if fix else ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} ({_kind(value)}); pass a whole "
+                        f"number (no bool, float or string){tail}")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}{tail}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {v}{tail}")
+    return v
+
+
+def as_number(value: Any, name: str, *, minimum: float | None = None,
+              allow_inf: bool = False, fix: str = "") -> float:
+    """``value`` (an int or float, not a bool or string) as a ``float``; NaN is refused, and
+    infinity unless ``allow_inf``."""
+    tail = f"; {fix}" if fix else ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r} ({_kind(value)}){tail}")
+    v = float(value)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"{name} must be a finite number, got {v}{tail}")
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum:g}, got {v:g}{tail}")
+    return v
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a ``bool``; ``TypeError`` otherwise (``0``, ``"yes"`` are refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({_kind(value)})")
+    return value
+
+
+def as_int_list(values: Any, name: str, *, minimum: int | None = None,
+                maximum: int | None = None, fix: str = "") -> list[int]:
+    """An iterable of ints (each checked by :func:`as_int`) as a list, in the given order;
+    ``TypeError`` when ``values`` is a string, a mapping or not iterable at all."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list of ints, got {values!r} ({_kind(values)})"
+                        + (f"; {fix}" if fix else ""))
+    return [as_int(v, f"{name}[{i}]", minimum=minimum, maximum=maximum, fix=fix)
+            for i, v in enumerate(values)]

@@ -1,0 +1,242 @@
+"""Small live runs the lessons make: each runs the model, times, counts ops, captures graphs
+or drives a dispatcher on whatever device is there (most also run on a CPU).
+
+* decode (notebooks 02 and 03): :func:`time_eager_steps` times eager decode steps,
+  :func:`count_dispatched_ops` counts the ATen ops a step dispatches,
+  :func:`check_cached_equals_full` checks cached decoding against a full forward pass, and
+  :func:`replay_step` is the copy-in step function that replays a captured graph;
+* graph memory (notebook 04, CUDA only): :func:`live_pool_comparison` captures a few sizes
+  three ways, :func:`naive_reserved_delta` compares a ``memory_reserved()`` delta with the
+  pool's own accounting;
+* the padding dispatcher (notebook 05): :func:`run_batch_stream` feeds a stream of batch sizes
+  through a dispatcher, :func:`padding_isolation` shows that padded rows touch only the
+  scratch slot.
+
+What these return is turned into tables and sentences by :mod:`labkit.teach.lessons` (pure).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from labkit.graphs import capture_decode_graphs
+from labkit.measure.bench import step_inputs
+from labkit.model import TinyGPT, generate
+from labkit.timing import Stats, time_any
+
+#: the three ways :func:`live_pool_comparison` captures (the sections of a pool_memory record)
+MODES = ("private", "shared_largest_first", "shared_smallest_first")
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+def time_eager_steps(model: TinyGPT, batch_sizes: Sequence[int], *, repeats: int = 10,
+                     warmup: int = 2) -> dict[int, Stats]:
+    """Time one eager ``decode_step`` per batch size on the model's device (µs per step).
+
+    Inputs come from :func:`labkit.measure.bench.step_inputs`, as in the GPU measurement. On CPU
+    this is host wall time: the ops run inline, there is no kernel launch.
+    """
+
+    out = {}
+    for bs in batch_sizes:
+        if not 1 <= int(bs) <= model.cfg.max_batch:
+            raise ValueError(f"batch size {bs} must lie in [1, max_batch={model.cfg.max_batch}]; "
+                             "build the model with a larger max_batch")
+        tokens, positions, slots = step_inputs(model, int(bs))
+        out[int(bs)] = time_any(lambda: model.decode_step(tokens, positions, slots, check=False),
+                                model.device, warmup=warmup, repeats=repeats, inner=1)
+    return out
+
+
+def count_dispatched_ops(fn: Callable[[], Any], *, include_views: bool = False) -> Counter:
+    """Count the ATen operators ``fn()`` dispatches (views excluded by default: they launch
+    no kernel). On a GPU most non-view ops launch one kernel, so the total approximates the
+    kernels per step; some launch none or several, so it is an estimate, not a kernel count."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: Counter = Counter()
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if include_views or not getattr(func, "is_view", False):
+                counts[str(func.overloadpacket.__name__)] += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), _Count():
+        fn()
+    return counts
+
+
+@dataclass
+class CachedCheck:
+    """Cached decode versus a full forward pass over the same tokens."""
+
+    tokens_equal: bool
+    max_abs_logit_diff: float
+    generated: list[int]
+
+    def __bool__(self) -> bool:
+        return self.tokens_equal
+
+
+@torch.no_grad()
+def check_cached_equals_full(model: TinyGPT, prompt: Sequence[int], max_new_tokens: int,
+                             *, atol: float = 1e-4) -> CachedCheck:
+    """Greedy-decode ``max_new_tokens`` with the KV cache, then run one full forward pass over
+    prompt + generated tokens (no cache) and check that it predicts the same tokens, and
+    that the logits of the last cached step match the full pass: max abs difference at most
+    ``atol`` × the largest full-pass logit (at least ``atol``)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    generated = generate(model, [list(prompt)], max_new_tokens)[0]
+    seq = list(prompt) + generated
+    dev = model.device
+    full = model(torch.tensor([seq], device=dev))[0]            # (T, V)
+    predicted = full[len(prompt) - 1: len(seq) - 1].argmax(-1).tolist()
+    last = len(seq) - 1
+    step = model.decode_step(torch.tensor([seq[-1]], device=dev), torch.tensor([last], device=dev),
+                             torch.tensor([0], device=dev))[0]
+    diff = float((step.float() - full[last].float()).abs().max())
+    return CachedCheck(predicted == generated and diff <= atol * max(1.0, float(full.abs().max())),
+                       diff, generated)
+
+
+def replay_step(graphs, batch_size: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
+                                                    torch.Tensor]:
+    """A ``step_fn(tokens, positions, slots) -> logits`` that copies its inputs into the
+    graph set's static buffers and replays graph ``batch_size`` (the copy-in pattern).
+
+    The returned logits are the graph's static output: the next replay overwrites them, so
+    use (or copy) them before the next step, as :func:`labkit.model.generate` does.
+    """
+    if batch_size not in graphs.graphs:
+        raise KeyError(f"no graph captured for batch size {batch_size}; captured: {graphs.sizes}")
+
+    def step(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[0] != batch_size:
+            raise ValueError(f"this step replays the graph for batch size {batch_size}; got a "
+                             f"batch of {tokens.shape[0]} (use a padding dispatcher for that)")
+        graphs.copy_inputs(tokens, positions, slots)
+        return graphs.replay(batch_size)
+
+    return step
+
+
+# ----------------------------------------------------------------- graph memory (GPU only)
+
+
+def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
+    """Capture ``sizes`` three ways (private pools; one shared pool largest-first; one shared
+    pool smallest-first) and return a record shaped like ``pool_memory_<preset>`` (without
+    ``growth_bytes``). Each graph set is released before the next. Needs a CUDA GPU."""
+
+    sizes = sorted(set(int(s) for s in sizes))
+    out: dict = {"preset": None, "sizes": sizes}
+    for mode in MODES:
+        pool = "private" if mode == "private" else "shared"
+        order = "smallest_first" if mode == "shared_smallest_first" else "largest_first"
+        gs = capture_decode_graphs(model, sizes, pool=pool, order=order, warmup=warmup,
+                                   progress=False)
+        try:
+            rep = gs.memory_report()
+        finally:
+            gs.release()
+        section = {"total_bytes": int(rep["total_reserved_bytes"]),
+                   "capture_s": {str(k): float(v) for k, v in rep["capture_s"].items()}}
+        if mode == "private":
+            section["per_size_bytes"] = {str(p["sizes"][0]): int(p["reserved_bytes"])
+                                         for p in rep["pools"]}
+        out[mode] = section
+    out["largest_private_bytes"] = max(out["private"]["per_size_bytes"].values())
+    return out
+
+
+def naive_reserved_delta(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
+    """Capture ``sizes`` into one shared pool and compare two ways of measuring its memory:
+    the change of ``torch.cuda.memory_reserved()`` (naive: it also counts the cuBLAS
+    workspace the new capture stream gets, and anything else allocated meanwhile) and the
+    allocator's per-pool accounting. Needs a CUDA GPU. Bytes."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_reserved()
+    gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",
+                               warmup=warmup, progress=False)
+    try:
+        torch.cuda.synchronize()
+        after = torch.cuda.memory_reserved()
+        pool = int(gs.memory_report()["total_reserved_bytes"])
+    finally:
+        gs.release()
+    naive = int(after - before)
+    return {"naive_delta_bytes": naive, "pool_bytes": pool, "outside_pool_bytes": naive - pool}
+
+
+# ---------------------------------------------------------------------- padding dispatcher
+
+
+def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0,
+                     threads: int | None = 1) -> dict:
+    """Feed one decode step per batch size through ``dispatcher.step`` (random tokens, each
+    row in its own cache slot at a random position) and return its counters as a dict.
+    The counters are reset first.
+
+    ``threads``: CPU threads torch may use meanwhile (restored afterwards; ``None`` leaves
+    the setting alone). A tiny model's ops are too small to split, and on a busy machine
+    several threads contend badly: one thread is often over ten times faster.
+    """
+    cfg = dispatcher.model.cfg
+    dev = dispatcher.model.device
+    g = torch.Generator().manual_seed(seed)
+    dispatcher.reset_counters()
+    before = torch.get_num_threads()
+    if threads is not None and dev.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        for b in batch_sizes:
+            tokens = torch.randint(0, cfg.vocab_size, (b,), generator=g).to(dev)
+            positions = torch.randint(0, cfg.max_seq, (b,), generator=g).to(dev)
+            slots = torch.arange(b, device=dev)
+            dispatcher.step(tokens, positions, slots)
+    finally:
+        torch.set_num_threads(before)
+    return dispatcher.counters.to_dict()
+
+
+def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: int = 0) -> dict:
+    """Show that padded rows write only the scratch slot.
+
+    Prefills ``live + 1`` requests (slots ``0..live``), then runs one dispatcher step for the
+    first ``live`` of them, padded up to a larger graph. Returns the padded size, whether the
+    cache of slot ``live`` (a request not in this step) is unchanged, whether the scratch slot
+    changed, and whether the stepped slots changed (they must: their new k, v were written).
+    """
+    model = dispatcher.model
+    cfg = model.cfg
+    if live + 1 > cfg.max_batch:
+        raise ValueError(f"needs max_batch >= {live + 1}, the model has {cfg.max_batch}")
+    padded = dispatcher.padded_size(live)
+    if padded is None or padded == live:
+        raise ValueError(f"batch {live} must be padded to a larger graph; captured sizes "
+                         f"are {dispatcher.sizes}")
+    dev = model.device
+    g = torch.Generator().manual_seed(seed)
+    model.reset_cache()
+    for slot in range(live + 1):
+        ids = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=g).to(dev)
+        model.prefill(ids, torch.tensor([slot], device=dev))
+    before = model.k_cache.clone()
+    tokens = torch.randint(0, cfg.vocab_size, (live,), generator=g).to(dev)
+    positions = torch.full((live,), prompt_len, dtype=torch.long, device=dev)
+    dispatcher.step(tokens, positions, torch.arange(live, device=dev))
+    after = model.k_cache
+    changed = [not torch.equal(before[:, s], after[:, s]) for s in range(cfg.max_batch + 1)]
+    return {"batch": live, "padded_to": padded, "padded_rows": padded - live,
+            "stepped_slots_changed": all(changed[:live]),
+            "other_request_unchanged": not changed[live],
+            "untouched_slots_unchanged": not any(changed[live:cfg.max_batch]),
+            "scratch_slot_changed": changed[cfg.scratch_slot]}

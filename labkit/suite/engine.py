@@ -1,0 +1,327 @@
+"""The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share.
+
+* Finding notebooks: :func:`find_notebooks` turns ``03``, ``03_capture_replay``,
+  ``solutions/03``, ``workshop_90min`` or a path into notebook files.
+* Parameters are checked against the notebooks before anything runs (:mod:`labkit.suite.params`).
+* The kernel's environment: :func:`kernel_environment` (``LABKIT_RUN_DIR``, ``PYTHONPATH``
+  with this labkit first, ``PLOTLY_RENDERER``, ``LABKIT_CPU_THREADS``), every value checked.
+* Executing one notebook: :func:`execute_notebook` (papermill, with parameters) returns a
+  :class:`NotebookResult`; a failing notebook is a result, not an exception.
+
+Bad input raises :class:`SuiteError` (a ``ValueError``) whose message names the input, the
+problem and the fix; nothing here prints to the terminal or exits.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import labkit
+from labkit import envvars
+from labkit.paths import repo_root
+
+#: The numbered suite notebooks (what runs when no notebook is named).
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+#: The workshop syllabus notebooks beside them.
+WORKSHOP_GLOB = "workshop_*.ipynb"
+#: Folder (under ``notebooks/``) of the worked solutions.
+SOLUTIONS = "solutions"
+#: The renderer that draws in JupyterLab and in offline exports (plotly.js embedded once).
+DEFAULT_PLOTLY_RENDERER = "plotly_mimetype+notebook"
+#: Longest single wait on a kernel socket; longer waits are made of slices this long.
+POLL_SLICE_S = 0.1
+
+
+class SuiteError(ValueError):
+    """Bad input to the suite (a notebook name, a parameter, a file); the message names the
+    input, the problem and the fix."""
+
+
+# ----------------------------------------------------------------------------- notebooks
+
+
+def notebooks_dir() -> Path:
+    """The suite's ``notebooks/`` folder: the checkout's, else ``./notebooks``."""
+    return repo_root() / "notebooks"
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the current directory when it lies below it, else absolute."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def known_names(nb_dir: Path) -> list[str]:
+    """Every name :func:`find_notebooks` accepts for the notebooks in ``nb_dir`` (stems of the
+    numbered and workshop notebooks, ``solutions/<stem>`` for the solutions)."""
+    nb_dir = Path(nb_dir)
+    if not nb_dir.is_dir():
+        return []
+    names = [p.stem for p in sorted(nb_dir.glob(NOTEBOOK_GLOB))]
+    names += [p.stem for p in sorted(nb_dir.glob(WORKSHOP_GLOB))]
+    names += [f"{SOLUTIONS}/{p.stem}" for p in sorted((nb_dir / SOLUTIONS).glob(NOTEBOOK_GLOB))]
+    return names
+
+
+def _lookup(entry: str, nb_dir: Path) -> list[Path]:
+    """Notebooks in ``nb_dir`` that the name ``entry`` (no path) selects."""
+    folder, name = nb_dir, entry
+    if entry.startswith(SOLUTIONS + "/"):
+        folder, name = nb_dir / SOLUTIONS, entry[len(SOLUTIONS) + 1:]
+    if name.endswith(".ipynb"):
+        name = name[: -len(".ipynb")]
+    if re.fullmatch(r"\d{1,2}", name):
+        return sorted(folder.glob(f"{int(name):02d}_*.ipynb"))
+    if not name or "/" in name or name.startswith("."):
+        return []
+    cand = folder / f"{name}.ipynb"
+    return [cand] if cand.is_file() else []
+
+
+def find_notebooks(names: Sequence[str] | None, nb_dir: Path | None = None) -> list[Path]:
+    """The notebook files ``names`` select, in order, each once.
+
+    ``None`` (or empty) selects every ``notebooks/NN_*.ipynb``. An entry is a number (``03``,
+    ``3``), a name (``03_capture_replay``, ``workshop_90min``), a solution (``solutions/03``,
+    ``solutions/03_capture_replay``) or a path to a ``.ipynb`` file. Raises :class:`SuiteError`
+    naming the entry and the closest known names.
+    """
+    nb_dir = Path(nb_dir) if nb_dir is not None else notebooks_dir()
+    if not names:
+        found = sorted(nb_dir.glob(NOTEBOOK_GLOB)) if nb_dir.is_dir() else []
+        if not found:
+            raise SuiteError(f"no notebooks matching {NOTEBOOK_GLOB} in {display_path(nb_dir)}: "
+                             "run from the repository root or name notebook files explicitly")
+        return [p.resolve() for p in found]
+    out: list[Path] = []
+    for raw in names:
+        entry = str(raw).strip()
+        path = Path(entry).expanduser()
+        if entry and path.is_file():
+            if path.suffix != ".ipynb":
+                raise SuiteError(f"notebook {entry!r} is not a notebook (.ipynb): "
+                                 "give a .ipynb file, a number like 03 or a name like 03_topic")
+            out.append(path.resolve())
+            continue
+        matches = _lookup(entry, nb_dir) if nb_dir.is_dir() else []
+        if len(matches) != 1:
+            raise _no_match(entry, matches, nb_dir)
+        out.append(matches[0].resolve())
+    unique: list[Path] = []
+    for p in out:  # the same notebook twice would overwrite its own outputs
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def _no_match(entry: str, matches: list[Path], nb_dir: Path) -> SuiteError:
+    """The error for a name that selects no notebook, or several."""
+    have = known_names(nb_dir)
+    if matches:
+        why = "matches several notebooks (" + ", ".join(p.name for p in matches) + ")"
+    else:
+        why = "matches no notebook"
+    close = difflib.get_close_matches(entry, have, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    listing = ", ".join(n for n in have if not n.startswith(SOLUTIONS + "/")) or "none"
+    return SuiteError(f"notebook {entry!r} {why} in {display_path(nb_dir)}: {hint}"
+                     f"give a number like 03, a name like 03_topic, solutions/03, or a path to a "
+                     f".ipynb file (have: {listing})")
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
+    """PYTHONPATH for a kernel: the folder holding this labkit first, so notebooks import the
+    same labkit as the command line even when it is not installed."""
+    pkg_parent = str(Path(labkit.__file__).resolve().parent.parent)
+    rest = [p for p in (os.environ if environ is None else environ).get("PYTHONPATH", "")
+            .split(os.pathsep) if p and p != pkg_parent]
+    return os.pathsep.join([pkg_parent, *rest])
+
+
+def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | None = None,
+                       cpu_threads: int | None = None,
+                       environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a kernel started by the suite gets on top of ``environ`` (default: this
+    process's): ``PYTHONPATH`` (this labkit first), ``LABKIT_RUN_DIR`` (when ``run_dir``),
+    ``PLOTLY_RENDERER`` (given, else the environment's, else the offline-friendly default) and
+    ``LABKIT_CPU_THREADS`` (when given). Every LABKIT_* value the kernel would see is checked
+    first (:class:`labkit.envvars.EnvVarError`)."""
+    base = dict(os.environ if environ is None else environ)
+    out = {"PYTHONPATH": kernel_pythonpath(base)}
+    if run_dir is not None:
+        out[envvars.RUN_DIR] = str(Path(run_dir).resolve())
+    out[envvars.PLOTLY_RENDERER] = plotly_renderer or envvars.plotly_renderer(
+        base, default=DEFAULT_PLOTLY_RENDERER)
+    if cpu_threads is not None:
+        out[envvars.CPU_THREADS] = str(cpu_threads)
+    envvars.check_environment({**base, **out})
+    return out
+
+
+# ----------------------------------------------------------------------------- execution
+
+
+@dataclass
+class NotebookResult:
+    """What executing one notebook gave: ``ok`` or the error (``error``: one line;
+    ``error_record``: JSON-ready details), the executed copy (``output``, None when none was
+    written), the seconds it took and the result records it wrote into the run folder."""
+
+    notebook: Path
+    output: Path | None
+    ok: bool
+    error: str | None = None
+    duration_s: float = 0.0
+    records: list[str] = field(default_factory=list)
+    error_record: dict | None = None
+    interrupted: bool = False
+
+    @property
+    def status(self) -> str:
+        return "interrupted" if self.interrupted else ("ok" if self.ok else "failed")
+
+
+def error_record(exc: BaseException) -> dict:
+    """What went wrong, JSON-ready: the cell's error for a notebook failure, else the exception."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        return {
+            "type": "cell",
+            "ename": exc.ename,
+            "evalue": exc.evalue,
+            "cell_index": exc.cell_index,
+            "exec_count": exc.exec_count,
+            "source": exc.source,
+            "summary": f"{exc.ename}: {exc.evalue}" + (
+                f" (cell [{exc.exec_count}])" if exc.exec_count is not None else ""),
+        }
+    text = str(exc).strip().splitlines()
+    return {
+        "type": "exception",
+        "ename": type(exc).__name__,
+        "evalue": "\n".join(text),
+        "summary": f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": "),
+        "traceback": traceback.format_exception(type(exc), exc, exc.__traceback__)[-5:],
+    }
+
+
+def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
+    """A kernel manager whose kernel gets ``env`` on top of this process's environment (this
+    process's own environment is left alone) and writes its own stdout/stderr (start-up
+    warnings, C-level messages) to ``log_file`` instead of the terminal; its client polls in
+    slices (:func:`_sliced_client_class`). Cell outputs go into the executed notebook."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    extra = dict(env)
+
+    class LabkitKernelManager(AsyncKernelManager):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.client_factory = _sliced_client_class()
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            kw["env"] = {**(kw.get("env") or os.environ), **extra}
+            kw["stdout"] = log_file
+            kw["stderr"] = log_file
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return LabkitKernelManager
+
+
+def _sliced_client_class() -> type:
+    """A kernel client whose channels wait for messages in short slices.
+
+    With a widget cell whose output is large (a plotly figure embedding plotly.js), the
+    execute reply on the shell channel is sometimes not noticed by one long ``poll`` (a lost
+    wake-up): nbclient then sits until the cell timeout although the kernel is idle, or
+    forever without one. Re-polling every :data:`POLL_SLICE_S` seconds picks the reply up.
+    """
+    from queue import Empty
+
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from jupyter_client.channels import AsyncZMQSocketChannel
+    from traitlets import Type
+
+    class SlicedChannel(AsyncZMQSocketChannel):
+        async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+            assert self.socket is not None
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                step = POLL_SLICE_S if deadline is None else \
+                    max(0.0, min(POLL_SLICE_S, deadline - time.monotonic()))
+                if await self.socket.poll(int(step * 1000)):
+                    return await self._recv()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise Empty
+
+    class SlicedKernelClient(AsyncKernelClient):
+        shell_channel_class = Type(SlicedChannel)
+        iopub_channel_class = Type(SlicedChannel)
+        stdin_channel_class = Type(SlicedChannel)
+        control_channel_class = Type(SlicedChannel)
+
+    return SlicedKernelClient
+
+
+def _records_state(run_dir: Path | None) -> dict[str, int]:
+    folder = Path(run_dir) / "results" if run_dir is not None else None
+    if folder is None or not folder.is_dir():
+        return {}
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.json")}
+
+
+def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, Any] | None = None,
+                     run_dir: Path | None = None, timeout: int | None = 1800,
+                     log_path: Path | None = None, plotly_renderer: str | None = None,
+                     cpu_threads: int | None = None) -> NotebookResult:
+    """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
+    JupyterLab would), with ``parameters`` injected and the kernel environment of
+    :func:`kernel_environment`; the kernel's own stdout/stderr go to ``log_path`` (default:
+    ``output`` with ``.kernel.log``). Records it saves go to ``run_dir``. ``timeout``: seconds
+    per cell. A failing notebook gives ``ok=False`` with the error; Ctrl-C propagates."""
+    import papermill
+
+    notebook, output = Path(notebook), Path(output)
+    env = kernel_environment(run_dir, plotly_renderer=plotly_renderer, cpu_threads=cpu_threads)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    log_path = Path(log_path) if log_path is not None else output.with_suffix(".kernel.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    before = _records_state(run_dir)
+    result = NotebookResult(notebook=notebook, output=output, ok=False)
+    t0 = time.perf_counter()
+    try:
+        with open(log_path, "ab") as log_file:
+            papermill.execute_notebook(
+                str(notebook), str(output), parameters=dict(parameters or {}),
+                kernel_name="python3", cwd=str(notebook.parent), progress_bar=False,
+                request_save_on_cell_execute=False, execution_timeout=timeout,
+                kernel_manager_class=_kernel_manager_class(log_file, env),
+            )
+        result.ok = True
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise
+    except Exception as exc:  # a failing notebook is a result, not a crash of the caller
+        result.error_record = error_record(exc)
+        result.error = result.error_record["summary"]
+    finally:
+        result.duration_s = round(time.perf_counter() - t0, 3)
+        after = _records_state(run_dir)
+        result.records = sorted(Path(n).stem for n, m in after.items() if before.get(n) != m)
+        if not output.is_file():
+            result.output = None
+    return result

@@ -1,0 +1,168 @@
+"""The command line's boundary (labkit.suite.cli): bad input gives one line on stderr naming
+the input and the fix, exit status 2, no traceback, and no run folder. Nothing here executes a
+notebook: every error is found before execution (``labkit run --check`` for the good cases)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import labkit
+from labkit.suite import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_notebook(path: Path, params: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(params)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell("print(repeats)")]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def nbs(tmp_path: Path) -> tuple[Path, Path]:
+    a = make_notebook(tmp_path / "nbs" / "01_alpha.ipynb", "repeats = 20\nscale = 1.5\nlabel = 'x'")
+    b = make_notebook(tmp_path / "nbs" / "02_beta.ipynb", "repeats = 5\nsizes = [1, 8]\nfast = True")
+    return a, b
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == cli.EXIT_USAGE, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_malformed_yaml_value_is_one_line_naming_the_parameter(nbs, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    code, _, err = run_cli("run", str(nbs[0]), "-p", "x=[1,2", "--out", str(out))
+    assert_one_line_error(code, err, "labkit run:", "parameter 'x'", "[1,2", "-p x=[1,2]")
+    assert not out.exists()
+
+
+def test_wrong_type_names_parameter_notebook_and_expected_type(nbs, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    code, _, err = run_cli("run", *map(str, nbs), "-p", "repeats=abc", "--out", str(out))
+    assert_one_line_error(code, err, "'repeats'", "01_alpha", "expects int", "'abc'")
+    assert not out.exists()
+    # int accepted where float is expected; a list where a list is; bool where bool is
+    code, stdout, err = run_cli("run", *map(str, nbs), "-p", "scale=2", "-p", "sizes=[4]",
+                                "-p", "fast=false", "--check")
+    assert code == 0, err
+    assert "01_alpha: scale=2" in stdout and "02_beta: sizes=[4], fast=False" in stdout
+    code, _, err = run_cli("run", str(nbs[1]), "-p", "fast=1", "--check")
+    assert_one_line_error(code, err, "'fast'", "02_beta", "expects bool")
+
+
+def test_misspelled_parameter_is_an_error_with_suggestions(nbs, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    code, _, err = run_cli("run", *map(str, nbs), "-p", "repeat=3", "--out", str(out))
+    assert_one_line_error(code, err, "unknown parameter 'repeat'", "did you mean repeats")
+    assert not out.exists()
+    # a name that only one of the selected notebooks declares is fine
+    code, stdout, err = run_cli("run", *map(str, nbs), "-p", "sizes=[2]", "--check")
+    assert code == 0, err
+    assert "01_alpha: defaults" in stdout and "02_beta: sizes=[2]" in stdout
+
+
+def test_bad_environment_variables_name_the_variable(nbs, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "runs"
+    for name, value, allowed in (("LABKIT_CPU_THREADS", "abc", "whole number"),
+                                 ("LABKIT_CPU_THREADS", "0", "whole number"),
+                                 ("LABKIT_FORCE_TIER", "gpux", "'cpu'"),
+                                 ("LABKIT_GIT_COMMIT", "not a hash", "hex digits"),
+                                 ("LABKIT_LAB_TOKEN", "a b&c", "letters, digits"),
+                                 ("PLOTLY_RENDERER", "nosuchrenderer", "renderer name")):
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            code, _, err = run_cli("run", str(nbs[0]), "--out", str(out))
+        assert_one_line_error(code, err, name, repr(value), allowed)
+    with monkeypatch.context() as m:
+        m.setenv("LABKIT_DATA", str(nbs[0]))  # a file, not a folder
+        code, _, err = run_cli("run", str(nbs[0]), "--out", str(out))
+    assert_one_line_error(code, err, "LABKIT_DATA", "not a folder")
+    assert not out.exists()
+    with monkeypatch.context() as m:
+        m.setenv("LABKIT_FORCE_TIER", "gpux")
+        code, _, err = run_cli("env")
+    assert_one_line_error(code, err, "labkit env:", "LABKIT_FORCE_TIER='gpux'")
+
+
+def test_bad_notebook_name_suggests_close_names(tmp_path: Path) -> None:
+    code, _, err = run_cli("run", "03_capture_replai", "--out", str(tmp_path / "runs"))
+    assert_one_line_error(code, err, "'03_capture_replai'", "did you mean 03_capture_replay")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_sweep_file_is_one_line(nbs, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    for text, needle in (("repeats: [1, 2\n", "not valid YAML"), ("- 1\n", "mapping"),
+                         ("repeats: []\n", "empty list"), ("", "empty"),
+                         ("repeat: [1, 2]\n", "did you mean repeats"),
+                         ("repeats: [1, x]\n", "expects int")):
+        grid.write_text(text)
+        code, _, err = run_cli("run", str(nbs[0]), "--sweep", str(grid), "--out",
+                               str(tmp_path / "runs"))
+        assert_one_line_error(code, err, needle)
+    code, _, err = run_cli("run", "--sweep", str(tmp_path / "missing.yaml"))
+    assert_one_line_error(code, err, "missing.yaml", "does not exist")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_check_accepts_the_shipped_parameter_files() -> None:
+    code, stdout, err = run_cli("run", "-f", str(ROOT / "params" / "quick.yaml"), "--check")
+    assert code == 0, err
+    assert "05_padding_dispatcher: n_steps=100" in stdout
+    code, stdout, err = run_cli("run", "--sweep", str(ROOT / "params" / "sweep-example.yaml"),
+                                "--check")
+    assert code == 0 and "4 combination(s)" in stdout, err
+
+
+def test_version_in_process() -> None:
+    code, stdout, _ = run_cli("--version")
+    assert code == 0 and stdout.strip() == f"labkit {labkit.__version__}"
+
+
+def test_argparse_errors_return_a_status() -> None:
+    code, _, err = run_cli("run", "--timeout", "0")
+    assert code == 2 and "--timeout" in err and "Traceback" not in err
+
+
+def _python_m_labkit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "labkit", *args], capture_output=True,
+                          text=True, env=full_env, timeout=120, cwd=ROOT)
+
+
+def test_python_m_labkit_version_and_a_bad_parameter(tmp_path: Path) -> None:
+    proc = _python_m_labkit("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"labkit {labkit.__version__}"
+    out = tmp_path / "runs"
+    proc = _python_m_labkit("run", "05", "-p", "n_step=3", "--out", str(out))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "unknown parameter 'n_step' (did you mean n_steps?)" in proc.stderr
+    proc = _python_m_labkit("run", "05", "--out", str(out), env={"LABKIT_CPU_THREADS": "abc"})
+    assert proc.returncode == 2 and "LABKIT_CPU_THREADS='abc'" in proc.stderr
+    assert not out.exists()

@@ -1,0 +1,61 @@
+"""labkit.teach.lessons.pitfalls: reading a ``pitfalls`` record, and the quiz (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.measure.pitfalls import RULES
+from labkit.teach.lessons import pitfalls
+
+
+def test_quiz_answers_are_rule_keys():
+    assert {item.answer for item in pitfalls.QUIZ.values()} == set(RULES)
+
+
+def test_check_quiz():
+    right = {k: item.answer for k, item in pitfalls.QUIZ.items()}
+    assert all(pitfalls.check_quiz(right).values())
+    wrong = dict(right, a="rng")
+    res = pitfalls.check_quiz(wrong)
+    assert res["a"] is False and sum(res.values()) == len(right) - 1
+    assert not any(pitfalls.check_quiz({}).values())
+
+
+def _fake_record() -> dict:
+    return {"pitfalls": [
+        {"name": "host_sync", "rule": RULES["host_sync"], "what": "w",
+         "error": "CUDA graph capture failed: host synchronisation\n  fix: ...", "fix": "f",
+         "fixed_ok": True, "details": {}},
+        {"name": "rng", "rule": RULES["rng"], "what": "w", "error": "", "fix": "f",
+         "fixed_ok": False, "details": {}},
+    ]}
+
+
+def test_summary_rows_and_by_name():
+    rec = _fake_record()
+    rows = pitfalls.summary_rows(rec)
+    assert [r["pitfall"] for r in rows] == ["host_sync", "rng"]
+    assert rows[0]["what happened"] == "CUDA graph capture failed: host synchronisation"
+    assert rows[0]["fixed"] == "yes" and rows[1]["fixed"] == "NO"
+    assert set(pitfalls.by_name(rec)) == {"host_sync", "rng"}
+    with pytest.raises(KeyError, match="not a 'pitfalls' record"):
+        pitfalls.by_name({"x": 1})
+
+
+def test_describe_has_error_and_fix():
+    text = pitfalls.describe(_fake_record()["pitfalls"][0], source="recorded")
+    assert "host synchronisation" in text and "fix  : f" in text and "fixed: yes" in text
+    assert "[recorded]" in text.splitlines()[0]
+
+
+def test_describe_addresses():
+    seg = {"segment_base": 0x7F0000000000, "offset_in_segment": 512}
+    addr = {"replay_output_ptrs": [0x7F0000000200] * 2, "identical_across_replays": True,
+            "graphs": [{"graph": "A", "input_ptr": 1, "output_ptr": 0x7F0000000200,
+                        "output_segment": seg, "pool_id": [0, 1]}],
+            "ordinary_tensor_ptr": 2, "kernel_args": None}
+    text = pitfalls.describe_addresses(addr)
+    assert "0x7f0000000200, 0x7f0000000200  (identical)" in text
+    assert "segment 0x7f0000000000 + 512 bytes, pool (0, 1)" in text
+    assert "not read" in text
+    assert "not available" in pitfalls.describe_addresses({"error": "x"})
