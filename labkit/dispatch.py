@@ -120,19 +120,30 @@ class PaddingDispatcher:
         self._dirty = 0  # rows [0, _dirty) of the slot buffer may hold live slots
         self._lock = threading.Lock()
         self._owner: int | None = None  # with copy_outputs=False: the one thread allowed
+        n, dev = self.sizes[-1], model.device
         if mode == "graph":
             self.graphs = graphs or capture_decode_graphs(model, self.sizes, pool=pool,
                                                           order=order, warmup=warmup,
                                                           progress=progress)
-            self._tokens, self._positions, self._slots = (self.graphs.tokens,
-                                                          self.graphs.positions,
-                                                          self.graphs.slots)
+            self._tokens = self.graphs.tokens
+            self._index = self.graphs.index
+            if self._index is None:  # a GraphSet built by hand
+                self._index = torch.stack([self.graphs.positions, self.graphs.slots])
+                self.graphs.positions, self.graphs.slots = self._index[0], self._index[1]
         else:
             self.graphs = None
-            n, dev = self.sizes[-1], model.device
             self._tokens = torch.zeros(n, dtype=torch.long, device=dev)
-            self._positions = torch.zeros(n, dtype=torch.long, device=dev)
-            self._slots = torch.full((n,), cfg.scratch_slot, dtype=torch.long, device=dev)
+            self._index = torch.zeros((2, n), dtype=torch.long, device=dev)
+            self._index[1].fill_(cfg.scratch_slot)
+        self._positions, self._slots = self._index[0], self._index[1]
+        # host-side metadata: positions and slots are written into one staging buffer
+        # (pinned on CUDA) and reach the device in one non-blocking copy; the event says
+        # when that copy has read the staging buffer, so the next step may refill it
+        pin = dev.type == "cuda"
+        self._staging = torch.zeros((2, n), dtype=torch.long, pin_memory=pin)
+        self._staging[1].fill_(cfg.scratch_slot)
+        self._staged = torch.cuda.Event() if pin else None
+        self._staged_rows = 0  # rows [0, _staged_rows) of the staging buffer hold live slots
         self._foreach_copy = getattr(torch, "_foreach_copy_", None)
 
     # ------------------------------------------------------------------ lookup
@@ -203,6 +214,9 @@ class PaddingDispatcher:
         p = self.table[b]
         if p == 0:
             return 0
+        if positions.device.type == "cpu" and slots.device.type == "cpu":
+            self._load_host(tokens, positions, slots, b, p)
+            return p
         dst = (self._tokens[:b], self._positions[:b], self._slots[:b])
         src = (tokens, positions, slots)
         if (self._foreach_copy is not None and all(t.device == self._tokens.device for t in src)
@@ -215,6 +229,27 @@ class PaddingDispatcher:
             self._slots[b:self._dirty].fill_(self.model.cfg.scratch_slot)
         self._dirty = b
         return p
+
+    def _load_host(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                   b: int, p: int) -> None:
+        """Host metadata: fill rows ``[:p]`` of the staging buffer (padded rows: position 0,
+        the scratch slot) and copy them in once; tokens are copied on their own (they may
+        stay on the GPU, fed back from the last step's argmax)."""
+        if self._staged is not None:
+            self._staged.synchronize()  # the previous step's copy has read the staging buffer
+        st = self._staging
+        st[0, :b].copy_(positions)
+        st[1, :b].copy_(slots)
+        if self._staged_rows > b:  # rows a larger batch left here: back to harmless values
+            st[0, b:self._staged_rows].zero_()
+            st[1, b:self._staged_rows].fill_(self.model.cfg.scratch_slot)
+        self._staged_rows = b
+        end = max(p, self._dirty)  # also resets device rows a larger batch left behind
+        self._index[:, :end].copy_(st[:, :end], non_blocking=True)
+        if self._staged is not None:
+            self._staged.record()
+        self._tokens[:b].copy_(tokens, non_blocking=True)
+        self._dirty = b
 
     def load_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
                     slots: torch.Tensor, *, check: bool = True) -> int:

@@ -259,6 +259,8 @@ class GraphSet:
     #: static logits ``(largest size, V)`` that every graph writes its first rows of; it lies
     #: outside the graphs' pool, so a graph's output never pins pool memory
     logits: torch.Tensor | None = None
+    #: ``(2, largest size)``: row 0 is ``positions``, row 1 ``slots`` (one copy fills both)
+    index: torch.Tensor | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -380,8 +382,11 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
                            f"(model is on {model.device}); on CPU use eager decode_step")
     dev, n = model.device, sizes[-1]
     tokens = torch.zeros(n, dtype=torch.long, device=dev)
-    positions = torch.zeros(n, dtype=torch.long, device=dev)
-    slots = torch.full((n,), model.cfg.scratch_slot, dtype=torch.long, device=dev)
+    # positions and slots are the two rows of one buffer: host-side batch metadata arrives
+    # with a single copy (PaddingDispatcher)
+    index = torch.zeros((2, n), dtype=torch.long, device=dev)
+    index[1].fill_(model.cfg.scratch_slot)
+    positions, slots = index[0], index[1]
     logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype, device=dev)
     seq = sizes[::-1] if order == "largest_first" else sizes
     handle = torch.cuda.graph_pool_handle() if pool == "shared" else None
@@ -411,4 +416,4 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
                 "released; the model and its cache are intact)", exc.detail) from exc
         raise
     return GraphSet(graphs, tokens, positions, slots, pool, order, capture_order=list(seq),
-                    logits=logits)
+                    logits=logits, index=index)

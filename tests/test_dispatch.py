@@ -193,3 +193,40 @@ def test_capture_sizes_are_refused_not_coerced(model, sizes, error, words):
     if words != "max_batch":
         with pytest.raises(error, match=words):
             build_padding_table(sizes, 16)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_host_metadata_mixed_with_device_metadata_never_leaves_live_slots_in_padding(device):
+    """Host (CPU) positions/slots go through the staging buffer, device ones are copied
+    directly; alternating the two must leave every padded row at the scratch slot."""
+    from labkit.model import build_model, preset
+
+    m = build_model(preset("test", max_batch=16), device, seed=0)
+    d = PaddingDispatcher(m, [4, 8, 16], progress=False)
+    scratch = m.cfg.scratch_slot
+    for b, host in ((7, True), (2, False), (3, True), (12, False), (1, True), (5, True),
+                    (16, False), (2, True), (9, False), (4, True)):
+        pos = torch.arange(b) + 1
+        slots = torch.arange(b)
+        tok = torch.ones(b, dtype=torch.long, device=device)
+        where = "cpu" if host else device
+        d.step(tok, pos.to(where), slots.to(where))
+        p = d.padded_size(b)
+        assert d._slots[:b].tolist() == list(range(b))
+        assert d._slots[b:].tolist() == [scratch] * (16 - b), (b, host)
+        if host:  # the device path leaves old (valid) positions in padded rows
+            assert d._positions[b:p].tolist() == [0] * (p - b)
+    d.release()
+
+
+def test_host_metadata_gives_the_same_tokens_as_plain_decode():
+    from labkit.model import build_model, generate, preset
+
+    m = build_model(preset("test", max_batch=8), seed=0)
+    d = PaddingDispatcher(m, [1, 2, 4, 8], mode="eager")
+    prompts = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [11]]
+
+    def host_step(t, p, s):  # tokens stay where they are, metadata comes from the host
+        return d.step(t, p.cpu(), s.cpu())
+
+    assert generate(m, prompts, 10, step_fn=host_step) == generate(m, prompts, 10)
