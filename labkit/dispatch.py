@@ -6,6 +6,14 @@ model's scratch cache slot, replays graph ``p`` and returns the first ``b`` rows
 Batches above the largest captured size run eager (counted, never an error while the cache
 has room). On a machine without CUDA the same bucketing runs with eager execution, so the
 logic is tested everywhere.
+
+The capture mode follows vLLM's ``CUDAGraphMode`` (``vllm/config/compilation.py``): ``FULL``
+(one graph per size, attention inside), ``PIECEWISE`` (the step cut at attention, which runs
+eagerly between captured pieces: :mod:`labkit.piecewise`), ``FULL_AND_PIECEWISE`` (full graphs
+up to ``full_max_size``, pieces above) and ``NONE`` (eager). As vLLM's
+``CudagraphDispatcher`` (``vllm/v1/cudagraph_dispatcher.py``) does from a ``BatchDescriptor``,
+:meth:`PaddingDispatcher.decide` picks (runtime mode, padded size) for each batch from one
+key, the number of rows; an unknown key falls back to eager.
 """
 
 from __future__ import annotations
@@ -19,9 +27,12 @@ import torch
 from labkit.checks import as_bool, as_int
 from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
 from labkit.model import TinyGPT, check_slots
+from labkit.piecewise import PiecewiseGraphs, capture_piecewise_graphs, piecewise_step
 from labkit.sizes import padding_table
 
 Mode = Literal["graph", "eager"]
+CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE"]
+CUDAGRAPH_MODES: tuple[str, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
 
 
 def build_padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
@@ -35,6 +46,8 @@ class DispatchCounters:
     """What the dispatcher did: graph hits per captured size, eager fallbacks, padded rows."""
 
     graph_hits: dict[int, int] = field(default_factory=dict)
+    #: steps per runtime mode: FULL, PIECEWISE, NONE (eager)
+    mode_steps: dict[str, int] = field(default_factory=dict)
     eager_fallbacks: int = 0
     padded_rows: int = 0
     real_rows: int = 0
@@ -85,7 +98,8 @@ class PaddingDispatcher:
     def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *, mode: Mode | None = None,
                  pool: PoolMode = "shared", order: Order = "largest_first",
                  copy_outputs: bool = True, warmup: int = 3, progress: bool | None = None,
-                 graphs: GraphSet | None = None) -> None:
+                 graphs: GraphSet | None = None, cudagraph_mode: CudagraphMode = "FULL",
+                 full_max_size: int | None = None) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -111,8 +125,27 @@ class PaddingDispatcher:
         if mode == "graph" and model.device.type != "cuda":
             raise RuntimeError(f"mode='graph' needs the model on a CUDA GPU (it is on "
                                f"{model.device}); use mode='eager' to run the same bucketing")
-        if graphs is not None and graphs.sizes != self.sizes:
-            raise ValueError(f"graphs were captured for {graphs.sizes}, not {self.sizes}; "
+        if cudagraph_mode not in CUDAGRAPH_MODES:
+            raise ValueError(f"cudagraph_mode must be one of {list(CUDAGRAPH_MODES)}, got "
+                             f"{cudagraph_mode!r}")
+        if cudagraph_mode == "FULL_AND_PIECEWISE":
+            if full_max_size is None:
+                raise ValueError("cudagraph_mode='FULL_AND_PIECEWISE' needs full_max_size: full "
+                                 "graphs up to it, pieces above it")
+            full_max_size = as_int(full_max_size, "full_max_size", minimum=1,
+                                   fix="give the largest size captured as a full graph")
+        elif full_max_size is not None:
+            raise ValueError("full_max_size only applies to cudagraph_mode='FULL_AND_PIECEWISE'")
+        self.cudagraph_mode: str = cudagraph_mode
+        self.full_max_size = full_max_size
+        full_sizes = {"FULL": self.sizes, "PIECEWISE": [], "NONE": [],
+                      "FULL_AND_PIECEWISE": [b for b in self.sizes
+                                             if b <= (full_max_size or 0)]}[cudagraph_mode]
+        self.full_sizes = full_sizes
+        self.piecewise_sizes = [] if cudagraph_mode in ("FULL", "NONE") else [
+            b for b in self.sizes if b not in full_sizes]
+        if graphs is not None and graphs.sizes != full_sizes:
+            raise ValueError(f"graphs were captured for {graphs.sizes}, not {full_sizes}; "
                              "pass the same capture sizes")
         self.mode: Mode = mode
         self.table = build_padding_table(self.sizes, cfg.max_batch)
@@ -121,20 +154,32 @@ class PaddingDispatcher:
         self._lock = threading.Lock()
         self._owner: int | None = None  # with copy_outputs=False: the one thread allowed
         n, dev = self.sizes[-1], model.device
-        if mode == "graph":
-            self.graphs = graphs or capture_decode_graphs(model, self.sizes, pool=pool,
-                                                          order=order, warmup=warmup,
-                                                          progress=progress)
-            self._tokens = self.graphs.tokens
-            self._index = self.graphs.index
-            if self._index is None:  # a GraphSet built by hand
-                self._index = torch.stack([self.graphs.positions, self.graphs.slots])
-                self.graphs.positions, self.graphs.slots = self._index[0], self._index[1]
-        else:
-            self.graphs = None
+        self.graphs: GraphSet | None = None
+        self.pieces: PiecewiseGraphs | None = None
+        if graphs is not None:
+            if cudagraph_mode != "FULL" or mode != "graph":
+                raise ValueError("pass captured graphs only with cudagraph_mode='FULL' and "
+                                 "mode='graph'")
+            self.graphs = graphs
+            if graphs.index is None:  # a GraphSet built by hand: one index buffer
+                graphs.index = torch.stack([graphs.positions, graphs.slots])
+                graphs.positions, graphs.slots = graphs.index[0], graphs.index[1]
+            self._tokens, self._index = graphs.tokens, graphs.index
+        else:  # one set of static inputs and one static logits buffer for every graph
             self._tokens = torch.zeros(n, dtype=torch.long, device=dev)
             self._index = torch.zeros((2, n), dtype=torch.long, device=dev)
             self._index[1].fill_(cfg.scratch_slot)
+            logits = (torch.empty((n, cfg.vocab_size), dtype=cfg.torch_dtype, device=dev)
+                      if mode == "graph" else None)
+            if mode == "graph" and full_sizes:
+                self.graphs = capture_decode_graphs(
+                    model, full_sizes, pool=pool, order=order, warmup=warmup,
+                    progress=progress, tokens=self._tokens, index=self._index, logits=logits)
+            if mode == "graph" and self.piecewise_sizes:
+                shared = next(iter(self.graphs.graphs.values())).pool if self.graphs else None
+                self.pieces = capture_piecewise_graphs(
+                    model, self.piecewise_sizes, pool=shared, tokens=self._tokens,
+                    index=self._index, logits=logits, warmup=warmup, progress=progress)
         self._positions, self._slots = self._index[0], self._index[1]
         # host-side metadata: positions and slots are written into one staging buffer
         # (pinned on CUDA) and reach the device in one non-blocking copy; the event says
@@ -152,6 +197,15 @@ class PaddingDispatcher:
         bs = as_int(bs, "batch size", minimum=1, fix="a decode step has at least one row")
         p = self.table[bs] if bs < len(self.table) else 0
         return p or None
+
+    def decide(self, bs: int) -> tuple[str, int]:
+        """(runtime mode, rows computed) for a batch of ``bs`` rows: ``('FULL', p)``,
+        ``('PIECEWISE', p)`` with ``p`` the padded size, or ``('NONE', bs)`` (eager: above the
+        largest size, or ``cudagraph_mode='NONE'``)."""
+        p = self.padded_size(bs)
+        if p is None or self.cudagraph_mode == "NONE":
+            return "NONE", bs
+        return ("FULL" if p in self.full_sizes else "PIECEWISE"), p
 
     def describe(self) -> list[dict]:
         """The padding table as rows: batch size, padded size (None = eager), padded rows."""
@@ -214,9 +268,15 @@ class PaddingDispatcher:
         p = self.table[b]
         if p == 0:
             return 0
+        self._copy_in(tokens, positions, slots, b, p)
+        return p
+
+    def _copy_in(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                 b: int, p: int) -> None:
+        """Copy a checked batch of ``b`` rows into the static buffers, padded to ``p``."""
         if positions.device.type == "cpu" and slots.device.type == "cpu":
             self._load_host(tokens, positions, slots, b, p)
-            return p
+            return
         dst = (self._tokens[:b], self._positions[:b], self._slots[:b])
         src = (tokens, positions, slots)
         if (self._foreach_copy is not None and all(t.device == self._tokens.device for t in src)
@@ -228,7 +288,6 @@ class PaddingDispatcher:
         if self._dirty > b:  # rows a larger batch left behind must not point at live slots
             self._slots[b:self._dirty].fill_(self.model.cfg.scratch_slot)
         self._dirty = b
-        return p
 
     def _load_host(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                    b: int, p: int) -> None:
@@ -276,23 +335,29 @@ class PaddingDispatcher:
                         "first thread that stepped it; another thread's step would hand out "
                         "the wrong logits. Build it with copy_outputs=True (the default) to "
                         "share it between threads")
-            p = self._load(tokens, positions, slots, check)
-            b = tokens.shape[0]
-            if p == 0:  # above the largest graph: eager, counted
+            b = self._validate(tokens, positions, slots, check)
+            runtime, p = self.decide(b)
+            if runtime == "NONE":  # eager: no padding, nothing copied
                 dev = self.model.device
                 out = self.model.decode_step(tokens.to(dev), positions.to(dev),
                                              slots.to(dev), check=False)  # checked above
-            elif self.graphs is not None:
-                out = self.graphs.replay(p)[:b]
-                out = out.clone() if self.copy_outputs else out
             else:
-                out = self.model.decode_step(self._tokens[:p], self._positions[:p],
-                                             self._slots[:p], check=False)[:b]
+                self._copy_in(tokens, positions, slots, b, p)
+                t, pos, slo = self._tokens[:p], self._positions[:p], self._slots[:p]
+                if runtime == "FULL" and self.graphs is not None:
+                    out = self.graphs.replay(p)[:b]
+                elif runtime == "PIECEWISE" and self.pieces is not None:
+                    out = self.pieces.replay(p)[:b]
+                elif runtime == "PIECEWISE":  # no CUDA: the same cut, run eagerly
+                    out = piecewise_step(self.model, t, pos, slo)[:b]
+                else:
+                    out = self.model.decode_step(t, pos, slo, check=False)[:b]
                 out = out.clone() if self.copy_outputs else out
             c = self.counters
             c.steps += 1
             c.real_rows += b
-            if p == 0:
+            c.mode_steps[runtime] = c.mode_steps.get(runtime, 0) + 1
+            if runtime == "NONE":
                 c.eager_fallbacks += 1
             else:
                 c.graph_hits[p] = c.graph_hits.get(p, 0) + 1
@@ -306,6 +371,8 @@ class PaddingDispatcher:
         with self._lock:
             if self.graphs is not None:
                 self.graphs.release()
+            if self.pieces is not None:
+                self.pieces.release()
 
 
 def _host_lists(tensors: Sequence[torch.Tensor]) -> list[list[int]]:

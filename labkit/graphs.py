@@ -356,8 +356,10 @@ def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
 def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shared",
                           order: Order = "largest_first", warmup: int = 3,
                           progress: bool | None = None, check_sync: bool = True,
-                          on_captured: Callable[[int, CapturedGraph], None] | None = None
-                          ) -> GraphSet:
+                          on_captured: Callable[[int, CapturedGraph], None] | None = None,
+                          tokens: torch.Tensor | None = None,
+                          index: torch.Tensor | None = None,
+                          logits: torch.Tensor | None = None) -> GraphSet:
     """Capture ``model.decode_step`` once per batch size in ``sizes``.
 
     Inputs are static buffers sized for the largest batch, filled with harmless values
@@ -381,13 +383,20 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU "
                            f"(model is on {model.device}); on CPU use eager decode_step")
     dev, n = model.device, sizes[-1]
-    tokens = torch.zeros(n, dtype=torch.long, device=dev)
     # positions and slots are the two rows of one buffer: host-side batch metadata arrives
     # with a single copy (PaddingDispatcher)
-    index = torch.zeros((2, n), dtype=torch.long, device=dev)
-    index[1].fill_(model.cfg.scratch_slot)
+    if tokens is None:
+        tokens = torch.zeros(n, dtype=torch.long, device=dev)
+    if index is None:
+        index = torch.zeros((2, n), dtype=torch.long, device=dev)
+        index[1].fill_(model.cfg.scratch_slot)
+    if logits is None:
+        logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype, device=dev)
+    for name, buf in (("tokens", tokens), ("index", index[0]), ("logits", logits)):
+        if buf.shape[0] < n:
+            raise ValueError(f"static {name} buffer holds {buf.shape[0]} rows; the largest "
+                             f"size is {n}")
     positions, slots = index[0], index[1]
-    logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype, device=dev)
     seq = sizes[::-1] if order == "largest_first" else sizes
     handle = torch.cuda.graph_pool_handle() if pool == "shared" else None
     stream = torch.cuda.Stream()

@@ -166,16 +166,33 @@ class Block(nn.Module):
         x = x + self.proj(y.transpose(1, 2).reshape(x.shape))
         return self._mlp(x), k, v
 
+    def pre_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One new token per row ``x`` ``(B, 1, D)`` -> q, k, v ``(B, H, hd)`` each."""
+        b = x.shape[0]
+        q, k, v = self.qkv(self.ln1(x)).view(b, 3, self.n_head, self.head_dim).unbind(1)
+        return q, k, v
+
+    def post_attention(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Residual output projection of the attention result ``y`` ``(B, H, hd)``, then the
+        MLP: the next layer's input ``(B, 1, D)``."""
+        x = x + self.proj(y.reshape(x.shape))
+        return self._mlp(x)
+
     def forward_step(self, x: torch.Tensor, cache: KVCache, layer: int,
                      meta: StepMeta) -> torch.Tensor:
         """One new token per row ``x`` ``(B, 1, D)``: write k, v into the cache, attend over
         the row's positions in place."""
-        b = x.shape[0]
-        q, k, v = self.qkv(self.ln1(x)).view(b, 3, self.n_head, self.head_dim).unbind(1)
-        cache.write(layer, k, v, meta)
-        y = cache.attend(layer, q, meta)  # (B, H, hd)
-        x = x + self.proj(y.reshape(x.shape))
-        return self._mlp(x)
+        q, k, v = self.pre_attention(x)
+        return self.post_attention(x, attention(cache, layer, q, k, v, meta))
+
+
+def attention(cache: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              meta: StepMeta) -> torch.Tensor:
+    """The part of a decode step that touches the KV cache: write this step's k, v, attend
+    each row over its positions. Piecewise capture runs exactly this eagerly between graphs
+    (as vLLM runs its attention op, with the cache write inside, between captured pieces)."""
+    cache.write(layer, k, v, meta)
+    return cache.attend(layer, q, meta)  # (B, H, hd)
 
 
 class TinyGPT(nn.Module):
@@ -368,10 +385,20 @@ class TinyGPT(nn.Module):
                                    "CUDA graph capture forbids; capture with check=False and "
                                    "check the batch before copying it into the static buffers")
             self._check_values(tokens, positions, slots)
-        meta = self.cache.step_meta(positions, slots)
-        x = (self.tok_emb(tokens) + self.pos_emb(positions)).unsqueeze(1)  # (B, 1, D)
+        x, meta = self.embed_step(tokens, positions, slots)
         for i, block in enumerate(self.blocks):
             x = block.forward_step(x, self.cache, i, meta)
+        return self.head(x, out=out)
+
+    # The pieces of decode_step, for piecewise capture (labkit.piecewise): no checks here.
+    def embed_step(self, tokens: torch.Tensor, positions: torch.Tensor,
+                   slots: torch.Tensor) -> tuple[torch.Tensor, StepMeta]:
+        """Embeddings ``(B, 1, D)`` of one step and its cache metadata."""
+        meta = self.cache.step_meta(positions, slots)
+        return (self.tok_emb(tokens) + self.pos_emb(positions)).unsqueeze(1), meta
+
+    def head(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Final LayerNorm and output head: logits ``(B, V)`` (into ``out`` when given)."""
         h = self.ln_f(x[:, 0])
         if out is None:
             return self.lm_head(h)
