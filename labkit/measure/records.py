@@ -799,8 +799,8 @@ def _parse_as(kind: type, data: Mapping, where_from: str, name: str,
         return kind.from_data(data, "data")
     except _Fail as exc:
         raise SchemaError(
-            f"{where_from}: field '{exc.where}' {exc.problem}. A {name!r} record is a "
-            f"{kind.__name__} (labkit.measure.records): {fix}") from None
+            f"{where_from}: field '{exc.where}' {exc.problem} (a {name} record is a "
+            f"labkit.measure.records.{kind.__name__}); {fix}") from None
 
 
 def view(record: Any, kind: type) -> Any:
@@ -818,8 +818,9 @@ def view(record: Any, kind: type) -> Any:
         raise TypeError(f"expected a {kind.__name__} record (a labkit Result, its data dict, "
                         f"or a labkit.measure.records.{kind.__name__}), got "
                         f"{type(record).__name__}")
-    name = getattr(record, "name", None) or kind.__name__
-    return _parse_as(kind, data, f"record {name!r}", name,
+    name = getattr(record, "name", None)
+    where_from = f"record {name!r}" if name else f"{kind.__name__} record (a dict)"
+    return _parse_as(kind, data, where_from, name or kind.__name__,
                      "pass a record of that kind (e.g. load_reference of that name)")
 
 
