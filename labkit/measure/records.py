@@ -798,9 +798,11 @@ def _parse_as(kind: type, data: Mapping, where_from: str, name: str,
     try:
         return kind.from_data(data, "data")
     except _Fail as exc:
-        raise SchemaError(
-            f"{where_from}: field '{exc.where}' {exc.problem} (a {name} record is a "
-            f"labkit.measure.records.{kind.__name__}); {fix}") from None
+        what = f"labkit.measure.records.{kind.__name__}"
+        if name != kind.__name__:
+            what = f"a {name} record is a {what}"
+        raise SchemaError(f"{where_from}: field '{exc.where}' {exc.problem} ({what}); "
+                          f"{fix}") from None
 
 
 def view(record: Any, kind: type) -> Any:
