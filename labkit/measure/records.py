@@ -314,6 +314,8 @@ class LaunchOverhead:
     """``launch_overhead``: what one kernel launch costs (µs), and the work-per-kernel sweep.
     CUDA-only figures are ``None`` when measured without CUDA."""
 
+    RECORD = "launch_overhead"  # the record name(s) of this kind
+
     device: str
     host_per_launch: Stats | None
     launch_sync: Stats | None
@@ -344,6 +346,8 @@ class Decode(_Timed):
     """``decode_<preset>``: decode-step time per method and batch size. ``times[method]`` holds
     one :class:`Stats` (µs per step) per entry of ``batch_sizes``, or ``None`` where that
     method was not measured (a compile column merged in at fewer sizes)."""
+
+    RECORD = "decode_<preset>"  # the record name(s) of this kind
 
     preset: str
     dtype: str
@@ -439,6 +443,8 @@ class TimelineMethod:
 class Timeline:
     """``timeline_<preset>``: ``methods[name]`` (``"eager"``, ``"graph"``) from a profiler."""
 
+    RECORD = "timeline_<preset>"  # the record name(s) of this kind
+
     methods: dict[str, TimelineMethod]
 
     @classmethod
@@ -481,6 +487,8 @@ class PoolLayout:
 class PoolMemory:
     """``pool_memory_<preset>``: graph-pool bytes for ``sizes``, private pools vs one shared
     pool captured largest-first and smallest-first."""
+
+    RECORD = "pool_memory_<preset>"  # the record name(s) of this kind
 
     preset: str
     sizes: list[int]
@@ -526,6 +534,8 @@ class Dispatcher(_Timed):
     ``None`` above the largest captured size) vs the padding dispatcher; µs per step.
     ``counters`` are :class:`labkit.dispatch.DispatchCounters` as stored."""
 
+    RECORD = "dispatcher_<preset>"  # the record name(s) of this kind
+
     preset: str
     dtype: str
     capture_sizes: list[int]
@@ -569,6 +579,8 @@ class Compile(_Timed):
     """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``: µs per
     step per method and batch size, set-up seconds, pool bytes (``None``: not measured), GPU
     operations per step (``-1`` or ``None``: not measured)."""
+
+    RECORD = "compile_<preset>"  # the record name(s) of this kind
 
     preset: str
     dtype: str
@@ -632,6 +644,8 @@ class Pitfall:
 class Pitfalls:
     """``pitfalls``: the pitfalls shown on ``device``, the address demonstration (free-form;
     ``{"error": ...}`` when it failed) and the torch.compile pitfall (``None``: not run)."""
+
+    RECORD = "pitfalls"  # the record name(s) of this kind
 
     device: str
     torch: str
@@ -731,6 +745,8 @@ class Bench:
     """``bench``: the table of ``labkit bench``, its targets, pool memory, the correctness
     checks (``"<model>.<check>"``) and the measurements that failed."""
 
+    RECORD = "bench"  # the record name(s) of this kind
+
     rows: list[BenchRow]
     targets: list[BenchTarget]
     pool: list[BenchPool]
@@ -799,7 +815,7 @@ def _parse_as(kind: type, data: Mapping, where_from: str, name: str,
         return kind.from_data(data, "data")
     except _Fail as exc:
         what = f"labkit.measure.records.{kind.__name__}"
-        if name != kind.__name__:
+        if name != kind.RECORD:
             what = f"a {name} record is a {what}"
         raise SchemaError(f"{where_from}: field '{exc.where}' {exc.problem} ({what}); "
                           f"{fix}") from None
@@ -821,8 +837,8 @@ def view(record: Any, kind: type) -> Any:
                         f"or a labkit.measure.records.{kind.__name__}), got "
                         f"{type(record).__name__}")
     name = getattr(record, "name", None)
-    where_from = f"record {name!r}" if name else f"{kind.__name__} record (a dict)"
-    return _parse_as(kind, data, where_from, name or kind.__name__,
+    where_from = f"record {name!r}" if name else f"{kind.RECORD} record (a dict)"
+    return _parse_as(kind, data, where_from, name or kind.RECORD,
                      "pass a record of that kind (e.g. load_reference of that name)")
 
 
