@@ -108,7 +108,7 @@ def test_view_accepts_results_dicts_and_typed_records():
     assert R.view(raw["data"], R.Decode) == typed
     with pytest.raises(TypeError, match="expected a Decode record"):
         R.view(42, R.Decode)
-    with pytest.raises(R.SchemaError, match=r"PoolMemory record \(a dict\): field 'data.private' is missing"):
+    with pytest.raises(R.SchemaError, match=r"pool_memory_<preset> record \(a dict\): field 'data.private' is missing"):
         R.view(raw["data"], R.PoolMemory)
 
 
