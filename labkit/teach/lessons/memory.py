@@ -9,7 +9,7 @@ here turn it into table rows and a summary; :func:`live_pool_comparison` and
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 from labkit.graphs import capture_decode_graphs
 from labkit.measure.records import PoolMemory, view
 

@@ -11,7 +11,7 @@ Every builder takes the record (``result.data``, the Result, or a
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from labkit.measure.records import PoolMemory, view
 from labkit.teach.plots import COLORS, bars, base_layout, color, label, lines, register_template
