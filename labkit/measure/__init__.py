@@ -1,7 +1,8 @@
 """The measurement wing: what labkit measures on a GPU and how results are kept.
 
 ``bench`` measures (launch costs, decode steps, pool memory, the dispatcher, torch.compile),
-``pitfalls`` reproduces the capture pitfalls live, ``results`` stores records with provenance.
+``pitfalls`` reproduces the capture pitfalls live, ``records`` defines every record kind (fields,
+derived values, default parameters) and ``results`` stores records with provenance.
 It imports only the core (``labkit.model``, ``timing``, ``graphs``, ``dispatch``, ``sizes``,
 ``env``, ``paths``); the teaching and suite wings import it, never the other way round.
 """
