@@ -105,6 +105,19 @@ def test_save_result_with_colliding_keys_writes_nothing(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_bad_field_names_the_file_the_field_and_the_writer(tmp_path):
+    raw = ref_raw("decode_small")
+    raw["env"]["labkit"] = "0.0.9"
+    del raw["data"]["times"]["graph"][1]["median"]
+    path = tmp_path / "decode_small.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(SchemaError) as err:
+        load_result(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: field 'data.times.graph[1].median' is missing")
+    assert "re-record it" in msg and "labkit 0.0.9" in msg
+
+
 # ----------------------------------------------------------------------------- properties
 
 #: (record, path in data, type of the field) for required fields of each kind

@@ -828,9 +828,6 @@ def view(record: Any, kind: type) -> Any:
     for anything else."""
     if isinstance(record, kind):
         return record
-    typed = getattr(record, "record", None)
-    if isinstance(typed, kind):
-        return typed
     data = getattr(record, "data", record)
     if not isinstance(data, Mapping):
         raise TypeError(f"expected a {kind.__name__} record (a labkit Result, its data dict, "

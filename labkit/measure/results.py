@@ -306,7 +306,12 @@ def load_result(path: str | os.PathLike[str]) -> Result:
         if not isinstance(raw[key], dict):
             raise SchemaError(f"{path}: field {key!r} must be an object, got "
                               f"{type(raw[key]).__name__}; {_FIX}")
-    records.parse(raw["name"], raw["data"], source=str(path))
+    wrote = raw["env"].get("labkit")
+    writer = f"labkit {wrote}" if wrote else "unknown: the record has no env.labkit"
+    records.parse(raw["name"], raw["data"], source=str(path),
+                  fix=f"re-record it with this labkit ({_labkit_version()}: `labkit run`, or "
+                      f"`labkit bench --record`), or read it with the labkit version that "
+                      f"wrote it ({writer})")
     return Result(
         name=raw["name"],
         data=raw["data"],
