@@ -40,14 +40,14 @@ import copy
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 __all__ = [
     "SchemaError", "Stats", "LaunchOverhead", "SweepPoint", "Decode", "Timeline",
     "TimelineMethod", "TimelineEvent", "PoolMemory", "PoolLayout", "Dispatcher", "Compile",
     "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
-    "default_params", "measure_kwargs",
+    "default_params", "measure_kwargs", "bench_row",
 ]
 
 
@@ -551,7 +551,8 @@ class Dispatcher(_Timed):
         padded = _opt(d, "padded_to", where, _list, [None] * len(sizes))
         padded = [_opt_int(p, f"{where}.padded_to[{i}]") for i, p in enumerate(padded)]
         _same_length(padded, sizes, f"{where}.padded_to", f"{where}.batch_sizes")
-        out = cls(preset=_opt(d, "preset", where, _str, ""), dtype=_opt(d, "dtype", where, _str, ""),
+        out = cls(preset=_opt(d, "preset", where, _str, ""),
+                  dtype=_opt(d, "dtype", where, _str, ""),
                   capture_sizes=_req(d, "capture_sizes", where, _ints), batch_sizes=sizes,
                   padded_to=padded,
                   times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
@@ -599,7 +600,8 @@ class Compile(_Timed):
         sizes = _req(d, "batch_sizes", where, _ints)
         mem = _opt(d, "memory", where, _dict, {})
         kernels = _opt(d, "kernels_per_step", where, _dict, {})
-        return cls(preset=_opt(d, "preset", where, _str, ""), dtype=_opt(d, "dtype", where, _str, ""),
+        return cls(preset=_opt(d, "preset", where, _str, ""),
+                   dtype=_opt(d, "dtype", where, _str, ""),
                    batch_sizes=sizes,
                    times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
                                 f"{where}.batch_sizes"),
@@ -655,7 +657,8 @@ class Pitfalls:
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "Pitfalls":
-        return cls(device=_opt(d, "device", where, _str, ""), torch=_opt(d, "torch", where, _str, ""),
+        return cls(device=_opt(d, "device", where, _str, ""),
+                   torch=_opt(d, "torch", where, _str, ""),
                    pitfalls=[Pitfall.from_data(p, f"{where}.pitfalls[{i}]")
                              for i, p in enumerate(_req(d, "pitfalls", where, _list))],
                    address_demo=_opt(d, "address_demo", where, _dict, {}),
@@ -821,7 +824,10 @@ def _parse_as(kind: type, data: Mapping, where_from: str, name: str,
                           f"{fix}") from None
 
 
-def view(record: Any, kind: type) -> Any:
+K = TypeVar("K")
+
+
+def view(record: Any, kind: type[K]) -> K:
     """``record`` as ``kind``: a typed record is returned as it is; a
     :class:`labkit.measure.results.Result` or a ``data`` dict is parsed (a Result's name must
     be of that kind). Raises :class:`SchemaError` when the fields do not fit, ``TypeError``

@@ -44,7 +44,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 __all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_result",
            "load_reference", "list_references", "reference_dir", "provenance_line",
            "to_jsonable", "write_text_atomic", "new_folder", "new_run_dir", "default_run_dir",
-           "copy_to_reference"]
+           "copy_to_reference", "RUN_DIR_ENV", "DEFAULT_GPU"]
 
 
 @dataclass
