@@ -336,3 +336,12 @@ def test_gather_records_gpu_tier_reuses_this_runs_results(tmp_path, monkeypatch)
     measured.clear()
     claims.gather_records(Ctx(), reuse_run=False)
     assert measured == claims.needed_records()
+
+
+def test_record_specs_use_the_records_defaults():
+    from labkit.measure import records
+
+    specs = claims.record_specs()
+    assert list(specs) == claims.needed_records()
+    for name, (fn, params) in specs.items():
+        assert callable(fn) and params == records.default_params(name)
