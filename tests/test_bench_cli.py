@@ -1,6 +1,11 @@
 """The benchmark's table, targets and merging, on hand-made records (no GPU needed)."""
 
-from labkit.suite.bench_cli import bench_table, evaluate_targets, format_rows, merge_compile, plan
+import pytest
+
+from labkit.measure import records
+from labkit.measure.records import SchemaError
+from labkit.suite.bench_cli import (BENCH_SIZES, RECORDED, bench_table, evaluate_targets,
+                                    format_rows, merge_compile, plan)
 
 
 def _stats(us):
@@ -9,7 +14,7 @@ def _stats(us):
 
 def _decode(eager, graph, disp):
     sizes = [1, 8]
-    return {"batch_sizes": sizes,
+    return {"preset": "small", "batch_sizes": sizes,
             "times": {"eager": [_stats(x) for x in eager], "graph": [_stats(x) for x in graph],
                       "dispatcher": [_stats(x) for x in disp]},
             "tokens_per_s": {}, "checks": {"graph_tokens_equal_eager": True}}
@@ -17,11 +22,13 @@ def _decode(eager, graph, disp):
 
 def test_merge_compile_by_batch_size():
     d = _decode([1000, 1200], [100, 150], [104, 160])
-    c = {"batch_sizes": [8], "times": {"compile": [_stats(120)]},
+    c = {"preset": "small", "batch_sizes": [8], "times": {"compile": [_stats(120)]},
          "tokens_per_s": {"compile": [8 / 120e-6]}, "checks": {"compile_token_agreement": 1.0},
          "compile_s": 3.0}
-    d["tokens_per_s"] = {"eager": [1, 1], "graph": [1, 1], "dispatcher": [1, 1]}
+    d["tokens_per_s"] = {"eager": [1 / 1000e-6, 8 / 1200e-6]}
     m = merge_compile(d, c)
+    assert m["tokens_per_s"]["eager"] == d["tokens_per_s"]["eager"]
+    assert m["tokens_per_s"]["compile"] == [None, 8 / (120 * 1e-6)]
     assert m["times"]["compile"][0] is None and m["times"]["compile"][1]["median"] == 120
     assert m["speedup_vs_eager"]["compile"] == [None, 10.0]
     assert m["compile_s"] == 3.0 and m["compile_batch_sizes"] == [8]
@@ -33,7 +40,9 @@ def test_merge_compile_by_batch_size():
 def test_targets_pass_and_fail_on_values():
     d = _decode([1000, 1200], [100, 150], [104, 160])
     d["times"]["compile"] = [_stats(90), _stats(200)]
-    pool = {"shared_largest_first": {"total_bytes": 105}, "largest_private_bytes": 100}
+    pool = {"sizes": [1, 2], "private": {"total_bytes": 150},
+            "shared_largest_first": {"total_bytes": 105},
+            "shared_smallest_first": {"total_bytes": 120}, "largest_private_bytes": 100}
     t = {r["target"]: r["pass"] for r in evaluate_targets({"small": d}, pool)}
     assert t["graph >= 5x eager at batch 1 (4-layer)"] is True
     assert t["dispatcher within 5% of raw replay at batch 1 (4-layer)"] is True
@@ -55,11 +64,52 @@ def test_plan_runs_compile_apart_from_manual_graphs():
     assert len(plan(quick=False, record=True)) > len(plan(quick=False, record=False))
 
 
+def test_plan_measures_recorded_kinds_with_the_records_defaults():
+    steps = {n: (f, k) for n, f, k in plan(quick=False, record=True)}
+    for name in RECORDED + ("pool_memory_gpt2",):
+        func, params = records.DEFAULTS[name]
+        assert steps[name] == (func, records.measure_kwargs(params)), name
+    # the bench table's decode: the record's defaults, at the bench's sizes and methods
+    assert steps["decode_gpt2"][1] == {"preset_name": "gpt2", "dtype": "bfloat16",
+                                       "batch_sizes": list(BENCH_SIZES), "repeats": 30,
+                                       "methods": ["eager", "graph", "dispatcher"]}
+    assert steps["pool_memory_small"][1] == {"preset_name": "small", "dtype": "bfloat16",
+                                             "sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]}
+
+
+def test_merge_compile_refuses_a_record_without_times():
+    d = _decode([1000, 1200], [100, 150], [104, 160])
+    with pytest.raises(SchemaError, match="field 'data.times' is missing"):
+        merge_compile(d, {"preset": "small", "batch_sizes": [8]})
+
+
 def test_targets_include_the_few_sizes_compile_record():
     d = _decode([1000, 1200], [100, 150], [104, 160])
     few = {"batch_sizes": [1, 8], "times": {"dispatcher": [_stats(104), _stats(160)],
-                                           "compile": [_stats(95), _stats(170)]}}
+                                           "compile": [_stats(95), _stats(170)]},
+           "compile_s": 10.0, "capture_s": 0.5}
     rows = evaluate_targets({"small": d}, None, few)
     got = {r["target"]: r["pass"] for r in rows if "torch.compile" in r["target"]}
     assert got == {"dispatcher faster than torch.compile at batch 1 (4-layer; compile over 2 sizes)": False,
                    "dispatcher faster than torch.compile at batch 8 (4-layer; compile over 2 sizes)": True}
+
+
+def test_summarize_bench_reads_the_run_through_the_records(tmp_path):
+    import shutil
+
+    from labkit.measure.results import load_result, reference_dir
+    from labkit.suite.bench_cli import summarize_bench
+
+    res = tmp_path / "results"
+    res.mkdir()
+    for name in ("decode_small", "decode_gpt2", "pool_memory_gpt2", "compile_small"):
+        shutil.copy(reference_dir("h200") / f"{name}.json", res / f"{name}.json")
+    path, gate = summarize_bench(tmp_path, [], {"quick": True})
+    bench = load_result(path).record
+    assert gate == {"small.graph_tokens_equal_eager": True, "gpt2.graph_tokens_equal_eager": True}
+    assert [(r.model, r.batch) for r in bench.rows][:3] == [("small", 1), ("small", 8),
+                                                            ("small", 64)]
+    small = load_result(res / "decode_small.json").record
+    assert bench.rows[0].graph_speedup == small.speedup_vs_eager("graph")[0]
+    assert bench.pool_mib()["private"] == 872.0 and bench.failed == []
+    assert any("compile over 2 sizes" in t.target for t in bench.targets)

@@ -11,9 +11,18 @@ from labkit.teach import claims
 MIB = 2 ** 20
 
 
+def _stats(us: float) -> dict:
+    return {"median": us, "p10": us, "p90": us, "mean": us, "n": 1, "unit": "us"}
+
+
 def decode_record(speedups: list[float], sizes=(1, 8, 64)) -> dict:
+    """A decode record whose graph replay is ``speedups`` times faster than eager (graph
+    steps of 1 µs, eager steps of ``speedup`` µs)."""
     return {"preset": "x", "batch_sizes": list(sizes), "kernels_per_step": 68,
-            "speedup_vs_eager": {"graph": speedups, "eager": [1.0] * len(sizes)}}
+            "times": {"eager": [_stats(s) for s in speedups],
+                      "graph": [_stats(1.0) for _ in speedups]},
+            "speedup_vs_eager": {"graph": list(speedups), "eager": [1.0] * len(sizes)},
+            "checks": {"graph_tokens_equal_eager": True}}
 
 
 def pool_record(private: dict[int, float], lf_growth: list[float], sf_growth: list[float]) -> dict:
@@ -89,8 +98,9 @@ def test_replay_speedup_does_not_claim_a_trend_that_is_not_there():
 
 
 def test_replay_speedup_without_graph_is_untested():
-    assert claims.check_replay_speedup({"decode_small": {"speedup_vs_eager": {}}}).verdict \
-        == "untested"
+    eager_only = decode_record([6.0, 7.0, 5.5])
+    del eager_only["times"]["graph"], eager_only["speedup_vs_eager"]["graph"]
+    assert claims.check_replay_speedup({"decode_small": eager_only}).verdict == "untested"
 
 
 # ---------------------------------------------------------------------------- max not sum
@@ -326,3 +336,12 @@ def test_gather_records_gpu_tier_reuses_this_runs_results(tmp_path, monkeypatch)
     measured.clear()
     claims.gather_records(Ctx(), reuse_run=False)
     assert measured == claims.needed_records()
+
+
+def test_record_specs_use_the_records_defaults():
+    from labkit.measure import records
+
+    specs = claims.record_specs()
+    assert list(specs) == claims.needed_records()
+    for name, (fn, params) in specs.items():
+        assert callable(fn) and params == records.default_params(name)

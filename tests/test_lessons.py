@@ -42,7 +42,7 @@ def test_expected_times():
 def test_crossover_and_verdicts():
     assert launch.crossover_numel(SWEEP) == 2**20
     assert launch.crossover_numel(SWEEP, meet_ratio=1.01) == 2**24
-    assert launch.crossover_numel({"sweep": SWEEP}) == 2**20
+    assert launch.crossover_numel({"device": "cuda", "n_kernels": 200, "sweep": SWEEP}) == 2**20
     assert launch.crossover_numel([{"numel": 1, "eager": S(5), "graph": None}]) is None
     with pytest.raises(ValueError, match="meet_ratio"):
         launch.crossover_numel(SWEEP, meet_ratio=0.5)
@@ -64,7 +64,7 @@ def test_sweep_accepts_timing_workpoints():
 
 def test_describe_overhead_marks_missing():
     text = launch.describe_overhead({"device": "cpu", "host_per_launch": S(5.0),
-                                     "launch_sync": None, "n_kernels": 200})
+                                     "launch_sync": None, "n_kernels": 200, "sweep": []})
     assert "5.00 µs" in text and "n/a" in text
 
 
@@ -98,9 +98,8 @@ def test_tokens_per_s():
 
 def test_decode_rows():
     bss = [1, 8]
-    rec = {"batch_sizes": bss, "times": {"eager": [S(1000.0), S(1100.0)],
-                                         "graph": [S(100.0), S(200.0)]},
-           "tokens_per_s": {"eager": [1000.0, 7272.7], "graph": [10000.0, 40000.0]},
+    rec = {"preset": "small", "batch_sizes": bss,
+           "times": {"eager": [S(1000.0), S(1100.0)], "graph": [S(100.0), S(200.0)]},
            "speedup_vs_eager": {"eager": [1.0, 1.0], "graph": [10.0, 5.5]}}
     rows = ld.decode_rows(rec)
     assert rows[1] == {"batch": 8, "eager µs": 1100.0, "eager tok/s": 7273, "graph µs": 200.0,

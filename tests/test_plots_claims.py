@@ -10,8 +10,15 @@ from labkit.teach.plots import claims as pcl
 MiB = 2 ** 20
 
 
+def _stats(us: float) -> dict:
+    return {"median": us, "p10": us, "p90": us, "mean": us, "n": 1, "unit": "us"}
+
+
 def decode(sp):
-    return {"batch_sizes": [1, 8, 64], "speedup_vs_eager": {"graph": sp}}
+    """A decode record whose graph replay is ``sp`` times faster than eager."""
+    return {"preset": "x", "batch_sizes": [1, 8, 64],
+            "times": {"eager": [_stats(s) for s in sp], "graph": [_stats(1.0)] * 3},
+            "speedup_vs_eager": {"graph": sp}}
 
 
 def test_verdict_table_colours_each_verdict():
@@ -32,7 +39,8 @@ def test_speedup_vs_claim():
     assert [t.name for t in fig.data] == ["gpt2", "small"]
     assert fig.layout.shapes[0].y0 == 5 and fig.layout.shapes[0].y1 == 8
     with pytest.raises(ValueError, match="no decode record"):
-        pcl.speedup_vs_claim({"decode_small": {"batch_sizes": [1]}}, (5, 8))
+        pcl.speedup_vs_claim({"decode_small": {"preset": "x", "batch_sizes": [1],
+                                               "times": {"eager": [_stats(5.0)]}}}, (5, 8))
 
 
 def test_pool_vs_claim():

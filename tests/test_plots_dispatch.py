@@ -12,18 +12,21 @@ def stats(m: float) -> dict:
     return {"median": m, "p10": m - 1, "p90": m + 2, "mean": m, "n": 5, "unit": "us"}
 
 
+DISP_US = [16, 17, 18, 19, 106]   # dispatcher µs per batch size 1..5
+
+
 def record() -> dict:
     bss = [1, 2, 3, 4, 5]
     caps = [1, 2, 4]
     padded = [1, 2, 4, 4, None]
     return {
-        "capture_sizes": caps, "batch_sizes": bss, "padded_to": padded,
+        "preset": "small", "capture_sizes": caps, "batch_sizes": bss, "padded_to": padded,
         "times": {"eager": [stats(100 + b) for b in bss],
                   "graph_exact": [stats(10 + b) for b in bss[:4]] + [None],
-                  "dispatcher": [stats(15 + b) for b in bss[:4]] + [stats(106)]},
+                  "dispatcher": [stats(t) for t in DISP_US]},
         "tokens_per_s": {"eager": [b / (100 + b) * 1e6 for b in bss],
                          "graph_exact": [b / (10 + b) * 1e6 for b in bss[:4]] + [None],
-                         "dispatcher": [1.0, 2.0, 3.0, 4.0, 5.0]},
+                         "dispatcher": [b / (t * 1e-6) for b, t in zip(bss, DISP_US)]},
     }
 
 
@@ -44,7 +47,8 @@ def test_step_times_traces_and_marks():
 
 def test_tokens_per_s():
     fig = pd.tokens_per_s(record())
-    assert list(fig.data[2].y) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert list(fig.data[2].y) == pytest.approx([b * 1e6 / t for b, t in
+                                                 zip([1, 2, 3, 4, 5], DISP_US)])
     assert fig.data[0].error_y.array is None
 
 

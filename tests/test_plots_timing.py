@@ -70,7 +70,7 @@ def test_overhead_bars_accept_a_stats_object_via_launch_overhead_dataclass():
 
 def test_overhead_bars_refuse_an_empty_record():
     with pytest.raises(ValueError, match="holds none"):
-        tp.launch_overhead_bars({"device": "cpu"})
+        tp.launch_overhead_bars({"device": "cpu", "n_kernels": 200, "sweep": []})
 
 
 def test_result_provenance_becomes_the_subtitle():

@@ -64,14 +64,14 @@ def test_roundtrip(tmp_path):
         "by_batch": {1: 0.5, 2: 0.7},
         "path": Path("a/b"),
     }
-    path = save_result("launch_overhead", data, params={"repeats": 100}, run_dir=tmp_path)
-    assert path == tmp_path / "results" / "launch_overhead.json"
+    path = save_result("probe", data, params={"repeats": 100}, run_dir=tmp_path)
+    assert path == tmp_path / "results" / "probe.json"
     raw = json.loads(path.read_text())
-    assert raw["schema"] == SCHEMA_VERSION and raw["name"] == "launch_overhead"
+    assert raw["schema"] == SCHEMA_VERSION and raw["name"] == "probe"
 
     res = load_result(path)
     assert isinstance(res, Result)
-    assert res.schema == SCHEMA_VERSION and res.name == "launch_overhead"
+    assert res.schema == SCHEMA_VERSION and res.name == "probe"
     assert res.params == {"repeats": 100}
     d = res.data
     assert d["median_us"] == 6.8 and d["count"] == 3 and d["ok"] is True
@@ -84,7 +84,7 @@ def test_roundtrip(tmp_path):
     assert set(res.env) >= {"tier", "torch", "date"}
     assert res.created.endswith("+00:00")
     # no temporary files left behind
-    assert [p.name for p in path.parent.iterdir()] == ["launch_overhead.json"]
+    assert [p.name for p in path.parent.iterdir()] == ["probe.json"]
 
 
 def test_save_uses_run_dir_env(tmp_path, monkeypatch):
@@ -165,18 +165,18 @@ def test_default_data_dir_is_repo_data(monkeypatch):
 
 def test_copy_to_reference_and_load(tmp_path, data_root):
     run = tmp_path / "run"
-    save_result("launch_overhead", {"host_us": 6.8}, run_dir=run, env=GPU_ENV)
+    save_result("probe", {"host_us": 6.8}, run_dir=run, env=GPU_ENV)
     save_result("decode", {"eager_ms": 1.2}, run_dir=run, env=GPU_ENV)
     copied = copy_to_reference(run, "h200")
     ref = data_root / "reference" / "h200"
-    assert copied == [ref / "decode.json", ref / "launch_overhead.json"]
+    assert copied == [ref / "decode.json", ref / "probe.json"]
     assert list_references("h200") == copied == list_references()
-    res = load_reference("launch_overhead")
+    res = load_reference("probe")
     assert res.data == {"host_us": 6.8}
     # gpu defaults to where the results were measured
     assert copy_to_reference(run) == copied
     # the error now lists what exists
-    with pytest.raises(FileNotFoundError, match="decode, launch_overhead"):
+    with pytest.raises(FileNotFoundError, match="decode, probe"):
         load_reference("nope")
 
 

@@ -3,7 +3,8 @@
 ``bench`` measures (launch costs, decode steps, pool memory, the dispatcher, torch.compile),
 ``pitfalls`` reproduces the capture pitfalls live, ``lesson_runs`` holds the small live runs
 the notebooks make (timing eager steps, counting ops, capturing a few graphs, driving a
-dispatcher), ``results`` stores records with provenance.
+dispatcher), ``records`` defines every record kind (fields, derived values, default
+parameters) and ``results`` stores records with provenance.
 It imports only the core (``labkit.model``, ``timing``, ``graphs``, ``dispatch``, ``sizes``,
 ``env``, ``paths``); the teaching and suite wings import it, never the other way round.
 """

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import torch
 
 from labkit.dispatch import PaddingDispatcher
+from labkit.measure import records
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
 from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda
@@ -148,9 +149,9 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         "batch_sizes": batch_sizes,
         "kernels_per_step": kernels,
         "times": times,
-        "tokens_per_s": {m: [b / (t["median"] * 1e-6) for b, t in zip(batch_sizes, ts)]
-                         for m, ts in times.items()},
-        "speedup_vs_eager": ({m: [e / t["median"] for e, t in zip(eager, ts)]
+        "tokens_per_s": {m: [records.tokens_per_s(b, t["median"])
+                             for b, t in zip(batch_sizes, ts)] for m, ts in times.items()},
+        "speedup_vs_eager": ({m: [records.speedup(e, t["median"]) for e, t in zip(eager, ts)]
                               for m, ts in times.items()} if eager else {}),
         "checks": checks,
     }
@@ -311,7 +312,7 @@ def measure_dispatcher(preset_name: str,
         "batch_sizes": batch_sizes,
         "padded_to": [disp.padded_size(b) for b in batch_sizes],
         "times": times,
-        "tokens_per_s": {m: [None if t is None else b / (t["median"] * 1e-6)
+        "tokens_per_s": {m: [None if t is None else records.tokens_per_s(b, t["median"])
                              for b, t in zip(batch_sizes, ts)] for m, ts in times.items()},
         "counters": disp.counters.to_dict(),
         "checks": checks,

@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from labkit import envvars
-from labkit.env import environment_record, gpu_slug
-from labkit.paths import data_dir, repo_root
 from labkit import __version__
+from labkit.env import environment_record, gpu_slug
+from labkit.measure import records
+from labkit.measure.records import SchemaError
+from labkit.paths import data_dir, repo_root
 
 #: Version of the JSON layout written by :func:`save_result`.
 SCHEMA_VERSION = 1
@@ -40,8 +42,10 @@ DEFAULT_GPU = "h200"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class SchemaError(ValueError):
-    """A result file is not a labkit result, or was written with another schema version."""
+__all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_result",
+           "load_reference", "list_references", "reference_dir", "provenance_line",
+           "to_jsonable", "write_text_atomic", "new_folder", "new_run_dir", "default_run_dir",
+           "copy_to_reference", "RUN_DIR_ENV", "DEFAULT_GPU"]
 
 
 @dataclass
@@ -55,6 +59,13 @@ class Result:
     env: dict
     schema: int
     created: str
+
+    @property
+    def record(self) -> Any:
+        """``data`` as its typed kind (:func:`labkit.measure.records.parse`), e.g. a
+        :class:`labkit.measure.records.Decode` for ``decode_small``; the ``data`` dict for a
+        name no kind matches. Raises :class:`SchemaError` when ``data`` does not fit."""
+        return records.parse(self.name, self.data)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -122,10 +133,18 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
         return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, dict):
         out = {}
+        origin: dict[str, Any] = {}
         for key, value in obj.items():
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 key = _scalar(key, f"{_where} key")
-            out[str(key)] = to_jsonable(value, f"{_where}[{key!r}]")
+            text = str(key)
+            if text in origin:
+                raise ValueError(
+                    f"{_where}: keys {origin[text]!r} and {key!r} both become the JSON key "
+                    f"{text!r}, and one would silently replace the other; use one key type "
+                    "(e.g. all str or all int) in this dict")
+            origin[text] = key
+            out[text] = to_jsonable(value, f"{_where}[{key!r}]")
         return out
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(obj)]
@@ -173,12 +192,29 @@ def _now() -> str:
 # ----------------------------------------------------------------------------- save / load
 
 
+def _umask() -> int:
+    """The process's umask (read without changing it where the OS allows)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it, and put it straight back
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader never sees half a file."""
+    """Write ``text`` to ``path`` so that a reader never sees half a file. The file gets the
+    mode a plain ``open(path, "w")`` would give it (``0o666`` less the umask, e.g. ``0o644``),
+    not the private ``0o600`` of a temporary file."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -197,6 +233,8 @@ def save_result(
 
     ``run_dir`` defaults to :func:`default_run_dir`; ``env`` to a fresh
     :func:`labkit.env.environment_record`. An existing file of the same name is replaced.
+    ``data`` of a known record kind (:mod:`labkit.measure.records`) must have that kind's
+    fields, else :class:`SchemaError` is raised and nothing is written.
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' or '.'")
@@ -210,6 +248,9 @@ def save_result(
         schema=SCHEMA_VERSION,
         created=_now(),
     )
+    # a record of a known kind is checked before anything is written
+    records.parse(name, record.data, source=f"result {name!r} (not saved)",
+                  fix="give it the fields of its kind, or save it under a name of no known kind")
     folder = Path(run_dir) if run_dir is not None else default_run_dir()
     folder = folder / "results"
     folder.mkdir(parents=True, exist_ok=True)
@@ -218,35 +259,63 @@ def save_result(
     return path
 
 
+_FIX = ("re-record it with this labkit (`labkit run`, or `labkit bench --record`), or read it "
+        "with the labkit version that wrote it")
+
+
 def load_result(path: str | os.PathLike[str]) -> Result:
-    """Read a result file, checking that it is a labkit result of :data:`SCHEMA_VERSION`."""
+    """Read a result file, checking that it is a labkit result of :data:`SCHEMA_VERSION` and
+    that its ``data`` has the fields of its kind (:mod:`labkit.measure.records`).
+
+    Raises :class:`SchemaError` naming the file and the field at fault (and
+    ``FileNotFoundError`` when there is no file)."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: not a labkit result: not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start}); {_FIX}") from None
+    try:
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not valid JSON ({exc})") from exc
+        raise SchemaError(f"{path}: not valid JSON ({exc}); {_FIX}") from None
+    except RecursionError:
+        raise SchemaError(f"{path}: JSON nested too deeply to be a labkit result") from None
     if not isinstance(raw, dict) or "schema" not in raw:
-        raise SchemaError(f"{path}: not a labkit result (no 'schema' field)")
-    if raw["schema"] != SCHEMA_VERSION:
+        raise SchemaError(f"{path}: not a labkit result (no 'schema' field); {_FIX}")
+    schema = raw["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        raise SchemaError(f"{path}: field 'schema' must be an integer version number, got "
+                          f"{type(schema).__name__} {schema!r}; {_FIX}")
+    if schema != SCHEMA_VERSION:
         raise SchemaError(
-            f"{path}: written with result schema version {raw['schema']!r}, but this labkit "
+            f"{path}: written with result schema version {schema!r}, but this labkit "
             f"({_labkit_version()}) reads schema version {SCHEMA_VERSION}. Re-create it with "
             "this version (`labkit run`), or use the labkit version that wrote it."
         )
     missing = [k for k in ("name", "data", "params", "env", "created") if k not in raw]
     if missing:
-        raise SchemaError(f"{path}: result is missing field(s) {', '.join(missing)}")
+        raise SchemaError(f"{path}: result is missing field(s) {', '.join(missing)}; {_FIX}")
+    for key in ("name", "created"):
+        if not isinstance(raw[key], str):
+            raise SchemaError(f"{path}: field {key!r} must be a string, got "
+                              f"{type(raw[key]).__name__} {raw[key]!r}; {_FIX}")
     for key in ("data", "params", "env"):
         if not isinstance(raw[key], dict):
-            raise SchemaError(f"{path}: field {key!r} must be an object")
+            raise SchemaError(f"{path}: field {key!r} must be an object, got "
+                              f"{type(raw[key]).__name__}; {_FIX}")
+    wrote = raw["env"].get("labkit")
+    writer = f"labkit {wrote}" if wrote else "unknown: the record has no env.labkit"
+    records.parse(raw["name"], raw["data"], source=str(path),
+                  fix=f"re-record it with this labkit ({_labkit_version()}: `labkit run`, or "
+                      f"`labkit bench --record`), or read it with the labkit version that "
+                      f"wrote it ({writer})")
     return Result(
         name=raw["name"],
         data=raw["data"],
         params=raw["params"],
         env=raw["env"],
-        schema=raw["schema"],
+        schema=schema,
         created=raw["created"],
     )
 
@@ -270,7 +339,14 @@ def list_references(gpu: str | None = None) -> list[Path]:
 
 
 def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
-    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``)."""
+    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``).
+
+    ``name`` must be a plain record name (letters, digits, ``_``, ``-``, ``.``; no folder
+    parts), so that only files inside the reference folder are ever read."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+        raise ValueError(f"reference name {name!r}: a record name is letters, digits, '_', '-' "
+                         "or '.', starting with a letter or digit, with no folder parts "
+                         "(e.g. 'decode_small')")
     folder = reference_dir(gpu)
     path = folder / f"{name}.json"
     if not path.is_file():

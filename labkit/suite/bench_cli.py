@@ -6,35 +6,32 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from labkit.measure import bench
+from typing import Any
+from labkit.measure import bench, records
 from labkit.measure.pitfalls import run_all_pitfalls
+from labkit.measure.records import Bench, Compile, Decode, PoolMemory, view
 from labkit.measure.results import load_result, new_run_dir, provenance_line, save_result
 
 BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
-POOL_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+POOL_SIZES = tuple(records.default_params("pool_memory_gpt2")["sizes"])
 METHODS = ("eager", "graph", "dispatcher", "compile")
 
 
-def bench_table(decode: dict[str, dict]) -> list[dict]:
-    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records."""
+def bench_table(decode: dict[str, Any]) -> list[dict]:
+    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records (Results,
+    data dicts or :class:`labkit.measure.records.Decode`); the ratios come from
+    :func:`labkit.measure.records.bench_row`."""
     rows = []
     for name, rec in decode.items():
-        for i, b in enumerate(rec["batch_sizes"]):
-            t = {m: rec["times"][m][i]["median"] for m in rec["times"]
-                 if rec["times"][m][i] is not None}
-            row = {"model": name, "batch": b, **{f"{m}_us": t[m] for m in t}}
-            if "eager" in t and "graph" in t:
-                row["graph_speedup"] = t["eager"] / t["graph"]
-            if "dispatcher" in t and "graph" in t:
-                row["dispatcher_over_graph"] = t["dispatcher"] / t["graph"]
-            if "dispatcher" in t and "compile" in t:
-                row["dispatcher_over_compile"] = t["dispatcher"] / t["compile"]
-            rows.append(row)
+        dec = view(rec, Decode)
+        for i, b in enumerate(dec.batch_sizes):
+            t = {m: dec.times[m][i].median for m in dec.methods if dec.times[m][i] is not None}
+            rows.append(records.bench_row(name, b, t))
     return rows
 
 
-def evaluate_targets(decode: dict[str, dict], pool: dict | None,
-                     compile_few: dict | None = None) -> list[dict]:
+def evaluate_targets(decode: dict[str, Any], pool: Any | None,
+                     compile_few: Any | None = None) -> list[dict]:
     """The targets, each with the measured value and pass/fail.
 
     ``decode`` records carry a compile column measured over all their batch sizes (one
@@ -42,31 +39,26 @@ def evaluate_targets(decode: dict[str, dict], pool: dict | None,
     record compiled for two sizes only, where compile keeps (nearly) static shapes. Both
     comparisons are reported: they disagree, and the difference is the lesson."""
     out = []
-
-    def at(rec: dict, m: str, b: int) -> float | None:
-        if b not in rec["batch_sizes"] or m not in rec["times"]:
-            return None
-        t = rec["times"][m][rec["batch_sizes"].index(b)]
-        return None if t is None else t["median"]
-
-    small = decode.get("small")
+    small = view(decode["small"], Decode) if decode.get("small") else None
+    few = view(compile_few, Compile) if compile_few else None
     if small:
-        e, g, d = at(small, "eager", 1), at(small, "graph", 1), at(small, "dispatcher", 1)
+        e, g, d = small.at("eager", 1), small.at("graph", 1), small.at("dispatcher", 1)
         if e and g:
             out.append({"target": "graph >= 5x eager at batch 1 (4-layer)", "value": e / g,
                         "pass": e / g >= 5})
         if d and g:
             out.append({"target": "dispatcher within 5% of raw replay at batch 1 (4-layer)",
                         "value": d / g, "pass": d / g <= 1.05})
-    for rec in (r for r in (small, compile_few) if r):
+    for rec in (r for r in (small, few) if r):
         for b in (1, 8):
-            c, d = at(rec, "compile", b), at(rec, "dispatcher", b)
+            c, d = rec.at("compile", b), rec.at("dispatcher", b)
             if c and d:
                 out.append({"target": f"dispatcher faster than torch.compile at batch {b} "
-                                      f"(4-layer; compile over {len(rec['batch_sizes'])} "
+                                      f"(4-layer; compile over {len(rec.batch_sizes)} "
                                       "sizes)", "value": d / c, "pass": d < c})
     if pool:
-        ratio = pool["shared_largest_first"]["total_bytes"] / pool["largest_private_bytes"]
+        mem = view(pool, PoolMemory)
+        ratio = mem.shared_largest_first.total_bytes / mem.largest_private_bytes
         out.append({"target": "shared pool largest-first <= 1.1x largest private pool",
                     "value": ratio, "pass": ratio <= 1.1})
     return out
@@ -95,54 +87,59 @@ def _mib(b: int) -> float:
     return b / 2**20
 
 
+#: records ``labkit bench --record`` adds, measured with their defaults
+#: (:data:`labkit.measure.records.DEFAULTS`)
+RECORDED = ("launch_overhead", "timeline_small", "pool_memory_small", "dispatcher_small",
+            "compile_small", "pitfalls")
+
+
+def _default_step(name: str) -> tuple[str, str, dict]:
+    func, params = records.DEFAULTS[name]
+    return name, func, records.measure_kwargs(params)
+
+
 # name -> (labkit.measure.bench function, keyword arguments); each runs in its own process
 def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
-    """The measurements ``labkit bench`` makes, as (record name, function, kwargs)."""
+    """The measurements ``labkit bench`` makes, as (record name, function, kwargs). The bench
+    table times every size in :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``) and the
+    dispatcher; everything else is measured with the records' default parameters."""
     sizes = [1, 8, 64] if quick else list(BENCH_SIZES)
     repeats = 10 if quick else 30
     steps = []
     for name in ("small", "gpt2"):
+        base = records.measure_kwargs(records.default_params(f"decode_{name}"))
         steps.append((f"decode_{name}", "measure_decode",
-                      dict(preset_name=name, batch_sizes=sizes,
-                           methods=["eager", "graph", "dispatcher"], repeats=repeats)))
+                      {**base, "batch_sizes": sizes, "methods": ["eager", "graph", "dispatcher"],
+                       "repeats": repeats}))
         steps.append((f"compile_times_{name}", "measure_decode",
-                      dict(preset_name=name, batch_sizes=sizes, methods=["compile"],
-                           repeats=repeats)))
-    steps.append(("pool_memory_gpt2", "measure_pool_memory",
-                  dict(preset_name="gpt2", sizes=list(POOL_SIZES))))
+                      {**base, "batch_sizes": sizes, "methods": ["compile"],
+                       "repeats": repeats}))
+    steps.append(_default_step("pool_memory_gpt2"))
     if record:
-        steps += [
-            ("launch_overhead", "measure_launch_overhead", {}),
-            ("timeline_small", "measure_timeline", dict(preset_name="small")),
-            ("pool_memory_small", "measure_pool_memory",
-             dict(preset_name="small", sizes=list(POOL_SIZES))),
-            ("dispatcher_small", "measure_dispatcher", dict(preset_name="small")),
-            ("compile_small", "measure_compile", dict(preset_name="small")),
-            ("pitfalls", "run_all_pitfalls", {}),
-        ]
+        steps += [_default_step(name) for name in RECORDED]
     return steps
 
 
 def merge_compile(decode: dict, compile_rec: dict) -> dict:
     """Put the compile column (measured in its own process, possibly at fewer batch sizes)
-    into a decode record; sizes it did not measure get ``None``."""
+    into a decode record's ``data``; sizes it did not measure get ``None``. Both inputs are
+    checked as :class:`labkit.measure.records.Decode`; tokens/s and speed-ups are derived
+    with :mod:`labkit.measure.records`."""
+    view(decode, Decode)
+    comp = view(compile_rec, Decode)
     out = dict(decode)
-    sizes = decode["batch_sizes"]
-    by_size = dict(zip(compile_rec["batch_sizes"], compile_rec["times"]["compile"]))
-    col = [by_size.get(b) for b in sizes]
-    out["times"] = {**decode["times"], "compile": col}
-    out["tokens_per_s"] = {**decode["tokens_per_s"],
-                           "compile": [None if t is None else b / (t["median"] * 1e-6)
-                                       for b, t in zip(sizes, col)]}
-    eager = [t["median"] for t in decode["times"]["eager"]]
-    out["speedup_vs_eager"] = {m: [None if t is None else e / t["median"]
-                                   for e, t in zip(eager, ts)]
-                               for m, ts in out["times"].items()}
+    by_size = dict(zip(comp.batch_sizes, compile_rec["times"]["compile"]))
+    out["times"] = {**decode["times"],
+                    "compile": [by_size.get(b) for b in decode["batch_sizes"]]}
+    merged = view(out, Decode)
+    out["tokens_per_s"] = {**decode.get("tokens_per_s", {}),
+                           "compile": merged.tokens_per_s("compile")}
+    out["speedup_vs_eager"] = {m: merged.speedup_vs_eager(m) for m in merged.methods}
     out["checks"] = {**decode["checks"], **compile_rec["checks"]}
     for key in ("compile_s", "cudagraph_skips"):
         if key in compile_rec:
             out[key] = compile_rec[key]
-    out["compile_batch_sizes"] = compile_rec["batch_sizes"]
+    out["compile_batch_sizes"] = comp.batch_sizes
     return out
 
 
@@ -179,17 +176,16 @@ def summarize_bench(run: Path, failed: list[str] | None = None,
                         env=d.env)
         decode[name] = data
     pool_res = rec("pool_memory_gpt2")
-    pool = pool_res.data if pool_res else None
     rows = bench_table(decode)
     few = rec("compile_small")
-    targets = evaluate_targets(decode, pool, few.data if few else None)
+    targets = evaluate_targets(decode, pool_res, few)
     pool_rows = []
-    if pool:
-        pool_rows = [{"layout": k, "total_MiB": _mib(pool[k]["total_bytes"])}
-                     for k in ("private", "shared_largest_first", "shared_smallest_first")]
+    if pool_res:
+        mem = pool_res.record
+        pool_rows = [{"layout": k, "total_MiB": _mib(v)} for k, v in mem.total_bytes().items()]
         pool_rows.append({"layout": "largest private pool",
-                          "total_MiB": _mib(pool["largest_private_bytes"])})
-    checks = {f"{n}.{k}": v for n, r in decode.items() for k, v in r["checks"].items()}
+                          "total_MiB": _mib(mem.largest_private_bytes)})
+    checks = {f"{n}.{k}": v for n, r in decode.items() for k, v in view(r, Decode).checks.items()}
     # the correctness gate: graph and dispatcher tokens equal eager tokens. torch.compile's
     # fused bf16 kernels round differently, so its agreement is reported, not gated.
     gate = {k: v for k, v in checks.items() if "graph_tokens" in k or "dispatcher_tokens" in k}
@@ -230,7 +226,7 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
             print(f"[labkit bench] {name} FAILED (exit {code}); going on", file=sys.stderr)
     path, gate = summarize_bench(run, failed, {"quick": quick, "record": record})
     result = load_result(path)
-    rec = result.data
+    rec = result.data  # printed as stored: format_rows shows the columns each row has
     rows, pool_rows, checks, targets = rec["rows"], rec["pool"], rec["checks"], rec["targets"]
     print()
     print(provenance_line(result))
@@ -246,27 +242,26 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     return 0 if all(gate.values()) and not failed else 1
 
 
-def _findings(d: dict, compile_few: dict | None) -> list[str]:
+def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
     """Headline sentences, every number read from the records."""
-    rows = {(r["model"], r["batch"]): r for r in d["rows"]}
+    rows = {(r.model, r.batch): r for r in d.rows}
     out = []
     s1, g1 = rows.get(("small", 1)), rows.get(("gpt2", 1))
-    big = max((r for r in d["rows"] if r["model"] == "gpt2"), key=lambda r: r["batch"],
-              default=None)
+    big = max((r for r in d.rows if r.model == "gpt2"), key=lambda r: r.batch, default=None)
     if s1 and g1 and big:
-        out.append(f"Graph replay removes the host's launch cost: {s1['graph_speedup']:.1f}x "
+        out.append(f"Graph replay removes the host's launch cost: {s1.graph_speedup:.1f}x "
                    f"faster than eager at batch 1 for the 4-layer model, "
-                   f"{g1['graph_speedup']:.1f}x for the 12-layer one; the gain shrinks as the "
-                   f"GPU's own work grows ({big['graph_speedup']:.1f}x at batch {big['batch']} "
+                   f"{g1.graph_speedup:.1f}x for the 12-layer one; the gain shrinks as the "
+                   f"GPU's own work grows ({big.graph_speedup:.1f}x at batch {big.batch} "
                    "for the 12-layer model).")
     for model, label in (("small", "4-layer"), ("gpt2", "12-layer")):
-        ov = [r["dispatcher_over_graph"] for r in d["rows"]
-              if r["model"] == model and "dispatcher_over_graph" in r]
+        ov = [r.dispatcher_over_graph for r in d.rows
+              if r.model == model and r.dispatcher_over_graph is not None]
         if ov:
             out.append(f"The padding dispatcher (validate, copy in, replay, copy out) costs "
                        f"{100 * (min(ov) - 1):.0f}-{100 * (max(ov) - 1):.0f}% over a bare "
                        f"replay for the {label} model.")
-    pool = {r["layout"]: r["total_MiB"] for r in d["pool"]}
+    pool = d.pool_mib()
     if pool:
         out.append(f"One shared pool captured largest-first holds "
                    f"{pool['shared_largest_first']:.0f} MiB, the largest single graph's pool "
@@ -274,14 +269,14 @@ def _findings(d: dict, compile_few: dict | None) -> list[str]:
                    f"{pool['private']:.0f} MiB; smallest-first "
                    f"{pool['shared_smallest_first']:.0f} MiB.")
     if compile_few:
-        k = compile_few.get("kernels_per_step", {})
-        t = compile_few["times"]
-        ratios = [c["median"] / g["median"] for c, g in zip(t["compile"], t["graph"])]
+        k = compile_few.kernels_per_step
+        ratios = [records.ratio(c, g) for c, g in zip(compile_few.median_us("compile"),
+                                                      compile_few.median_us("graph"))]
         out.append(f"torch.compile(mode='reduce-overhead') compiled for "
-                   f"{len(compile_few['batch_sizes'])} batch sizes fuses kernels "
+                   f"{len(compile_few.batch_sizes)} batch sizes fuses kernels "
                    f"({k.get('compile')} GPU ops per step instead of {k.get('eager')}) and takes "
                    f"{min(ratios):.2f}-{max(ratios):.2f}x the time of the hand-made graphs; "
-                   f"compiled for all {len({r['batch'] for r in d['rows']})} sizes (a "
+                   f"compiled for all {len({r.batch for r in d.rows})} sizes (a "
                    "dynamic-shape recompile) it is the compile_us column below.")
     return out
 
@@ -291,9 +286,10 @@ def markdown_summary(result, compile_few=None) -> str:
     (a :class:`labkit.measure.results.Result`) and, if given, the ``compile_small`` record, so that
     no number in the README is typed by hand."""
 
-    d = result.data
+    d = view(result, Bench)
+    few = view(compile_few, Compile) if compile_few is not None else None
     lines = [f"Recorded with `labkit bench --record`: {provenance_line(result)}.", ""]
-    lines += [f"- {f}" for f in _findings(d, compile_few.data if compile_few else None)]
+    lines += [f"- {f}" for f in _findings(d, few)]
     if compile_few is not None:
         lines.append(f"- The two-size torch.compile figures come from the `{compile_few.name}` "
                      f"record (notebook 08): {provenance_line(compile_few)}.")
@@ -305,14 +301,14 @@ def markdown_summary(result, compile_few=None) -> str:
             "graph_speedup", "dispatcher_over_graph"]
     lines.append("| " + " | ".join(cols) + " |")
     lines.append("|" + "---|" * len(cols))
-    for r in d["rows"]:
+    for r in d.rows:
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     lines += ["", "Graph pool memory, 12-layer d=768 model, ten batch sizes 1…512:", "",
               "| layout | MiB |", "|---|---|"]
-    lines += [f"| {r['layout']} | {r['total_MiB']:.0f} |" for r in d["pool"]]
+    lines += [f"| {r.layout} | {r.total_MiB:.0f} |" for r in d.pool]
     lines += ["", "Targets:", "", "| target | value | result |", "|---|---|---|"]
-    lines += [f"| {t['target']} | {t['value']:.3g} | {'PASS' if t['pass'] else 'FAIL'} |"
-              for t in d["targets"]]
+    lines += [f"| {t.target} | {t.value:.3g} | {'PASS' if t.passed else 'FAIL'} |"
+              for t in d.targets]
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
+from labkit.measure.records import Compile, Decode, Dispatcher, LaunchOverhead, PoolMemory, view
 from labkit.measure.results import load_reference, provenance_line, reference_dir
 from labkit.teach.plots import bars, lines, register_template
 
@@ -77,66 +78,52 @@ def figure_bytes(fig: Any, fmt: str = "png", *, width: int = WIDTH, height: int 
 # ----------------------------------------------------------------------------- charts
 
 
-def _median(stats: Any) -> float | None:
-    if isinstance(stats, dict):
-        v = stats.get("median")
-        return None if v is None else float(v)
-    return None
-
-
 def _generic_launch(res) -> Any:
-
-    d = res.data
+    d = view(res, LaunchOverhead)
     keys = [k for k in ("host_per_launch", "launch_sync", "gpu_per_eager_kernel",
-                        "gpu_per_graph_node") if d.get(k)]
-    return bars([k.replace("_", " ") for k in keys], {"reference": [_median(d[k]) for k in keys]},
+                        "gpu_per_graph_node") if getattr(d, k)]
+    return bars([k.replace("_", " ") for k in keys],
+                {"reference": [getattr(d, k).median for k in keys]},
                 title="Launch overhead", x_title="", y_title="µs (median)",
                 subtitle=_provenance(res))
 
 
 def _generic_sweep(res) -> Any:
-
-    sweep = res.data["sweep"]
-    x = [p["numel"] for p in sweep]
-    series = {"eager": [_median(p["eager"]) for p in sweep]}
-    if all(p.get("graph") for p in sweep):
-        series["graph"] = [_median(p["graph"]) for p in sweep]
+    sweep = view(res, LaunchOverhead).sweep
+    x = [p.numel for p in sweep]
+    series = {"eager": [p.eager.median for p in sweep]}
+    if all(p.graph for p in sweep):
+        series["graph"] = [p.graph.median for p in sweep]
     return lines(x, series, title="Time per kernel vs work per kernel", x_title="elements",
                  y_title="µs per kernel (median)", subtitle=_provenance(res), log_x=True,
                  log_y=True)
 
 
 def _generic_decode(res) -> Any:
-
-    d = res.data
-    return bars(d["batch_sizes"], {m: [_median(s) for s in v] for m, v in d["times"].items()},
-                title=f"Decode step time ({d.get('preset', '')})", x_title="batch size",
+    d = view(res, Decode)
+    return bars(d.batch_sizes, {m: d.median_us(m) for m in d.methods},
+                title=f"Decode step time ({d.preset})", x_title="batch size",
                 y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
 
 
 def _generic_pools(res) -> Any:
-
-    d = res.data
-    keys = ["private", "shared_largest_first", "shared_smallest_first"]
-    return bars(["graph pools"], {k: [d[k]["total_bytes"] / 2**20] for k in keys if k in d},
-                title=f"Graph pool memory ({d.get('preset', '')})", x_title="",
+    d = view(res, PoolMemory)
+    return bars(["graph pools"], {k: [v / 2**20] for k, v in d.total_bytes().items()},
+                title=f"Graph pool memory ({d.preset})", x_title="",
                 y_title="MiB", subtitle=_provenance(res), text_fmt=".0f")
 
 
 def _generic_dispatcher(res) -> Any:
-
-    d = res.data
-    series = {"eager" if k == "eager" else ("graph" if k == "graph_exact" else k):
-              [_median(s) for s in v] for k, v in d["times"].items()}
-    return lines(d["batch_sizes"], series, title="Decode step: eager vs graph vs dispatcher",
+    d = view(res, Dispatcher)
+    series = {"graph" if k == "graph_exact" else k: d.median_us(k) for k in d.methods}
+    return lines(d.batch_sizes, series, title="Decode step: eager vs graph vs dispatcher",
                  x_title="batch size", y_title="µs per step (median)",
                  subtitle=_provenance(res), log_x=True)
 
 
 def _generic_compile(res) -> Any:
-
-    d = res.data
-    return bars(d["batch_sizes"], {m: [_median(s) for s in v] for m, v in d["times"].items()},
+    d = view(res, Compile)
+    return bars(d.batch_sizes, {m: d.median_us(m) for m in d.methods},
                 title="Manual graphs vs torch.compile", x_title="batch size",
                 y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
 
@@ -173,7 +160,7 @@ class Chart:
             if func is not None:
                 try:
                     if self.takes_data:
-                        return func(res.data, subtitle=_provenance(res))
+                        return func(res.record, subtitle=_provenance(res))
                     return func(res)
                 except Exception as exc:  # a builder out of step with the record: fall back
                     if self.fallback is None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+from labkit.measure import records as rk
 from labkit.measure.bench import measure_decode, measure_pool_memory
 from labkit.measure.pitfalls import run_all_pitfalls
+from labkit.measure.records import Decode, Pitfalls, PoolMemory, view
 from labkit.measure.results import default_run_dir, load_result, provenance_line
 from labkit.teach.notebook import measure_or_reference
 
@@ -98,12 +100,12 @@ def check_replay_speedup(records: Mapping[str, dict]) -> Assessment:
     for name in sorted(records):
         if not name.startswith("decode_"):
             continue
-        d = _data(records[name])
-        sp = d.get("speedup_vs_eager", {}).get("graph")
-        if not sp:
+        d = view(records[name], Decode)
+        if not {"eager", "graph"} <= set(d.methods):
             continue
-        per[name] = {"batch_sizes": list(d["batch_sizes"]), "speedup": [float(s) for s in sp],
-                     "kernels_per_step": d.get("kernels_per_step")}
+        sp = d.speedup_vs_eager("graph")
+        per[name] = {"batch_sizes": list(d.batch_sizes), "speedup": [float(s) for s in sp],
+                     "kernels_per_step": d.kernels_per_step}
     if not per:
         return Assessment("untested", {}, "no decode record with a graph speed-up")
     values = [s for p in per.values() for s in p["speedup"]]
@@ -137,12 +139,12 @@ def check_replay_speedup(records: Mapping[str, dict]) -> Assessment:
 # ---------------------------------------------------------------------------- 2. max not sum
 
 
-def _pool_record(records: Mapping[str, dict]) -> tuple[str, dict] | None:
+def _pool_record(records: Mapping[str, Any]) -> tuple[str, PoolMemory] | None:
     names = sorted(n for n in records if n.startswith("pool_memory_"))
     if not names:
         return None
     name = "pool_memory_gpt2" if "pool_memory_gpt2" in names else names[0]
-    return name, _data(records[name])
+    return name, view(records[name], PoolMemory)
 
 
 def check_shared_pool_max(records: Mapping[str, dict]) -> Assessment:
@@ -151,11 +153,11 @@ def check_shared_pool_max(records: Mapping[str, dict]) -> Assessment:
     if found is None:
         return Assessment("untested", {}, "no pool_memory record")
     name, d = found
-    total = int(d["private"]["total_bytes"])
-    largest = int(d["largest_private_bytes"])
-    lf = int(d["shared_largest_first"]["total_bytes"])
-    sf = int(d["shared_smallest_first"]["total_bytes"])
-    ev = {"record": name, "n_graphs": len(d.get("sizes", [])),
+    total = d.private.total_bytes
+    largest = d.largest_private_bytes
+    lf = d.shared_largest_first.total_bytes
+    sf = d.shared_smallest_first.total_bytes
+    ev = {"record": name, "n_graphs": len(d.sizes),
           "sum_private_mib": _mib(total), "max_private_mib": _mib(largest),
           "shared_largest_first_mib": _mib(lf), "shared_smallest_first_mib": _mib(sf),
           "largest_first_over_max": lf / largest, "smallest_first_over_max": sf / largest,
@@ -182,9 +184,9 @@ def check_shared_pool_max(records: Mapping[str, dict]) -> Assessment:
 # ---------------------------------------------------------------------------- 3. largest first
 
 
-def _growth_in_order(section: dict, sizes: Sequence[int],
+def _growth_in_order(section: rk.PoolLayout, sizes: Sequence[int],
                      descending: bool) -> list[tuple[int, int]]:
-    growth = {int(k): int(v) for k, v in section.get("growth_bytes", {}).items()}
+    growth = section.growth_bytes
     order = sorted(sizes, reverse=descending)
     return [(b, growth[b]) for b in order if b in growth]
 
@@ -196,11 +198,11 @@ def check_largest_first(records: Mapping[str, dict]) -> Assessment:
     if found is None:
         return Assessment("untested", {}, "no pool_memory record")
     name, d = found
-    sizes = [int(s) for s in d["sizes"]]
-    lf_total = int(d["shared_largest_first"]["total_bytes"])
-    sf_total = int(d["shared_smallest_first"]["total_bytes"])
-    sf_growth = _growth_in_order(d["shared_smallest_first"], sizes, descending=False)
-    lf_growth = _growth_in_order(d["shared_largest_first"], sizes, descending=True)
+    sizes = d.sizes
+    lf_total = d.shared_largest_first.total_bytes
+    sf_total = d.shared_smallest_first.total_bytes
+    sf_growth = _growth_in_order(d.shared_smallest_first, sizes, descending=False)
+    lf_growth = _growth_in_order(d.shared_largest_first, sizes, descending=True)
     sf_steps = sum(1 for (_, a), (_, b) in zip(sf_growth, sf_growth[1:]) if b > a)
     lf_first = lf_growth[0][1] if lf_growth else None
     ev = {"record": name, "largest_first_mib": _mib(lf_total),
@@ -231,14 +233,15 @@ def check_offsets_not_addresses(records: Mapping[str, dict]) -> Assessment:
     """Graphs replay into the same absolute device addresses (the ``pitfalls`` record)."""
     if "pitfalls" not in records:
         return Assessment("untested", {}, "no pitfalls record")
-    d = _data(records["pitfalls"])
-    addr = d.get("address_demo") or {}
+    d = view(records["pitfalls"], Pitfalls)
+    addr = d.address_demo
     if not addr or "error" in addr:
         return Assessment("untested", {"address_demo": addr}, "the address demonstration "
                           "did not run")
-    pits = {p["name"]: p for p in d.get("pitfalls", [])}
-    reb = (pits.get("input_rebound") or {}).get("details", {})
-    shared = (pits.get("output_overwritten") or {}).get("details", {}).get("shared_pool", {})
+    pits = d.by_name()
+    reb = pits["input_rebound"].details if "input_rebound" in pits else {}
+    shared = (pits["output_overwritten"].details if "output_overwritten" in pits
+              else {}).get("shared_pool", {})
     a = addr["graphs"][0]
     seg = a.get("output_segment") or {}
     kernel = addr.get("kernel_args") or {}
@@ -440,32 +443,25 @@ def verdict_counts(results: Sequence[dict]) -> dict[str, int]:
 # ---------------------------------------------------------------------------- gathering records
 
 
+_MEASURES: dict[str, Callable[..., dict]] = {"measure_decode": measure_decode,
+                                              "measure_pool_memory": measure_pool_memory,
+                                              "run_all_pitfalls": run_all_pitfalls}
+
+
 def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
-    """name -> (measure function, params) for the records the claims need. The measure
-    functions import :mod:`labkit.measure.bench` only when called (they need a GPU)."""
+    """name -> (measure function, params) for the records the claims need, measured with
+    the records' default parameters (:data:`labkit.measure.records.DEFAULTS`). The measure
+    functions run only when called (they need a GPU)."""
 
-    def decode(p: str):
+    def spec(name: str) -> tuple[Callable[[], dict], dict]:
+        func, params = rk.DEFAULTS[name]
+
         def run() -> dict:
-            return measure_decode(p, batch_sizes=(1, 8, 64), methods=("eager", "graph"),
-                                  dtype="bfloat16", repeats=30)
-        return run
+            return _MEASURES[func](**rk.measure_kwargs(params))
 
-    def pool() -> dict:
-        return measure_pool_memory("gpt2", sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-                                   dtype="bfloat16")
+        return run, rk.default_params(name)
 
-    def pits() -> dict:
-        return run_all_pitfalls()
-
-    dec = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "bfloat16",
-           "repeats": 30}
-    return {
-        "decode_small": (decode("small"), {"preset": "small", **dec}),
-        "decode_gpt2": (decode("gpt2"), {"preset": "gpt2", **dec}),
-        "pool_memory_gpt2": (pool, {"preset": "gpt2", "dtype": "bfloat16",
-                                    "sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]}),
-        "pitfalls": (pits, {}),
-    }
+    return {name: spec(name) for name in needed_records()}
 
 
 def gather_records(ctx: Any, names: Sequence[str] | None = None, *,

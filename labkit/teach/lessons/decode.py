@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import torch
 
-from labkit.teach.lessons import median, record_data
+from labkit.measure.records import Decode, view
 from labkit.model import GPTConfig
 
 
@@ -31,18 +31,20 @@ def tokens_per_s(batch_size: int, step_us: float) -> float:
 def decode_rows(record: Any, methods: Sequence[str] | None = None) -> list[dict]:
     """One row per batch size of a ``decode_<preset>`` record: median step time (µs),
     tokens/s and speed-up over eager of each method, ready for :func:`labkit.teach.plots.table`."""
-    data = record_data(record)
-    methods = list(methods or data["times"].keys())
+    dec = view(record, Decode)
+    methods = list(methods or dec.methods)
+    has_eager = "eager" in dec.methods
+    cols = {m: (dec.median_us(m), dec.tokens_per_s(m),
+                dec.speedup_vs_eager(m) if has_eager else [None] * len(dec.batch_sizes))
+            for m in methods}
     rows = []
-    for i, bs in enumerate(data["batch_sizes"]):
+    for i, bs in enumerate(dec.batch_sizes):
         row: dict = {"batch": bs}
         for m in methods:
-            t = median(data["times"][m][i])
+            t, tps, sp = (col[i] for col in cols[m])
             row[f"{m} µs"] = None if t is None else round(t, 1)
-            tps = data.get("tokens_per_s", {}).get(m, [None] * (i + 1))[i]
             row[f"{m} tok/s"] = None if tps is None else round(tps)
             if m != "eager":
-                sp = data.get("speedup_vs_eager", {}).get(m, [None] * (i + 1))[i]
                 row[f"{m} speed-up"] = None if sp is None else round(sp, 2)
         rows.append(row)
     return rows

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from labkit.teach.lessons import median, record_data
+from labkit.measure.records import LaunchOverhead, view
+from labkit.teach.lessons import median
 
 #: eager/graph time ratio at or below which the two are said to "meet"
 MEET_RATIO = 1.1
@@ -46,9 +47,7 @@ def _sweep(sweep_or_record: Any) -> list[dict]:
     if isinstance(sweep_or_record, Sequence) and not isinstance(sweep_or_record, (str, bytes)):
         points = list(sweep_or_record)
     else:
-        points = record_data(sweep_or_record).get("sweep")
-        if points is None:
-            raise KeyError("record has no 'sweep'; pass a launch_overhead record or its sweep")
+        points = view(sweep_or_record, LaunchOverhead).sweep
     out = []
     for p in points:
         p = dict(p) if isinstance(p, Mapping) else {"numel": p.numel, "eager": p.eager,
@@ -132,13 +131,13 @@ def describe_point(point: Mapping, meet_ratio: float = MEET_RATIO) -> str:
 
 def describe_overhead(record: Any) -> str:
     """The launch_overhead record's headline numbers, one per line."""
-    data = record_data(record)
+    data = view(record, LaunchOverhead)
     rows = [("host time per launch", "host_per_launch"), ("launch + sync", "launch_sync"),
             ("GPU time per eager kernel", "gpu_per_eager_kernel"),
             ("GPU time per graph node", "gpu_per_graph_node")]
-    out = [f"device: {data.get('device', '?')}, {data.get('n_kernels', '?')} kernels per burst"]
+    out = [f"device: {data.device}, {data.n_kernels} kernels per burst"]
     for label, key in rows:
-        m = median(data.get(key))
+        m = median(getattr(data, key))
         out.append(f"{label:26s}: " + ("n/a" if m is None else f"{m:.2f} µs (median)"))
     return "\n".join(out)
 

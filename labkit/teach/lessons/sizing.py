@@ -18,6 +18,7 @@ import bisect
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
+from labkit.measure.records import Dispatcher, PoolMemory, view
 from labkit.sizes import expected_padding, expected_step_cost, set_memory
 
 MiB = 2**20
@@ -64,12 +65,11 @@ def memory_model_from_record(pool_data: Mapping) -> LinearFit:
     ``pool_memory_<preset>`` record (``result.data``). Call the fit with a size for bytes; it
     never returns less than the smallest measured pool (the allocator reserves whole
     segments, 2 MiB at least, so small graphs all cost about the same)."""
-    try:
-        per = pool_data["private"]["per_size_bytes"]
-    except (KeyError, TypeError):
-        raise ValueError("not a pool_memory record: expected data['private']"
-                         "['per_size_bytes']; pass result.data of 'pool_memory_<preset>'") from None
-    pts = sorted((int(k), float(v)) for k, v in per.items())
+    per = view(pool_data, PoolMemory).private.per_size_bytes
+    if not per:
+        raise ValueError("the pool_memory record has no private pool per size "
+                         "(data.private.per_size_bytes); pass a 'pool_memory_<preset>' record")
+    pts = sorted((k, float(v)) for k, v in per.items())
     fit = linear_fit([p[0] for p in pts], [p[1] for p in pts])
     return LinearFit(fit.a, fit.b, fit.r2, fit.n, floor=min(p[1] for p in pts))
 
@@ -78,12 +78,12 @@ def shared_residual_from_record(pool_data: Mapping) -> float:
     """Bytes each extra graph adds to a shared pool captured largest-first, estimated as
     ``(shared pool - largest private pool) / (graphs - 1)`` (vLLM's estimate has this form:
     first capture + per-graph residual x (n - 1)). Never below 0."""
-    n = len(pool_data["sizes"])
+    pool = view(pool_data, PoolMemory)
+    n = len(pool.sizes)
     if n < 2:
         return 0.0
-    lf = float(pool_data["shared_largest_first"]["total_bytes"])
-    largest = float(pool_data.get("largest_private_bytes")
-                    or max(pool_data["private"]["per_size_bytes"].values()))
+    lf = float(pool.shared_largest_first.total_bytes)
+    largest = float(pool.largest_private_bytes)
     return max(0.0, (lf - largest) / (n - 1))
 
 
@@ -141,12 +141,12 @@ def isotonic(ys: Sequence[float]) -> list[float]:
 
 def _series_model(disp_data: Mapping, method: str, stat: str,
                   monotone: bool = True) -> Interpolated:
-    try:
-        bss, times = disp_data["batch_sizes"], disp_data["times"][method]
-    except (KeyError, TypeError):
-        raise ValueError(f"not a dispatcher record with times[{method!r}]; pass result.data "
-                         "of 'dispatcher_<preset>'") from None
-    pts = [(int(b), float(t[stat])) for b, t in zip(bss, times) if t is not None]
+    disp = view(disp_data, Dispatcher)
+    if method not in disp.times:
+        raise ValueError(f"not a dispatcher record with times[{method!r}]; pass a "
+                         "'dispatcher_<preset>' record")
+    bss, times = disp.batch_sizes, disp.times[method]
+    pts = [(int(b), float(getattr(t, stat))) for b, t in zip(bss, times) if t is not None]
     if not pts:
         raise ValueError(f"the record has no {method!r} times")
     ys = [p[1] for p in pts]
@@ -175,27 +175,29 @@ def dispatcher_overhead_rows(disp_data: Mapping) -> list[dict]:
     """At the batch sizes that are captured sizes (nothing padded): raw replay, dispatcher,
     and the dispatcher's extra µs (lookup, input copies, output slice and copy)."""
     rows = []
-    for b, p, g, d in zip(disp_data["batch_sizes"], disp_data["padded_to"],
-                          disp_data["times"]["graph_exact"], disp_data["times"]["dispatcher"]):
+    disp = view(disp_data, Dispatcher)
+    for b, p, g, d in zip(disp.batch_sizes, disp.padded_to, disp.median_us("graph_exact"),
+                          disp.median_us("dispatcher")):
         if p == b and g is not None and d is not None:
-            rows.append({"batch size": b, "graph replay (µs)": round(g["median"], 1),
-                         "dispatcher (µs)": round(d["median"], 1),
-                         "overhead (µs)": round(d["median"] - g["median"], 1)})
+            rows.append({"batch size": b, "graph replay (µs)": round(g, 1),
+                         "dispatcher (µs)": round(d, 1),
+                         "overhead (µs)": round(d - g, 1)})
     return rows
 
 
 def dispatcher_rows(disp_data: Mapping) -> list[dict]:
     """One row per batch size of a ``dispatcher_<preset>`` record: padded size and the
     median µs of eager, exact graph and dispatcher (``—`` where not measured)."""
-    t = disp_data["times"]
+    disp = view(disp_data, Dispatcher)
 
-    def fmt(s):
-        return "—" if s is None else round(s["median"], 1)
+    def fmt(us):
+        return "—" if us is None else round(us, 1)
 
     return [{"batch size": b, "padded to": p if p else "eager",
              "eager (µs)": fmt(e), "exact graph (µs)": fmt(g), "dispatcher (µs)": fmt(d)}
-            for b, p, e, g, d in zip(disp_data["batch_sizes"], disp_data["padded_to"],
-                                     t["eager"], t["graph_exact"], t["dispatcher"])]
+            for b, p, e, g, d in zip(disp.batch_sizes, disp.padded_to, disp.median_us("eager"),
+                                     disp.median_us("graph_exact"),
+                                     disp.median_us("dispatcher"))]
 
 
 # ---------------------------------------------------------------------------- size lists

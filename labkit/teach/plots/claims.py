@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from labkit.teach.lessons import record_data, record_provenance
+from labkit.measure.records import Decode, PoolMemory, view
+from labkit.teach.lessons import record_provenance
 from labkit.teach.plots import TEMPLATE, color, register_template
 from labkit.teach.plots.timing import finish
 
@@ -53,11 +54,11 @@ def speedup_vs_claim(records: Mapping[str, Any], claimed: tuple[float, float], *
     shades = ["#6baed6", "#08519c", "#3182bd", "#9ecae1"]
     subs = []
     for i, (name, rec) in enumerate(sorted(records.items())):
-        d = record_data(rec)
-        sp = d.get("speedup_vs_eager", {}).get("graph")
-        if not sp:
+        d = view(rec, Decode)
+        if not {"eager", "graph"} <= set(d.methods):
             continue
-        fig.add_trace(go.Bar(x=[f"bs {b}" for b in d["batch_sizes"]], y=sp,
+        sp = d.speedup_vs_eager("graph")
+        fig.add_trace(go.Bar(x=[f"bs {b}" for b in d.batch_sizes], y=sp,
                              name=name.removeprefix("decode_"),
                              marker_color=shades[i % len(shades)],
                              texttemplate="%{y:.1f}×", textposition="outside"))
@@ -82,20 +83,20 @@ def pool_vs_claim(record: Any, *, subtitle: str | None = None):
     both capture orders, in MiB."""
     import plotly.graph_objects as go
 
-    d = record_data(record)
+    d = view(record, PoolMemory)
     mib = 2 ** 20
     names = ["private pools<br>(sum)", "largest private<br>pool (max)",
              "shared pool,<br>largest first", "shared pool,<br>smallest first"]
-    vals = [d["private"]["total_bytes"] / mib, d["largest_private_bytes"] / mib,
-            d["shared_largest_first"]["total_bytes"] / mib,
-            d["shared_smallest_first"]["total_bytes"] / mib]
+    vals = [d.private.total_bytes / mib, d.largest_private_bytes / mib,
+            d.shared_largest_first.total_bytes / mib,
+            d.shared_smallest_first.total_bytes / mib]
     colors = [color("private"), "#bdbdbd", color("shared_largest_first"),
               color("shared_smallest_first")]
     fig = go.Figure(go.Bar(x=names, y=vals, marker_color=colors, showlegend=False,
                            texttemplate="%{y:.1f} MiB", textposition="outside"))
     fig.add_hline(y=vals[1], line_dash="dot", line_color="#636363",
                   annotation_text="max (the claim)", annotation_position="top right")
-    n = len(d.get("sizes", []))
+    n = len(d.sizes)
     return finish(fig, f"Claim: a shared pool costs the max, not the sum ({n} graphs, "
-                  f"{d.get('preset', '')})", "", "MiB",
+                  f"{d.preset})", "", "MiB",
                   subtitle=record_provenance(record) if subtitle is None else subtitle)

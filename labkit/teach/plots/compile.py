@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from labkit.teach.lessons import median, record_data, record_provenance
+from labkit.measure import records as rk
+from labkit.measure.records import Compile, view
+from labkit.teach.lessons import record_provenance
 from labkit.teach.plots import color, label
 from labkit.teach.plots.timing import finish, stats_error_bars
 
@@ -30,22 +32,19 @@ def summary(record: Any) -> dict:
     """The record's headline numbers: median step time (µs) per method and batch size, the
     speed-up of every method over eager, set-up seconds, pool MiB and kernels per step.
     A kernel count of -1 or None in the record (not measured) becomes None."""
-    d = record_data(record)
-    sizes = [int(b) for b in d["batch_sizes"]]
-    methods = [m for m in METHODS if m in d["times"]] + \
-        [m for m in d["times"] if m not in METHODS]
-    step = {m: [median(s) for s in d["times"][m]] for m in methods}
+    d = view(record, Compile)
+    sizes = list(d.batch_sizes)
+    methods = [m for m in METHODS if m in d.times] + [m for m in d.methods if m not in METHODS]
+    step = {m: d.median_us(m) for m in methods}
     eager = step.get("eager")
-    speedup = ({m: [e / t if e and t else None for e, t in zip(eager, ts)]
+    speedup = ({m: [rk.speedup(e, t) if e and t else None for e, t in zip(eager, ts)]
                 for m, ts in step.items()} if eager else {})
-    kernels = {k: (None if v is None or int(v) < 0 else int(v))
-               for k, v in (d.get("kernels_per_step") or {}).items()}
-    mem = d.get("memory") or {}
+    kernels = {k: (None if v is None or v < 0 else v) for k, v in d.kernels_per_step.items()}
     return {"batch_sizes": sizes, "step_us": step, "speedup_vs_eager": speedup,
-            "compile_s": d.get("compile_s"), "capture_s": d.get("capture_s"),
-            "graph_pool_mib": _mib(mem.get("graph_pool_bytes")),
-            "compile_pool_mib": _mib(mem.get("compile_pool_bytes")),
-            "kernels_per_step": kernels, "checks": d.get("checks", {})}
+            "compile_s": d.compile_s, "capture_s": d.capture_s,
+            "graph_pool_mib": _mib(d.graph_pool_bytes),
+            "compile_pool_mib": _mib(d.compile_pool_bytes),
+            "kernels_per_step": kernels, "checks": d.checks}
 
 
 def summary_rows(record: Any) -> list[dict]:
@@ -67,12 +66,12 @@ def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
     labelled with its speed-up over eager."""
     import plotly.graph_objects as go
 
-    d = record_data(record)
+    d = view(record, Compile)
     s = summary(d)
     methods = list(methods or s["step_us"])
-    missing = [m for m in methods if m not in d["times"]]
+    missing = [m for m in methods if m not in d.times]
     if missing:
-        raise KeyError(f"the compile record has no method(s) {missing}; it has {list(d['times'])}")
+        raise KeyError(f"the compile record has no method(s) {missing}; it has {d.methods}")
     cats = [str(b) for b in s["batch_sizes"]]
     fig = go.Figure()
     for m in methods:
@@ -80,10 +79,10 @@ def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
         text = [f"{t:,.0f} µs" + (f"<br>{x:.1f}×" if x and m != "eager" else "")
                 if t is not None else "" for t, x in zip(s["step_us"][m], sp)]
         fig.add_trace(go.Bar(x=cats, y=s["step_us"][m], name=label(m), marker_color=color(m),
-                             error_y=stats_error_bars(d["times"][m]), text=text,
+                             error_y=stats_error_bars(d.times[m]), text=text,
                              textposition="outside"))
     fig.update_layout(barmode="group")
-    return finish(fig, f"Decode step: manual graphs vs torch.compile ({d.get('preset', '')})",
+    return finish(fig, f"Decode step: manual graphs vs torch.compile ({d.preset})",
                   "batch size", "µs per step (median)", subtitle=_sub(record, subtitle),
                   log_y=log_y)
 

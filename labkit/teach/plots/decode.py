@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from labkit.teach.lessons import median, record_data, record_provenance
+from labkit.measure.records import Decode, view
+from labkit.teach.lessons import median, record_provenance
 from labkit.teach.plots import color, label
 from labkit.teach.plots.timing import finish, stats_error_bars
 
@@ -21,8 +22,8 @@ def _preset_color(name: str, i: int) -> str:
     return PRESET_COLORS.get(name, _EXTRA[i % len(_EXTRA)])
 
 
-def _methods(data: Mapping, methods: Sequence[str] | None) -> list[str]:
-    have = list(data["times"].keys())
+def _methods(data: Decode, methods: Sequence[str] | None) -> list[str]:
+    have = data.methods
     if methods is None:
         return have
     missing = [m for m in methods if m not in have]
@@ -31,12 +32,11 @@ def _methods(data: Mapping, methods: Sequence[str] | None) -> list[str]:
     return list(methods)
 
 
-def _title(data: Mapping, what: str) -> str:
-    preset = data.get("preset", "?")
-    cfg = data.get("config") or {}
+def _title(data: Decode, what: str) -> str:
+    cfg = data.config
     shape = (f" ({cfg['n_layer']} layers, d={cfg['d_model']})"
              if "n_layer" in cfg and "d_model" in cfg else "")
-    return f"{what}: {preset}{shape}, {data.get('dtype', '')}".rstrip(", ")
+    return f"{what}: {data.preset}{shape}, {data.dtype}".rstrip(", ")
 
 
 def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
@@ -44,11 +44,11 @@ def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
     """Median decode-step time per batch size, one bar per method (p10–p90 whiskers)."""
     import plotly.graph_objects as go
 
-    data = record_data(record)
-    cats = [str(b) for b in data["batch_sizes"]]
+    data = view(record, Decode)
+    cats = [str(b) for b in data.batch_sizes]
     fig = go.Figure()
     for m in _methods(data, methods):
-        stats = data["times"][m]
+        stats = data.times[m]
         fig.add_trace(go.Bar(x=cats, y=[median(s) for s in stats], name=label(m),
                              marker_color=color(m), error_y=stats_error_bars(stats),
                              texttemplate="%{y:,.0f}", textposition="auto",
@@ -64,11 +64,11 @@ def tokens_per_s_chart(record: Any, *, methods: Sequence[str] | None = None,
     """Generated tokens per second per batch size (batch × steps/s), one bar per method."""
     import plotly.graph_objects as go
 
-    data = record_data(record)
-    cats = [str(b) for b in data["batch_sizes"]]
+    data = view(record, Decode)
+    cats = [str(b) for b in data.batch_sizes]
     fig = go.Figure()
     for m in _methods(data, methods):
-        fig.add_trace(go.Bar(x=cats, y=list(data["tokens_per_s"][m]), name=label(m),
+        fig.add_trace(go.Bar(x=cats, y=data.tokens_per_s(m), name=label(m),
                              marker_color=color(m), texttemplate="%{y:,.0f}",
                              textposition="outside"))
     fig.update_layout(barmode="group")
@@ -85,18 +85,18 @@ def speedup_chart(records: Any, *, method: str = "graph", subtitle: str | None =
     if isinstance(records, Mapping) and "times" not in records:
         named = dict(records)
     else:
-        named = {record_data(records).get("preset", "model"): records}
+        named = {view(records, Decode).preset: records}
     if not named:
         raise ValueError("no decode records given")
     fig = go.Figure()
     subs = []
     for i, (name, rec) in enumerate(named.items()):
-        data = record_data(rec)
-        if method not in data.get("speedup_vs_eager", {}):
+        data = view(rec, Decode)
+        if method not in data.methods or "eager" not in data.methods:
             raise KeyError(f"record {name!r} has no speed-up for method {method!r}; it has "
-                           f"{sorted(data.get('speedup_vs_eager', {}))}")
-        fig.add_trace(go.Bar(x=[str(b) for b in data["batch_sizes"]],
-                             y=list(data["speedup_vs_eager"][method]), name=name,
+                           f"{sorted(data.methods) if 'eager' in data.methods else []}")
+        fig.add_trace(go.Bar(x=[str(b) for b in data.batch_sizes],
+                             y=data.speedup_vs_eager(method), name=name,
                              marker_color=_preset_color(name, i), texttemplate="%{y:.1f}×",
                              textposition="outside"))
         prov = record_provenance(rec)
@@ -121,9 +121,9 @@ def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any]
     subs = []
     cats: list[str] = []
     for i, (name, rec) in enumerate(records.items()):
-        data = record_data(rec)
-        stats = data["times"]["eager"]
-        x = [str(b) for b in data["batch_sizes"]]
+        data = view(rec, Decode)
+        stats = data.times["eager"]
+        x = [str(b) for b in data.batch_sizes]
         cats += [c for c in x if c not in cats]
         gpu = (getattr(rec, "env", None) or {}).get("gpu_name") or "GPU"
         fig.add_trace(go.Bar(x=x, y=[median(s) for s in stats], name=f"{gpu} eager, {name}",

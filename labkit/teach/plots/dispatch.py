@@ -11,8 +11,9 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from labkit.measure.records import Dispatcher, view
 from labkit.teach.plots import COLORS, bars, base_layout, color, register_template
 
 _KEYS = {"eager": "eager", "graph_exact": "graph", "dispatcher": "dispatcher"}
@@ -35,40 +36,42 @@ def _mark_captures(fig, capture_sizes: Sequence[int], batch_sizes: Sequence[int]
                            font=dict(color=COLORS["eager"]))
 
 
-def _series(data: Mapping, field: str, stat: str | None):
-    bss = list(data["batch_sizes"])
+def _series(disp: Dispatcher, field: str) -> dict[str, list[tuple[int, float]]]:
+    """``(batch, value)`` per method: median µs (``field="times"``) or tokens/s."""
+    bss = list(disp.batch_sizes)
     out = {}
     for key in ("eager", "graph_exact", "dispatcher"):
-        vals = (data.get(field) or {}).get(key)
-        if vals is None:
+        if key not in disp.times:
             continue
-        pts = [(b, v if stat is None else v[stat]) for b, v in zip(bss, vals) if v is not None]
+        vals = disp.median_us(key) if field == "times" else disp.tokens_per_s(key)
+        pts = [(b, v) for b, v in zip(bss, vals) if v is not None]
         if pts:
             out[key] = pts
     return out
 
 
-def _by_batch(data: Mapping, field: str, *, title: str, y_title: str, subtitle: str,
+def _by_batch(data: Any, field: str, *, title: str, y_title: str, subtitle: str,
               errors: bool):
     import plotly.graph_objects as go
 
+    disp = view(data, Dispatcher)
     fig = go.Figure()
-    bss = list(data["batch_sizes"])
-    for key, pts in _series(data, field, "median" if field == "times" else None).items():
+    bss = list(disp.batch_sizes)
+    for key, pts in _series(disp, field).items():
         xs = [b for b, _ in pts]
         ys = [y for _, y in pts]
         err = None
         if errors and field == "times":
-            full = {b: v for b, v in zip(bss, data[field][key]) if v is not None}
+            full = {b: v for b, v in zip(bss, disp.times[key]) if v is not None}
             err = dict(type="data", symmetric=False,
-                       array=[full[b]["p90"] - full[b]["median"] for b in xs],
-                       arrayminus=[full[b]["median"] - full[b]["p10"] for b in xs])
+                       array=[full[b].p90 - full[b].median for b in xs],
+                       arrayminus=[full[b].median - full[b].p10 for b in xs])
         fig.add_trace(go.Scatter(
             x=xs, y=ys, name=_NAMES[key], error_y=err,
             mode="markers" if key == "graph_exact" else "lines+markers",
             marker=dict(size=9 if key == "graph_exact" else 6, color=color(_KEYS[key])),
             line=dict(color=color(_KEYS[key]))))
-    _mark_captures(fig, data["capture_sizes"], bss)
+    _mark_captures(fig, disp.capture_sizes, bss)
     base_layout(fig, title, "batch size (dotted: captured sizes)", y_title, subtitle=subtitle,
                 log_x=True)
     fig.update_layout(margin=dict(t=110))
@@ -83,33 +86,34 @@ def _by_batch(data: Mapping, field: str, *, title: str, y_title: str, subtitle: 
     return fig
 
 
-def step_times(data: Mapping, *, subtitle: str = "", errors: bool = True):
+def step_times(data: Any, *, subtitle: str = "", errors: bool = True):
     """Median decode-step time (µs, p10–p90 bars) vs batch size for each method."""
     register_template()
     return _by_batch(data, "times", title="Decode step time: eager vs graph vs dispatcher",
                      y_title="step time (µs)", subtitle=subtitle, errors=errors)
 
 
-def tokens_per_s(data: Mapping, *, subtitle: str = ""):
+def tokens_per_s(data: Any, *, subtitle: str = ""):
     """Tokens per second (batch size / step time) vs batch size for each method."""
     register_template()
     return _by_batch(data, "tokens_per_s", title="Decode throughput",
                      y_title="tokens / s", subtitle=subtitle, errors=False)
 
 
-def dispatcher_overhead(data: Mapping, *, subtitle: str = ""):
+def dispatcher_overhead(data: Any, *, subtitle: str = ""):
     """Bars at the captured sizes (no padding): dispatcher time minus the raw replay of the
     same graph, i.e. the table lookup, copying inputs into the static buffers and slicing
     (and copying) the output."""
     register_template()
 
     xs, ys = [], []
-    padded = data.get("padded_to") or [None] * len(data["batch_sizes"])
-    for b, p, g, d in zip(data["batch_sizes"], padded, data["times"]["graph_exact"],
-                          data["times"]["dispatcher"]):
+    disp = view(data, Dispatcher)
+    graph = disp.median_us("graph_exact") if "graph_exact" in disp.times else \
+        [None] * len(disp.batch_sizes)
+    for b, p, g, d in zip(disp.batch_sizes, disp.padded_to, graph, disp.median_us("dispatcher")):
         if p == b and g is not None and d is not None:
             xs.append(b)
-            ys.append(d["median"] - g["median"])
+            ys.append(d - g)
     if not xs:
         raise ValueError("the record has no batch size timed both as an exact graph and "
                          "through the dispatcher")

@@ -5,21 +5,18 @@
 * :func:`pool_growth` — how the shared pool grows as graphs are captured, in each order;
 * :func:`capture_times` — capture time per batch size in each mode.
 
-Every builder takes ``result.data`` and an optional ``subtitle`` (the provenance line).
+Every builder takes the record (``result.data``, the Result, or a
+:class:`labkit.measure.records.PoolMemory`) and an optional ``subtitle`` (the provenance line).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any
 
+from labkit.measure.records import PoolMemory, view
 from labkit.teach.plots import COLORS, bars, base_layout, color, label, lines, register_template
 
 MiB = 2**20
-
-
-def _get(section: Mapping, key: str, size) -> float | None:
-    values = section.get(key) or {}
-    return values.get(str(size), values.get(size))
 
 
 def _size_shades(n: int) -> list[str]:
@@ -31,29 +28,30 @@ def _size_shades(n: int) -> list[str]:
             for i in range(n)]
 
 
-def pool_totals(data: Mapping, *, subtitle: str = ""):
+def pool_totals(data: Any, *, subtitle: str = ""):
     """Private pools stacked per size vs one shared pool (largest-first, smallest-first)."""
     register_template()
     import plotly.graph_objects as go
 
-    sizes = list(data["sizes"])
+    pool = view(data, PoolMemory)
+    sizes = list(pool.sizes)
     fig = go.Figure()
     priv_x = label("private")
     for bs, shade in zip(sizes, _size_shades(len(sizes))):
-        b = _get(data["private"], "per_size_bytes", bs) or 0
+        b = pool.private.per_size_bytes.get(bs) or 0
         fig.add_trace(go.Bar(x=[priv_x], y=[b / MiB], name=f"bs {bs}", marker_color=shade,
                              legendgroup="private", showlegend=False,
                              hovertemplate=f"private pool of batch size {bs}: "
                                            "%{y:.1f} MiB<extra></extra>"))
-    total = data["private"]["total_bytes"] / MiB
+    total = pool.private.total_bytes / MiB
     fig.add_annotation(x=priv_x, y=total, text=f"{total:.0f} MiB", showarrow=False, yshift=12)
     for mode in ("shared_largest_first", "shared_smallest_first"):
-        t = data[mode]["total_bytes"] / MiB
+        t = pool.layout(mode).total_bytes / MiB
         fig.add_trace(go.Bar(x=[label(mode)], y=[t], name=label(mode), marker_color=color(mode),
                              texttemplate="%{y:.0f} MiB", textposition="outside",
                              showlegend=False,
                              hovertemplate=f"{label(mode)}: %{{y:.1f}} MiB<extra></extra>"))
-    largest = data.get("largest_private_bytes")
+    largest = pool.largest_private_bytes
     if largest:
         fig.add_hline(y=largest / MiB, line_dash="dot", line_color="#444",
                       annotation_text=f"largest single pool ({largest / MiB:.0f} MiB)",
@@ -64,27 +62,29 @@ def pool_totals(data: Mapping, *, subtitle: str = ""):
     return fig
 
 
-def private_per_size(data: Mapping, *, subtitle: str = ""):
+def private_per_size(data: Any, *, subtitle: str = ""):
     """Bar per batch size: bytes of that graph's private pool."""
     register_template()
 
-    sizes = list(data["sizes"])
-    ys = [(_get(data["private"], "per_size_bytes", bs) or 0) / MiB for bs in sizes]
+    pool = view(data, PoolMemory)
+    sizes = list(pool.sizes)
+    ys = [(pool.private.per_size_bytes.get(bs) or 0) / MiB for bs in sizes]
     return bars(sizes, {"private": ys}, title="Private pool of each graph", x_title="batch size",
                 y_title="pool memory (MiB)", subtitle=subtitle, text_fmt=".1f")
 
 
-def pool_growth(data: Mapping, *, subtitle: str = ""):
+def pool_growth(data: Any, *, subtitle: str = ""):
     """Shared pool size after each capture, largest-first vs smallest-first, plus the running
     sum of private pools for comparison. x = number of graphs captured so far."""
     register_template()
     import plotly.graph_objects as go
 
-    sizes = sorted(int(s) for s in data["sizes"])
+    pool = view(data, PoolMemory)
+    sizes = sorted(pool.sizes)
     fig = go.Figure()
     orders = {"shared_largest_first": sizes[::-1], "shared_smallest_first": sizes}
     for mode, seq in orders.items():
-        ys = [_get(data[mode], "growth_bytes", bs) for bs in seq]
+        ys = [pool.layout(mode).growth_bytes.get(bs) for bs in seq]
         if any(y is None for y in ys):
             continue
         fig.add_trace(go.Scatter(
@@ -94,7 +94,7 @@ def pool_growth(data: Mapping, *, subtitle: str = ""):
             hovertemplate="after capturing bs %{text}: %{y:.1f} MiB<extra></extra>"))
     running, acc = [], 0.0
     for bs in sizes[::-1]:
-        acc += (_get(data["private"], "per_size_bytes", bs) or 0) / MiB
+        acc += (pool.private.per_size_bytes.get(bs) or 0) / MiB
         running.append(acc)
     fig.add_trace(go.Scatter(x=list(range(1, len(sizes) + 1)), y=running,
                              name="private pools (running sum, largest first)",
@@ -105,14 +105,15 @@ def pool_growth(data: Mapping, *, subtitle: str = ""):
     return fig
 
 
-def capture_times(data: Mapping, *, subtitle: str = ""):
+def capture_times(data: Any, *, subtitle: str = ""):
     """Capture time (ms) of each batch size's graph, one line per mode."""
     register_template()
 
-    sizes = list(data["sizes"])
+    pool = view(data, PoolMemory)
+    sizes = list(pool.sizes)
     series = {}
-    for mode in ("private", "shared_largest_first", "shared_smallest_first"):
-        ys = [_get(data[mode], "capture_s", bs) for bs in sizes]
+    for mode in PoolMemory.LAYOUTS:
+        ys = [pool.layout(mode).capture_s.get(bs) for bs in sizes]
         if all(y is not None for y in ys):
             series[mode] = [y * 1e3 for y in ys]
     fig = lines(sizes, series, title="Capture time per graph", x_title="batch size",

@@ -7,9 +7,10 @@ subtitle unless ``subtitle`` is given.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from labkit.teach.lessons import median, record_data, record_provenance, stat
+from labkit.measure.records import LaunchOverhead, Timeline, view
+from labkit.teach.lessons import median, record_provenance, stat
 from labkit.teach.lessons.launch import MEET_RATIO, crossover_point, point_at
 from labkit.teach.plots import base_layout, color, label, register_template
 from labkit.teach.widgets import pow2_label
@@ -69,15 +70,15 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
     """
     import plotly.graph_objects as go
 
-    data = record_data(record)
-    keys = [(k, lab) for k, lab in OVERHEAD_BARS if data.get(k) is not None]
+    data = view(record, LaunchOverhead)
+    keys = [(k, lab) for k, lab in OVERHEAD_BARS if getattr(data, k) is not None]
     if not keys:
         raise ValueError("the record holds none of " + ", ".join(k for k, _ in OVERHEAD_BARS))
-    stats = [data[k] for k, _ in keys]
+    stats = [getattr(data, k) for k, _ in keys]
     env = getattr(record, "env", None) or {}
     fig = go.Figure(go.Bar(
         x=[lab for _, lab in keys], y=[median(s) for s in stats],
-        name=env.get("gpu_name") or str(data.get("device", "GPU")), marker_color=color("gpu"),
+        name=env.get("gpu_name") or data.device or "GPU", marker_color=color("gpu"),
         error_y=stats_error_bars(stats), texttemplate="%{y:.2f} µs", textposition="auto",
         insidetextanchor="middle"))
     if cpu is not None:
@@ -104,8 +105,8 @@ def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float 
     """
     import plotly.graph_objects as go
 
-    data = record_data(record)
-    sweep = sorted(data["sweep"], key=lambda p: p["numel"])
+    sweep = [{"numel": p.numel, "eager": p.eager, "graph": p.graph}
+             for p in sorted(view(record, LaunchOverhead).sweep, key=lambda p: p.numel)]
     if not sweep:
         raise ValueError("the record's sweep is empty")
     x = [p["numel"] for p in sweep]
@@ -151,28 +152,28 @@ def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
     """
     import plotly.graph_objects as go
 
-    data = record_data(record)
-    missing = [m for m in methods if m not in data]
+    data = view(record, Timeline)
+    missing = [m for m in methods if m not in data.methods]
     if missing:
         raise KeyError(f"the timeline record has no method(s) {missing}; it has "
-                       f"{sorted(k for k in data if isinstance(data[k], Mapping))}")
+                       f"{sorted(data.methods)}")
     fig = go.Figure()
     order = []
     for method in methods:
-        step = data[method].get("step_us")
+        step = data[method].step_us
         for lane in ("CPU", "GPU"):
-            evs = [e for e in data[method].get("events", []) if e.get("lane") == lane]
+            evs = [e for e in data[method].events if e.lane == lane]
             y = f"{label(method)} · {LANE_LABELS[lane]}" + (
                 f"<br><sup>step {step:,.0f} µs</sup>" if step and lane == "GPU" else "")
             order.append(y)
             c = color(method)
             fig.add_trace(go.Bar(
-                y=[y] * len(evs), x=[float(e["dur_us"]) for e in evs],
-                base=[float(e["start_us"]) for e in evs], orientation="h",
+                y=[y] * len(evs), x=[e.dur_us for e in evs],
+                base=[e.start_us for e in evs], orientation="h",
                 name=y,
                 marker=dict(color=c, opacity=0.45 if lane == "CPU" else 1.0,
                             line=dict(color=c, width=1)),
-                customdata=[[short_name(e.get("name", ""))] for e in evs],
+                customdata=[[short_name(e.name)] for e in evs],
                 hovertemplate="%{customdata[0]}<br>start %{base:.1f} µs, %{x:.2f} µs"
                               "<extra></extra>"))
     fig.update_layout(barmode="overlay", bargap=0.35, height=170 + 70 * len(order),

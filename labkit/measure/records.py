@@ -1,0 +1,892 @@
+"""The result records labkit writes, as typed data: one place for their fields, derived values
+and default measurement parameters.
+
+A record file (see :mod:`labkit.measure.results`) holds ``{"schema", "name", "created",
+"params", "env", "data"}``; this module describes ``data``, by record kind:
+
+=========================  ======================  ==========================================
+record name                kind                    written by
+=========================  ======================  ==========================================
+``launch_overhead``        :class:`LaunchOverhead` ``bench.measure_launch_overhead``
+``decode_<preset>``        :class:`Decode`         ``bench.measure_decode``
+``compile_times_<preset>`` :class:`Decode`         ``bench.measure_decode`` (``labkit bench``)
+``timeline_<preset>``      :class:`Timeline`       ``bench.measure_timeline``
+``pool_memory_<preset>``   :class:`PoolMemory`     ``bench.measure_pool_memory``
+``dispatcher_<preset>``    :class:`Dispatcher`     ``bench.measure_dispatcher``
+``compile_<preset>``       :class:`Compile`        ``bench.measure_compile``
+``pitfalls``               :class:`Pitfalls`       ``pitfalls.run_all_pitfalls``
+``bench``                  :class:`Bench`          ``labkit bench`` (``suite.bench_cli``)
+=========================  ======================  ==========================================
+
+* :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
+  types; extra fields are kept in ``data`` and ignored here); :func:`kind_of` says which kind
+  a record name has (``None``: a record this module does not describe, checked only as JSON).
+* Derived values (tokens/s, speed-up over eager, dispatcher over graph, ...) are computed by
+  :func:`tokens_per_s`, :func:`speedup` and :func:`ratio` only: the writers store them with
+  these functions and the readers recompute them with the same ones.
+* :data:`DEFAULTS` says with which parameters each reference record is measured.
+
+Times are in microseconds (``*_us``, and every :class:`Stats` with ``unit == "us"``), memory in
+bytes (``*_bytes``), durations of set-up work in seconds (``*_s``).
+
+To add a kind: write a dataclass with a ``from_data(data, where)`` classmethod (use the
+``_req`` / ``_opt`` helpers), and add ``(name pattern, class)`` to :data:`KINDS` and, if it
+is measured with parameters, its defaults to :data:`DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+__all__ = [
+    "SchemaError", "Stats", "LaunchOverhead", "SweepPoint", "Decode", "Timeline",
+    "TimelineMethod", "TimelineEvent", "PoolMemory", "PoolLayout", "Dispatcher", "Compile",
+    "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "KINDS",
+    "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
+    "default_params", "measure_kwargs", "bench_row",
+]
+
+
+class SchemaError(ValueError):
+    """A result record (file or dict) is not what its kind requires: a field is missing or
+    has the wrong type, or the file is not a labkit result of this schema version."""
+
+
+# ----------------------------------------------------------------------------- derived values
+
+
+def tokens_per_s(batch_size: int, step_us: float | None) -> float | None:
+    """Tokens per second of a decode step of ``batch_size`` rows taking ``step_us`` µs
+    (every step makes one token per row); ``None`` when the step was not timed."""
+    if step_us is None:
+        return None
+    return batch_size / (step_us * 1e-6)
+
+
+def speedup(eager_us: float | None, method_us: float | None) -> float | None:
+    """How many times faster than eager: ``eager_us / method_us`` (``None`` if either is
+    missing)."""
+    if eager_us is None or method_us is None:
+        return None
+    return eager_us / method_us
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` for two timings of one batch size (e.g. dispatcher over graph); ``None``
+    when either is missing."""
+    if a is None or b is None:
+        return None
+    return a / b
+
+
+# ----------------------------------------------------------------------------- field checks
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+class _Fail(Exception):
+    """Internal: a field check failed at ``where`` with ``problem``."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(where, problem)
+        self.where, self.problem = where, problem
+
+
+def _fail(where: str, expected: str, value: Any) -> _Fail:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return _Fail(where, f"must be {expected}, got {_type_name(value)} {shown}")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _num(v: Any, where: str) -> float:
+    if not _is_num(v):
+        raise _fail(where, "a number", v)
+    return float(v)
+
+
+def _opt_num(v: Any, where: str) -> float | None:
+    return None if v is None else _num(v, where)
+
+
+def _int(v: Any, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _fail(where, "an integer", v)
+    return v
+
+
+def _opt_int(v: Any, where: str) -> int | None:
+    return None if v is None else _int(v, where)
+
+
+def _str(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise _fail(where, "a string", v)
+    return v
+
+
+def _bool(v: Any, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise _fail(where, "true or false", v)
+    return v
+
+
+def _dict(v: Any, where: str) -> dict:
+    if not isinstance(v, Mapping):
+        raise _fail(where, "an object", v)
+    return dict(v)
+
+
+def _list(v: Any, where: str) -> list:
+    if not isinstance(v, (list, tuple)):
+        raise _fail(where, "a list", v)
+    return list(v)
+
+
+def _ints(v: Any, where: str) -> list[int]:
+    return [_int(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
+
+
+def _strs(v: Any, where: str) -> list[str]:
+    return [_str(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
+
+
+def _req(data: Mapping, key: str, where: str, check: Callable[[Any, str], Any]) -> Any:
+    """``check(data[key])``; a missing key fails with the field's path."""
+    path = f"{where}.{key}"
+    if key not in data:
+        raise _Fail(path, "is missing")
+    return check(data[key], path)
+
+
+def _opt(data: Mapping, key: str, where: str, check: Callable[[Any, str], Any],
+         default: Any = None) -> Any:
+    """``check(data[key])`` when present and not null, else ``default``."""
+    value = data.get(key)
+    if value is None:
+        return copy.copy(default)
+    return check(value, f"{where}.{key}")
+
+
+def _int_keyed(check: Callable[[Any, str], Any]) -> Callable[[Any, str], dict[int, Any]]:
+    """A checker for an object keyed by batch size (JSON keys are strings: ``"64"``)."""
+
+    def run(v: Any, where: str) -> dict[int, Any]:
+        out = {}
+        for k, x in _dict(v, where).items():
+            try:
+                size = int(k)
+            except (TypeError, ValueError):
+                raise _Fail(f"{where}.{k}", "must be keyed by a batch size (an integer)") \
+                    from None
+            out[size] = check(x, f"{where}.{k}")
+        return out
+
+    return run
+
+
+def _same_length(items: Sequence, sizes: Sequence, where: str, sizes_field: str) -> None:
+    if len(items) != len(sizes):
+        raise _Fail(where, f"must hold one entry per batch size ({len(sizes)} in "
+                           f"{sizes_field}), got {len(items)}")
+
+
+# ----------------------------------------------------------------------------- Stats
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of repeated timings (:class:`labkit.timing.Stats` as stored): ``median``,
+    ``p10``, ``p90``, ``mean`` in ``unit`` (``"us"``: microseconds), over ``n`` samples."""
+
+    median: float
+    p10: float
+    p90: float
+    mean: float
+    n: int
+    unit: str = "us"
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "Stats":
+        d = _dict(v, where)
+        return cls(median=_req(d, "median", where, _num), p10=_req(d, "p10", where, _num),
+                   p90=_req(d, "p90", where, _num), mean=_opt(d, "mean", where, _num,
+                                                               d.get("median")),
+                   n=_req(d, "n", where, _int), unit=_opt(d, "unit", where, _str, "us"))
+
+    @classmethod
+    def optional(cls, v: Any, where: str) -> "Stats | None":
+        return None if v is None else cls.from_data(v, where)
+
+
+def _median(s: Stats | None) -> float | None:
+    return None if s is None else s.median
+
+
+def _times(v: Any, where: str, sizes: Sequence[int], sizes_field: str
+           ) -> dict[str, list[Stats | None]]:
+    """``{method: [Stats or null per batch size]}``."""
+    out = {}
+    for m, col in _dict(v, where).items():
+        items = _list(col, f"{where}.{m}")
+        _same_length(items, sizes, f"{where}.{m}", sizes_field)
+        out[m] = [Stats.optional(s, f"{where}.{m}[{i}]") for i, s in enumerate(items)]
+    return out
+
+
+def _checks(v: Any, where: str) -> dict[str, bool | float]:
+    """Correctness checks: ``true``/``false``, or a share (e.g. token agreement)."""
+    out = {}
+    for k, x in _dict(v, where).items():
+        if not (isinstance(x, bool) or _is_num(x)):
+            raise _fail(f"{where}.{k}", "true, false or a number", x)
+        out[k] = x
+    return out
+
+
+class _Timed:
+    """Shared helpers of records with ``batch_sizes`` and ``times[method]``."""
+
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+
+    @property
+    def methods(self) -> list[str]:
+        """The methods timed, in record order."""
+        return list(self.times)
+
+    def _column(self, method: str) -> list[Stats | None]:
+        if method not in self.times:
+            raise KeyError(f"the record has no method {method!r}; it has {self.methods}")
+        return self.times[method]
+
+    def median_us(self, method: str) -> list[float | None]:
+        """Median step time (µs) of ``method`` per batch size (``None``: not timed)."""
+        return [_median(s) for s in self._column(method)]
+
+    def at(self, method: str, batch: int) -> float | None:
+        """Median step time (µs) of ``method`` at ``batch`` (``None``: not measured)."""
+        if batch not in self.batch_sizes or method not in self.times:
+            return None
+        return _median(self.times[method][self.batch_sizes.index(batch)])
+
+    def tokens_per_s(self, method: str) -> list[float | None]:
+        """Tokens per second of ``method`` per batch size (:func:`tokens_per_s`)."""
+        return [tokens_per_s(b, t) for b, t in zip(self.batch_sizes, self.median_us(method))]
+
+    def speedup_vs_eager(self, method: str) -> list[float | None]:
+        """Speed-up of ``method`` over eager per batch size (:func:`speedup`)."""
+        eager = self.median_us("eager")
+        return [speedup(e, t) for e, t in zip(eager, self.median_us(method))]
+
+
+# ----------------------------------------------------------------------------- launch_overhead
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of the work-per-kernel sweep: time per kernel (µs) eager and replayed."""
+
+    numel: int
+    eager: Stats
+    graph: Stats | None
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "SweepPoint":
+        d = _dict(v, where)
+        return cls(numel=_req(d, "numel", where, _int),
+                   eager=_req(d, "eager", where, Stats.from_data),
+                   graph=_opt(d, "graph", where, Stats.from_data))
+
+
+@dataclass(frozen=True)
+class LaunchOverhead:
+    """``launch_overhead``: what one kernel launch costs (µs), and the work-per-kernel sweep.
+    CUDA-only figures are ``None`` when measured without CUDA."""
+
+    RECORD = "launch_overhead"  # the record name(s) of this kind
+
+    device: str
+    host_per_launch: Stats | None
+    launch_sync: Stats | None
+    gpu_per_eager_kernel: Stats | None
+    gpu_per_graph_node: Stats | None
+    n_kernels: int
+    sweep: list[SweepPoint]
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "LaunchOverhead":
+        return cls(device=_req(d, "device", where, _str),
+                   host_per_launch=_opt(d, "host_per_launch", where, Stats.from_data),
+                   launch_sync=_opt(d, "launch_sync", where, Stats.from_data),
+                   gpu_per_eager_kernel=_opt(d, "gpu_per_eager_kernel", where, Stats.from_data),
+                   gpu_per_graph_node=_opt(d, "gpu_per_graph_node", where, Stats.from_data),
+                   n_kernels=_req(d, "n_kernels", where, _int),
+                   sweep=[SweepPoint.from_data(p, f"{where}.sweep[{i}]")
+                          for i, p in enumerate(_req(d, "sweep", where, _list))],
+                   notes=_opt(d, "notes", where, _strs, []))
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+@dataclass(frozen=True)
+class Decode(_Timed):
+    """``decode_<preset>``: decode-step time per method and batch size. ``times[method]`` holds
+    one :class:`Stats` (µs per step) per entry of ``batch_sizes``, or ``None`` where that
+    method was not measured (a compile column merged in at fewer sizes)."""
+
+    RECORD = "decode_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    checks: dict[str, bool | float]
+    kernels_per_step: int | None = None
+    config: dict = field(default_factory=dict)
+    compile_s: float | None = None
+    cudagraph_skips: list[str] = field(default_factory=list)
+    compile_batch_sizes: list[int] | None = None
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Decode":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        out = cls(preset=_req(d, "preset", where, _str), dtype=_opt(d, "dtype", where, _str, ""),
+                  batch_sizes=sizes,
+                  times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                               f"{where}.batch_sizes"),
+                  checks=_opt(d, "checks", where, _checks, {}),
+                  kernels_per_step=_opt(d, "kernels_per_step", where, _int),
+                  config=_opt(d, "config", where, _dict, {}),
+                  compile_s=_opt(d, "compile_s", where, _num),
+                  cudagraph_skips=_opt(d, "cudagraph_skips", where, _strs, []),
+                  compile_batch_sizes=_opt(d, "compile_batch_sizes", where, _ints))
+        _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
+        if "eager" in out.times:
+            _check_stored(d, where, "speedup_vs_eager", out.speedup_vs_eager, out.methods)
+        return out
+
+
+def _check_stored(d: Mapping, where: str, key: str, derive: Callable[[str], list],
+                  methods: Sequence[str]) -> None:
+    """A stored derived column (``tokens_per_s``, ``speedup_vs_eager``) must agree with the
+    value derived here from ``times``: a record whose copies disagree cannot be trusted."""
+    stored = d.get(key)
+    if stored is None:
+        return
+    stored = _dict(stored, f"{where}.{key}")
+    for m, col in stored.items():
+        path = f"{where}.{key}.{m}"
+        if m not in methods:
+            raise _Fail(path, f"has no timings in {where}.times to be derived from")
+        values = _list(col, path)
+        want = derive(m)
+        _same_length(values, want, path, f"{where}.batch_sizes")
+        for i, (got, exp) in enumerate(zip(values, want)):
+            if got is None and exp is None:
+                continue
+            if not _is_num(got) or exp is None or not math.isclose(got, exp, rel_tol=1e-6):
+                raise _Fail(f"{path}[{i}]", f"is {got!r} but {where}.times gives {exp!r}")
+
+
+# ----------------------------------------------------------------------------- timeline
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One profiler event: ``lane`` ``"CPU"`` (a launch call) or ``"GPU"`` (a kernel, copy or
+    set), start (µs from the first event) and duration (µs)."""
+
+    lane: str
+    name: str
+    start_us: float
+    dur_us: float
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "TimelineEvent":
+        d = _dict(v, where)
+        lane = _req(d, "lane", where, _str)
+        if lane not in ("CPU", "GPU"):
+            raise _Fail(f"{where}.lane", f"must be 'CPU' or 'GPU', got {lane!r}")
+        return cls(lane, _opt(d, "name", where, _str, ""), _req(d, "start_us", where, _num),
+                   _req(d, "dur_us", where, _num))
+
+
+@dataclass(frozen=True)
+class TimelineMethod:
+    """The events of a few steps of one method, and the time per step (µs)."""
+
+    events: list[TimelineEvent]
+    step_us: float | None
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "TimelineMethod":
+        d = _dict(v, where)
+        return cls([TimelineEvent.from_data(e, f"{where}.events[{i}]")
+                    for i, e in enumerate(_req(d, "events", where, _list))],
+                   _opt(d, "step_us", where, _num))
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """``timeline_<preset>``: ``methods[name]`` (``"eager"``, ``"graph"``) from a profiler."""
+
+    RECORD = "timeline_<preset>"  # the record name(s) of this kind
+
+    methods: dict[str, TimelineMethod]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Timeline":
+        if not d:
+            raise _Fail(where, "must hold at least one method (e.g. 'eager')")
+        return cls({m: TimelineMethod.from_data(v, f"{where}.{m}") for m, v in d.items()})
+
+    def __getitem__(self, method: str) -> TimelineMethod:
+        if method not in self.methods:
+            raise KeyError(f"the timeline record has no method {method!r}; it has "
+                           f"{sorted(self.methods)}")
+        return self.methods[method]
+
+
+# ----------------------------------------------------------------------------- pool memory
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """One way of holding the graphs: ``total_bytes`` reserved; for private pools the bytes
+    of each size's pool, for a shared pool its size after each capture (``growth_bytes``);
+    capture seconds per size. Keys are batch sizes."""
+
+    total_bytes: int
+    per_size_bytes: dict[int, int] = field(default_factory=dict)
+    growth_bytes: dict[int, int] = field(default_factory=dict)
+    capture_s: dict[int, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "PoolLayout":
+        d = _dict(v, where)
+        return cls(total_bytes=_req(d, "total_bytes", where, _int),
+                   per_size_bytes=_opt(d, "per_size_bytes", where, _int_keyed(_int), {}),
+                   growth_bytes=_opt(d, "growth_bytes", where, _int_keyed(_int), {}),
+                   capture_s=_opt(d, "capture_s", where, _int_keyed(_num), {}))
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """``pool_memory_<preset>``: graph-pool bytes for ``sizes``, private pools vs one shared
+    pool captured largest-first and smallest-first."""
+
+    RECORD = "pool_memory_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    sizes: list[int]
+    private: PoolLayout
+    shared_largest_first: PoolLayout
+    shared_smallest_first: PoolLayout
+    largest_private_bytes: int
+    dtype: str = ""
+
+    LAYOUTS = ("private", "shared_largest_first", "shared_smallest_first")
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "PoolMemory":
+        private = _req(d, "private", where, PoolLayout.from_data)
+        largest = _opt(d, "largest_private_bytes", where, _int)
+        if largest is None:
+            largest = max(private.per_size_bytes.values(), default=0)
+        return cls(preset=_opt(d, "preset", where, _str, ""), sizes=_req(d, "sizes", where, _ints),
+                   private=private,
+                   shared_largest_first=_req(d, "shared_largest_first", where,
+                                             PoolLayout.from_data),
+                   shared_smallest_first=_req(d, "shared_smallest_first", where,
+                                              PoolLayout.from_data),
+                   largest_private_bytes=largest, dtype=_opt(d, "dtype", where, _str, ""))
+
+    def layout(self, name: str) -> PoolLayout:
+        """``private``, ``shared_largest_first`` or ``shared_smallest_first``."""
+        if name not in self.LAYOUTS:
+            raise KeyError(f"no pool layout {name!r}; layouts: {self.LAYOUTS}")
+        return getattr(self, name)
+
+    def total_bytes(self) -> dict[str, int]:
+        """Total bytes of each layout, in :data:`LAYOUTS` order."""
+        return {n: self.layout(n).total_bytes for n in self.LAYOUTS}
+
+
+# ----------------------------------------------------------------------------- dispatcher
+
+
+@dataclass(frozen=True)
+class Dispatcher(_Timed):
+    """``dispatcher_<preset>``: per batch size, eager vs an exact graph (``graph_exact``,
+    ``None`` above the largest captured size) vs the padding dispatcher; µs per step.
+    ``counters`` are :class:`labkit.dispatch.DispatchCounters` as stored."""
+
+    RECORD = "dispatcher_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    capture_sizes: list[int]
+    batch_sizes: list[int]
+    padded_to: list[int | None]
+    times: dict[str, list[Stats | None]]
+    counters: dict
+    checks: dict[str, bool | float]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Dispatcher":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        padded = _opt(d, "padded_to", where, _list, [None] * len(sizes))
+        padded = [_opt_int(p, f"{where}.padded_to[{i}]") for i, p in enumerate(padded)]
+        _same_length(padded, sizes, f"{where}.padded_to", f"{where}.batch_sizes")
+        out = cls(preset=_opt(d, "preset", where, _str, ""),
+                  dtype=_opt(d, "dtype", where, _str, ""),
+                  capture_sizes=_req(d, "capture_sizes", where, _ints), batch_sizes=sizes,
+                  padded_to=padded,
+                  times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                               f"{where}.batch_sizes"),
+                  counters=_opt(d, "counters", where, _dict, {}),
+                  checks=_opt(d, "checks", where, _checks, {}))
+        for m in ("eager", "dispatcher"):
+            if m not in out.times:
+                raise _Fail(f"{where}.times.{m}", "is missing")
+        _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
+        return out
+
+    def dispatcher_over_graph(self) -> list[float | None]:
+        """Dispatcher time over the exact graph's replay per batch size (:func:`ratio`)."""
+        graph = self.median_us("graph_exact") if "graph_exact" in self.times else \
+            [None] * len(self.batch_sizes)
+        return [ratio(d, g) for d, g in zip(self.median_us("dispatcher"), graph)]
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+@dataclass(frozen=True)
+class Compile(_Timed):
+    """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``: µs per
+    step per method and batch size, set-up seconds, pool bytes (``None``: not measured), GPU
+    operations per step (``-1`` or ``None``: not measured)."""
+
+    RECORD = "compile_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    compile_s: float
+    capture_s: float
+    graph_pool_bytes: int | None
+    compile_pool_bytes: int | None
+    kernels_per_step: dict[str, int | None]
+    checks: dict[str, bool | float]
+    cudagraph_skips: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Compile":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        mem = _opt(d, "memory", where, _dict, {})
+        kernels = _opt(d, "kernels_per_step", where, _dict, {})
+        return cls(preset=_opt(d, "preset", where, _str, ""),
+                   dtype=_opt(d, "dtype", where, _str, ""),
+                   batch_sizes=sizes,
+                   times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                                f"{where}.batch_sizes"),
+                   compile_s=_req(d, "compile_s", where, _num),
+                   capture_s=_req(d, "capture_s", where, _num),
+                   graph_pool_bytes=_opt(mem, "graph_pool_bytes", f"{where}.memory", _int),
+                   compile_pool_bytes=_opt(mem, "compile_pool_bytes", f"{where}.memory", _int),
+                   kernels_per_step={k: _opt_int(v, f"{where}.kernels_per_step.{k}")
+                                     for k, v in kernels.items()},
+                   checks=_opt(d, "checks", where, _checks, {}),
+                   cudagraph_skips=_opt(d, "cudagraph_skips", where, _strs, []))
+
+
+# ----------------------------------------------------------------------------- pitfalls
+
+
+@dataclass(frozen=True)
+class Pitfall:
+    """One capture pitfall reproduced: the rule, what happened (``error``: the first error
+    seen, ``None`` if none), the fix and whether the fixed version ran (``fixed_ok``).
+    ``details`` is free-form per pitfall."""
+
+    name: str
+    rule: str
+    what: str
+    error: str | None
+    fix: str
+    fixed_ok: bool
+    details: dict
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "Pitfall":
+        d = _dict(v, where)
+        return cls(name=_req(d, "name", where, _str), rule=_opt(d, "rule", where, _str, ""),
+                   what=_opt(d, "what", where, _str, ""), error=_opt(d, "error", where, _str),
+                   fix=_opt(d, "fix", where, _str, ""),
+                   fixed_ok=_req(d, "fixed_ok", where, _bool),
+                   details=_opt(d, "details", where, _dict, {}))
+
+
+@dataclass(frozen=True)
+class Pitfalls:
+    """``pitfalls``: the pitfalls shown on ``device``, the address demonstration (free-form;
+    ``{"error": ...}`` when it failed) and the torch.compile pitfall (``None``: not run)."""
+
+    RECORD = "pitfalls"  # the record name(s) of this kind
+
+    device: str
+    torch: str
+    pitfalls: list[Pitfall]
+    address_demo: dict
+    compiled: Pitfall | None
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Pitfalls":
+        return cls(device=_opt(d, "device", where, _str, ""),
+                   torch=_opt(d, "torch", where, _str, ""),
+                   pitfalls=[Pitfall.from_data(p, f"{where}.pitfalls[{i}]")
+                             for i, p in enumerate(_req(d, "pitfalls", where, _list))],
+                   address_demo=_opt(d, "address_demo", where, _dict, {}),
+                   compiled=_opt(d, "compiled", where, Pitfall.from_data))
+
+    def by_name(self) -> dict[str, Pitfall]:
+        return {p.name: p for p in self.pitfalls}
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One row of the bench table: median µs per method at one model and batch size, and the
+    ratios (:func:`bench_row` derives them)."""
+
+    model: str
+    batch: int
+    eager_us: float | None = None
+    graph_us: float | None = None
+    dispatcher_us: float | None = None
+    compile_us: float | None = None
+    graph_speedup: float | None = None
+    dispatcher_over_graph: float | None = None
+    dispatcher_over_compile: float | None = None
+
+    NUMBERS = ("eager_us", "graph_us", "dispatcher_us", "compile_us", "graph_speedup",
+               "dispatcher_over_graph", "dispatcher_over_compile")
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "BenchRow":
+        d = _dict(v, where)
+        return cls(model=_req(d, "model", where, _str), batch=_req(d, "batch", where, _int),
+                   **{k: _opt(d, k, where, _num) for k in cls.NUMBERS})
+
+    def get(self, key: str) -> Any:
+        """A column by name (``None`` when absent), as the table writers ask for it."""
+        return getattr(self, key, None)
+
+
+def bench_row(model: str, batch: int, medians_us: Mapping[str, float]) -> dict:
+    """The bench table's row for one model and batch size, with its ratios derived here:
+    ``{"model", "batch", "<method>_us"..., "graph_speedup", "dispatcher_over_graph",
+    "dispatcher_over_compile"}`` (a ratio only when both of its timings exist)."""
+    t = dict(medians_us)
+    row: dict = {"model": model, "batch": batch, **{f"{m}_us": t[m] for m in t}}
+    if "eager" in t and "graph" in t:
+        row["graph_speedup"] = speedup(t["eager"], t["graph"])
+    if "dispatcher" in t and "graph" in t:
+        row["dispatcher_over_graph"] = ratio(t["dispatcher"], t["graph"])
+    if "dispatcher" in t and "compile" in t:
+        row["dispatcher_over_compile"] = ratio(t["dispatcher"], t["compile"])
+    return row
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """A benchmark target: its sentence, the measured value and whether it passed."""
+
+    target: str
+    value: float
+    passed: bool
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "BenchTarget":
+        d = _dict(v, where)
+        return cls(_req(d, "target", where, _str), _req(d, "value", where, _num),
+                   _req(d, "pass", where, _bool))
+
+
+@dataclass(frozen=True)
+class BenchPool:
+    """Graph-pool memory of one layout, in MiB."""
+
+    layout: str
+    total_MiB: float
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "BenchPool":
+        d = _dict(v, where)
+        return cls(_req(d, "layout", where, _str), _req(d, "total_MiB", where, _num))
+
+
+@dataclass(frozen=True)
+class Bench:
+    """``bench``: the table of ``labkit bench``, its targets, pool memory, the correctness
+    checks (``"<model>.<check>"``) and the measurements that failed."""
+
+    RECORD = "bench"  # the record name(s) of this kind
+
+    rows: list[BenchRow]
+    targets: list[BenchTarget]
+    pool: list[BenchPool]
+    checks: dict[str, bool | float]
+    failed: list[str]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Bench":
+        def items(key: str, kind: Any) -> list:
+            return [kind.from_data(x, f"{where}.{key}[{i}]")
+                    for i, x in enumerate(_req(d, key, where, _list))]
+
+        return cls(rows=items("rows", BenchRow), targets=items("targets", BenchTarget),
+                   pool=items("pool", BenchPool), checks=_opt(d, "checks", where, _checks, {}),
+                   failed=_opt(d, "failed", where, _strs, []))
+
+    def pool_mib(self) -> dict[str, float]:
+        return {p.layout: p.total_MiB for p in self.pool}
+
+
+# ----------------------------------------------------------------------------- the registry
+
+#: (record-name pattern, kind), first match wins; later issues append their kinds here
+KINDS: list[tuple[str, type]] = [
+    (r"launch_overhead", LaunchOverhead),
+    (r"decode_[A-Za-z0-9][A-Za-z0-9_.-]*", Decode),
+    (r"compile_times_[A-Za-z0-9][A-Za-z0-9_.-]*", Decode),
+    (r"timeline_[A-Za-z0-9][A-Za-z0-9_.-]*", Timeline),
+    (r"pool_memory_[A-Za-z0-9][A-Za-z0-9_.-]*", PoolMemory),
+    (r"dispatcher_[A-Za-z0-9][A-Za-z0-9_.-]*", Dispatcher),
+    (r"compile_[A-Za-z0-9][A-Za-z0-9_.-]*", Compile),
+    (r"pitfalls", Pitfalls),
+    (r"bench", Bench),
+]
+
+
+def kind_of(name: str) -> type | None:
+    """The record kind of record name ``name`` (``None``: not a kind this module knows)."""
+    for pattern, kind in KINDS:
+        if re.fullmatch(pattern, name):
+            return kind
+    return None
+
+
+_RERECORD = ("re-record it with this labkit (`labkit run` or `labkit bench --record`), or read "
+             "it with the labkit version that wrote it (its env.labkit field)")
+
+
+def parse(name: str, data: Mapping, *, source: str | None = None, fix: str = _RERECORD) -> Any:
+    """``data`` of record ``name`` as its kind (``data`` itself, as a dict, for a name no kind
+    matches). Raises :class:`SchemaError` naming ``source`` (a file, or the record name), the
+    field at fault and ``fix`` (what to do about it)."""
+    where_from = source or f"record {name!r}"
+    if not isinstance(data, Mapping):
+        raise SchemaError(f"{where_from}: field 'data' must be an object, got "
+                          f"{_type_name(data)}")
+    kind = kind_of(name)
+    if kind is None:
+        return dict(data)
+    return _parse_as(kind, data, where_from, name, fix)
+
+
+def _parse_as(kind: type, data: Mapping, where_from: str, name: str,
+              fix: str = _RERECORD) -> Any:
+    try:
+        return kind.from_data(data, "data")
+    except _Fail as exc:
+        what = f"labkit.measure.records.{kind.__name__}"
+        if name != kind.RECORD:
+            what = f"a {name} record is a {what}"
+        raise SchemaError(f"{where_from}: field '{exc.where}' {exc.problem} ({what}); "
+                          f"{fix}") from None
+
+
+K = TypeVar("K")
+
+
+def view(record: Any, kind: type[K]) -> K:
+    """``record`` as ``kind``: a typed record is returned as it is; a
+    :class:`labkit.measure.results.Result` or a ``data`` dict is parsed (a Result's name must
+    be of that kind). Raises :class:`SchemaError` when the fields do not fit, ``TypeError``
+    for anything else."""
+    if isinstance(record, kind):
+        return record
+    data = getattr(record, "data", record)
+    if not isinstance(data, Mapping):
+        raise TypeError(f"expected a {kind.__name__} record (a labkit Result, its data dict, "
+                        f"or a labkit.measure.records.{kind.__name__}), got "
+                        f"{type(record).__name__}")
+    name = getattr(record, "name", None)
+    where_from = f"record {name!r}" if name else f"{kind.RECORD} record (a dict)"
+    return _parse_as(kind, data, where_from, name or kind.RECORD,
+                     "pass a record of that kind (e.g. load_reference of that name)")
+
+
+# ----------------------------------------------------------------------------- default parameters
+
+_POOL_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+_DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "bfloat16",
+           "repeats": 30}
+
+#: record name -> (measurement function, parameters as recorded in the file's ``params``);
+#: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
+#: :mod:`labkit.measure.pitfalls`). ``preset`` is passed as the function's ``preset_name``.
+DEFAULTS: dict[str, tuple[str, dict]] = {
+    "launch_overhead": ("measure_launch_overhead",
+                        {"numels": [1, 2**10, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24],
+                         "n_kernels": 200, "repeats": 50}),
+    "decode_small": ("measure_decode", {"preset": "small", **_DECODE}),
+    "decode_gpt2": ("measure_decode", {"preset": "gpt2", **_DECODE}),
+    "timeline_small": ("measure_timeline", {"preset": "small", "batch_size": 1, "steps": 3}),
+    "pool_memory_small": ("measure_pool_memory",
+                          {"preset": "small", "sizes": _POOL_SIZES, "dtype": "bfloat16"}),
+    "pool_memory_gpt2": ("measure_pool_memory",
+                         {"preset": "gpt2", "sizes": _POOL_SIZES, "dtype": "bfloat16"}),
+    "dispatcher_small": ("measure_dispatcher",
+                         {"preset": "small", "capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128],
+                          "batch_sizes": [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128,
+                                          129, 160],
+                          "dtype": "bfloat16"}),
+    "compile_small": ("measure_compile",
+                      {"preset": "small", "batch_sizes": [1, 8], "dtype": "bfloat16"}),
+    "pitfalls": ("run_all_pitfalls", {"include_compile": True}),
+}
+
+
+def default_params(name: str) -> dict:
+    """The parameters record ``name`` is measured with by default (a fresh copy)."""
+    if name not in DEFAULTS:
+        raise KeyError(f"no default parameters for record {name!r}; known: {sorted(DEFAULTS)}")
+    return copy.deepcopy(DEFAULTS[name][1])
+
+
+def measure_kwargs(params: Mapping) -> dict:
+    """Keyword arguments of the measurement function for recorded ``params``
+    (``preset`` becomes ``preset_name``)."""
+    out = copy.deepcopy(dict(params))
+    if "preset" in out:
+        out["preset_name"] = out.pop("preset")
+    return out

@@ -1,0 +1,251 @@
+"""labkit.measure.records: the record kinds, their validation, derived values and defaults."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit.measure import records as R
+from labkit.measure.results import Result, load_result, save_result
+from labkit.paths import data_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_FILES = sorted((data_dir() / "reference").glob("*/*.json"))
+
+
+def ref(name: str) -> dict:
+    return json.loads((data_dir() / "reference" / "h200" / f"{name}.json").read_text())
+
+
+# ----------------------------------------------------------------------------- shipped files
+
+
+def test_there_are_reference_files():
+    assert len(REFERENCE_FILES) >= 10
+
+
+@pytest.mark.parametrize("path", REFERENCE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_reference_file_validates(path):
+    res = load_result(path)
+    kind = R.kind_of(res.name)
+    assert kind is not None, f"{path.name}: no record kind describes {res.name!r}"
+    assert isinstance(res.record, kind)
+
+
+@pytest.mark.parametrize("name", sorted(R.DEFAULTS))
+def test_reference_params_are_the_defaults(name):
+    assert ref(name)["params"] == R.default_params(name)
+
+
+def test_kind_registry():
+    assert R.kind_of("decode_small") is R.Decode
+    assert R.kind_of("compile_times_gpt2") is R.Decode
+    assert R.kind_of("compile_small") is R.Compile
+    assert R.kind_of("pool_memory_gpt2") is R.PoolMemory
+    assert R.kind_of("dispatcher_small") is R.Dispatcher
+    assert R.kind_of("timeline_small") is R.Timeline
+    assert R.kind_of("launch_overhead") is R.LaunchOverhead
+    assert R.kind_of("pitfalls") is R.Pitfalls
+    assert R.kind_of("bench") is R.Bench
+    assert R.kind_of("my_experiment") is None and R.kind_of("decode") is None
+    assert R.parse("my_experiment", {"a": 1}) == {"a": 1}
+
+
+# ----------------------------------------------------------------------------- typed access
+
+
+def test_decode_derived_values_equal_the_stored_ones():
+    d = ref("decode_gpt2")["data"]
+    rec = R.parse("decode_gpt2", d)
+    assert rec.batch_sizes == [1, 8, 64] and rec.kernels_per_step == 225
+    for m in rec.methods:
+        assert rec.tokens_per_s(m) == d["tokens_per_s"][m]
+        assert rec.speedup_vs_eager(m) == d["speedup_vs_eager"][m]
+    assert rec.at("graph", 8) == d["times"]["graph"][1]["median"]
+    assert rec.at("compile", 8) is None and rec.at("graph", 3) is None
+    with pytest.raises(KeyError, match="no method 'compile'"):
+        rec.median_us("compile")
+
+
+def test_derived_value_functions():
+    assert R.tokens_per_s(8, 200.0) == pytest.approx(40_000.0)
+    assert R.tokens_per_s(8, None) is None
+    assert R.speedup(1000.0, 250.0) == 4.0 and R.speedup(None, 1.0) is None
+    assert R.ratio(1.1, 1.0) == pytest.approx(1.1) and R.ratio(1.0, None) is None
+    row = R.bench_row("small", 1, {"eager": 1000.0, "graph": 100.0, "dispatcher": 110.0})
+    assert row["graph_speedup"] == 10.0 and row["dispatcher_over_graph"] == pytest.approx(1.1)
+    assert "dispatcher_over_compile" not in row
+
+
+def test_dispatcher_pool_compile_pitfalls_bench_views():
+    disp = R.parse("dispatcher_small", ref("dispatcher_small")["data"])
+    over = disp.dispatcher_over_graph()
+    assert over[0] == pytest.approx(disp.at("dispatcher", 1) / disp.at("graph_exact", 1))
+    assert over[-1] is None                      # batch 160: above the largest graph
+    pool = R.parse("pool_memory_gpt2", ref("pool_memory_gpt2")["data"])
+    assert pool.total_bytes()["shared_largest_first"] == pool.largest_private_bytes
+    assert pool.private.per_size_bytes[512] == pool.largest_private_bytes
+    comp = R.parse("compile_small", ref("compile_small")["data"])
+    assert comp.kernels_per_step == {"eager": 74, "compile": 61}
+    assert comp.graph_pool_bytes == 4194304
+    pits = R.parse("pitfalls", ref("pitfalls")["data"])
+    assert set(pits.by_name()) == {"host_sync", "dynamic_shape", "output_overwritten",
+                                   "input_rebound", "rng"}
+    bench = R.parse("bench", ref("bench")["data"])
+    assert bench.pool_mib()["private"] == 872.0
+    assert bench.rows[0].get("graph_speedup") == bench.rows[0].graph_speedup
+
+
+def test_view_accepts_results_dicts_and_typed_records():
+    raw = ref("decode_small")
+    res = Result(raw["name"], raw["data"], raw["params"], raw["env"], 1, raw["created"])
+    typed = R.view(res, R.Decode)
+    assert R.view(typed, R.Decode) is typed
+    assert R.view(raw["data"], R.Decode) == typed
+    with pytest.raises(TypeError, match="expected a Decode record"):
+        R.view(42, R.Decode)
+    with pytest.raises(R.SchemaError, match=r"pool_memory_<preset> record \(a dict\): field 'data.private' is missing"):
+        R.view(raw["data"], R.PoolMemory)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("name, mutate, field, problem", [
+    ("decode_small", lambda d: d.pop("times"), "data.times", "is missing"),
+    ("decode_small", lambda d: d["times"]["graph"][1].update(median="fast"),
+     "data.times.graph[1].median", "must be a number"),
+    ("decode_small", lambda d: d["times"]["eager"].pop(), "data.times.eager",
+     "one entry per batch size"),
+    ("decode_small", lambda d: d["tokens_per_s"]["graph"].__setitem__(0, 1.0),
+     "data.tokens_per_s.graph[0]", "data.times gives"),
+    ("decode_small", lambda d: d.update(batch_sizes=[1, 8, True]), "data.batch_sizes[2]",
+     "must be an integer"),
+    ("pool_memory_gpt2", lambda d: d["private"]["per_size_bytes"].update(big=1),
+     "data.private.per_size_bytes.big", "keyed by a batch size"),
+    ("timeline_small", lambda d: d["eager"]["events"][3].update(lane="TPU"),
+     "data.eager.events[3].lane", "'CPU' or 'GPU'"),
+    ("pitfalls", lambda d: d["pitfalls"][0].update(fixed_ok="yes"),
+     "data.pitfalls[0].fixed_ok", "true or false"),
+    ("bench", lambda d: d["targets"][0].pop("pass"), "data.targets[0].pass", "is missing"),
+    ("compile_small", lambda d: d.update(compile_s=None), "data.compile_s", "must be a number"),
+    ("launch_overhead", lambda d: d["sweep"][0].update(eager=[1]), "data.sweep[0].eager",
+     "must be an object"),
+])
+def test_a_bad_field_is_named(name, mutate, field, problem):
+    data = copy.deepcopy(ref(name)["data"])
+    mutate(data)
+    with pytest.raises(R.SchemaError) as err:
+        R.parse(name, data, source="somewhere.json")
+    msg = str(err.value)
+    assert msg.startswith("somewhere.json: ") and f"field '{field}'" in msg and problem in msg
+    assert "re-record" in msg
+
+
+def test_save_refuses_a_malformed_record_of_a_known_kind(tmp_path):
+    data = copy.deepcopy(ref("compile_small")["data"])
+    del data["capture_s"]
+    with pytest.raises(R.SchemaError, match=r"result 'compile_small' \(not saved\): field "
+                                            r"'data.capture_s' is missing"):
+        save_result("compile_small", data, run_dir=tmp_path, env={"tier": "cpu"})
+    assert not (tmp_path / "results").exists()
+
+
+# ----------------------------------------------------------------------------- default params
+
+
+_CONSTANT_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.BinOp, ast.UnaryOp,
+                   ast.operator, ast.unaryop, ast.Load)
+
+
+def _constant(node: ast.AST):
+    """The value of a constant expression (literals and arithmetic such as ``2**10``)."""
+    if not all(isinstance(n, _CONSTANT_NODES) for n in ast.walk(node)):
+        raise ValueError("not a constant")
+    return eval(compile(ast.Expression(node), "<cell>", "eval"), {"__builtins__": {}})
+
+
+def _literals(source: str) -> dict:
+    """Top-level ``name = <constant>`` and ``name = dict(k=<constant>, ...)`` of a cell."""
+    out = {}
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            continue
+        call = node.value
+        try:
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "dict" \
+                    and not call.args:
+                value = {k.arg: _constant(k.value) for k in call.keywords}
+            else:
+                value = _constant(call)
+        except ValueError:
+            continue
+        out[node.targets[0].id] = value
+    return out
+
+
+def notebook_literals(stem: str) -> dict:
+    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    out: dict = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            out.update(_literals("".join(cell["source"])))
+    return out
+
+
+def _norm(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+# (notebook, variable[, key of a dict variable]) -> (record, parameter)
+NOTEBOOK_PARAMS = [
+    ("01_launch_overhead", "n_kernels", None, "launch_overhead", "n_kernels"),
+    ("01_launch_overhead", "repeats", None, "launch_overhead", "repeats"),
+    ("01_launch_overhead", "numels", None, "launch_overhead", "numels"),
+    ("02_eager_decode", "batch_sizes", None, "decode_small", "batch_sizes"),
+    ("02_eager_decode", "repeats", None, "decode_small", "repeats"),
+    ("02_eager_decode", "tl_params", "batch_size", "timeline_small", "batch_size"),
+    ("02_eager_decode", "tl_params", "steps", "timeline_small", "steps"),
+    ("03_capture_replay", "batch_sizes", None, "decode_gpt2", "batch_sizes"),
+    ("03_capture_replay", "repeats", None, "decode_gpt2", "repeats"),
+    ("03_capture_replay", "n_kernels", None, "launch_overhead", "n_kernels"),
+    ("03_capture_replay", "launch_repeats", None, "launch_overhead", "repeats"),
+    ("03_capture_replay", "numels", None, "launch_overhead", "numels"),
+    ("03_capture_replay", "tl_params", "steps", "timeline_small", "steps"),
+    ("04_shared_pools", "SIZES", None, "pool_memory_gpt2", "sizes"),
+    ("05_padding_dispatcher", "CAPTURE", None, "dispatcher_small", "capture_sizes"),
+    ("05_padding_dispatcher", "BATCHES", None, "dispatcher_small", "batch_sizes"),
+    ("06_capture_sizes", "SIZES", None, "pool_memory_small", "sizes"),
+    ("06_capture_sizes", "CAPTURE", None, "dispatcher_small", "capture_sizes"),
+    ("06_capture_sizes", "BATCHES", None, "dispatcher_small", "batch_sizes"),
+    ("07_pitfalls", "include_compile", None, "pitfalls", "include_compile"),
+    ("08_compile_vs_graphs", "batch_sizes", None, "compile_small", "batch_sizes"),
+]
+
+
+@pytest.mark.parametrize("stem, var, key, record, param", NOTEBOOK_PARAMS,
+                         ids=[f"{s}:{v}{'.' + k if k else ''}" for s, v, k, *_ in NOTEBOOK_PARAMS])
+def test_notebook_defaults_agree_with_the_records_defaults(stem, var, key, record, param):
+    for folder in ("", "solutions/"):
+        values = notebook_literals(f"{folder}{stem}")
+        assert var in values, f"{folder}{stem}: no literal {var} (the check is out of date)"
+        value = values[var] if key is None else values[var][key]
+        assert _norm(value) == R.default_params(record)[param], (
+            f"{folder}{stem}.ipynb sets {var} = {value!r}, but "
+            f"labkit.measure.records.DEFAULTS[{record!r}][{param!r}] is "
+            f"{R.default_params(record)[param]!r}; change one of them")
+
+
+def test_default_params_are_copies_and_measure_kwargs_renames_the_preset():
+    p = R.default_params("decode_small")
+    p["batch_sizes"].append(999)
+    assert 999 not in R.default_params("decode_small")["batch_sizes"]
+    assert R.measure_kwargs({"preset": "gpt2", "sizes": [1]}) == {"preset_name": "gpt2",
+                                                                  "sizes": [1]}
+    with pytest.raises(KeyError, match="no default parameters"):
+        R.default_params("nope")
