@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from labkit.measure.records import SchemaError
+
 from labkit.measure.pitfalls import RULES
 from labkit.teach.lessons import pitfalls
 
@@ -38,8 +40,10 @@ def test_summary_rows_and_by_name():
     assert rows[0]["what happened"] == "CUDA graph capture failed: host synchronisation"
     assert rows[0]["fixed"] == "yes" and rows[1]["fixed"] == "NO"
     assert set(pitfalls.by_name(rec)) == {"host_sync", "rng"}
-    with pytest.raises(KeyError, match="not a 'pitfalls' record"):
+    with pytest.raises(SchemaError, match="'data.pitfalls' is missing"):
         pitfalls.by_name({"x": 1})
+    with pytest.raises(SchemaError, match="fixed_ok"):
+        pitfalls.summary_rows({"pitfalls": [{"name": "rng", "fixed_ok": "yes"}]})
 
 
 def test_describe_has_error_and_fix():

@@ -12,22 +12,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.measure.records import Pitfalls, view
 
 # ---------------------------------------------------------------------------- reading records
 
 
-def by_name(record: dict) -> dict[str, dict]:
-    """The ``pitfalls`` list of a record, keyed by pitfall name."""
-    if "pitfalls" not in record:
-        raise KeyError("not a 'pitfalls' record: it has no 'pitfalls' list (keys: "
-                       f"{sorted(record)})")
-    return {p["name"]: p for p in record["pitfalls"]}
+def _entries(record: Any) -> list[dict]:
+    """The record's pitfall entries as dicts, after checking the record against its kind in
+    :mod:`labkit.measure.records` (a malformed record raises ``SchemaError`` naming the
+    field)."""
+    view(record, Pitfalls)
+    return list(getattr(record, "data", record)["pitfalls"])
 
 
-def summary_rows(record: dict) -> list[dict]:
+def by_name(record: Any) -> dict[str, dict]:
+    """The ``pitfalls`` list of a record (a Result or its data), keyed by pitfall name."""
+    return {p["name"]: p for p in _entries(record)}
+
+
+def summary_rows(record: Any) -> list[dict]:
     """One table row per pitfall: name, rule, first line of the observed error, fixed?"""
     rows = []
-    for p in record.get("pitfalls", []):
+    for p in _entries(record):
         first = (p.get("error") or "").strip().splitlines()
         rows.append({"pitfall": p["name"], "rule broken": p.get("rule", ""),
                      "what happened": first[0] if first else "",
