@@ -113,3 +113,21 @@ def test_summarize_bench_reads_the_run_through_the_records(tmp_path):
     assert bench.rows[0].graph_speedup == small.speedup_vs_eager("graph")[0]
     assert bench.pool_mib()["private"] == 872.0 and bench.failed == []
     assert any("compile over 2 sizes" in t.target for t in bench.targets)
+
+
+def test_engine_targets():
+    small = _decode([1000, 1200], [170, 200], [174, 210])  # 1.024 and 1.05 over replay
+    gpt2 = _decode([4000, 4100], [650, 700], [660, 710])
+    gpt2["preset"] = "gpt2"
+    pool = {"sizes": list(range(1, 11)), "private": {"total_bytes": 300},
+            "shared_largest_first": {"total_bytes": 90 * 2**20},
+            "shared_smallest_first": {"total_bytes": 120 * 2**20},
+            "largest_private_bytes": 88 * 2**20}
+    t = {r["target"]: r for r in evaluate_targets({"small": small, "gpt2": gpt2}, pool)}
+    assert t["FULL graph step <= 180 us at batch 1 (small)"]["pass"] is True
+    assert t["FULL graph step <= 680 us at batch 1 (gpt2)"]["pass"] is True
+    assert "FULL graph step <= 1050 us at batch 64 (gpt2)" not in t  # not measured
+    worst = t["dispatcher <= 1.03x raw replay at every size (small, worst)"]
+    assert worst["pass"] is False and abs(worst["value"] - 1.05) < 1e-9
+    assert t["dispatcher <= 1.03x raw replay at every size (gpt2, worst)"]["pass"] is True
+    assert t["ten sizes, one shared pool largest-first <= 100 MiB (10 sizes)"]["pass"] is True
