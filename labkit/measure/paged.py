@@ -70,7 +70,6 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     checks ``paged_tokens_equal_slot_gather`` (same math, so equal token for token),
     ``paged_token_agreement_slot_in_place`` (a share: another kernel, bf16 rounding may
     differ) and ``graph_tokens_equal_eager.<layout>.<max_seq>``."""
-    _need_cuda("measure_paged")
     batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
     max_seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     block_size = as_int(block_size, "block_size", minimum=1)
@@ -80,6 +79,7 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
                          "a block size that divides every max_seq")
     if not batch_sizes or not max_seqs:
         raise ValueError("give at least one batch size and one max_seq")
+    _need_cuda("measure_paged")
     max_batch = max(batch_sizes)
     runs, checks = [], {}
     for max_seq in max_seqs:
