@@ -205,7 +205,8 @@ def test_charts_build():
 
 @pytest.mark.parametrize("kwargs, match", [({"max_seqs": [100]}, "not multiples of block_size"),
                                            ({"batch_sizes": [0]}, "batch_sizes"),
-                                           ({"block_size": 0}, "block_size")])
+                                           ({"block_size": 0}, "block_size"),
+                                           ({"new_tokens": 0}, "new_tokens")])
 def test_measure_paged_refuses_bad_input_before_anything(kwargs, match):
     with pytest.raises(ValueError, match=match):
         measure_paged("test", **kwargs)

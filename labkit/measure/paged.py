@@ -73,6 +73,8 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
     max_seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     block_size = as_int(block_size, "block_size", minimum=1)
+    new_tokens = as_int(new_tokens, "new_tokens", minimum=1,
+                        fix="compare at least one generated token")
     bad = [m for m in max_seqs if m % block_size]
     if bad:
         raise ValueError(f"max_seqs {bad} are not multiples of block_size={block_size}; pick "
