@@ -38,6 +38,8 @@ def test_every_reference_file_validates(path):
 
 @pytest.mark.parametrize("name", sorted(R.DEFAULTS))
 def test_reference_params_are_the_defaults(name):
+    if not (data_dir() / "reference" / "h200" / f"{name}.json").exists():
+        pytest.skip(f"no H200 reference recorded yet for {name} (the notebook says so)")
     assert ref(name)["params"] == R.default_params(name)
 
 

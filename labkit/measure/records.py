@@ -16,6 +16,7 @@ record name                kind                    written by
 ``compile_<preset>``       :class:`Compile`        ``bench.measure_compile``
 ``pitfalls``               :class:`Pitfalls`       ``pitfalls.run_all_pitfalls``
 ``bench``                  :class:`Bench`          ``labkit bench`` (``suite.bench_cli``)
+``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -45,7 +46,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 __all__ = [
     "SchemaError", "Stats", "LaunchOverhead", "SweepPoint", "Decode", "Timeline",
     "TimelineMethod", "TimelineEvent", "PoolMemory", "PoolLayout", "Dispatcher", "Compile",
-    "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "KINDS",
+    "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "Paged", "PagedRun",
+    "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row",
 ]
@@ -770,6 +772,79 @@ class Bench:
         return {p.layout: p.total_MiB for p in self.pool}
 
 
+
+# ----------------------------------------------------------------------------- paged
+
+
+PAGED_LAYOUTS = ("slot_in_place", "slot_gather", "paged")
+
+
+@dataclass(frozen=True)
+class PagedRun(_Timed):
+    """One ``max_seq`` of a ``paged_<preset>`` record: graph-replay µs per decode step per
+    layout and batch size, and the KV-cache bytes of each layout (``slot``: every slot's full
+    row; ``paged``: the block pool, pad block included)."""
+
+    max_seq: int
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    cache_bytes: dict[str, int]
+
+    @classmethod
+    def from_data(cls, v: Any, where: str, sizes: list[int] | None = None) -> "PagedRun":
+        d = _dict(v, where)
+        sizes = sizes or []
+        times = _times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                       "data.batch_sizes")
+        for m in PAGED_LAYOUTS:
+            if m not in times:
+                raise _Fail(f"{where}.times.{m}", "is missing")
+        mem = _req(d, "cache_bytes", where, _dict)
+        return cls(max_seq=_req(d, "max_seq", where, _int), batch_sizes=list(sizes),
+                   times=times,
+                   cache_bytes={k: _int(x, f"{where}.cache_bytes.{k}") for k, x in mem.items()})
+
+
+@dataclass(frozen=True)
+class Paged:
+    """``paged_<preset>``: decode-step graph replay (µs) with the slot layout read in place,
+    the slot layout gathering each row per layer, and the paged layout gathering through the
+    block table, per ``max_seq`` (:class:`PagedRun`) and batch size; the correctness checks
+    (paged tokens = slot tokens, graph tokens = eager tokens) and the block size."""
+
+    RECORD = "paged_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    block_size: int
+    batch_sizes: list[int]
+    runs: list[PagedRun]
+    checks: dict[str, bool | float]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Paged":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        runs = [PagedRun.from_data(r, f"{where}.runs[{i}]", sizes)
+                for i, r in enumerate(_req(d, "runs", where, _list))]
+        if not runs:
+            raise _Fail(f"{where}.runs", "must hold at least one max_seq")
+        return cls(preset=_opt(d, "preset", where, _str, ""),
+                   dtype=_opt(d, "dtype", where, _str, ""),
+                   block_size=_req(d, "block_size", where, _int), batch_sizes=sizes,
+                   runs=runs, checks=_opt(d, "checks", where, _checks, {}))
+
+    @property
+    def max_seqs(self) -> list[int]:
+        return [r.max_seq for r in self.runs]
+
+    def run(self, max_seq: int) -> PagedRun:
+        """The run at ``max_seq`` (``KeyError`` naming the ones recorded)."""
+        for r in self.runs:
+            if r.max_seq == max_seq:
+                return r
+        raise KeyError(f"no run at max_seq={max_seq}; recorded: {self.max_seqs}")
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -783,6 +858,7 @@ KINDS: list[tuple[str, type]] = [
     (r"compile_[A-Za-z0-9][A-Za-z0-9_.-]*", Compile),
     (r"pitfalls", Pitfalls),
     (r"bench", Bench),
+    (r"paged_[A-Za-z0-9][A-Za-z0-9_.-]*", Paged),
 ]
 
 
@@ -853,7 +929,8 @@ _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "b
 
 #: record name -> (measurement function, parameters as recorded in the file's ``params``);
 #: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
-#: :mod:`labkit.measure.pitfalls`). ``preset`` is passed as the function's ``preset_name``.
+#: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`).
+#: ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
                         {"numels": [1, 2**10, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24],
@@ -873,6 +950,9 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     "compile_small": ("measure_compile",
                       {"preset": "small", "batch_sizes": [1, 8], "dtype": "bfloat16"}),
     "pitfalls": ("run_all_pitfalls", {"include_compile": True}),
+    "paged_gpt2": ("measure_paged", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
+                                     "max_seqs": [256, 1024], "block_size": 16,
+                                     "dtype": "bfloat16", "repeats": 30}),
 }
 
 

@@ -195,6 +195,8 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     for p in presets:
         out.append(Chart(f"08_compile_{p}", f"compile_{p}", "labkit.teach.plots.compile:step_time_bars",
                          _generic_compile))
+    out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart", None,
+                     takes_data=True))
     return out
 
 

@@ -1,0 +1,125 @@
+"""Record ``paged_<preset>``: what the paged KV cache costs per decode step, next to the slot
+layout, and what each layout holds in memory (notebook 11).
+
+For every ``max_seq`` it builds the model twice (slot layout, paged layout; the same seeded
+weights) and times one captured decode step per batch size three ways:
+
+* ``slot_in_place``: the slot layout read in place by the memory-efficient attention kernel;
+* ``slot_gather``: the slot layout copying each row's ``max_seq`` keys and values per layer
+  (``model.cache.in_place = False``), the plain-math reference;
+* ``paged``: the paged layout gathering each row's blocks through the block table (plain
+  PyTorch has no attention kernel that reads a block table in place).
+
+Before timing the paged model the timed rows (slots ``0..B-1``) get their blocks
+(:meth:`labkit.kvcache.PagedKVCache.reserve`); they are released afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from labkit.checks import as_int, as_int_list
+from labkit.dispatch import PaddingDispatcher
+from labkit.measure.bench import _free, _need_cuda, _stats, random_prompts, step_inputs, \
+    tokens_match
+from labkit.model import TinyGPT, build_model, generate, preset
+from labkit.timing import time_cuda
+
+LAYOUTS = ("slot_in_place", "slot_gather", "paged")
+
+
+def _build(preset_name: str, layout: str, *, max_batch: int, max_seq: int, block_size: int,
+           dtype: str) -> TinyGPT:
+    cfg = preset(preset_name, max_batch=max_batch, max_seq=max_seq, dtype=dtype,
+                 kv_layout=layout, block_size=block_size)
+    return build_model(cfg, "cuda", seed=0)
+
+
+def _time_layout(model: TinyGPT, batch_sizes: Sequence[int], repeats: int, inner: int
+                 ) -> tuple[list[dict], bool]:
+    """Capture the step at ``batch_sizes``, check graph tokens = eager tokens, and time one
+    replay per size (the timed rows reserve their blocks first when the cache is paged)."""
+    disp = PaddingDispatcher(model, batch_sizes, progress=False)
+    try:
+        ok = all(tokens_match(model, disp.step, b) for b in batch_sizes)
+        times = []
+        for b in batch_sizes:
+            t, p, s = step_inputs(model, b)
+            for slot, pos in zip(s.tolist(), p.tolist()):
+                model.cache.reserve(slot, pos + 1)
+            try:
+                disp.load_inputs(t, p, s)
+                times.append(_stats(time_cuda(lambda: disp.graphs.replay(b), warmup=5,
+                                              repeats=repeats, inner=inner)))
+            finally:
+                for slot in s.tolist():
+                    model.cache.release(slot)
+        return times, ok
+    finally:
+        disp.release()
+
+
+def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
+                  max_seqs: Sequence[int] = (256, 1024), block_size: int = 16,
+                  dtype: str = "bfloat16", repeats: int = 30, inner: int = 10,
+                  new_tokens: int = 8) -> dict:
+    """Record ``paged_<preset>``: graph replay µs per decode step of the three layouts
+    (:data:`LAYOUTS`) per ``max_seq`` and batch size, the cache bytes of each layout, and the
+    checks ``paged_tokens_equal_slot_gather`` (same math, so equal token for token),
+    ``paged_token_agreement_slot_in_place`` (a share: another kernel, bf16 rounding may
+    differ) and ``graph_tokens_equal_eager.<layout>.<max_seq>``."""
+    batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
+    max_seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
+    block_size = as_int(block_size, "block_size", minimum=1)
+    new_tokens = as_int(new_tokens, "new_tokens", minimum=1,
+                        fix="compare at least one generated token")
+    bad = [m for m in max_seqs if m % block_size]
+    if bad:
+        raise ValueError(f"max_seqs {bad} are not multiples of block_size={block_size}; pick "
+                         "a block size that divides every max_seq")
+    if not batch_sizes or not max_seqs:
+        raise ValueError("give at least one batch size and one max_seq")
+    _need_cuda("measure_paged")
+    max_batch = max(batch_sizes)
+    runs, checks = [], {}
+    for max_seq in max_seqs:
+        times: dict[str, list[dict]] = {}
+        slot = _build(preset_name, "slot", max_batch=max_batch, max_seq=max_seq,
+                      block_size=block_size, dtype=dtype)
+        prompts = random_prompts(slot, max_batch)
+        slot.cache.in_place = True
+        in_place_tokens = generate(slot, prompts, new_tokens)
+        times["slot_in_place"], checks[f"graph_tokens_equal_eager.slot_in_place.{max_seq}"] = \
+            _time_layout(slot, batch_sizes, repeats, inner)
+        slot.cache.in_place = False
+        gather_tokens = generate(slot, prompts, new_tokens)
+        times["slot_gather"], checks[f"graph_tokens_equal_eager.slot_gather.{max_seq}"] = \
+            _time_layout(slot, batch_sizes, repeats, inner)
+        slot_bytes = slot.cache.nbytes()
+        slot = None
+        _free()
+        paged = _build(preset_name, "paged", max_batch=max_batch, max_seq=max_seq,
+                       block_size=block_size, dtype=dtype)
+        paged_tokens = generate(paged, prompts, new_tokens)
+        checks[f"paged_tokens_equal_slot_gather.{max_seq}"] = paged_tokens == gather_tokens
+        pairs = [(a, b) for r, g in zip(in_place_tokens, paged_tokens) for a, b in zip(r, g)]
+        checks[f"paged_token_agreement_slot_in_place.{max_seq}"] = \
+            sum(a == b for a, b in pairs) / len(pairs)
+        times["paged"], checks[f"graph_tokens_equal_eager.paged.{max_seq}"] = \
+            _time_layout(paged, batch_sizes, repeats, inner)
+        cache = paged.cache
+        block_bytes = cache.nbytes() // cache.num_blocks
+        runs.append({"max_seq": max_seq, "times": times,
+                     "cache_bytes": {"slot": slot_bytes, "paged_pool": cache.nbytes(),
+                                     "per_block": block_bytes}})
+        paged = cache = None
+        _free()
+    checks["paged_tokens_equal_slot_gather"] = all(
+        v for k, v in checks.items() if k.startswith("paged_tokens_equal_slot_gather."))
+    checks["graph_tokens_equal_eager"] = all(
+        v for k, v in checks.items() if k.startswith("graph_tokens_equal_eager."))
+    return {"preset": preset_name, "dtype": dtype, "block_size": block_size,
+            "batch_sizes": batch_sizes, "max_seqs": max_seqs,
+            "device": torch.cuda.get_device_name(), "runs": runs, "checks": checks}
