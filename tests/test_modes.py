@@ -161,3 +161,14 @@ def test_measure_modes_on_gpu():
     assert all(v is True for v in m.checks.values()) and len(m.checks) == 3
     assert m.gpu_ops_per_step and m.gpu_ops_per_step > 0
     assert torch.cuda.is_available()
+
+
+def test_a_saved_result_feeds_the_helpers_and_charts(tmp_path):
+    from labkit.measure.results import load_result, save_result
+
+    res = load_result(save_result("modes_small", record(), {"preset": "small"}, tmp_path))
+    assert isinstance(res.record, R.Modes)
+    assert lm.summary(res)["graphs_per_step"]["full"] == 1
+    assert lm.findings(res) == lm.findings(record())
+    fig = pm.step_time_bars(res)
+    assert "4 layers" in fig.layout.title.text
