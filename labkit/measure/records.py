@@ -16,6 +16,7 @@ record name                kind                    written by
 ``compile_<preset>``       :class:`Compile`        ``bench.measure_compile``
 ``pitfalls``               :class:`Pitfalls`       ``pitfalls.run_all_pitfalls``
 ``bench``                  :class:`Bench`          ``labkit bench`` (``suite.bench_cli``)
+``modes_<preset>``         :class:`Modes`          ``modes.measure_modes``
 ``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
 =========================  ======================  ==========================================
 
@@ -49,7 +50,7 @@ __all__ = [
     "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "Paged", "PagedRun",
     "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
-    "default_params", "measure_kwargs", "bench_row",
+    "default_params", "measure_kwargs", "bench_row", "Modes",
 ]
 
 
@@ -844,6 +845,62 @@ class Paged:
                 return r
         raise KeyError(f"no run at max_seq={max_seq}; recorded: {self.max_seqs}")
 
+# ----------------------------------------------------------------------------- capture modes
+
+
+def _opt_int_map(v: Any, where: str) -> dict[str, int | None]:
+    return {k: _opt_int(x, f"{where}.{k}") for k, x in _dict(v, where).items()}
+
+
+def _num_map(v: Any, where: str) -> dict[str, float]:
+    return {k: _num(x, f"{where}.{k}") for k, x in _dict(v, where).items()}
+
+
+@dataclass(frozen=True)
+class Modes(_Timed):
+    """``modes_<preset>``: decode-step time (µs) per CUDA-graph capture mode (``eager`` =
+    NONE, ``piecewise``, ``full``, ``attention_only``) and batch size; graph launches per
+    step (by construction, and as counted by the profiler), GPU operations of one eager step,
+    pool bytes (``None``: no pool) and capture seconds per mode, token checks."""
+
+    RECORD = "modes_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    n_layer: int
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    graphs_per_step: dict[str, int | None]
+    pool_bytes: dict[str, int | None]
+    capture_s: dict[str, float]
+    checks: dict[str, bool | float]
+    gpu_ops_per_step: int | None = None
+    graph_launches_counted: dict[str, int | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Modes":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        out = cls(preset=_opt(d, "preset", where, _str, ""),
+                  dtype=_opt(d, "dtype", where, _str, ""),
+                  n_layer=_req(d, "n_layer", where, _int), batch_sizes=sizes,
+                  times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                               f"{where}.batch_sizes"),
+                  graphs_per_step=_req(d, "graphs_per_step", where, _opt_int_map),
+                  pool_bytes=_req(d, "pool_bytes", where, _opt_int_map),
+                  capture_s=_opt(d, "capture_s", where, _num_map, {}),
+                  checks=_opt(d, "checks", where, _checks, {}),
+                  gpu_ops_per_step=_opt(d, "gpu_ops_per_step", where, _int),
+                  graph_launches_counted=_opt(d, "graph_launches_counted", where,
+                                              _opt_int_map, {}))
+        if "eager" not in out.times:
+            raise _Fail(f"{where}.times.eager", "is missing")
+        for key in ("graphs_per_step", "pool_bytes"):
+            extra = sorted(set(getattr(out, key)) - set(out.times))
+            if extra:
+                raise _Fail(f"{where}.{key}", f"names modes {extra} that {where}.times lacks")
+        _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
+        return out
+
 
 # ----------------------------------------------------------------------------- the registry
 
@@ -858,6 +915,7 @@ KINDS: list[tuple[str, type]] = [
     (r"compile_[A-Za-z0-9][A-Za-z0-9_.-]*", Compile),
     (r"pitfalls", Pitfalls),
     (r"bench", Bench),
+    (r"modes_[A-Za-z0-9][A-Za-z0-9_.-]*", Modes),
     (r"paged_[A-Za-z0-9][A-Za-z0-9_.-]*", Paged),
 ]
 

@@ -1,0 +1,214 @@
+"""CUDA-graph capture modes side by side on the GPU: eager (NONE), PIECEWISE, FULL, and the
+"capture only the attention" variant; writes the ``modes_<preset>`` record.
+
+vLLM's PIECEWISE mode (``vllm/config/compilation.py`` ``CUDAGraphMode``) captures everything
+*between* the attention ops and runs attention eagerly; :mod:`labkit.piecewise` makes the same
+cut. A popular article describes piecewise capture the other way round: capture only the
+attention and leave the rest eager. :class:`AttentionOnlyGraphs` builds that variant (one graph
+per layer and batch size, the attention with its KV-cache write, all in one shared pool), so
+both splits can be timed the same way.
+
+Every mode's greedy tokens are checked against eager tokens before anything is timed.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from labkit.dispatch import PaddingDispatcher
+from labkit.graphs import CapturedGraph, capture_callable, gc_frozen, pool_reserved_bytes
+from labkit.kvcache import StepMeta
+from labkit.measure import records
+from labkit.measure.bench import (_free, _need_cuda, _stats, count_gpu_ops, make_model,
+                                  step_inputs, tokens_match)
+from labkit.model import TinyGPT, attention
+from labkit.timing import time_cuda
+
+#: the modes a ``modes_<preset>`` record times, in chart order
+MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
+#: the dispatcher's ``cudagraph_mode`` for each dispatcher-driven mode
+CUDAGRAPH_MODE = {"eager": "NONE", "piecewise": "PIECEWISE", "full": "FULL"}
+_META_FIELDS = ("positions", "rows", "write_index", "seq_lens", "key_start", "query_start")
+
+
+@dataclass
+class AttentionOnlyGraphs:
+    """Per batch size, one captured graph per layer holding only ``attention`` (cache write +
+    attend) on static q, k, v and step-metadata buffers; everything else runs eagerly."""
+
+    model: TinyGPT
+    graphs: dict[int, list[CapturedGraph]]
+    qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    meta: dict[int, StepMeta]
+    pool: Any
+
+    def graphs_per_step(self) -> int:
+        return self.model.cfg.n_layer
+
+    def pool_id(self) -> tuple[int, int]:
+        """The id of the shared pool (for :func:`labkit.graphs.pool_reserved_bytes`)."""
+        return next(iter(self.graphs.values()))[0].pool
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor,
+             slots: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, V)``: embeddings, LayerNorms, projections, MLPs and the head eager; each
+        layer's attention replayed after copying q, k, v and the metadata into its buffers."""
+        b = tokens.shape[0]
+        if b not in self.graphs:
+            raise KeyError(f"no attention graphs for batch size {b}; captured: "
+                           f"{sorted(self.graphs)}")
+        m = self.model
+        dev = m.device
+        x, meta = m.embed_step(tokens.to(dev), positions.to(dev), slots.to(dev))
+        static = self.meta[b]
+        for f in _META_FIELDS:
+            getattr(static, f).copy_(getattr(meta, f))
+        sq, sk, sv = self.qkv[b]
+        for layer, (block, g) in enumerate(zip(m.blocks, self.graphs[b])):
+            q, k, v = block.pre_attention(x)
+            sq.copy_(q)
+            sk.copy_(k)
+            sv.copy_(v)
+            x = block.post_attention(x, g.replay())
+        return m.head(x)
+
+    __call__ = step
+
+    def release(self) -> None:
+        self.graphs.clear()
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = None,
+                           warmup: int = 3) -> AttentionOnlyGraphs:
+    """Capture ``attention(cache, layer, q, k, v, meta)`` of every layer for each size in
+    ``sizes`` (largest first) into one shared pool. The warm-up and capture write k, v of the
+    scratch slot only (static metadata points every row there)."""
+    if not torch.cuda.is_available() or model.device.type != "cuda":
+        raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
+                           f"{model.device}); on CPU run labkit.piecewise.piecewise_step")
+    cfg, dev = model.cfg, model.device
+    handle = pool if pool is not None else torch.cuda.graph_pool_handle()
+    stream = torch.cuda.Stream()
+    graphs: dict[int, list[CapturedGraph]] = {}
+    qkv: dict[int, tuple[torch.Tensor, ...]] = {}
+    metas: dict[int, StepMeta] = {}
+    with gc_frozen():
+        for bs in sorted({int(b) for b in sizes}, reverse=True):
+            shape = (bs, cfg.n_head, cfg.head_dim)
+            q, k, v = (torch.zeros(shape, dtype=cfg.torch_dtype, device=dev) for _ in range(3))
+            positions = torch.zeros(bs, dtype=torch.long, device=dev)
+            slots = torch.full((bs,), cfg.scratch_slot, dtype=torch.long, device=dev)
+            meta = model.cache.step_meta(positions, slots)
+            meta = StepMeta(*(getattr(meta, f).clone() for f in _META_FIELDS))
+            graphs[bs] = [
+                capture_callable(lambda q_, k_, v_, *m_, layer=i: attention(
+                    model.cache, layer, q_, k_, v_, StepMeta(*m_)),
+                    q, k, v, *(getattr(meta, f) for f in _META_FIELDS), pool=handle,
+                    stream=stream, warmup=warmup, label=(bs, i))
+                for i in range(cfg.n_layer)]
+            qkv[bs], metas[bs] = (q, k, v), meta
+    return AttentionOnlyGraphs(model, graphs, qkv, metas, handle)
+
+
+def count_graph_launches(fn) -> int:
+    """``cudaGraphLaunch`` calls one call of ``fn`` makes, counted by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if "GraphLaunch" in e.name)  # cudaGraphLaunch calls
+
+
+def _timed_capture(build) -> tuple[Any, float]:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = build()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def _dispatcher_pool_bytes(disp: PaddingDispatcher) -> int | None:
+    """Bytes of the dispatcher's shared pool (``None``: nothing captured, eager)."""
+    if disp.graphs is not None:
+        return pool_reserved_bytes(next(iter(disp.graphs.graphs.values())).pool)
+    if disp.pieces is not None:
+        return pool_reserved_bytes(next(iter(disp.pieces.pieces.values()))[0].pool)
+    return None
+
+
+def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
+                  dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
+    """Record ``modes_<preset>``: per batch size, the decode-step time of eager (``NONE``),
+    ``PIECEWISE`` and ``FULL`` (each through a :class:`PaddingDispatcher` of that
+    ``cudagraph_mode``) and of the attention-only variant; graph launches per step, GPU
+    operations per eager step (batch 1), pool bytes and capture seconds per mode, and whether
+    every mode's greedy tokens equal eager tokens."""
+    _need_cuda("measure_modes")
+    batch_sizes = sorted({int(b) for b in batch_sizes})
+    model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
+    n_layer = model.cfg.n_layer
+    times: dict[str, list] = {m: [] for m in MODES}
+    graphs_per_step: dict[str, int] = {}
+    pool_bytes: dict[str, int | None] = {}
+    capture_s: dict[str, float] = {}
+    checks: dict[str, bool] = {}
+    counted: dict[str, int] = {}
+    for mode in MODES:
+        if mode == "attention_only":
+            runner, secs = _timed_capture(lambda: capture_attention_only(model, batch_sizes))
+            step = runner.step
+            graphs_per_step[mode] = runner.graphs_per_step()
+            pool_bytes[mode] = pool_reserved_bytes(runner.pool_id())
+        else:
+            runner, secs = _timed_capture(lambda: PaddingDispatcher(
+                model, batch_sizes, progress=False, cudagraph_mode=CUDAGRAPH_MODE[mode]))
+            graphs_per_step[mode] = {"eager": 0, "full": 1}.get(mode, n_layer + 1)
+            pool_bytes[mode] = _dispatcher_pool_bytes(runner)
+
+            def step(t, p, s, _d=runner):
+                return _d.step(t, p, s, check=False)
+        capture_s[mode] = secs
+        t1, p1, s1 = step_inputs(model, batch_sizes[0])
+        counted[mode] = count_graph_launches(lambda: step(t1, p1, s1))
+        if mode != "eager":
+            checks[f"{mode}_tokens_equal_eager"] = all(tokens_match(model, step, b)
+                                                       for b in batch_sizes)
+        for b in batch_sizes:
+            t, p, s = step_inputs(model, b)
+            times[mode].append(_stats(time_cuda(lambda: step(t, p, s), warmup=5,
+                                                repeats=repeats, inner=inner)))
+        runner.release()
+        runner = step = None  # drop references before freeing
+        _free()
+    t, p, s = step_inputs(model, 1)
+    gpu_ops = count_gpu_ops(lambda: model.decode_step(t, p, s))
+    out = {
+        "preset": preset_name,
+        "dtype": dtype,
+        "config": model.cfg.to_dict(),
+        "n_layer": n_layer,
+        "batch_sizes": batch_sizes,
+        "times": times,
+        "tokens_per_s": {m: [records.tokens_per_s(b, x["median"])
+                             for b, x in zip(batch_sizes, ts)] for m, ts in times.items()},
+        "graphs_per_step": graphs_per_step,
+        "graph_launches_counted": counted,
+        "gpu_ops_per_step": gpu_ops,
+        "pool_bytes": pool_bytes,
+        "capture_s": capture_s,
+        "checks": checks,
+    }
+    model = None  # drop references before freeing
+    _free()
+    return out

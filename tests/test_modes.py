@@ -1,0 +1,174 @@
+"""Capture modes (notebook 10): the ``modes_<preset>`` record kind, the lesson helpers and the
+charts on hand-made records; the measurement itself on a GPU (marker ``gpu``)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from labkit.dispatch import PaddingDispatcher
+from labkit.measure import records as R
+from labkit.model import build_model, preset
+from labkit.teach.lessons import modes as lm
+from labkit.teach.plots import modes as pm
+
+MiB = 2 ** 20
+
+
+def st(m: float) -> dict:
+    return {"median": m, "p10": m * 0.9, "p90": m * 1.1, "mean": m, "n": 5, "unit": "us"}
+
+
+def record() -> dict:
+    """A well-formed modes record (numbers made up for the test, never shown as results)."""
+    return {"preset": "small", "dtype": "bfloat16", "n_layer": 4, "batch_sizes": [1, 64],
+            "times": {"eager": [st(800.0), st(900.0)], "piecewise": [st(400.0), st(500.0)],
+                      "full": [st(200.0), st(300.0)],
+                      "attention_only": [st(700.0), st(750.0)]},
+            "graphs_per_step": {"eager": 0, "piecewise": 5, "full": 1, "attention_only": 4},
+            "graph_launches_counted": {"eager": 0, "piecewise": 5, "full": 1,
+                                       "attention_only": 4},
+            "pool_bytes": {"eager": None, "piecewise": 3 * MiB, "full": 2 * MiB,
+                           "attention_only": MiB},
+            "capture_s": {"eager": 0.0, "piecewise": 0.5, "full": 0.2, "attention_only": 0.3},
+            "gpu_ops_per_step": 60,
+            "checks": {"piecewise_tokens_equal_eager": True, "full_tokens_equal_eager": True,
+                       "attention_only_tokens_equal_eager": True}}
+
+
+# ----------------------------------------------------------------------------- the record kind
+
+
+def test_modes_record_validates():
+    assert R.kind_of("modes_small") is R.Modes and R.kind_of("modes_gpt2") is R.Modes
+    m = R.parse("modes_small", record())
+    assert isinstance(m, R.Modes)
+    assert m.n_layer == 4 and m.batch_sizes == [1, 64]
+    assert m.methods == ["eager", "piecewise", "full", "attention_only"]
+    assert m.at("full", 64) == 300.0
+    assert m.speedup_vs_eager("full") == pytest.approx([4.0, 3.0])
+    assert m.pool_bytes["eager"] is None and m.pool_bytes["piecewise"] == 3 * MiB
+    assert m.graphs_per_step["piecewise"] == 5
+
+
+@pytest.mark.parametrize("breakage, field", [
+    (lambda d: d.pop("n_layer"), "data.n_layer"),
+    (lambda d: d["times"]["full"].pop(), "data.times.full"),
+    (lambda d: d["times"].pop("eager"), "data.times.eager"),
+    (lambda d: d["graphs_per_step"].update(full="one"), "data.graphs_per_step.full"),
+    (lambda d: d["pool_bytes"].update(paged=1), "data.pool_bytes"),
+    (lambda d: d.update(tokens_per_s={"full": [1.0, 2.0]}), "data.tokens_per_s.full[0]"),
+])
+def test_malformed_modes_record_is_refused(breakage, field):
+    data = copy.deepcopy(record())
+    breakage(data)
+    with pytest.raises(R.SchemaError) as info:
+        R.parse("modes_small", data)
+    assert f"field '{field}" in str(info.value) and "Modes" in str(info.value)
+
+
+def test_stored_tokens_per_s_that_agree_are_accepted():
+    data = record()
+    data["tokens_per_s"] = {"full": [R.tokens_per_s(1, 200.0), R.tokens_per_s(64, 300.0)]}
+    assert R.parse("modes_small", data).at("full", 1) == 200.0
+
+
+# ----------------------------------------------------------------------------- lesson helpers
+
+
+def test_graph_launches_per_mode():
+    assert [lm.graph_launches(m, 12) for m in lm.MODES] == [0, 13, 1, 12]
+    assert lm.graph_launches("PIECEWISE", 4) == 5 and lm.graph_launches("NONE", 4) == 0
+    with pytest.raises(ValueError, match="unknown mode 'HALF'"):
+        lm.graph_launches("HALF", 4)
+    with pytest.raises(ValueError, match="n_layer must be an int >= 1"):
+        lm.graph_launches("FULL", 0)
+
+
+def test_decide_rule_matches_the_dispatcher():
+    model = build_model(preset("test", max_batch=40), "cpu", seed=0)
+    sizes = [1, 2, 4, 8, 16, 32]
+    disp = PaddingDispatcher(model, sizes, mode="eager", cudagraph_mode="FULL_AND_PIECEWISE",
+                             full_max_size=8)
+    batches = list(range(1, 41))
+    by_hand = lm.decide_rows(lambda b: lm.decide_full_and_piecewise(b, sizes, 8), batches)
+    assert by_hand == lm.decide_rows(disp.decide, batches)
+    rows = {r["batch"]: r for r in by_hand}
+    assert (rows[5]["runtime mode"], rows[5]["rows computed"], rows[5]["padded rows"]) == \
+        ("FULL", 8, 3)
+    assert rows[9]["runtime mode"] == "PIECEWISE" and rows[9]["rows computed"] == 16
+    assert rows[33]["runtime mode"] == "NONE" and rows[33]["padded rows"] == 0
+    with pytest.raises(ValueError, match="batch size must be an int >= 1"):
+        lm.decide_full_and_piecewise(0, sizes, 8)
+
+
+def test_summary_rows_and_findings():
+    s = lm.summary(record())
+    assert s["modes"] == list(lm.MODES)
+    assert s["pool_mib"] == {"eager": None, "piecewise": 3.0, "full": 2.0, "attention_only": 1.0}
+    rows = lm.mode_rows(record())
+    assert len(rows) == 8
+    full64 = next(r for r in rows if r["mode"] == "FULL" and r["batch"] == 64)
+    assert full64["step (µs, median)"] == 300.0 and full64["× vs eager"] == 3.0
+    text = lm.findings(record())
+    assert text[0].startswith("batch 1: eager (NONE) 800 µs") and "2.00× the time of FULL" in \
+        text[0] and "1.75× the time of PIECEWISE" in text[0]
+    assert "PIECEWISE 5" in text[2] and "FULL 1" in text[2]
+    assert "PIECEWISE 3.0 MiB" in text[3]
+    assert text[-1] == "every mode's greedy tokens equal eager tokens."
+    bad = record()
+    bad["checks"]["full_tokens_equal_eager"] = False
+    assert "full_tokens_equal_eager" in lm.findings(bad)[-1]
+
+
+# ----------------------------------------------------------------------------- charts
+
+
+def test_step_time_bars():
+    fig = pm.step_time_bars(record(), subtitle="test")
+    assert [t.name for t in fig.data] == [lm.MODE_LABELS[m] for m in lm.MODES]
+    assert list(fig.data[2].y) == [200.0, 300.0] and list(fig.data[0].x) == ["1", "64"]
+    assert "4.0×" in fig.data[2].text[0]
+    with pytest.raises(KeyError, match="no mode"):
+        pm.step_time_bars(record(), modes=["paged"])
+
+
+def test_launch_and_pool_bars():
+    fig = pm.launches_bars(record(), subtitle="")
+    assert list(fig.data[0].y) == [0, 5, 1, 4]
+    assert fig.data[0].text[1] == "5 (profiler: 5)"
+    fig = pm.pool_bars(record(), subtitle="")
+    assert list(fig.data[0].y) == [0, 3.0, 2.0, 1.0] and fig.data[0].text[0] == "no pool"
+
+
+# ----------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+def test_measure_modes_on_gpu():
+    from labkit.measure.modes import measure_modes
+
+    data = measure_modes("test", batch_sizes=(1, 4), dtype="float32", repeats=3, inner=2)
+    m = R.parse("modes_test", data)
+    assert m.methods == list(lm.MODES)
+    n = m.n_layer
+    assert m.graphs_per_step == {"eager": 0, "piecewise": n + 1, "full": 1, "attention_only": n}
+    assert m.graph_launches_counted == m.graphs_per_step
+    assert m.pool_bytes["eager"] is None
+    assert all(m.pool_bytes[k] > 0 for k in ("piecewise", "full", "attention_only"))
+    assert all(v is True for v in m.checks.values()) and len(m.checks) == 3
+    assert m.gpu_ops_per_step and m.gpu_ops_per_step > 0
+    assert torch.cuda.is_available()
+
+
+def test_a_saved_result_feeds_the_helpers_and_charts(tmp_path):
+    from labkit.measure.results import load_result, save_result
+
+    res = load_result(save_result("modes_small", record(), {"preset": "small"}, tmp_path))
+    assert isinstance(res.record, R.Modes)
+    assert lm.summary(res)["graphs_per_step"]["full"] == 1
+    assert lm.findings(res) == lm.findings(record())
+    fig = pm.step_time_bars(res)
+    assert "4 layers" in fig.layout.title.text
