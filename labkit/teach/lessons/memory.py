@@ -2,8 +2,11 @@
 
 The record (``labkit.measure.bench.measure_pool_memory``) holds, for ten batch sizes, the bytes of
 each graph's private pool, the size of one shared pool captured largest-first or
-smallest-first (and how it grew after each capture), and the capture times. The functions
-here turn it into table rows and a summary (of a record, or of the small live version that
+smallest-first (and how it grew after each capture), and the capture times. Newer records add
+the static logits buffer's bytes (outside the pool), the shared pool and the KV cache at two
+``max_seq`` values, and the old whole-row gather path at one (all optional: older records
+lack them; :func:`has_max_seq_data` says which kind is at hand). The functions here turn it
+into table rows and a summary (of a record, or of the small live version that
 :func:`labkit.measure.lesson_runs.live_pool_comparison` measures on a GPU).
 """
 
