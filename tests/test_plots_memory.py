@@ -153,6 +153,7 @@ def test_pool_vs_max_seq_figure():
     assert list(cache.y) == [4.0, 16.0]
     assert list(gather.x) == ["max_seq 256"] and list(gather.y) == [30.0]
     assert "prov" in fig.layout.title.text
+    assert fig.layout.yaxis.type == "log"
 
 
 def test_pool_vs_max_seq_needs_the_newer_record():

@@ -155,6 +155,7 @@ def pool_vs_max_seq(data: Any, *, subtitle: str = ""):
                              marker_color=color("private"),
                              texttemplate="%{y:.0f} MiB", textposition="outside"))
     fig.update_layout(barmode="group")
-    base_layout(fig, "Graph pool vs KV cache as max_seq grows", "", "memory (MiB)",
-                subtitle=subtitle)
+    # the cache can be a hundred times the pool: a log axis keeps both readable
+    base_layout(fig, "Graph pool vs KV cache as max_seq grows", "", "memory (MiB, log scale)",
+                subtitle=subtitle, log_y=True)
     return fig
