@@ -11,7 +11,8 @@ import textwrap
 import pytest
 import torch
 
-from labkit.measure.bench import tokens_match
+from labkit.measure import records
+from labkit.measure.bench import measure_pool_memory, tokens_match
 from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import (CaptureAllocationError, CaptureError, CaptureSyncError,
                            capture_callable, capture_decode_graphs, pool_reserved_bytes)
@@ -83,6 +84,20 @@ def test_shared_pool_smaller_than_sum_of_private(bf16_model):
     total = shared.memory_report()["total_reserved_bytes"]
     assert 0 < total < sum(per)
     shared.release()
+
+
+def test_pool_memory_record_holds_two_max_seqs_logits_and_the_gather_path():
+    data = measure_pool_memory("small", sizes=(1, 8, 64), max_seqs=(256, 1024),
+                               gather_max_seq=256)
+    rec = records.parse("pool_memory_small", data)
+    assert rec.max_seq == 256
+    assert rec.logits_bytes == 64 * preset("small").vocab_size * 2  # bf16, outside the pool
+    lo, hi = rec.by_max_seq[256], rec.by_max_seq[1024]
+    assert hi.kv_cache_bytes == 4 * lo.kv_cache_bytes
+    # the cache is read in place: nothing in the pool has a max_seq dimension
+    assert hi.shared_largest_first_bytes <= 1.25 * lo.shared_largest_first_bytes
+    assert rec.gather.max_seq == 256 and not rec.gather.in_place
+    assert rec.gather.shared_largest_first_bytes > lo.shared_largest_first_bytes
 
 
 def test_host_sync_in_capture_is_named_and_loses_nothing(fp32_model):

@@ -92,3 +92,70 @@ def test_capture_times_and_private_bars():
     assert list(fig.data[0].y) == pytest.approx([10, 20, 40, 80])
     bars = pm.private_per_size(record())
     assert list(bars.data[0].y) == [2.0, 3.0, 5.0, 9.0]
+
+
+def record_with_max_seq() -> dict:
+    rec = record()
+    rec.update(max_seq=256, logits_bytes=8 * 97 * 2,
+               by_max_seq={"256": {"shared_largest_first_bytes": 10 * MiB,
+                                   "kv_cache_bytes": 4 * MiB},
+                           "1024": {"shared_largest_first_bytes": 11 * MiB,
+                                    "kv_cache_bytes": 16 * MiB}},
+               gather={"max_seq": 256, "shared_largest_first_bytes": 30 * MiB,
+                       "kv_cache_bytes": 4 * MiB})
+    return rec
+
+
+def test_logits_buffer_bytes_from_record_or_config():
+    assert lm.logits_buffer_bytes(record_with_max_seq()) == 8 * 97 * 2
+    assert lm.logits_buffer_bytes(record()) is None  # older record, no vocabulary given
+    assert lm.logits_buffer_bytes(record(), vocab_size=97) == 8 * 97 * 2
+    assert lm.logits_buffer_bytes(record(), vocab_size=97, bytes_per_element=4) == 8 * 97 * 4
+
+
+def test_max_seq_rows_and_summary():
+    assert not lm.has_max_seq_data(record())
+    assert lm.max_seq_summary(record()) is None
+    rec = record_with_max_seq()
+    assert lm.has_max_seq_data(rec)
+    rows = lm.max_seq_rows(rec)
+    assert [(r["max_seq"], r["cache read"]) for r in rows] == [
+        (256, "in place"), (1024, "in place"), (256, "gather whole row per layer")]
+    assert [r["shared pool (MiB)"] for r in rows] == [10.0, 11.0, 30.0]
+    assert [r["KV cache (MiB)"] for r in rows] == [4.0, 16.0, 4.0]
+    s = lm.max_seq_summary(rec)
+    assert (s["lo"], s["hi"]) == (256, 1024)
+    assert s["pool_ratio"] == pytest.approx(1.1)
+    assert s["cache_ratio"] == pytest.approx(4.0)
+    assert s["gather_over_in_place"] == pytest.approx(3.0)
+
+
+def test_max_seq_summary_without_cache_or_gather():
+    rec = record_with_max_seq()
+    del rec["gather"]
+    del rec["by_max_seq"]["1024"]["kv_cache_bytes"]
+    s = lm.max_seq_summary(rec)
+    assert s["cache_ratio"] is None and s["gather_over_in_place"] is None
+    assert [r["KV cache (MiB)"] for r in lm.max_seq_rows(rec)] == [4.0, None]
+
+
+def test_max_seq_summary_refuses_a_zero_pool():
+    rec = record_with_max_seq()
+    rec["by_max_seq"]["256"]["shared_largest_first_bytes"] = 0
+    with pytest.raises(ValueError, match="zero-byte pool at max_seq=256"):
+        lm.max_seq_summary(rec)
+
+
+def test_pool_vs_max_seq_figure():
+    fig = pm.pool_vs_max_seq(record_with_max_seq(), subtitle="prov")
+    pool, cache, gather = fig.data
+    assert list(pool.x) == ["max_seq 256", "max_seq 1024"] and list(pool.y) == [10.0, 11.0]
+    assert list(cache.y) == [4.0, 16.0]
+    assert list(gather.x) == ["max_seq 256"] and list(gather.y) == [30.0]
+    assert "prov" in fig.layout.title.text
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_pool_vs_max_seq_needs_the_newer_record():
+    with pytest.raises(ValueError, match="by_max_seq"):
+        pm.pool_vs_max_seq(record())

@@ -102,6 +102,20 @@ def test_dispatcher_pool_compile_pitfalls_bench_views():
     assert bench.rows[0].get("graph_speedup") == bench.rows[0].graph_speedup
 
 
+def test_pool_memory_new_fields_are_optional_and_parsed():
+    old = R.parse("pool_memory_gpt2", ref("pool_memory_gpt2")["data"])
+    assert (old.max_seq, old.logits_bytes, old.by_max_seq, old.gather) == (None, None, {}, None)
+    data = copy.deepcopy(ref("pool_memory_gpt2")["data"])
+    data.update(max_seq=256, logits_bytes=1000,
+                by_max_seq={"1024": {"shared_largest_first_bytes": 7, "kv_cache_bytes": 40},
+                            "256": {"shared_largest_first_bytes": 6}},
+                gather={"max_seq": 256, "shared_largest_first_bytes": 20, "kv_cache_bytes": 10})
+    new = R.parse("pool_memory_gpt2", data)
+    assert (new.max_seq, new.logits_bytes) == (256, 1000)
+    assert new.by_max_seq == {1024: R.PoolAtMaxSeq(1024, 7, 40), 256: R.PoolAtMaxSeq(256, 6)}
+    assert new.gather == R.PoolAtMaxSeq(256, 20, 10, in_place=False)
+
+
 def test_view_accepts_results_dicts_and_typed_records():
     raw = ref("decode_small")
     res = Result(raw["name"], raw["data"], raw["params"], raw["env"], 1, raw["created"])
@@ -129,6 +143,11 @@ def test_view_accepts_results_dicts_and_typed_records():
      "must be an integer"),
     ("pool_memory_gpt2", lambda d: d["private"]["per_size_bytes"].update(big=1),
      "data.private.per_size_bytes.big", "keyed by a batch size"),
+    ("pool_memory_gpt2", lambda d: d.update(gather={"max_seq": 256}),
+     "data.gather.shared_largest_first_bytes", "is missing"),
+    ("pool_memory_gpt2", lambda d: d.update(by_max_seq={"256": {
+        "shared_largest_first_bytes": "big"}}),
+     "data.by_max_seq.256.shared_largest_first_bytes", "must be an integer"),
     ("timeline_small", lambda d: d["eager"]["events"][3].update(lane="TPU"),
      "data.eager.events[3].lane", "'CPU' or 'GPU'"),
     ("pitfalls", lambda d: d["pitfalls"][0].update(fixed_ok="yes"),

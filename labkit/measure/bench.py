@@ -33,9 +33,12 @@ def _free() -> None:
     torch.cuda.empty_cache()
 
 
-def make_model(name: str, *, max_batch: int, dtype: str = "bfloat16", seed: int = 0) -> TinyGPT:
-    """A random-weight model of preset ``name`` on the GPU."""
-    return build_model(preset(name, max_batch=max_batch, dtype=dtype), "cuda", seed=seed)
+def make_model(name: str, *, max_batch: int, dtype: str = "bfloat16", seed: int = 0,
+               **overrides) -> TinyGPT:
+    """A random-weight model of preset ``name`` on the GPU (``overrides``: other
+    :class:`labkit.model.GPTConfig` fields, e.g. ``max_seq``)."""
+    return build_model(preset(name, max_batch=max_batch, dtype=dtype, **overrides), "cuda",
+                       seed=seed)
 
 
 def step_inputs(model: TinyGPT, bs: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -241,12 +244,23 @@ def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
 
 def measure_pool_memory(preset_name: str,
                         sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-                        dtype: str = "bfloat16") -> dict:
-    """Record ``pool_memory_<preset>``: private pools vs one shared pool (both orders)."""
+                        dtype: str = "bfloat16", max_seqs: Sequence[int] = (256, 1024),
+                        gather_max_seq: int | None = 256) -> dict:
+    """Record ``pool_memory_<preset>``: private pools vs one shared pool (both orders).
+
+    Besides the three layouts (at the preset's ``max_seq``) the record holds
+    ``logits_bytes`` (the one static logits buffer every graph writes into; it lies outside
+    the pool), ``by_max_seq`` (the shared largest-first pool and the KV cache bytes for each
+    of ``max_seqs``: the in-place cache read keeps the pool flat while the cache grows) and
+    ``gather`` (the old path that gathers each row's whole cache per layer,
+    ``model.cache.in_place = False``, at ``gather_max_seq``; ``None`` skips it).
+    """
     _need_cuda("measure_pool_memory")
     sizes = sorted(set(int(b) for b in sizes))
+    max_seqs = sorted(set(int(m) for m in max_seqs))
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype)
-    out: dict = {"preset": preset_name, "sizes": sizes, "dtype": dtype}
+    out: dict = {"preset": preset_name, "sizes": sizes, "dtype": dtype,
+                 "max_seq": model.cfg.max_seq}
 
     gs = capture_decode_graphs(model, sizes, pool="private", order="largest_first",
                                progress=False)
@@ -254,6 +268,7 @@ def measure_pool_memory(preset_name: str,
     out["private"] = {"per_size_bytes": per, "total_bytes": sum(per.values()),
                       "capture_s": {str(b): g.capture_s for b, g in gs.graphs.items()}}
     out["largest_private_bytes"] = max(per.values())
+    out["logits_bytes"] = int(gs.logits.numel() * gs.logits.element_size())
     gs.release()
     gs = None  # drop references before freeing
     _free()
@@ -273,7 +288,28 @@ def measure_pool_memory(preset_name: str,
         _free()
     model = None  # drop references before freeing
     _free()
+    out["by_max_seq"] = {str(m): _shared_pool_at(preset_name, sizes, dtype, m, in_place=True)
+                         for m in max_seqs}
+    if gather_max_seq is not None:
+        out["gather"] = {"max_seq": int(gather_max_seq),
+                         **_shared_pool_at(preset_name, sizes, dtype, int(gather_max_seq),
+                                           in_place=False)}
     return out
+
+
+def _shared_pool_at(preset_name: str, sizes: list[int], dtype: str, max_seq: int, *,
+                    in_place: bool) -> dict:
+    """One shared pool captured largest-first at ``max_seq``: its bytes and the cache's."""
+    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    model.cache.in_place = in_place
+    cache_bytes = sum(int(t.numel() * t.element_size()) for t in (model.k_cache, model.v_cache))
+    gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",
+                               progress=False)
+    total = pool_reserved_bytes(next(iter(gs.graphs.values())).pool)
+    gs.release()
+    gs = model = None  # drop references before freeing
+    _free()
+    return {"shared_largest_first_bytes": total, "kv_cache_bytes": cache_bytes}
 
 
 def measure_dispatcher(preset_name: str,

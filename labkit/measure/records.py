@@ -46,9 +46,9 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 __all__ = [
     "SchemaError", "Stats", "LaunchOverhead", "SweepPoint", "Decode", "Timeline",
-    "TimelineMethod", "TimelineEvent", "PoolMemory", "PoolLayout", "Dispatcher", "Compile",
-    "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "Paged", "PagedRun",
-    "KINDS",
+    "TimelineMethod", "TimelineEvent", "PoolMemory", "PoolLayout", "PoolAtMaxSeq", "Dispatcher",
+    "Compile", "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "Paged",
+    "PagedRun", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row", "Modes",
 ]
@@ -487,9 +487,38 @@ class PoolLayout:
 
 
 @dataclass(frozen=True)
+class PoolAtMaxSeq:
+    """One shared pool captured largest-first at one ``max_seq``: its bytes and the KV
+    cache's (``in_place``: the cache read in place, else the old whole-row gather)."""
+
+    max_seq: int
+    shared_largest_first_bytes: int
+    kv_cache_bytes: int | None = None
+    in_place: bool = True
+
+    @classmethod
+    def from_data(cls, v: Any, where: str, max_seq: int | None = None,
+                  in_place: bool = True) -> "PoolAtMaxSeq":
+        d = _dict(v, where)
+        if max_seq is None:
+            max_seq = _req(d, "max_seq", where, _int)
+        return cls(max_seq=max_seq,
+                   shared_largest_first_bytes=_req(d, "shared_largest_first_bytes", where, _int),
+                   kv_cache_bytes=_opt(d, "kv_cache_bytes", where, _int), in_place=in_place)
+
+
+def _pools_by_max_seq(v: Any, where: str) -> dict[int, PoolAtMaxSeq]:
+    raw = _int_keyed(_dict)(v, where)
+    return {m: PoolAtMaxSeq.from_data(x, f"{where}.{m}", max_seq=m) for m, x in raw.items()}
+
+
+@dataclass(frozen=True)
 class PoolMemory:
     """``pool_memory_<preset>``: graph-pool bytes for ``sizes``, private pools vs one shared
-    pool captured largest-first and smallest-first."""
+    pool captured largest-first and smallest-first. Optional (newer records): ``max_seq`` of
+    the three layouts, ``logits_bytes`` (the static logits buffer outside the pool),
+    ``by_max_seq`` (max_seq -> :class:`PoolAtMaxSeq`, cache read in place) and ``gather``
+    (one :class:`PoolAtMaxSeq` of the old whole-row gather path)."""
 
     RECORD = "pool_memory_<preset>"  # the record name(s) of this kind
 
@@ -500,6 +529,10 @@ class PoolMemory:
     shared_smallest_first: PoolLayout
     largest_private_bytes: int
     dtype: str = ""
+    max_seq: int | None = None
+    logits_bytes: int | None = None
+    by_max_seq: dict[int, PoolAtMaxSeq] = field(default_factory=dict)
+    gather: PoolAtMaxSeq | None = None
 
     LAYOUTS = ("private", "shared_largest_first", "shared_smallest_first")
 
@@ -515,7 +548,12 @@ class PoolMemory:
                                              PoolLayout.from_data),
                    shared_smallest_first=_req(d, "shared_smallest_first", where,
                                               PoolLayout.from_data),
-                   largest_private_bytes=largest, dtype=_opt(d, "dtype", where, _str, ""))
+                   largest_private_bytes=largest, dtype=_opt(d, "dtype", where, _str, ""),
+                   max_seq=_opt(d, "max_seq", where, _int),
+                   logits_bytes=_opt(d, "logits_bytes", where, _int),
+                   by_max_seq=_opt(d, "by_max_seq", where, _pools_by_max_seq, {}),
+                   gather=_opt(d, "gather", where,
+                               lambda v, w: PoolAtMaxSeq.from_data(v, w, in_place=False)))
 
     def layout(self, name: str) -> PoolLayout:
         """``private``, ``shared_largest_first`` or ``shared_smallest_first``."""

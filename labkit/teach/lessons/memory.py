@@ -2,8 +2,11 @@
 
 The record (``labkit.measure.bench.measure_pool_memory``) holds, for ten batch sizes, the bytes of
 each graph's private pool, the size of one shared pool captured largest-first or
-smallest-first (and how it grew after each capture), and the capture times. The functions
-here turn it into table rows and a summary (of a record, or of the small live version that
+smallest-first (and how it grew after each capture), and the capture times. Newer records add
+the static logits buffer's bytes (outside the pool), the shared pool and the KV cache at two
+``max_seq`` values, and the old whole-row gather path at one (all optional: older records
+lack them; :func:`has_max_seq_data` says which kind is at hand). The functions here turn it
+into table rows and a summary (of a record, or of the small live version that
 :func:`labkit.measure.lesson_runs.live_pool_comparison` measures on a GPU).
 """
 
@@ -84,3 +87,62 @@ def summary_rows(data: Any) -> list[dict]:
     return [{"strategy": names[m], "total (MiB)": round(totals[m] / MiB, 1),
              "x largest single pool": round(totals[m] / s["largest_private"], 2),
              "capture, all sizes (s)": round(s["capture_total_s"][m], 3)} for m in MODES]
+
+
+def has_max_seq_data(data: Any) -> bool:
+    """Whether the record carries the newer fields (pool at two ``max_seq`` values)."""
+    return len(view(data, PoolMemory).by_max_seq) >= 2
+
+
+def logits_buffer_bytes(data: Any, vocab_size: int | None = None,
+                        bytes_per_element: int = 2) -> int | None:
+    """Bytes of the static logits buffer all graphs write into (outside the pool): from the
+    record when it holds ``logits_bytes``, else ``largest size x vocab_size x
+    bytes_per_element`` when ``vocab_size`` is given, else ``None``."""
+    pool = view(data, PoolMemory)
+    if pool.logits_bytes is not None:
+        return pool.logits_bytes
+    if vocab_size is None:
+        return None
+    return max(pool.sizes) * int(vocab_size) * int(bytes_per_element)
+
+
+def max_seq_rows(data: Any) -> list[dict]:
+    """One row per measured ``max_seq`` (cache read in place), plus the old whole-row gather
+    path when recorded: the shared largest-first pool and the KV cache, in MiB."""
+    pool = view(data, PoolMemory)
+    entries = [pool.by_max_seq[m] for m in sorted(pool.by_max_seq)]
+    if pool.gather is not None:
+        entries.append(pool.gather)
+    return [{"max_seq": e.max_seq,
+             "cache read": "in place" if e.in_place else "gather whole row per layer",
+             "shared pool (MiB)": round(e.shared_largest_first_bytes / MiB, 1),
+             "KV cache (MiB)": None if e.kv_cache_bytes is None
+             else round(e.kv_cache_bytes / MiB, 1)} for e in entries]
+
+
+def max_seq_summary(data: Any) -> dict | None:
+    """How the pool and the cache change between the smallest and largest ``max_seq``
+    measured (``None`` when the record has fewer than two). Keys: ``lo``, ``hi`` (the two
+    max_seq values), ``pool_ratio`` (pool at hi / pool at lo), ``cache_ratio`` (the same for
+    the KV cache, ``None`` if not recorded), ``gather_over_in_place`` (the gather path's pool
+    over the in-place pool at the same max_seq, ``None`` if not recorded)."""
+    pool = view(data, PoolMemory)
+    if len(pool.by_max_seq) < 2:
+        return None
+    lo, hi = min(pool.by_max_seq), max(pool.by_max_seq)
+    a, b = pool.by_max_seq[lo], pool.by_max_seq[hi]
+    if a.shared_largest_first_bytes <= 0:
+        raise ValueError(f"pool_memory record holds a zero-byte pool at max_seq={lo}; "
+                         "it cannot be compared")
+    cache_ratio = (b.kv_cache_bytes / a.kv_cache_bytes
+                   if a.kv_cache_bytes and b.kv_cache_bytes is not None else None)
+    g = pool.gather
+    same = pool.by_max_seq.get(g.max_seq) if g is not None else None
+    return {"lo": lo, "hi": hi,
+            "pool_ratio": b.shared_largest_first_bytes / a.shared_largest_first_bytes,
+            "cache_ratio": cache_ratio,
+            "gather_over_in_place": (g.shared_largest_first_bytes
+                                     / same.shared_largest_first_bytes
+                                     if same is not None and same.shared_largest_first_bytes
+                                     else None)}

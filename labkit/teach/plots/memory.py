@@ -3,7 +3,8 @@
 * :func:`pool_totals` — private pools stacked per batch size next to one shared pool
   captured largest-first and smallest-first, with the largest single pool marked;
 * :func:`pool_growth` — how the shared pool grows as graphs are captured, in each order;
-* :func:`capture_times` — capture time per batch size in each mode.
+* :func:`capture_times` — capture time per batch size in each mode;
+* :func:`pool_vs_max_seq` — the pool and the KV cache at two ``max_seq`` values.
 
 Every builder takes the record (``result.data``, the Result, or a
 :class:`labkit.measure.records.PoolMemory`) and an optional ``subtitle`` (the provenance line).
@@ -120,4 +121,41 @@ def capture_times(data: Any, *, subtitle: str = ""):
                 y_title="capture time (ms)", subtitle=subtitle, log_x=True)
     fig.update_xaxes(tickvals=sizes, ticktext=[str(s) for s in sizes])
     fig.update_layout(margin=dict(t=110))
+    return fig
+
+
+def pool_vs_max_seq(data: Any, *, subtitle: str = ""):
+    """The shared pool and the KV cache at each recorded ``max_seq`` (and the old gather
+    path's pool, when recorded): the cache grows with ``max_seq``, the in-place pool does
+    not. Raises ``ValueError`` for a record without ``by_max_seq``."""
+    register_template()
+    import plotly.graph_objects as go
+
+    pool = view(data, PoolMemory)
+    if not pool.by_max_seq:
+        raise ValueError("this pool_memory record has no by_max_seq field (it predates the "
+                         "in-place cache read); re-measure it with "
+                         "labkit.measure.bench.measure_pool_memory")
+    seqs = sorted(pool.by_max_seq)
+    xs = [f"max_seq {m}" for m in seqs]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=xs, y=[pool.by_max_seq[m].shared_largest_first_bytes / MiB
+                                  for m in seqs],
+                         name="shared pool (cache read in place)",
+                         marker_color=color("shared_largest_first"),
+                         texttemplate="%{y:.0f} MiB", textposition="outside"))
+    if all(pool.by_max_seq[m].kv_cache_bytes is not None for m in seqs):
+        fig.add_trace(go.Bar(x=xs, y=[pool.by_max_seq[m].kv_cache_bytes / MiB for m in seqs],
+                             name="KV cache (outside the pool)", marker_color=color("reference"),
+                             texttemplate="%{y:.0f} MiB", textposition="outside"))
+    if pool.gather is not None:
+        fig.add_trace(go.Bar(x=[f"max_seq {pool.gather.max_seq}"],
+                             y=[pool.gather.shared_largest_first_bytes / MiB],
+                             name="shared pool (old path: gather each row per layer)",
+                             marker_color=color("private"),
+                             texttemplate="%{y:.0f} MiB", textposition="outside"))
+    fig.update_layout(barmode="group")
+    # the cache can be a hundred times the pool: a log axis keeps both readable
+    base_layout(fig, "Graph pool vs KV cache as max_seq grows", "", "memory (MiB, log scale)",
+                subtitle=subtitle, log_y=True)
     return fig
