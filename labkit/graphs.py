@@ -353,6 +353,31 @@ def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def static_buffers(model, n: int, tokens: torch.Tensor | None = None,
+                   index: torch.Tensor | None = None, logits: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The static inputs (tokens; positions and slots as the two rows of ``index``) and the
+    static logits buffer for graphs of up to ``n`` rows, each allocated unless given. Harmless
+    values: token 0, position 0, the scratch slot. Out of memory -> :class:`CaptureOOMError`."""
+    dev = model.device
+    try:
+        if tokens is None:
+            tokens = torch.zeros(n, dtype=torch.long, device=dev)
+        if index is None:
+            index = torch.zeros((2, n), dtype=torch.long, device=dev)
+            index[1].fill_(model.cfg.scratch_slot)
+        if logits is None:
+            logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype,
+                                 device=dev)
+    except torch.cuda.OutOfMemoryError as exc:
+        raise CaptureOOMError(
+            "the GPU ran out of memory allocating the graphs' static buffers (the logits "
+            f"buffer alone is {n} x {model.cfg.vocab_size} values)",
+            "capture fewer or smaller batch sizes, lower max_batch / max_seq, or free other "
+            "GPU memory; nothing was captured and the model and its cache are intact") from exc
+    return tokens, index, logits
+
+
 def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shared",
                           order: Order = "largest_first", warmup: int = 3,
                           progress: bool | None = None, check_sync: bool = True,
@@ -385,13 +410,7 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     dev, n = model.device, sizes[-1]
     # positions and slots are the two rows of one buffer: host-side batch metadata arrives
     # with a single copy (PaddingDispatcher)
-    if tokens is None:
-        tokens = torch.zeros(n, dtype=torch.long, device=dev)
-    if index is None:
-        index = torch.zeros((2, n), dtype=torch.long, device=dev)
-        index[1].fill_(model.cfg.scratch_slot)
-    if logits is None:
-        logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype, device=dev)
+    tokens, index, logits = static_buffers(model, n, tokens, index, logits)
     for name, buf in (("tokens", tokens), ("index", index[0]), ("logits", logits)):
         if buf.shape[0] < n:
             raise ValueError(f"static {name} buffer holds {buf.shape[0]} rows; the largest "

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from labkit.graphs import (CapturedGraph, CaptureOOMError, _progress, capture_callable,
-                           check_capture_sizes, gc_frozen)
+                           check_capture_sizes, gc_frozen, static_buffers)
 from labkit.kvcache import StepMeta
 from labkit.model import TinyGPT, attention
 
@@ -134,13 +134,7 @@ def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any 
                            f"{model.device}); on CPU use piecewise_step")
     sizes = check_capture_sizes(sizes, model.cfg.max_batch)
     cfg, dev, n = model.cfg, model.device, sizes[-1]
-    if tokens is None:
-        tokens = torch.zeros(n, dtype=torch.long, device=dev)
-    if index is None:
-        index = torch.zeros((2, n), dtype=torch.long, device=dev)
-        index[1].fill_(cfg.scratch_slot)
-    if logits is None:
-        logits = torch.empty((n, cfg.vocab_size), dtype=cfg.torch_dtype, device=dev)
+    tokens, index, logits = static_buffers(model, n, tokens, index, logits)
     for name, buf in (("tokens", tokens), ("index", index[0]), ("logits", logits)):
         if buf.shape[0] < n:
             raise ValueError(f"static {name} buffer holds {buf.shape[0]} rows; the largest size "
