@@ -61,6 +61,7 @@ def _pieces(model: TinyGPT):
     return first, [middle(i) for i in range(1, len(blocks))], last
 
 
+@torch.no_grad()
 def piecewise_step(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tensor,
                    slots: torch.Tensor) -> torch.Tensor:
     """One decode step run piece by piece, eagerly (the CPU stand-in and the reference):
@@ -96,6 +97,7 @@ class PiecewiseGraphs:
     def graphs_per_step(self) -> int:
         return self.model.cfg.n_layer + 1
 
+    @torch.no_grad()
     def replay(self, bs: int) -> torch.Tensor:
         """Replay the pieces of size ``bs`` with eager attention between them, on what is in
         the static buffers; returns the static logits ``(bs, V)``."""
@@ -119,6 +121,7 @@ class PiecewiseGraphs:
             torch.cuda.empty_cache()
 
 
+@torch.no_grad()
 def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any = None,
                              tokens: torch.Tensor | None = None,
                              index: torch.Tensor | None = None,

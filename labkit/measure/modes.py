@@ -54,6 +54,7 @@ class AttentionOnlyGraphs:
         """The id of the shared pool (for :func:`labkit.graphs.pool_reserved_bytes`)."""
         return next(iter(self.graphs.values()))[0].pool
 
+    @torch.no_grad()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor,
              slots: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, V)``: embeddings, LayerNorms, projections, MLPs and the head eager; each
@@ -86,6 +87,7 @@ class AttentionOnlyGraphs:
         torch.cuda.empty_cache()
 
 
+@torch.no_grad()
 def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = None,
                            warmup: int = 3) -> AttentionOnlyGraphs:
     """Capture ``attention(cache, layer, q, k, v, meta)`` of every layer for each size in
@@ -147,6 +149,7 @@ def _dispatcher_pool_bytes(disp: PaddingDispatcher) -> int | None:
     return None
 
 
+@torch.no_grad()
 def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                   dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
     """Record ``modes_<preset>``: per batch size, the decode-step time of eager (``NONE``),
