@@ -1049,6 +1049,10 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     "paged_gpt2": ("measure_paged", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "max_seqs": [256, 1024], "block_size": 16,
                                      "dtype": "bfloat16", "repeats": 30}),
+    "modes_small": ("measure_modes", {"preset": "small", "batch_sizes": [1, 8, 64],
+                                      "dtype": "bfloat16", "repeats": 20}),
+    "modes_gpt2": ("measure_modes", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
+                                     "dtype": "bfloat16", "repeats": 20}),
 }
 
 
