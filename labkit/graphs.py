@@ -353,6 +353,20 @@ def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def release_after_failure(captured: dict, exc: BaseException, what: str) -> BaseException:
+    """Release everything ``captured`` (size -> graphs) after a failed capture and return the
+    exception to raise: out of memory says which sizes were released."""
+    done = sorted(captured)
+    captured.clear()
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    if isinstance(exc, CaptureOOMError):
+        return CaptureOOMError(exc.rule, exc.fix + f" ({what} already captured for sizes {done} "
+                               "were released; the model and its cache are intact)", exc.detail)
+    return exc
+
+
 def static_buffers(model, n: int, tokens: torch.Tensor | None = None,
                    index: torch.Tensor | None = None, logits: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -407,7 +421,7 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     if not torch.cuda.is_available() or model.device.type != "cuda":
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU "
                            f"(model is on {model.device}); on CPU use eager decode_step")
-    dev, n = model.device, sizes[-1]
+    n = sizes[-1]
     # positions and slots are the two rows of one buffer: host-side batch metadata arrives
     # with a single copy (PaddingDispatcher)
     tokens, index, logits = static_buffers(model, n, tokens, index, logits)
@@ -433,15 +447,9 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
                 if on_captured is not None:
                     on_captured(bs, graphs[bs])
     except BaseException as exc:
-        done = sorted(graphs)
-        graphs.clear()
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        if isinstance(exc, CaptureOOMError):
-            raise CaptureOOMError(
-                exc.rule, exc.fix + f" (graphs already captured for sizes {done} were "
-                "released; the model and its cache are intact)", exc.detail) from exc
-        raise
+        err = release_after_failure(graphs, exc, "graphs")
+        if err is exc:
+            raise
+        raise err from exc
     return GraphSet(graphs, tokens, positions, slots, pool, order, capture_order=list(seq),
                     logits=logits, index=index)

@@ -32,8 +32,8 @@ from typing import Any, Sequence
 
 import torch
 
-from labkit.graphs import (CapturedGraph, CaptureOOMError, _progress, capture_callable,
-                           check_capture_sizes, gc_frozen, static_buffers)
+from labkit.graphs import (CapturedGraph, _progress, capture_callable, check_capture_sizes,
+                           gc_frozen, release_after_failure, static_buffers)
 from labkit.kvcache import StepMeta
 from labkit.model import TinyGPT, attention
 
@@ -165,15 +165,9 @@ def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any 
                                                y[:bs], label=(bs, len(middles) + 1), **kw))
                 captured[bs] = graphs
     except BaseException as exc:
-        done = sorted(captured)
-        captured.clear()
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        if isinstance(exc, CaptureOOMError):
-            raise CaptureOOMError(exc.rule, exc.fix + f" (pieces already captured for sizes "
-                                  f"{done} were released; the model is intact)",
-                                  exc.detail) from exc
-        raise
+        err = release_after_failure(captured, exc, "pieces")
+        if err is exc:
+            raise
+        raise err from exc
     return PiecewiseGraphs(model, captured, tokens, index[0], index[1], y, logits, handle,
                            capture_order=order)
