@@ -225,7 +225,8 @@ class SlotKVCache(KVCache):
         return self.k[layer][rows], self.v[layer][rows]
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta) -> torch.Tensor:
-        if not (self.in_place and q.is_cuda):
+        if not (self.in_place and q.is_cuda and self.head_dim % 8 == 0):
+            # the memory-efficient kernel wants head_dim a multiple of 8: else the reference
             return super().attend(layer, q, meta)
         kf, vf = self.flat(layer)
         out = torch.ops.aten._efficient_attention_forward(
