@@ -166,3 +166,71 @@ def test_python_m_labkit_version_and_a_bad_parameter(tmp_path: Path) -> None:
     proc = _python_m_labkit("run", "05", "--out", str(out), env={"LABKIT_CPU_THREADS": "abc"})
     assert proc.returncode == 2 and "LABKIT_CPU_THREADS='abc'" in proc.stderr
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- labkit slides
+
+
+def _run_folder(root: Path, name: str, stem: str, *, status: str = "ok",
+                started: str = "2026-01-01T00:00:00+00:00") -> Path:
+    """A ``labkit run`` folder holding ``stem`` executed (when ``status`` is ok)."""
+    import json
+
+    run = root / name
+    (run / "notebooks").mkdir(parents=True)
+    if status == "ok":
+        nbformat.write(nbformat.v4.new_notebook(), run / "notebooks" / f"{stem}.ipynb")
+    (run / "run.json").write_text(json.dumps({
+        "kind": "labkit-run", "status": status, "started": started, "sweep": None,
+        "notebooks": [{"name": stem, "status": status}]}))
+    return run
+
+
+@pytest.fixture
+def no_export(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``labkit slides`` with the web assets and the export stubbed out; the list receives
+    the notebooks it would execute."""
+    from labkit.suite import slides
+
+    executed: list[str] = []
+    monkeypatch.setattr(slides, "ensure_web_assets", lambda **k: Path("node_modules"))
+    monkeypatch.setattr(slides, "copy_assets", lambda out, modules=None: Path(out) / "assets")
+    monkeypatch.setattr(slides, "export_notebook",
+                        lambda nb, out, html=True, name=None: [Path(out) / f"{name}.slides.html"])
+    monkeypatch.setattr(slides, "check_offline", lambda paths: None)
+    monkeypatch.setattr(slides, "execute_notebook",
+                        lambda src, dest, **k: executed.append(Path(src).stem) or dest)
+    return executed
+
+
+def test_slides_prints_the_run_it_used(nbs, tmp_path: Path, no_export: list[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit.suite import slides
+
+    monkeypatch.setattr(slides, "repo_root", lambda: tmp_path)  # runs/ is tmp_path/runs
+    _run_folder(tmp_path / "runs", "20260101-000000-cpu", "01_alpha")
+    _run_folder(tmp_path / "runs", "20260102-000000-cpu", "01_alpha", status="failed",
+                started="2026-01-02T00:00:00+00:00")
+    out = tmp_path / "slides"
+    code, stdout, err = run_cli("slides", str(nbs[0]), "--out", str(out))
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert lines[0].startswith("labkit slides: using run ") and "20260101-000000-cpu" in lines[0]
+    assert "newest complete run" in lines[0] and "20260102-000000-cpu: status 'failed'" in lines[0]
+    assert lines[1:] == [str(out / "01_alpha.slides.html")] and no_export == []
+    # --run picks the failed run: what it lacks is executed, and it says so
+    run = tmp_path / "runs" / "20260102-000000-cpu"
+    code, stdout, err = run_cli("slides", str(nbs[0]), "--out", str(out), "--run", str(run))
+    assert code == 0, err
+    assert stdout.splitlines()[0] == f"labkit slides: using run {run} (as given)"
+    assert no_export == ["01_alpha"] and "lacks 01_alpha executed (status 'failed')" in err
+
+
+def test_slides_run_that_is_not_a_run_folder_is_one_line(nbs, tmp_path: Path,
+                                                         no_export: list[str]) -> None:
+    out = tmp_path / "slides"
+    for path, needle in ((tmp_path / "missing", "does not exist"),
+                         (nbs[0].parent, "is not a run folder")):
+        code, _, err = run_cli("slides", str(nbs[0]), "--out", str(out), "--run", str(path))
+        assert_one_line_error(code, err, "labkit slides:", str(path), needle, "labkit run")
+    assert not out.exists() and no_export == []

@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -82,6 +86,67 @@ def test_kernel_executes_over_the_websocket(server):
     out = lablib.execute_code(server, "import labkit; print(labkit.__version__)", timeout=90)
     assert out["error"] is None and out["stdout"].strip() == __import__("labkit").__version__
     assert server.get("/api/sessions")[1] == []  # sessions (and kernels) cleaned up
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _start_labkit_lab(tmp_path: Path) -> tuple[subprocess.Popen, int, "lablib.LabServer"]:
+    """``python -m labkit lab`` as a user starts it, on a free port with a known token and a
+    private runtime folder; returns it once JupyterLab answers, with the server's pid (from
+    the server's runtime file) and a client for the server."""
+    port, token = lablib.free_port(), "labkit-test-token"
+    runtime = tmp_path / "runtime"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LABKIT_LAB_TOKEN=token,
+               JUPYTER_RUNTIME_DIR=str(runtime))
+    # files, not pipes: a JupyterLab left running would hold a pipe open
+    with open(tmp_path / "lab.out", "wb") as out, open(tmp_path / "lab.err", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "labkit", "lab", "--no-browser",
+                                 "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=err)
+    client = lablib.LabServer(tmp_path, port=port, token=token)  # only its requests are used
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, (f"labkit lab exited with {proc.returncode}: "
+                                     f"{(tmp_path / 'lab.err').read_text()}")
+        files = list(runtime.glob("jpserver-*.json"))
+        try:
+            if files and client.get("/api/status")[0] == 200:
+                return proc, int(files[0].stem.split("-")[1]), client
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    proc.wait()
+    raise AssertionError(f"JupyterLab did not answer within 60 s: "
+                         f"{(tmp_path / 'lab.err').read_text()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_stop_signal_stops_jupyterlab_and_frees_the_port(tmp_path, sig):
+    proc, server_pid, client = _start_labkit_lab(tmp_path)
+    try:
+        assert server_pid != proc.pid and os.getpgid(server_pid) == server_pid
+        proc.send_signal(sig)
+        proc.wait(timeout=40)
+        err = (tmp_path / "lab.err").read_text()
+        assert proc.returncode == 0, (proc.returncode, err[-1500:])
+        assert f"{sig.name}: stopping JupyterLab" in err
+        assert not _alive(server_pid), "JupyterLab outlived labkit lab"
+        with pytest.raises(ProcessLookupError):  # nothing left in its process group
+            os.killpg(server_pid, 0)
+        with pytest.raises(ConnectionRefusedError):  # nothing listens on the port any more
+            socket.create_connection((lablib.LOOPBACK, client.port), timeout=5).close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if _alive(server_pid):
+            os.killpg(server_pid, signal.SIGKILL)
 
 
 @pytest.mark.browser

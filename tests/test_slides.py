@@ -296,8 +296,9 @@ def test_export_slides_uses_the_run_folder(tmp_path, tmp_path_factory, monkeypat
 
     monkeypatch.setattr(slides, "execute_notebook", no_execution)
     out = tmp_path / "slides"
-    written = slides.export_slides(run_dir=run, out_dir=out, notebooks=[str(source)], html=False)
-    assert [p.name for p in written] == ["99_fixture.slides.html"]
+    result = slides.export_slides(run_dir=run, out_dir=out, notebooks=[str(source)], html=False)
+    assert [p.name for p in result.files] == ["99_fixture.slides.html"]
+    assert result.run_dir == run and result.executed_here == []
     assert (out / "assets" / "require.js").is_file()
 
 
@@ -313,21 +314,152 @@ def test_export_slides_executes_without_a_run(tmp_path, tmp_path_factory, monkey
         return dest
 
     monkeypatch.setattr(slides, "execute_notebook", fake_execute)
-    monkeypatch.setattr(slides, "newest_run_dir", lambda root=None: None)
-    written = slides.export_slides(run_dir=None, out_dir=tmp_path / "s", notebooks=[str(source)],
-                                   html=True)
+    result = slides.export_slides(run_dir=None, out_dir=tmp_path / "s", notebooks=[str(source)],
+                                  html=True, runs_root=tmp_path / "no-runs")
     assert calls == ["99_fixture.ipynb"]
-    assert sorted(p.name for p in written) == ["99_fixture.html", "99_fixture.slides.html"]
+    assert sorted(p.name for p in result.files) == ["99_fixture.html", "99_fixture.slides.html"]
+    assert result.run_dir is None and result.executed_here == ["99_fixture"]
+    assert result.run_note.startswith("no complete run holds 99_fixture")
 
 
-def test_newest_run_dir(tmp_path):
-    assert slides.newest_run_dir(tmp_path) is None
-    for i, name in enumerate(("20260101-000000-cpu", "20260102-000000-cpu", "interactive")):
-        d = tmp_path / name
-        (d / "results").mkdir(parents=True)
-        if name != "interactive":
-            nb = d / "notebooks" / "00_setup.ipynb"
-            nb.parent.mkdir()
-            nb.write_text("{}")
-            os.utime(nb, (1_000_000 + i, 1_000_000 + i))
-    assert slides.newest_run_dir(tmp_path).name == "20260102-000000-cpu"
+# ----------------------------------------------------------------------------- run selection
+
+
+def make_run(root: Path, name: str, notebooks: dict[str, str], *, status: str = "ok",
+             started: str = "2026-01-01T00:00:00+00:00", sweep: dict | None = None,
+             kind: str = "labkit-run") -> Path:
+    """A run folder as ``labkit run`` writes it: ``run.json`` and ``notebooks/<name>.ipynb``
+    for each notebook (``{stem: status}``) that has status ok."""
+    run = root / name
+    (run / "notebooks").mkdir(parents=True)
+    entries = []
+    for stem, st in notebooks.items():
+        entries.append({"name": stem, "input": f"notebooks/{stem}.ipynb", "status": st,
+                        "output": f"notebooks/{stem}.ipynb" if st == "ok" else None})
+        if st == "ok":
+            nbformat.write(nbformat.v4.new_notebook(), str(run / "notebooks" / f"{stem}.ipynb"))
+    (run / "run.json").write_text(json.dumps({
+        "schema": 1, "kind": kind, "run": name, "status": status, "started": started,
+        "sweep": sweep, "notebooks": entries}))
+    return run
+
+
+@pytest.fixture
+def suite(tmp_path):
+    """Two source notebooks and a runs/ folder: an older complete run, then newer runs that
+    are no use: a failed one, one run of a sweep, one lacking a notebook, one still running
+    (the newest), a bench-like folder without run.json and a sweep folder."""
+    (tmp_path / "nbs").mkdir()
+    src = [make_fixture_notebook(tmp_path / "nbs" / f"{n}.ipynb")
+           for n in ("00_setup", "01_launch_overhead")]
+    both = {"00_setup": "ok", "01_launch_overhead": "ok"}
+    root = tmp_path / "runs"
+    make_run(root, "20260101-000000-cpu", both, started="2026-01-01T00:00:00+00:00")
+    make_run(root, "20260102-000000-cpu", {"00_setup": "ok", "01_launch_overhead": "failed"},
+             status="failed", started="2026-01-02T00:00:00+00:00")
+    make_run(root, "20260103-000000-cpu", both, started="2026-01-03T00:00:00+00:00",
+             sweep={"index": 1, "of": 2, "sweep_dir": "sweep-20260103-000000",
+                    "combination": {"repeats": 5}})
+    make_run(root, "20260104-000000-cpu", {"00_setup": "ok"}, started="2026-01-04T00:00:00+00:00")
+    make_run(root, "20260105-000000-cpu", {"00_setup": "ok", "01_launch_overhead": "pending"},
+             status="running", started="2026-01-05T00:00:00+00:00")
+    (root / "20260106-000000-bench" / "results").mkdir(parents=True)
+    sweep = root / "sweep-20260103-000000"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps({"kind": "labkit-sweep", "runs": [
+        {"index": 1, "run": "20260103-000000-cpu"}]}))
+    return src, root
+
+
+def test_newest_complete_run_passes_over_partial_failed_and_sweep_runs(suite):
+    src, root = suite
+    found, passed = slides.newest_complete_run(src, root)
+    assert found == root / "20260101-000000-cpu"
+    assert passed == ["20260105-000000-cpu: status 'running'",
+                      "20260104-000000-cpu: lacks 01_launch_overhead",
+                      "20260103-000000-cpu: one run of the sweep sweep-20260103-000000",
+                      "20260102-000000-cpu: status 'failed'"]
+    # asked for 00 only, the run lacking 01 is complete; a sweep's run only when allowed
+    assert slides.newest_complete_run(src[:1], root)[0] == root / "20260104-000000-cpu"
+    assert slides.newest_complete_run(src, root, sweep_ok=True)[0] == root / "20260103-000000-cpu"
+    assert slides.newest_complete_run(src, root / "missing") == (None, [])
+
+
+def test_choose_run_says_which_run_and_why(suite):
+    src, root = suite
+    run, note = slides.choose_run(src, None, root)
+    assert run == root / "20260101-000000-cpu"
+    assert "using run" in note and "20260101-000000-cpu" in note
+    assert "newest complete run holding 00_setup, 01_launch_overhead" in note
+    assert "20260105-000000-cpu: status 'running'" in note
+    # an explicit run is used as it is, even one of a sweep
+    run, note = slides.choose_run(src, root / "20260103-000000-cpu", root)
+    assert run == root / "20260103-000000-cpu" and note.endswith("(as given)")
+    run, note = slides.choose_run(src, None, root / "missing")
+    assert run is None and note.startswith("no complete run holds 00_setup, 01_launch_overhead")
+
+
+def test_a_solution_run_is_not_taken_for_the_notebook(tmp_path):
+    nb = make_fixture_notebook(tmp_path / "00_setup.ipynb")
+    run = make_run(tmp_path / "runs", "20260101-000000-cpu", {"00_setup": "ok"})
+    record = json.loads((run / "run.json").read_text())
+    record["notebooks"][0]["input"] = "notebooks/solutions/00_setup.ipynb"
+    (run / "run.json").write_text(json.dumps(record))
+    assert slides.why_not_complete(run, [nb]) == "lacks 00_setup"
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda root: root / "nowhere", "does not exist"),
+    (lambda root: root / "20260106-000000-bench", "is not a run folder"),
+    (lambda root: root / "sweep-20260103-000000", "is a sweep folder, not a run folder: pass one "
+                                                  "of its runs (its runs: 20260103-000000-cpu)"),
+])
+def test_run_that_is_not_a_run_folder_is_an_error_naming_it(suite, make, needle):
+    src, root = suite
+    path = make(root)
+    with pytest.raises(SuiteError) as err:
+        slides.choose_run(src, path, root)
+    assert str(path) in str(err.value) and needle in str(err.value)
+
+
+def _no_export(monkeypatch, executed: list[str]) -> None:
+    """Stub out the assets and the export itself (run selection is what is tested)."""
+    def fake_export(nb_path, out_dir, *, html=True, name=None):
+        return [Path(out_dir) / f"{name}.slides.html"]
+
+    def fake_execute(src, dest, **kw):
+        executed.append(Path(src).stem)
+        return dest
+
+    monkeypatch.setattr(slides, "ensure_web_assets", lambda **k: Path("node_modules"))
+    monkeypatch.setattr(slides, "copy_assets", lambda out, modules=None: Path(out) / "assets")
+    monkeypatch.setattr(slides, "export_notebook", fake_export)
+    monkeypatch.setattr(slides, "check_offline", lambda paths: None)
+    monkeypatch.setattr(slides, "execute_notebook", fake_execute)
+
+
+def test_export_slides_takes_the_newest_complete_run_and_executes_nothing(suite, tmp_path,
+                                                                          monkeypatch):
+    src, root = suite
+    executed: list[str] = []
+    _no_export(monkeypatch, executed)
+    lines: list[str] = []
+    result = slides.export_slides(out_dir=tmp_path / "out", notebooks=[str(p) for p in src],
+                                  runs_root=root, echo=lines.append)
+    assert executed == [] and result.executed_here == []
+    assert result.run_dir == root / "20260101-000000-cpu"
+    assert lines == [result.run_note] and "20260101-000000-cpu" in lines[0]
+    assert [p.name for p in result.files] == ["00_setup.slides.html",
+                                              "01_launch_overhead.slides.html"]
+
+
+def test_export_slides_with_a_partial_run_given_executes_what_it_lacks(suite, tmp_path,
+                                                                       monkeypatch, capsys):
+    src, root = suite
+    executed: list[str] = []
+    _no_export(monkeypatch, executed)
+    result = slides.export_slides(root / "20260102-000000-cpu", tmp_path / "out",
+                                  [str(p) for p in src])
+    assert executed == ["01_launch_overhead"] and result.executed_here == ["01_launch_overhead"]
+    assert result.run_dir == root / "20260102-000000-cpu"
+    assert "lacks 01_launch_overhead executed (status 'failed')" in capsys.readouterr().err

@@ -120,10 +120,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_slides(args: argparse.Namespace) -> int:
     from labkit.suite.slides import export_slides
 
-    outputs = export_slides(run_dir=Path(args.run) if args.run else None,
-                            out_dir=Path(args.out), notebooks=args.notebooks or None,
-                            html=not args.no_html)
-    for p in outputs:
+    result = export_slides(run_dir=Path(args.run) if args.run else None,
+                           out_dir=Path(args.out), notebooks=args.notebooks or None,
+                           html=not args.no_html,
+                           echo=lambda line: print(f"labkit slides: {line}", flush=True))
+    for p in result.files:
         print(p)
     return 0
 
@@ -222,7 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("slides", help="export notebooks to offline reveal.js decks")
     s.add_argument("notebooks", nargs="*")
-    s.add_argument("--run", help="run folder with executed notebooks (default: newest run)")
+    s.add_argument("--run", metavar="PATH",
+                   help="run folder (runs/<stamp>/) to take the executed notebooks from "
+                        "(default: the newest complete run: status ok, holding every notebook "
+                        "asked for, not one run of a sweep)")
     s.add_argument("--out", default="build/slides")
     s.add_argument("--no-html", action="store_true", help="decks only, no HTML pages")
     s.set_defaults(func=cmd_slides)

@@ -2,7 +2,8 @@
 
 :func:`start_lab` runs JupyterLab in the foreground on ``notebooks/`` (loopback only, with a
 token, ``--allow-root`` when run as root, no update or news checks) and prints the address to
-open. :class:`LabServer` starts the same server in the background for scripts and tests, and
+open; Ctrl-C, SIGTERM and SIGHUP stop it (:func:`stop_process_group`), leaving no server
+behind. :class:`LabServer` starts the same server in the background for scripts and tests, and
 :func:`execute_code` runs code in a kernel through the server's REST API and websocket, the way
 the JupyterLab front end does. Both give the kernels the suite engine's environment
 (:func:`labkit.suite.engine.kernel_environment`: this labkit first on ``PYTHONPATH``, the
@@ -12,6 +13,7 @@ offline-friendly plotly renderer), so notebooks import the same labkit as ``labk
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -25,7 +27,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from labkit import envvars
 from labkit.suite.engine import kernel_environment, notebooks_dir
@@ -77,9 +79,75 @@ def lab_command(root_dir: Path, port: int, token: str, *, open_browser: bool = F
     return cmd + list(extra_args)
 
 
+#: Signals that stop ``labkit lab`` (and its JupyterLab) cleanly, besides Ctrl-C (SIGINT).
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class LabStopped(Exception):
+    """``labkit lab`` received a stop signal (:data:`STOP_SIGNALS`)."""
+
+    def __init__(self, signum: int) -> None:
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise LabStopped(signum)
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While active, :data:`STOP_SIGNALS` raise :class:`LabStopped` in the main thread (the
+    previous handlers come back afterwards; in another thread nothing changes)."""
+    old: dict[int, object] = {}
+    for sig in STOP_SIGNALS:
+        try:
+            old[sig] = signal.signal(sig, _raise_stopped)
+        except ValueError:  # not the main thread
+            break
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _say(text: str) -> None:
+    """Print to stderr; a closed terminal (SIGHUP) must not stop the shutdown."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to the process group ``pgid`` (nothing when the group is gone)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_process_group(proc: subprocess.Popen, grace: float = 20.0) -> int:
+    """Stop ``proc`` (started with ``start_new_session=True``) and everything in its process
+    group: SIGTERM, up to ``grace`` seconds for JupyterLab to shut its kernels down, then
+    SIGKILL (at once on a second Ctrl-C or stop signal). Returns its exit status."""
+    pgid = proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, LabStopped):
+        pass
+    # whatever is left of the group (the server, or children it left behind)
+    _signal_group(pgid, signal.SIGKILL)
+    return proc.wait()
+
+
 def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | None = None,
               token: str | None = None, extra_args: Sequence[str] = ()) -> int:
-    """Run JupyterLab on ``notebooks/`` until Ctrl-C; returns its exit status.
+    """Run JupyterLab on ``notebooks/`` until Ctrl-C, SIGTERM or SIGHUP (each stops JupyterLab's
+    whole process group, then returns 0); returns its exit status when it ends by itself.
 
     Listens on 127.0.0.1 only (on a remote machine, forward the port:
     ``ssh -L 8888:127.0.0.1:8888 host``). The token is ``$LABKIT_LAB_TOKEN`` or a fresh random
@@ -98,19 +166,19 @@ def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | N
     cmd = lab_command(root, chosen, token, open_browser=open_browser, extra_args=extra_args)
     url = f"http://{LOOPBACK}:{chosen}/lab?token={token}"
     print(f"labkit lab: JupyterLab on {root}\n  open  {url}\n  stop  Ctrl-C", flush=True)
-    # its own session, so that Ctrl-C reaches only us and we shut it down without its prompt
-    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        print("\nlabkit lab: stopping JupyterLab (kernels are shut down)", file=sys.stderr)
-        proc.send_signal(signal.SIGTERM)
+    # its own session, so that Ctrl-C reaches only us and we shut it down without its prompt;
+    # SIGTERM and SIGHUP (a closed terminal, a service manager) stop it the same way
+    with stop_signals_raise():
+        proc = None
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        return 0
+            proc = subprocess.Popen(cmd, start_new_session=True, env=env)
+            return proc.wait()
+        except (KeyboardInterrupt, LabStopped) as why:
+            what = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else why.name
+            _say(f"\nlabkit lab: {what}: stopping JupyterLab (kernels are shut down)")
+            if proc is not None:
+                stop_process_group(proc)
+            return 0
 
 
 class LabServer:
@@ -196,12 +264,7 @@ class LabServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+            stop_process_group(self.proc)
         self.proc = None
 
     def __enter__(self) -> "LabServer":

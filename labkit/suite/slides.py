@@ -2,9 +2,10 @@
 OFFLINE (no CDN address left in the page), charts included.
 
 * The executed notebooks come from a run folder (``runs/<stamp>/notebooks/NN_x.ipynb``, made by
-  ``labkit run``): the one given, else the newest. A notebook no run folder holds is executed
-  here (the suite engine, :mod:`labkit.suite.engine`, into a temporary folder), so a CPU
-  machine still gets decks showing the recorded reference charts. Notebooks are named as for
+  ``labkit run``): the one given, else the newest COMPLETE run (status ok, every notebook asked
+  for executed, not one run of a sweep; :func:`choose_run`), and the result says which. Without
+  one, the notebooks are executed here (the suite engine, :mod:`labkit.suite.engine`, into a
+  temporary folder), so a CPU machine still gets decks showing the recorded reference charts. Notebooks are named as for
   ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``, ``workshop_90min``, a path).
 * Cells tagged ``parameters`` / ``injected-parameters`` are dropped; the cells' slideshow
   metadata makes the slides (``skip`` cells are left out of decks).
@@ -30,13 +31,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from labkit import envvars
 from labkit.paths import repo_root
 from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks
+from labkit.suite.engine import SOLUTIONS, SuiteError, display_path
+from labkit.suite.runner import RUN_FILE, SWEEP_FILE
 
 #: Folder (under the output folder) that receives the JavaScript/CSS copies.
 ASSETS_DIR = "assets"
@@ -463,30 +466,143 @@ def export_notebook(nb_path: Path, out_dir: Path, *, html: bool = True,
 
 # ----------------------------------------------------------------------------- run folders
 
-
-def newest_run_dir(root: Path | None = None) -> Path | None:
-    """The newest ``runs/*/`` folder holding executed notebooks (``notebooks/*.ipynb``), or None."""
-    root = Path(root) if root is not None else repo_root() / "runs"
-    if not root.is_dir():
-        return None
-    best: tuple[float, Path] | None = None
-    for d in root.iterdir():
-        nbs = list((d / "notebooks").glob("*.ipynb")) if d.is_dir() else []
-        if nbs:
-            t = max(p.stat().st_mtime for p in nbs)
-            if best is None or t > best[0]:
-                best = (t, d)
-    return best[1] if best else None
+#: The ``kind`` a ``labkit run`` folder's ``run.json`` has (a sweep's ``sweep.json`` has another).
+RUN_KIND = "labkit-run"
 
 
-def _run_status(run_dir: Path) -> dict[str, str]:
+def read_run_record(run_dir: Path) -> dict | None:
+    """``run_dir/run.json`` as a dict, or None when it is missing or unreadable."""
     import json
 
     try:
-        rec = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-        return {e["name"]: e.get("status", "") for e in rec.get("notebooks", [])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        rec = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("notebooks"), list) else None
+
+
+def _entry_for(record: dict, source: Path) -> dict | None:
+    """The run's entry for ``source`` (same name; a solution matches only a solution)."""
+    for e in record.get("notebooks", []):
+        if not isinstance(e, dict) or e.get("name") != source.stem:
+            continue
+        given = e.get("input")
+        if not given or (Path(str(given)).parent.name == SOLUTIONS) == (source.parent.name == SOLUTIONS):
+            return e
+    return None
+
+
+def held_notebooks(run_dir: Path, sources: Sequence[Path], record: dict | None = None
+                   ) -> dict[Path, Path]:
+    """``{source: executed notebook}`` for every source ``run_dir`` holds executed with status
+    ok (its ``notebooks/<name>.ipynb``)."""
+    record = record if record is not None else read_run_record(run_dir) or {}
+    out = {}
+    for src in sources:
+        entry = _entry_for(record, src)
+        cand = Path(run_dir) / "notebooks" / src.name
+        if entry is not None and entry.get("status") == "ok" and cand.is_file():
+            out[src] = cand
+    return out
+
+
+def why_not_complete(run_dir: Path, sources: Sequence[Path], *, sweep_ok: bool = False
+                     ) -> str | None:
+    """Why ``run_dir`` is not a complete run for ``sources`` (None when it is): a complete run
+    has a ``run.json`` with status ok, is no member of a sweep (unless ``sweep_ok``) and holds
+    every source executed."""
+    record = read_run_record(run_dir)
+    if record is None or record.get("kind", RUN_KIND) != RUN_KIND:
+        return f"no {RUN_FILE} of a `labkit run`"
+    if record.get("status") != "ok":
+        return f"status {record.get('status')!r}"
+    sweep = record.get("sweep")
+    if sweep and not sweep_ok:
+        where = sweep.get("sweep_dir") if isinstance(sweep, dict) else None
+        return f"one run of the sweep {where}" if where else "one run of a sweep"
+    lacks = [s.stem for s in sources if s not in held_notebooks(run_dir, sources, record)]
+    if lacks:
+        return f"lacks {_names(lacks)}"
+    return None
+
+
+def _started(run_dir: Path) -> tuple[str, str]:
+    rec = read_run_record(run_dir) or {}
+    return (str(rec.get("started") or ""), run_dir.name)
+
+
+def newest_complete_run(sources: Sequence[Path], root: Path | None = None, *,
+                        sweep_ok: bool = False) -> tuple[Path | None, list[str]]:
+    """The newest complete run (:func:`why_not_complete`) under ``root`` (default ``runs/``)
+    for ``sources``, by its start time, or None; and one line for each newer run passed over
+    (``"<folder>: <why>"``)."""
+    root = Path(root) if root is not None else repo_root() / "runs"
+    runs = [d for d in root.iterdir() if (d / RUN_FILE).is_file()] if root.is_dir() else []
+    passed: list[str] = []
+    for d in sorted(runs, key=_started, reverse=True):
+        why = why_not_complete(d, sources, sweep_ok=sweep_ok)
+        if why is None:
+            return d, passed
+        passed.append(f"{d.name}: {why}")
+    return None, passed
+
+
+def check_run_dir(run_dir: Path) -> Path:
+    """``run_dir`` when it is a ``labkit run`` folder (``run.json`` and ``notebooks/``); else
+    raises :class:`SuiteError` naming the path, what it is and what to pass instead."""
+    run_dir = Path(run_dir).expanduser()
+    shown = display_path(run_dir)
+    if not run_dir.is_dir():
+        raise SuiteError(f"run folder {shown} does not exist: pass a folder made by `labkit run` "
+                         "(runs/<stamp>/), or leave --run out to use the newest complete run")
+    if (run_dir / SWEEP_FILE).is_file():
+        members = _sweep_runs(run_dir)
+        which = f" (its runs: {', '.join(members)})" if members else ""
+        raise SuiteError(f"{shown} is a sweep folder, not a run folder: pass one of its runs"
+                         f"{which}")
+    record = read_run_record(run_dir)
+    if record is None or record.get("kind", RUN_KIND) != RUN_KIND or not (run_dir / "notebooks").is_dir():
+        raise SuiteError(f"{shown} is not a run folder (it has no readable {RUN_FILE} and "
+                         "notebooks/): pass a folder made by `labkit run` (runs/<stamp>/)")
+    return run_dir
+
+
+def _sweep_runs(sweep_dir: Path) -> list[str]:
+    """Folder names of the runs a sweep folder's ``sweep.json`` lists."""
+    import json
+
+    try:
+        items = json.loads((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8")).get("runs", [])
+        return [str(i["run"]) for i in items if isinstance(i, dict) and i.get("run")]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def _names(stems: Sequence[str]) -> str:
+    return ", ".join(stems) if len(stems) <= 4 else f"{', '.join(stems[:3])} and {len(stems) - 3} more"
+
+
+def choose_run(sources: Sequence[Path], run_dir: Path | None = None, root: Path | None = None
+               ) -> tuple[Path | None, str]:
+    """The run folder to take the executed ``sources`` from, and one line saying which and why.
+
+    ``run_dir`` given: that folder (checked by :func:`check_run_dir`; a partial run or a sweep's
+    run is fine, the notebooks it lacks are executed). Else the newest complete run under
+    ``root`` (:func:`newest_complete_run`), or None when there is none.
+    """
+    if run_dir is not None:
+        run_dir = check_run_dir(run_dir)
+        return run_dir, f"using run {display_path(run_dir)} (as given)"
+    found, passed = newest_complete_run(sources, root)
+    skipped = ""
+    if passed:
+        skipped = "; passed over newer: " + "; ".join(passed[:3]) + (
+            f"; and {len(passed) - 3} more" if len(passed) > 3 else "")
+    what = _names([s.stem for s in sources])
+    if found is None:
+        return None, (f"no complete run holds {what}: executing here (`labkit run` makes a run; "
+                      f"--run PATH picks one){skipped}")
+    return found, f"using run {display_path(found)} (the newest complete run holding {what}){skipped}"
 
 
 def _is_executed(path: Path) -> bool:
@@ -519,37 +635,47 @@ class _Job:
     source: Path
 
 
-def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slides"),
-                  notebooks: Sequence[str] | None = None, html: bool = True) -> list[Path]:
-    """Export notebooks as offline reveal.js decks ``<out_dir>/NN_x.slides.html`` (and HTML pages
-    ``<out_dir>/NN_x.html`` when ``html``); returns the written files.
+@dataclass
+class SlidesResult:
+    """What :func:`export_slides` did: the files written, the run folder the executed notebooks
+    came from (None: none), the line saying which run and why, and the notebooks executed here."""
 
-    The executed notebooks come from ``run_dir`` (default: the newest ``runs/*/`` holding executed
-    notebooks); those it lacks (or all, when there is no run) are executed here first. Fails with
+    files: list[Path]
+    run_dir: Path | None
+    run_note: str
+    executed_here: list[str] = field(default_factory=list)
+
+
+def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slides"),
+                  notebooks: Sequence[str] | None = None, html: bool = True, *,
+                  runs_root: Path | None = None,
+                  echo: Callable[[str], None] | None = None) -> SlidesResult:
+    """Export notebooks as offline reveal.js decks ``<out_dir>/NN_x.slides.html`` (and HTML pages
+    ``<out_dir>/NN_x.html`` when ``html``); returns a :class:`SlidesResult`.
+
+    The executed notebooks come from ``run_dir`` when given (it must be a ``labkit run`` folder;
+    the notebooks it lacks are executed here), else from the newest COMPLETE run under
+    ``runs_root`` (default ``runs/``; see :func:`choose_run`), else every notebook is executed
+    here. ``echo`` receives the line saying which run is used, before any work. Fails with
     :class:`RemoteAssetError` if a page would still load anything from the network.
     """
     envvars.check_environment()
     out_dir = Path(out_dir)
     sources = find_notebooks(notebooks)
-    if run_dir is not None:
-        run_dir = Path(run_dir)
-        if not (run_dir / "notebooks").is_dir():
-            raise SlidesError(f"{run_dir} holds no notebooks/ folder: pass a folder made by "
-                              "`labkit run` (runs/<stamp>/)")
-    else:
-        run_dir = newest_run_dir()
-    status = _run_status(run_dir) if run_dir else {}
+    run_dir, run_note = choose_run(sources, run_dir, runs_root)
+    if echo is not None:
+        echo(run_note)
+    record = read_run_record(run_dir) if run_dir is not None else None
+    held = held_notebooks(run_dir, sources, record) if run_dir is not None else {}
 
     jobs = []
     for src in sources:
-        executed = None
-        if run_dir is not None:
-            cand = run_dir / "notebooks" / src.name
-            if cand.is_file() and status.get(src.stem, "ok") in ("ok", ""):
-                executed = cand
-            elif cand.is_file():
-                print(f"labkit slides: {cand} has status {status[src.stem]!r}; executing "
-                      f"{src.name} again", file=sys.stderr)
+        executed = held.get(src)
+        if executed is None and run_dir is not None:
+            entry = _entry_for(record or {}, src)
+            why = f"status {entry.get('status')!r}" if entry else "not run"
+            print(f"labkit slides: {display_path(run_dir)} lacks {src.stem} executed ({why}); "
+                  f"executing {src.name} here", file=sys.stderr)
         if executed is None and _is_executed(src):
             executed = src
         jobs.append(_Job(src.stem, executed, src))
@@ -558,12 +684,13 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     copy_assets(out_dir, modules)
     written: list[Path] = []
     failed: list[str] = []
+    executed_here: list[str] = []
     with tempfile.TemporaryDirectory(prefix="labkit-slides-") as tmp:
         for job in jobs:
             nb_path = job.executed
             if nb_path is None:
-                where = f"no run folder holds it ({run_dir or 'no runs/ yet'})"
-                print(f"labkit slides: executing {job.source.name}: {where}", file=sys.stderr)
+                print(f"labkit slides: executing {job.source.name}", file=sys.stderr)
+                executed_here.append(job.name)
                 try:
                     nb_path = execute_notebook(job.source, Path(tmp) / job.name / job.source.name)
                 except SlidesError as exc:  # export the others, then report
@@ -576,4 +703,4 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
         done = "".join(f"\n  {p}" for p in written) or " none"
         raise SlidesError(f"{len(failed)} notebook(s) failed to execute: {', '.join(failed)} "
                           f"(errors above). Written:{done}")
-    return written
+    return SlidesResult(written, run_dir, run_note, executed_here)
