@@ -36,7 +36,3 @@ def test_notebook_has_references_with_a_source(path: Path):
     assert LINK.search(body) or SOURCE_PATH.search(body), \
         f"{path.name}: the References section has no link and no source path"
 
-
-def test_no_machine_paths_in_references():
-    for path in NOTEBOOKS:
-        assert "/work/" not in references(path) and "/root/" not in references(path), path.name
