@@ -107,6 +107,8 @@ def test_decode_rows():
 
 
 def test_what_if_line():
-    text = launch.what_if(68, 6.8, 0.84)
-    assert "462" in text and "57" in text and "8.1×" in text
-    assert "unknown" in launch.what_if(10, 5.0, 0.0)
+    text = launch.what_if(68, 6.8, 120.0)         # host issue 462 µs > GPU 120 µs
+    assert "462" in text and "host-bound" in text and "3.9×" in text
+    text = launch.what_if(10, 1.0, 300.0)         # host issue 10 µs < GPU 300 µs
+    assert "eager ≈ 300" in text and "GPU-bound" in text and "1.0×" in text
+    assert "speed-up" not in launch.what_if(10, 5.0, 0.0)

@@ -185,13 +185,101 @@ def timeline_stats(method: Mapping) -> dict:
     }
 
 
-def what_if(kernels: int, host_us: float, node_us: float) -> str:
-    """The launch-only model of a step in one line: eager needs at least ``kernels × host_us``
-    of host time, a replay at least ``kernels × node_us`` of GPU time."""
-    eager = expected_eager_step_us(kernels, host_us)
-    graph = expected_replay_us(kernels, node_us)
-    if graph <= 0:
-        return f"{kernels} kernels: eager ≥ {eager:,.0f} µs of launches; replay cost unknown"
-    return (f"{kernels} kernels × {host_us:.2f} µs = eager ≥ {eager:,.0f} µs of launches; "
-            f"replay ≥ {kernels} × {node_us:.2f} µs = {graph:,.0f} µs of GPU time "
-            f"→ at most {eager / graph:.1f}× faster")
+def step_model_us(kernels: int, host_us: float, gpu_us: float) -> dict[str, float]:
+    """The overlap model of one decode step: the host issues kernels while the GPU runs them,
+    so a step takes about ``max(host issue time, GPU time)``.
+
+    Eager: host issue ≈ ``kernels × host_us`` (host time per launch), GPU time ≈ ``gpu_us``
+    (the replayed graph's step time: the same kernels with no gaps). Replay: one launch, so
+    ≈ ``gpu_us``. Returns ``eager_us``, ``graph_us``, ``host_issue_us`` and ``speedup``
+    (``eager_us / graph_us``, ``nan`` when ``gpu_us`` is 0).
+    """
+    _check_count("kernels", kernels)
+    _check_count("host_us", host_us)
+    _check_count("gpu_us", gpu_us)
+    host = float(kernels) * float(host_us)
+    eager = max(host, float(gpu_us))
+    return {"host_issue_us": host, "eager_us": eager, "graph_us": float(gpu_us),
+            "speedup": eager / gpu_us if gpu_us > 0 else float("nan")}
+
+
+def what_if(kernels: int, host_us: float, gpu_us: float) -> str:
+    """The overlap model in one line: eager ≈ max(kernels × host µs per launch, GPU time),
+    replay ≈ GPU time (``gpu_us``, the replayed step)."""
+    m = step_model_us(kernels, host_us, gpu_us)
+    bound = "host-bound" if m["host_issue_us"] > m["graph_us"] else "GPU-bound"
+    text = (f"{kernels} kernels × {host_us:.2f} µs = {m['host_issue_us']:,.0f} µs of host issue; "
+            f"GPU time {m['graph_us']:,.0f} µs → eager ≈ {m['eager_us']:,.0f} µs ({bound}), "
+            f"replay ≈ {m['graph_us']:,.0f} µs")
+    if gpu_us > 0:
+        text += f" → speed-up ≈ {m['speedup']:.1f}×"
+    return text
+
+
+def model_vs_measured(decode: Any, launch_record: Any, *, host_key: str = "host_per_launch"
+                      ) -> list[dict]:
+    """The overlap model next to a ``decode_<preset>`` record, one row per batch size.
+
+    Host time per launch from ``launch_record`` (``launch_overhead``), kernels per step and
+    the replayed step (the GPU time) from ``decode``. Each row: ``batch``, ``kernels``,
+    ``host_issue_us``, ``gpu_us``, ``eager_model_us``, ``eager_measured_us``,
+    ``measured_over_model`` and ``host_us_per_kernel_implied`` (measured eager / kernels: the
+    host cost per kernel a decode step really pays).
+    """
+    d = decode.data if hasattr(decode, "data") else decode
+    lo = view(launch_record, LaunchOverhead)
+    host_us = median(getattr(lo, host_key))
+    if host_us is None:
+        raise ValueError(f"the launch_overhead record has no {host_key!r} median; record it "
+                         "with labkit.measure.bench.measure_launch_overhead")
+    times = d.get("times", {})
+    if "eager" not in times or "graph" not in times:
+        raise ValueError(f"the decode record needs eager and graph times, got "
+                         f"{sorted(times)}; measure it with methods=('eager', 'graph')")
+    kernels = int(d["kernels_per_step"])
+    rows = []
+    for i, bs in enumerate(d["batch_sizes"]):
+        gpu = median(times["graph"][i])
+        eager = median(times["eager"][i])
+        m = step_model_us(kernels, host_us, gpu)
+        rows.append({"batch": bs, "kernels": kernels, "host_issue_us": m["host_issue_us"],
+                     "gpu_us": gpu, "eager_model_us": m["eager_us"],
+                     "eager_measured_us": eager, "measured_over_model": eager / m["eager_us"],
+                     "host_us_per_kernel_implied": eager / kernels})
+    return rows
+
+
+def describe_model_rows(name: str, rows: Sequence[Mapping]) -> str:
+    """One line per row of :func:`model_vs_measured`: the model's eager step next to the
+    measured one."""
+    out = []
+    for r in rows:
+        out.append(f"{name} batch {r['batch']:>3}: model eager ≈ max({r['host_issue_us']:,.0f}, "
+                   f"{r['gpu_us']:,.0f}) = {r['eager_model_us']:,.0f} µs, measured "
+                   f"{r['eager_measured_us']:,.0f} µs ({r['measured_over_model']:.1f}× the model; "
+                   f"{r['host_us_per_kernel_implied']:.1f} µs of host time per kernel)")
+    return "\n".join(out)
+
+
+def bench_vs_model(bench: Any, launch_record: Any, kernels: Mapping[str, int]) -> list[dict]:
+    """The overlap model next to the ``bench`` record's eager and graph columns.
+
+    ``kernels`` maps each model name of the bench rows to its kernels per step (from the
+    ``decode_<preset>`` records). Rows as :func:`model_vs_measured`, plus ``model``.
+    """
+    rows_in = (bench.data if hasattr(bench, "data") else bench)["rows"]
+    host_us = median(view(launch_record, LaunchOverhead).host_per_launch)
+    if host_us is None:
+        raise ValueError("the launch_overhead record has no host_per_launch median")
+    out = []
+    for r in rows_in:
+        if r["model"] not in kernels:
+            continue
+        k = int(kernels[r["model"]])
+        m = step_model_us(k, host_us, r["graph_us"])
+        out.append({"model": r["model"], "batch": r["batch"], "kernels": k,
+                    "host_issue_us": m["host_issue_us"], "gpu_us": r["graph_us"],
+                    "eager_model_us": m["eager_us"], "eager_measured_us": r["eager_us"],
+                    "measured_over_model": r["eager_us"] / m["eager_us"],
+                    "host_us_per_kernel_implied": r["eager_us"] / k})
+    return out
