@@ -24,7 +24,7 @@ _BLOCK = re.compile(
     r"^(?P<open><details\b[^>]*>)[ \t]*(?P<summary><summary\b[^>]*>.*?</summary>)?"
     r"(?P<body>.*?)^[ \t]*</details>[ \t]*$",
     re.S | re.M | re.I)
-_BLANK = re.compile(r"^[ \t]*$", re.M)
+_BLANK = re.compile(r"\n[ \t]*(?=\n)")
 
 
 def _render(markdown: str) -> str:
@@ -44,7 +44,7 @@ def fold_details(source: str) -> str:
             return m.group(0)
         inner = _render(body) if body.strip() else ""
         # a blank line would end the HTML block; an empty comment keeps <pre> lines as they are
-        inner = _BLANK.sub("<!-- -->", inner)
+        inner = _BLANK.sub("\n<!-- -->", inner)
         parts = [m.group("open") + (m.group("summary") or "")]
         if inner:
             parts.append(f'<div class="labkit-details-body">\n{inner}\n</div>')
