@@ -443,7 +443,7 @@ require({waitSeconds: 30},
         wrap.style.transform = scale < 1 ? 'scale(' + scale + ')' : '';
         wrap.style.width = scale < 1 ? (100 / scale) + '%' : '';
         if (scale < 1) { wrap.style.marginBottom = (-(1 - scale) * wrap.offsetHeight) + 'px'; }
-        return section.scrollHeight <= cfg.height + 1 && section.scrollWidth <= cfg.width + 1;
+        return section.scrollHeight <= cfg.height && section.scrollWidth <= cfg.width;
       }
       var scale = 1;
       if (!fits(1)) {
