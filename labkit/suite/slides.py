@@ -18,6 +18,12 @@ OFFLINE (no CDN address left in the page), charts included.
   emits the library with the first chart shown; moved to the head, it still loads when that
   cell is a ``skip`` cell, a later fragment or dropped. Every chart is rebuilt from its plotly
   JSON output, so decks draw the charts whatever plotly renderer the notebook ran with.
+* Hints (``<details>`` blocks of markdown) are folded with their text inside, as in JupyterLab
+  (:mod:`labkit.suite.details`, a preprocessor of both exporters; the notebooks are unchanged).
+* A slide whose content is taller or wider than the slide (1280x800) is scaled down to fit,
+  never scrolled or cut off (the reveal template's ``fitSlide``).
+* The run pages of ``labkit run`` (:func:`labkit.suite.report.export_notebook_html`) are made
+  with the same exporter and copy only the assets they need (:func:`page_asset_parts`).
 * :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
   load a script, style, font or module from; the export fails loudly if one remains.
 """
