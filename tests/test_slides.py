@@ -417,3 +417,17 @@ def test_run_page_copies_only_what_it_needs(tmp_path):
     assets = tmp_path / "html" / slides.ASSETS_DIR
     assert sorted(p.name for p in assets.iterdir()) == ["mathjax"]
     assert slides.page_asset_parts({"widgets": True, "math": False}) == ["require.js", "html-manager"]
+
+
+def test_run_page_needing_missing_assets_says_how_to_fetch_them(tmp_path, monkeypatch):
+    monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
+    monkeypatch.setattr(slides.subprocess, "run", lambda *a, **k: pytest.fail("fetched"))
+    src = _hint_notebook(tmp_path / "98_hint.ipynb")
+    nb = nbformat.read(str(src), as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A step costs $t = n c$."))
+    nbformat.write(nb, str(src))
+    target = tmp_path / "html" / "98_hint.html"
+    with pytest.raises(slides.SlidesError, match="98_hint.ipynb needs local copies of mathjax.*"
+                                                 "fetch_web_assets.sh"):
+        report.export_notebook_html(src, target)
+    assert not target.exists() and not (tmp_path / "web").exists()

@@ -117,7 +117,8 @@ def export_notebook_html(notebook: Path, out_html: Path) -> Path:
     web assets (require.js and the widgets manager for saved widgets, MathJax for TeX) is copied
     to ``assets/`` beside it. Raises :class:`~labkit.suite.slides.RemoteAssetError` (nothing
     written) if the page would still load a script, style or font from the network, and
-    :class:`~labkit.suite.slides.SlidesError` when the web assets it needs cannot be had.
+    :class:`~labkit.suite.slides.SlidesError` when the web assets it needs are not there (they
+    are fetched by ``scripts/fetch_web_assets.sh`` or ``labkit slides``, never by a run).
     """
     import nbformat
 
@@ -125,8 +126,15 @@ def export_notebook_html(notebook: Path, out_html: Path) -> Path:
     nb, info = slides.prepare_notebook(nb, drop_tags=())
     out_html = Path(out_html)
     parts = slides.page_asset_parts(info)
-    if parts:
-        slides.copy_assets(out_html.parent, slides.ensure_web_assets(quiet=True), parts=parts)
+    if parts:  # never fetched here: a run does not reach the network for its pages
+        try:
+            modules = slides.ensure_web_assets(fetch=False)
+        except slides.SlidesError as exc:
+            raise slides.SlidesError(
+                f"the HTML page of {Path(notebook).name} needs local copies of "
+                f"{', '.join(parts)} ({exc}); fetch them once with `bash "
+                "scripts/fetch_web_assets.sh` (npm) or `labkit slides`, then export again") from exc
+        slides.copy_assets(out_html.parent, modules, parts=parts)
     _, exporter = slides.make_exporters()
     body, _ = exporter.from_notebook_node(nb, resources={
         "metadata": {"name": Path(notebook).stem, "path": str(Path(notebook).parent)},
