@@ -9,17 +9,22 @@ red must be on screen).
 
 from __future__ import annotations
 
+import html as htmllib
+import json
 import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from labkit.paths import repo_root
+from labkit.suite import report, slides
 from labkit.teach.plots import COLORS
 from pngutil import read_png
-from test_slides import exported_fixture
+from test_slides import exported_fixture, web_assets_or_skip
 
 pytestmark = pytest.mark.browser
 
@@ -162,3 +167,153 @@ def test_export_images_from_reference_records(tmp_path, monkeypatch):
     written = images.export_images(tmp_path / "img", "png")
     assert [w.name for w in written] == ["02_decode_step_small.png"]
     assert_not_blank(written[0])
+
+
+# ----------------------------------------------------------------------------- deck 03, hints, run pages
+
+DECK_SIZE = "1400,900"  # the window size at which no slide may overflow
+MIN_FIT_SCALE = 0.6  # slides scaled down further than this would be hard to read
+
+# appended to a copy of a deck: visits every slide, then writes what it measured into the page
+_MEASURE_JS = r"""
+<script>
+(function () {
+  function go(Reveal) {
+    Reveal.configure({transition: 'none', backgroundTransition: 'none'});  // boxes at rest
+    var slides = [], out = [], cfg = Reveal.getConfig(), k = 0;
+    Reveal.getHorizontalSlides().forEach(function (h, i) {
+      var vs = h.querySelectorAll(':scope > section');
+      if (vs.length) { vs.forEach(function (v, j) { slides.push([i, j, v]); }); }
+      else { slides.push([i, 0, h]); }
+    });
+    function step() {
+      if (k >= slides.length) {
+        var pre = document.createElement('pre');
+        pre.id = 'labkit-measure';
+        pre.textContent = JSON.stringify({width: cfg.width, height: cfg.height, slides: out});
+        document.body.appendChild(pre);
+        return;
+      }
+      var s = slides[k];
+      Reveal.slide(s[0], s[1], 1000);
+      setTimeout(function () {
+        var el = s[2], r = el.getBoundingClientRect();
+        var box = document.querySelector('.reveal .slides').getBoundingClientRect();
+        out.push({h: s[0], v: s[1], present: el.classList.contains('present'),
+                  scrollH: el.scrollHeight, scrollW: el.scrollWidth,
+                  top: r.top - box.top, bottom: r.bottom - box.bottom,
+                  left: r.left - box.left, right: r.right - box.right,
+                  scale: parseFloat(el.dataset.labkitScale || '1')});
+        k += 1;
+        step();
+      }, 1500);
+    }
+    step();
+  }
+  var t = setInterval(function () {
+    if (!window.require) { return; }
+    require(['assets/reveal.js/dist/reveal.js'], function (Reveal) {
+      if (Reveal.isReady()) { clearInterval(t); go(Reveal); }
+    });
+  }, 500);
+})();
+</script>
+"""
+
+
+def hint_texts(nb_path: Path) -> list[str]:
+    """The plain text of each hint (``<details>`` block) in a notebook's markdown cells."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    nb = nbformat.read(str(nb_path), as_version=4)
+    texts = []
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for m in re.finditer(r"<details\b[^>]*>\s*<summary>.*?</summary>(.*?)</details>",
+                             cell.source, re.S):
+            texts.append(plain(markdown2html_mistune(m.group(1))))
+    return texts
+
+
+def plain(html: str) -> str:
+    return " ".join(htmllib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def folded_blocks(dom: str) -> list[str]:
+    """Plain text of every ``<details>`` element that is closed (no ``open`` attribute)."""
+    return [plain(m.group(2)) for m in re.finditer(r"<details\b([^>]*)>(.*?)</details>", dom, re.S)
+            if "open" not in m.group(1)]
+
+
+def page_requests(url: str, tmp: Path, **kw) -> list[str]:
+    """Every network URL the page asked for while it ran, from Chromium's network log (requests
+    with an initiator: the browser's own background requests have none; file:// loads are not
+    network requests and are not logged)."""
+    log = tmp / "netlog.json"
+    proc = run_chromium(url, f"--log-net-log={log}", "--dump-dom", **kw)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = json.loads(log.read_text(encoding="utf-8", errors="replace"))["events"]
+    return sorted({e["params"]["url"] for e in events
+                   if "url" in (e.get("params") or {}) and "initiator" in e["params"]
+                   and e["params"]["initiator"] != "not an origin"})
+
+
+@pytest.fixture(scope="module")
+def deck03(tmp_path_factory):
+    """Notebook 03 executed here (CPU), exported as a deck, a page and a run page."""
+    chromium()
+    modules = web_assets_or_skip()
+    source = repo_root() / "notebooks" / "03_capture_replay.ipynb"
+    root = tmp_path_factory.mktemp("deck03")
+    executed = slides.execute_notebook(source, root / "executed" / source.name, timeout=600)
+    out = root / "slides"
+    slides.copy_assets(out, modules)
+    deck, page = slides.export_notebook(executed, out, html=True, name=source.stem)
+    run_page = report.export_notebook_html(executed, root / "run" / "html" / f"{source.stem}.html")
+    return {"source": source, "deck": deck, "page": page, "run_page": run_page}
+
+
+@pytest.mark.parametrize("which", ["deck", "page", "run_page"])
+def test_hints_are_folded_with_their_text_inside(deck03, which):
+    hints = hint_texts(deck03["source"])
+    assert len(hints) >= 2 and all(hints), hints
+    dom, _ = rendered_dom(deck03[which].as_uri(), size=DECK_SIZE)
+    blocks = folded_blocks(dom)
+    for hint in hints:
+        assert any(hint in b for b in blocks), f"hint not inside a closed <details>: {hint!r}"
+    # nothing of a hint shows outside its <details>
+    outside = plain(re.sub(r"<details\b.*?</details>", " ", dom, flags=re.S))
+    assert not [h for h in hints if h in outside]
+
+
+def test_no_slide_of_deck_03_overflows(deck03):
+    deck = deck03["deck"]
+    probe = deck.with_name("measure.slides.html")
+    probe.write_text(deck.read_text(encoding="utf-8").replace("</html>", _MEASURE_JS + "</html>"),
+                     encoding="utf-8")
+    dom, log = rendered_dom(probe.as_uri(), size=DECK_SIZE, budget_ms=120_000)
+    m = re.search(r'<pre id="labkit-measure">(.*?)</pre>', dom, re.S)
+    assert m, "the deck did not finish its slides: " + log[-2000:]
+    got = json.loads(htmllib.unescape(m.group(1)))
+    assert len(got["slides"]) >= 10 and all(s["present"] for s in got["slides"])
+    bad = [s for s in got["slides"]
+           if s["scrollH"] > got["height"] + 1 or s["scrollW"] > got["width"] + 1
+           or s["top"] < -2 or s["bottom"] > 2 or s["left"] < -2 or s["right"] > 2]
+    assert not bad, f"slides overflowing the {got['width']}x{got['height']} slide: {bad}"
+    small = [s for s in got["slides"] if s["scale"] < MIN_FIT_SCALE]
+    assert not small, f"slides scaled below {MIN_FIT_SCALE} to fit: {small}"
+    assert any(s["scale"] < 1 for s in got["slides"])  # the long slides were fitted
+
+
+def test_run_page_loads_nothing_from_the_network(deck03, tmp_path):
+    page = deck03["run_page"]
+    assert slides.find_remote_urls(page.read_text(encoding="utf-8"), page.parent) == []
+    remote = [u for u in page_requests(page.as_uri(), tmp_path, size="1280,2400")
+              if not u.startswith(("data:", "blob:"))]
+    assert not remote, remote
+    assert '<script src="assets/require.js">' in page.read_text(encoding="utf-8")
+    dom, log = rendered_dom(page.as_uri(), size="1280,2400")
+    assert drawn_charts(dom) >= 3, "plotly did not draw the run page's charts"
+    assert "widget-slider" in dom, "the widgets manager did not draw the sliders"
+    assert not network_errors(log), network_errors(log)

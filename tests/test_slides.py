@@ -16,7 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.suite import slides
+from labkit.suite import report, slides
+from labkit.suite.details import fold_details
 from labkit.suite.engine import SuiteError, find_notebooks
 
 PARAM_MARKER = "PARAM_MARKER_7731"
@@ -463,3 +464,102 @@ def test_export_slides_with_a_partial_run_given_executes_what_it_lacks(suite, tm
     assert executed == ["01_launch_overhead"] and result.executed_here == ["01_launch_overhead"]
     assert result.run_dir == root / "20260102-000000-cpu"
     assert "lacks 01_launch_overhead executed (status 'failed')" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- hints and run pages
+
+HINT_CELL = ("### Exercise\nDo it.\n\n<details><summary>Hint</summary>\n\n"
+             "Use **HINT_WORD_4411** and `rec[\"x\"]`.\n</details>")
+
+
+def test_fold_details_renders_the_hint_inside():
+    folded = fold_details(HINT_CELL)
+    block = folded[folded.index("<details>"):]
+    assert block.index("HINT_WORD_4411") < block.index("</details>")
+    assert "<strong>HINT_WORD_4411</strong>" in block and "<code>rec[&quot;x&quot;]</code>" in block
+    assert not re.search(r"\n[ \t]*\n", block), "a blank line would end the HTML block"
+    assert folded.startswith("### Exercise\nDo it.\n\n")  # the rest of the cell is untouched
+    # a code block keeps its empty line (as an empty comment), a block without a body stays empty
+    code = fold_details("<details><summary>H</summary>\n\n```\na\n\nb\n```\n</details>")
+    assert "a\n<!-- -->\nb" in code and not re.search(r"\n[ \t]*\n", code)
+    assert fold_details("<details><summary>H</summary>\n</details>") == \
+        "<details><summary>H</summary>\n</details>"
+    assert fold_details("no hint here") == "no hint here"
+
+
+def _hint_notebook(path: Path, extra_output: dict | None = None) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    md = nbformat.v4.new_markdown_cell(HINT_CELL)
+    md.metadata["slideshow"] = {"slide_type": "slide"}
+    code = nbformat.v4.new_code_cell("x = 1")
+    if extra_output:
+        code.outputs = [nbformat.v4.new_output("display_data", data=extra_output)]
+    nb.cells = [md, code]
+    nbformat.write(nb, str(path))
+    return path
+
+
+def _details_blocks(html: str) -> list[str]:
+    return re.findall(r"<details>(.*?)</details>", html, re.S)
+
+
+def test_exports_fold_hints_and_leave_the_notebook_as_it_was(tmp_path):
+    src = _hint_notebook(tmp_path / "98_hint.ipynb")
+    before = src.read_text(encoding="utf-8")
+    slides_exp, html_exp = slides.make_exporters()
+    for exporter in (slides_exp, html_exp):
+        nb = nbformat.read(str(src), as_version=4)
+        body, _ = exporter.from_notebook_node(nb, resources={"labkit_head": ""})
+        blocks = _details_blocks(body)
+        assert len(blocks) == 1 and "<strong>HINT_WORD_4411</strong>" in blocks[0], blocks
+    out = report.export_notebook_html(src, tmp_path / "run" / "html" / "98_hint.html")
+    blocks = _details_blocks(out.read_text(encoding="utf-8"))
+    assert len(blocks) == 1 and "HINT_WORD_4411" in blocks[0]
+    assert src.read_text(encoding="utf-8") == before  # JupyterLab sees the notebook unchanged
+
+
+def test_run_page_without_math_or_widgets_needs_no_assets(tmp_path):
+    src = _hint_notebook(tmp_path / "98_hint.ipynb")
+    out = report.export_notebook_html(src, tmp_path / "html" / "98_hint.html")
+    text = out.read_text(encoding="utf-8")
+    assert slides.find_remote_urls(text, out.parent) == []
+    assert "<script src=" not in text  # no require.js, no MathJax: nothing to load
+    assert not (tmp_path / "html" / slides.ASSETS_DIR).exists()
+
+
+def test_run_page_with_a_remote_script_is_refused(tmp_path):
+    src = _hint_notebook(tmp_path / "98_hint.ipynb", extra_output={
+        "text/html": '<link rel="stylesheet" href="https://cdn.example.org/lib.css"><p>x</p>'})
+    target = tmp_path / "html" / "98_hint.html"
+    with pytest.raises(slides.RemoteAssetError, match="cdn.example.org/lib.css"):
+        report.export_notebook_html(src, target)
+    assert not target.exists()
+
+
+def test_run_page_copies_only_what_it_needs(tmp_path):
+    web_assets_or_skip()
+    src = _hint_notebook(tmp_path / "98_hint.ipynb")
+    nb = nbformat.read(str(src), as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A step costs $t = n c$."))
+    nbformat.write(nb, str(src))
+    out = report.export_notebook_html(src, tmp_path / "html" / "98_hint.html")
+    text = out.read_text(encoding="utf-8")
+    assert 'src="assets/mathjax/tex-svg-full.js"' in text and "assets/require.js" not in text
+    assets = tmp_path / "html" / slides.ASSETS_DIR
+    assert sorted(p.name for p in assets.iterdir()) == ["mathjax"]
+    assert slides.page_asset_parts({"widgets": True, "math": False}) == ["require.js", "html-manager"]
+
+
+def test_run_page_needing_missing_assets_says_how_to_fetch_them(tmp_path, monkeypatch):
+    monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
+    monkeypatch.setattr(slides.subprocess, "run", lambda *a, **k: pytest.fail("fetched"))
+    src = _hint_notebook(tmp_path / "98_hint.ipynb")
+    nb = nbformat.read(str(src), as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A step costs $t = n c$."))
+    nbformat.write(nb, str(src))
+    target = tmp_path / "html" / "98_hint.html"
+    with pytest.raises(slides.SlidesError, match="98_hint.ipynb needs local copies of mathjax.*"
+                                                 "fetch_web_assets.sh"):
+        report.export_notebook_html(src, target)
+    assert not target.exists() and not (tmp_path / "web").exists()

@@ -35,6 +35,9 @@ WORKSHOP_GLOB = "workshop_*.ipynb"
 SOLUTIONS = "solutions"
 #: The renderer that draws in JupyterLab and in offline exports (plotly.js embedded once).
 DEFAULT_PLOTLY_RENDERER = "plotly_mimetype+notebook"
+#: what ``labkit run`` writes into a run folder and a sweep folder
+RUN_FILE = "run.json"
+SWEEP_FILE = "sweep.json"
 #: Longest single wait on a kernel socket; longer waits are made of slices this long.
 POLL_SLICE_S = 0.1
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 from labkit.env import format_record
 from labkit.measure.results import load_reference, load_result, provenance_line
+from labkit.suite import slides
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -108,19 +109,40 @@ def _fmt_num(x: float | int) -> str:
 
 
 def export_notebook_html(notebook: Path, out_html: Path) -> Path:
-    """Export an executed notebook to HTML with nbconvert (template ``lab``, images embedded).
+    """Export an executed notebook to an HTML page that works offline; returns its path.
 
-    The page shows without network: outputs are inlined, and plotly charts carry the
-    plotly.js their notebook embedded (labkit's ``plotly_mimetype+notebook`` renderer).
+    The page is made as ``labkit slides`` makes its pages (template ``lab``, images embedded,
+    hints folded, plotly.js once in the head, every chart rebuilt from its plotly JSON); the
+    parameters cells stay (they show what the run was given). What the page needs of the local
+    web assets (require.js and the widgets manager for saved widgets, MathJax for TeX) is copied
+    to ``assets/`` beside it. Raises :class:`~labkit.suite.slides.RemoteAssetError` (nothing
+    written) if the page would still load a script, style or font from the network, and
+    :class:`~labkit.suite.slides.SlidesError` when the web assets it needs are not there (they
+    are fetched by ``scripts/fetch_web_assets.sh`` or ``labkit slides``, never by a run).
     """
     import nbformat
-    from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(notebook), as_version=4)
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
-    body, _ = exporter.from_notebook_node(
-        nb, resources={"metadata": {"name": Path(notebook).stem, "path": str(Path(notebook).parent)}})
+    nb, info = slides.prepare_notebook(nb, drop_tags=())
     out_html = Path(out_html)
+    parts = slides.page_asset_parts(info)
+    if parts:  # never fetched here: a run does not reach the network for its pages
+        try:
+            modules = slides.ensure_web_assets(fetch=False)
+        except slides.SlidesError as exc:
+            raise slides.SlidesError(
+                f"the HTML page of {Path(notebook).name} needs local copies of "
+                f"{', '.join(parts)} ({exc}); fetch them once with `bash "
+                "scripts/fetch_web_assets.sh` (npm) or `labkit slides`, then export again") from exc
+        slides.copy_assets(out_html.parent, modules, parts=parts)
+    _, exporter = slides.make_exporters()
+    body, _ = exporter.from_notebook_node(nb, resources={
+        "metadata": {"name": Path(notebook).stem, "path": str(Path(notebook).parent)},
+        "labkit_head": slides.head_html(info), "labkit_require": info["widgets"]})
+    remote = slides.find_remote_urls(body, base_dir=out_html.parent)
+    if remote:
+        raise slides.RemoteAssetError(f"the HTML page of {notebook} would load these from the "
+                                      "network (not offline): " + ", ".join(remote))
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(body, encoding="utf-8")
     return out_html

@@ -33,7 +33,8 @@ from typing import Any, Callable, Sequence
 from labkit import envvars
 from labkit.env import environment_record, hardware_tier
 from labkit.measure.results import new_folder, to_jsonable, write_text_atomic
-from labkit.suite.engine import NotebookResult, SuiteError, display_path, execute_notebook, find_notebooks
+from labkit.suite.engine import (RUN_FILE, SWEEP_FILE, NotebookResult, SuiteError, display_path,
+                                 execute_notebook, find_notebooks)
 from labkit.suite.params import (
     Parameter, assign_parameters, declared_parameters, load_param_file, load_yaml_mapping,
 )
@@ -41,8 +42,6 @@ from labkit.suite.report import export_notebook_html, format_duration, write_run
 
 #: Version of the ``run.json`` / ``sweep.json`` layout.
 RUN_SCHEMA = 1
-RUN_FILE = "run.json"
-SWEEP_FILE = "sweep.json"
 #: Key of a sweep grid file that selects notebooks instead of naming a parameter.
 SWEEP_NOTEBOOKS_KEY = "notebooks"
 

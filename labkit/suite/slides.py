@@ -19,6 +19,12 @@ OFFLINE (no CDN address left in the page), charts included.
   emits the library with the first chart shown; moved to the head, it still loads when that
   cell is a ``skip`` cell, a later fragment or dropped. Every chart is rebuilt from its plotly
   JSON output, so decks draw the charts whatever plotly renderer the notebook ran with.
+* Hints (``<details>`` blocks of markdown) are folded with their text inside, as in JupyterLab
+  (:mod:`labkit.suite.details`, a preprocessor of both exporters; the notebooks are unchanged).
+* A slide whose content is taller or wider than the slide (1280x800) is scaled down to fit,
+  never scrolled or cut off (the reveal template's ``fitSlide``).
+* The run pages of ``labkit run`` (:func:`labkit.suite.report.export_notebook_html`) are made
+  with the same exporter and copy only the assets they need (:func:`page_asset_parts`).
 * :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
   load a script, style, font or module from; the export fails loudly if one remains.
 """
@@ -37,9 +43,9 @@ from typing import Callable, Iterable, Sequence
 
 from labkit import envvars
 from labkit.paths import repo_root
+from labkit.suite.details import FoldDetailsPreprocessor
 from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks
-from labkit.suite.engine import SOLUTIONS, SuiteError, display_path
-from labkit.suite.runner import RUN_FILE, SWEEP_FILE
+from labkit.suite.engine import RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path
 
 #: Folder (under the output folder) that receives the JavaScript/CSS copies.
 ASSETS_DIR = "assets"
@@ -178,13 +184,36 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
     shutil.copy2(src, dst)
 
 
-def copy_assets(out_dir: Path, node_modules: Path | None = None) -> Path:
-    """Copy the assets an export needs into ``<out_dir>/assets`` (unchanged files are skipped)."""
+def page_asset_parts(info: dict) -> list[str]:
+    """The parts of ``assets/`` (see :func:`copy_assets`) an HTML page (not a deck) of a
+    prepared notebook needs: none, or ``require.js`` and ``html-manager`` for saved widgets and
+    ``mathjax`` for TeX (``info`` from :func:`prepare_notebook`)."""
+    parts = []
+    if info.get("widgets"):
+        parts += ["require.js", "html-manager"]
+    if info.get("math"):
+        parts.append("mathjax")
+    return parts
+
+
+def _part(dst: str) -> str:
+    return dst.split("/", 1)[0]
+
+
+def copy_assets(out_dir: Path, node_modules: Path | None = None,
+                parts: Iterable[str] | None = None) -> Path:
+    """Copy the assets an export needs into ``<out_dir>/assets`` (unchanged files are skipped):
+    all of them, or only the ``parts`` named (first folder or file name under ``assets/``:
+    ``reveal.js``, ``require.js``, ``jquery.min.js``, ``html-manager``, ``mathjax``)."""
+    wanted = None if parts is None else set(parts)
     modules = node_modules if node_modules is not None else ensure_web_assets()
     dest = Path(out_dir) / ASSETS_DIR
     for src, dst in _COPY_FILES:
-        _copy_if_changed(modules / src, dest / dst)
+        if wanted is None or _part(dst) in wanted:
+            _copy_if_changed(modules / src, dest / dst)
     for src, dst, suffixes in _COPY_DIRS:
+        if wanted is not None and _part(dst) not in wanted:
+            continue
         root = modules / src
         for f in sorted(root.rglob("*")):
             if f.is_file() and f.suffix.lower() in suffixes:
@@ -301,15 +330,17 @@ _REMOTE_SCRIPT_TAG = re.compile(
     r"""<script\b[^>]*\bsrc\s*=\s*["'](?:https?:)?//[^"']*["'][^>]*>\s*</script>""", re.I)
 
 
-def prepare_notebook(nb) -> tuple[object, dict]:
+def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS) -> tuple[object, dict]:
     """Make an executed notebook ready for an offline export (in place); returns ``(nb, info)``.
 
-    Drops cells tagged :data:`DROP_TAGS`; removes the plotly.js library from the outputs
+    Drops cells tagged with one of ``drop_tags`` (:data:`DROP_TAGS` by default); removes the plotly.js library from the outputs
     (it goes into the page head once); rebuilds every chart's HTML from its plotly JSON without
     MathJax or library copies; strips remote ``<script src>`` tags left in chart HTML.
-    ``info``: ``{"charts": int, "plotlyjs": str (library source or ''), "math": bool}``.
+    ``info``: ``{"charts": int, "plotlyjs": str (library source or ''), "math": bool,
+    "widgets": bool}`` (``widgets``: the notebook saved widget state, drawn by the widgets
+    manager).
     """
-    nb.cells = [c for c in nb.cells if not set(DROP_TAGS) & set(c.metadata.get("tags", []))]
+    nb.cells = [c for c in nb.cells if not set(drop_tags) & set(c.metadata.get("tags", []))]
     plotlyjs = ""
     charts = 0
     for cell in nb.cells:
@@ -338,10 +369,13 @@ def prepare_notebook(nb) -> tuple[object, dict]:
         from plotly.offline import get_plotlyjs
 
         plotlyjs = get_plotlyjs()
-    return nb, {"charts": charts, "plotlyjs": plotlyjs, "math": has_math(nb)}
+    return nb, {"charts": charts, "plotlyjs": plotlyjs, "math": has_math(nb),
+                "widgets": "widgets" in nb.metadata}
 
 
-def _head_html(info: dict, mathjax_url: str) -> str:
+def head_html(info: dict, mathjax_url: str = LOCAL_URLS["mathjax_url"]) -> str:
+    """The page head's scripts for a prepared notebook (``info`` from :func:`prepare_notebook`):
+    plotly.js once, and the local MathJax when the markdown holds TeX."""
     parts = ["<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"]
     if info.get("math"):
         parts.append(
@@ -367,7 +401,10 @@ _TEMPLATES = {
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
-<style>.reveal .slides h1, .reveal .slides h2, .reveal .slides h3, .reveal .slides h4 { text-transform: none; }</style>
+<style>.reveal .slides h1, .reveal .slides h2, .reveal .slides h3, .reveal .slides h4 { text-transform: none; }
+:root { --jp-code-font-size: 17px; --jp-cell-prompt-width: 90px; }
+.reveal .slides section > .labkit-fit { transform-origin: 0 0; }
+.reveal details > summary { cursor: pointer; }</style>
 {%- endblock html_head_js_mathjax -%}
 {% block footer_js %}
 <script>
@@ -386,18 +423,62 @@ require({waitSeconds: 30},
       if (!window.Plotly || !slide) { return; }
       slide.querySelectorAll('.js-plotly-plot').forEach(function (gd) { window.Plotly.Plots.resize(gd); });
     }
-    function scrollTall() {
-      var h = $('.reveal').height() * 0.95;
-      $('section.present').find('section').filter(function () { return $(this).height() > h; })
-        .css('height', 'calc(95vh)').css('overflow-y', 'scroll').css('margin-top', '20px');
+    // Fit a slide whose content is taller or wider than the slide (width x height): its
+    // content is wrapped and scaled down (the largest scale, found by bisection, at which
+    // nothing overflows; the wrapper gets wider as it shrinks, so text wraps as on a wider
+    // slide). Done when a slide is shown and again when its content changes size (widgets
+    // and charts are drawn after the page loads).
+    var MIN_SCALE = {{ resources.labkit_min_scale | default(0.5, true) }};
+    function fitSlide(section) {
+      if (!section || section.querySelector('section')) { return; }
+      var cfg = Reveal.getConfig(), wrap = section.querySelector(':scope > .labkit-fit');
+      if (!wrap) {
+        wrap = document.createElement('div');
+        wrap.className = 'labkit-fit';
+        while (section.firstChild) { wrap.appendChild(section.firstChild); }
+        section.appendChild(wrap);
+        if (window.ResizeObserver) {
+          var pending = false;
+          new ResizeObserver(function () {
+            if (pending || !section.classList.contains('present')) { return; }
+            pending = true;
+            window.requestAnimationFrame(function () { pending = false; fitSlide(section); });
+          }).observe(wrap);
+        }
+      }
+      function fits(scale) {
+        wrap.style.marginBottom = '';
+        wrap.style.transform = scale < 1 ? 'scale(' + scale + ')' : '';
+        wrap.style.width = scale < 1 ? (100 / scale) + '%' : '';
+        if (scale < 1) { wrap.style.marginBottom = (-(1 - scale) * wrap.offsetHeight) + 'px'; }
+        return section.scrollHeight <= cfg.height && section.scrollWidth <= cfg.width;
+      }
+      var scale = 1;
+      if (!fits(1)) {
+        var lo = MIN_SCALE, hi = 1;
+        for (var i = 0; i < 8; i++) {
+          var mid = (lo + hi) / 2;
+          if (fits(mid)) { lo = mid; } else { hi = mid; }
+        }
+        scale = lo;
+        fits(scale);
+      }
+      if (section.dataset.labkitScale !== String(scale)) {
+        section.dataset.labkitScale = String(scale);
+        Reveal.layout();
+      }
     }
-    Reveal.on('ready', function (e) { resizeCharts(e.currentSlide); scrollTall(); });
-    Reveal.on('slidechanged', function (e) { resizeCharts(e.currentSlide); scrollTall(); });
+    function show(slide) { fitSlide(slide); resizeCharts(slide); }
+    Reveal.on('ready', function (e) { show(e.currentSlide); });
+    Reveal.on('slidechanged', function (e) { show(e.currentSlide); });
   });
 </script>
 {% endblock footer_js %}
 """,
     "labkit_lab.html.j2": r"""{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}
+{%- if resources.labkit_require -%}<script src="{{ resources.require_js_url }}"></script>{%- endif -%}
+{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
@@ -423,7 +504,6 @@ def make_exporters(prefix: str = ASSETS_DIR):
         c[cls].exclude_anchor_links = True
     c.SlidesExporter.reveal_url_prefix = urls["reveal_url_prefix"]
     c.SlidesExporter.reveal_theme = REVEAL_THEME
-    c.SlidesExporter.reveal_scroll = True
     c.SlidesExporter.reveal_number = "c/t"
     c.SlidesExporter.reveal_width = "1280"
     c.SlidesExporter.reveal_height = "800"
@@ -431,6 +511,9 @@ def make_exporters(prefix: str = ASSETS_DIR):
     c.TagRemovePreprocessor.enabled = True
     c.TagRemovePreprocessor.remove_cell_tags = set(DROP_TAGS)
     loader = DictLoader(_TEMPLATES)
+    # hints (<details> blocks) folded with their text inside, as JupyterLab shows them
+    c.SlidesExporter.preprocessors = [FoldDetailsPreprocessor]
+    c.HTMLExporter.preprocessors = [FoldDetailsPreprocessor]
     slides = SlidesExporter(config=c, extra_loaders=[loader], template_file="labkit_reveal.html.j2",
                             mermaid_js_url="", mermaid_layout_elk_js_url="")
     html = HTMLExporter(config=c, extra_loaders=[loader], template_name="lab",
@@ -456,7 +539,7 @@ def export_notebook(nb_path: Path, out_dir: Path, *, html: bool = True,
         nb = nbformat.read(str(nb_path), as_version=4)
         nb, info = prepare_notebook(nb)
         resources = {"metadata": {"name": name, "path": str(Path(nb_path).parent)},
-                     "labkit_head": _head_html(info, LOCAL_URLS["mathjax_url"])}
+                     "labkit_head": head_html(info), "labkit_require": info["widgets"]}
         body, _ = exporter.from_notebook_node(nb, resources=resources)
         target = out_dir / f"{name}{suffix}"
         target.write_text(body, encoding="utf-8")

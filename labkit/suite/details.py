@@ -1,0 +1,64 @@
+"""Folded ``<details>`` blocks (the notebooks' hints) in nbconvert exports.
+
+The notebooks write a hint as markdown::
+
+    <details><summary>Hint</summary>
+
+    Markdown text of the hint.
+    </details>
+
+JupyterLab renders that folded, with the text inside. nbconvert's markdown renderer ends the
+HTML block at the blank line, so in an export the ``<details>`` closes before the text, which
+then shows below a closed "Hint". :class:`FoldDetailsPreprocessor` (registered by the slides and
+run-page exporters) renders the inner markdown itself and puts the HTML inside the
+``<details>``, as one HTML block without blank lines. The notebooks are not changed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nbconvert.preprocessors import Preprocessor
+
+_BLOCK = re.compile(
+    r"^(?P<open><details\b[^>]*>)[ \t]*(?P<summary><summary\b[^>]*>.*?</summary>)?"
+    r"(?P<body>.*?)^[ \t]*</details>[ \t]*$",
+    re.S | re.M | re.I)
+_BLANK = re.compile(r"\n[ \t]*(?=\n)")
+
+
+def _render(markdown: str) -> str:
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    return markdown2html_mistune(markdown).strip()
+
+
+def fold_details(source: str) -> str:
+    """``source`` (a markdown cell) with each ``<details>`` block's inner markdown rendered to
+    HTML inside the block, with no blank line left in it (so a markdown renderer keeps the
+    whole block as one HTML block). A block holding another ``<details>`` is left as it is."""
+
+    def repl(m: re.Match[str]) -> str:
+        body = m.group("body")
+        if re.search(r"<details\b", body, re.I):
+            return m.group(0)
+        inner = _render(body) if body.strip() else ""
+        # a blank line would end the HTML block; an empty comment keeps <pre> lines as they are
+        inner = _BLANK.sub("\n<!-- -->", inner)
+        parts = [m.group("open") + (m.group("summary") or "")]
+        if inner:
+            parts.append(f'<div class="labkit-details-body">\n{inner}\n</div>')
+        parts.append("</details>")
+        return "\n".join(parts)
+
+    return _BLOCK.sub(repl, source)
+
+
+class FoldDetailsPreprocessor(Preprocessor):
+    """Renders the markdown inside ``<details>`` blocks of markdown cells (see
+    :func:`fold_details`) so that exports show them folded, with their text inside."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "markdown" and "<details" in cell.source.lower():
+            cell.source = fold_details(cell.source)
+        return cell, resources
