@@ -8,7 +8,6 @@ made with labkit.teach.plots, slideshow metadata, a parameters cell) and need th
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
