@@ -37,21 +37,12 @@ from labkit.checks import as_int
 from labkit.dispatch import PaddingDispatcher
 from labkit.kvcache import CacheFullError
 from labkit.model import TinyGPT
+from labkit.traces import TraceRequest
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-# ----------------------------------------------------------------------------- trace and clocks
-
-
-@dataclass(frozen=True)
-class TraceRequest:
-    """One request of a trace: arrives ``arrival_s`` seconds after the start, brings
-    ``prompt_len`` tokens and wants ``output_len`` generated tokens."""
-
-    arrival_s: float
-    prompt_len: int
-    output_len: int
+# ----------------------------------------------------------------------------- clocks
 
 
 class Clock(Protocol):
