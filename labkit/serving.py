@@ -151,6 +151,19 @@ def decide_of(step_fn: object, bs: int) -> tuple[str, int]:
     return decide(bs) if callable(decide) else ("NONE", bs)
 
 
+def breaker_settings(window: int = 32, threshold: float = 0.5,
+                     cooldown_s: float = 1.0) -> tuple[int, float, float]:
+    """Checked :class:`CircuitBreaker` settings (a bad one raises naming it)."""
+    window = as_int(window, "window", minimum=1, fix="watch at least one step")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be a hit rate in [0, 1], got {threshold!r}")
+    if isinstance(cooldown_s, bool) or not isinstance(cooldown_s, (int, float)) \
+            or not 0 <= cooldown_s < math.inf:
+        raise ValueError(f"cooldown_s must be a time >= 0 seconds, got {cooldown_s!r}")
+    return window, float(threshold), float(cooldown_s)
+
+
 class CircuitBreaker:
     """Fall back to eager when graphs stop paying: a step function around ``graph_fn`` (a
     dispatcher with ``decide``) that watches the graph hit rate of the last ``window`` steps;
@@ -163,13 +176,9 @@ class CircuitBreaker:
         if not callable(getattr(graph_fn, "decide", None)):
             raise TypeError("graph_fn must have decide(bs) -> (mode, padded), e.g. a "
                             "labkit.dispatch.PaddingDispatcher")
-        self.window = as_int(window, "window", minimum=1, fix="watch at least one step")
-        if not (isinstance(threshold, (int, float)) and 0.0 <= threshold <= 1.0):
-            raise ValueError(f"threshold must be a hit rate in [0, 1], got {threshold!r}")
-        if not (isinstance(cooldown_s, (int, float)) and cooldown_s >= 0):
-            raise ValueError(f"cooldown_s must be >= 0 seconds, got {cooldown_s!r}")
+        self.window, self.threshold, self.cooldown_s = breaker_settings(window, threshold,
+                                                                        cooldown_s)
         self.graph_fn, self.eager_fn, self.clock = graph_fn, eager_fn, clock
-        self.threshold, self.cooldown_s = float(threshold), float(cooldown_s)
         self.hits: deque[bool] = deque(maxlen=self.window)
         self.opened_at: float | None = None
         self.trips: list[float] = []

@@ -15,13 +15,29 @@ import torch
 
 from labkit.checks import as_int
 from labkit.measure.serving_metrics import run_metrics, step_windows
-from labkit.model import build_model, preset
+from labkit.model import GPTConfig, build_model, preset
 from labkit.serving import (
-    STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, eager_step, make_step_fn,
+    STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, breaker_settings,
+    eager_step, make_step_fn,
 )
 from labkit.traces import TraceRequest, load_request_trace
 
 CLOCKS: tuple[str, ...] = ("real", "sim")
+
+
+def check_serving(preset_name: str, mode: str, *, clock: str = "real", dtype: str = "float32",
+                  max_batch: int = 16, kv_layout: str = "slot", num_blocks: int | None = None,
+                  breaker: dict | None = None) -> GPTConfig:
+    """Check the settings of :func:`measure_serving` before anything runs (a bad one raises
+    naming it); returns the model's configuration."""
+    if mode not in STEP_MODES:
+        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
+    if breaker is not None:
+        breaker_settings(**breaker)
+    return preset(preset_name, max_batch=max_batch, dtype=dtype, kv_layout=kv_layout,
+                  num_blocks=num_blocks)
 
 
 def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | Sequence[
@@ -38,17 +54,14 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
     data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per decode step
     (prefill free): a reproducible schedule; ``'real'`` measures. ``breaker`` (``window``,
     ``threshold``, ``cooldown_s``) wraps the step function in a :class:`CircuitBreaker`."""
-    if mode not in STEP_MODES:
-        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
-    if clock not in CLOCKS:
-        raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
+    cfg = check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
+                        kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
     reqs = list(trace) if isinstance(trace, (list, tuple)) else load_request_trace(trace)
     if max_requests is not None:
         reqs = reqs[:as_int(max_requests, "max_requests", minimum=1,
                             fix="serve at least one request")]
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(preset(preset_name, max_batch=max_batch, dtype=dtype,
-                               kv_layout=kv_layout, num_blocks=num_blocks), dev, seed=seed)
+    model = build_model(cfg, dev, seed=seed)
     clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
     step = make_step_fn(model, mode, capture_sizes)
     if breaker is not None:

@@ -10,7 +10,7 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from labkit.measure.results import new_run_dir, save_result
-from labkit.measure.serve import measure_serving
+from labkit.measure.serve import check_serving, measure_serving
 from labkit.traces import load_request_trace
 
 
@@ -20,7 +20,10 @@ def run_serve(*, trace: str, mode: str, preset_name: str, device: str | None, dt
               max_requests: int | None, window_s: float, breaker: dict | None, name: str | None,
               out_root: str | os.PathLike[str]) -> tuple[Path, dict]:
     """Serve ``trace`` and save the record; returns the record's path and data."""
-    reqs = load_request_trace(trace)  # a bad trace fails here, before any folder is made
+    # bad settings or a bad trace fail here, before the progress bar or any folder
+    check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
+                  kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
+    reqs = load_request_trace(trace)
     total = min(len(reqs), max_requests or len(reqs))
     with tqdm(total=total, desc=f"labkit serve {mode}", unit="req") as bar:
         data = measure_serving(preset_name, reqs, mode, device=device, dtype=dtype,
