@@ -232,7 +232,8 @@ class RequestResult:
 @dataclass(frozen=True)
 class StepRecord:
     """One decode step: start and end time, rows, rows computed (padded), runtime mode
-    (``FULL``, ``PIECEWISE``, ``NONE``), whether a graph served it, requests admitted
+    (``FULL``, ``PIECEWISE``, ``NONE``), whether a captured size served it (``graph``: the
+    dispatcher's hit; on CPU it runs the same padded batch eagerly), requests admitted
     before it."""
 
     start_s: float
@@ -376,7 +377,8 @@ class ServingEngine:
                 bs = len(batch)
                 mode, padded = decide_of(self.step_fn, bs)
                 start = clock.now() - t0
-                tokens = torch.tensor([last[i] for i in batch], device=dev)
+                # host-side batch (the dispatcher checks it and copies it in once)
+                tokens = torch.tensor([last[i] for i in batch])
                 positions = torch.tensor([reqs[i].prompt_len + len(results[i].tokens) - 1
                                           for i in batch])
                 slots = torch.tensor([running[i] for i in batch])
