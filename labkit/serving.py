@@ -217,8 +217,9 @@ class CircuitBreaker:
 
 @dataclass
 class RequestResult:
-    """What happened to one request: when it arrived, was admitted, and each token's time
-    (seconds from the start of the run), and the token ids."""
+    """What happened to one request: when it arrived, was admitted (its prefill began), each
+    token's time (seconds from the start of the run; the first comes from the prefill) and
+    the token ids."""
 
     index: int
     arrival_s: float
@@ -337,12 +338,14 @@ class ServingEngine:
 
         try:
             while pending or waiting or running:
+                # 1. queue arrivals; idle until the next one when nothing is queued or running
                 now = clock.now() - t0
                 while pending and reqs[pending[0]].arrival_s <= now:
                     waiting.append(pending.popleft())
                 if not waiting and not running:
                     clock.sleep_until(t0 + reqs[pending[0]].arrival_s)
                     continue
+                # 2. admit first come, first served while a slot and its cache room are free
                 admitted = 0
                 while waiting and free_slots:
                     i = waiting[0]
@@ -359,20 +362,21 @@ class ServingEngine:
                     free_slots.pop()
                     running[i] = slot
                     admitted += 1
+                    res = results[i]
+                    res.admitted_s = clock.now() - t0
                     ids = prompt_tokens(i, r.prompt_len, cfg.vocab_size, self.seed)
                     logits = model.prefill(torch.tensor([ids], device=dev),
                                            torch.tensor([slot], device=dev))
-                    tok = int(logits.argmax(-1).item())
+                    tok = int(logits.argmax(-1).item())  # the prefill gives the first token
                     clock.charge("prefill", r.prompt_len)
-                    res = results[i]
-                    res.admitted_s = clock.now() - t0
                     res.tokens.append(tok)
-                    res.token_times_s.append(res.admitted_s)
+                    res.token_times_s.append(clock.now() - t0)
                     last[i] = tok
                 for i in [i for i in running if len(results[i].tokens) >= reqs[i].output_len]:
                     finish(i)
                 if not running:
                     continue
+                # 3. one decode step for every running request, then 4. retire finished ones
                 batch = list(running)
                 bs = len(batch)
                 mode, padded = decide_of(self.step_fn, bs)
