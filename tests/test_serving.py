@@ -194,3 +194,19 @@ def test_circuit_breaker_bad_arguments(bad, match):
 def test_sim_clock_refuses_negative_cost():
     with pytest.raises(ValueError, match="decode_s"):
         SimClock(-1.0)
+
+
+def test_prefill_cost_delays_the_first_token_and_the_step():
+    clock = SimClock(0.01, prefill_per_token_s=0.001)
+    run = ServingEngine(_model(), clock=clock).run([TraceRequest(0.0, 5, 3)])
+    r = run.requests[0]
+    assert r.admitted_s == 0.0
+    assert r.token_times_s == pytest.approx([0.005, 0.015, 0.025])
+    assert [s.start_s for s in run.steps] == pytest.approx([0.005, 0.015])
+
+
+def test_max_running_caps_the_batch():
+    run = ServingEngine(_model(), clock=SimClock(0.01), max_running=2).run(TRACE)
+    assert max(s.batch for s in run.steps) == 2
+    with pytest.raises(ValueError, match="max_running"):
+        ServingEngine(_model(), max_running=5)
