@@ -249,10 +249,12 @@ class StepRecord:
 @dataclass
 class ServeRun:
     """A finished run: one :class:`RequestResult` per trace request (trace order) and one
-    :class:`StepRecord` per decode step."""
+    :class:`StepRecord` per decode step (times in seconds from the start)."""
 
     requests: list[RequestResult]
     steps: list[StepRecord]
+    #: the clock's reading at the start (times in the run are relative to it)
+    clock_start: float = 0.0
 
     def to_data(self) -> dict:
         """The run as plain JSON-able data (the ``requests``/``steps`` of a ``serve_`` record)."""
@@ -399,4 +401,4 @@ class ServingEngine:
         finally:
             for slot in list(running.values()):
                 model.cache.release(slot)
-        return ServeRun(results, steps)
+        return ServeRun(results, steps, t0)

@@ -174,6 +174,20 @@ def _tiny_trace(tmp_path) -> Path:
     return p
 
 
+def test_labkit_serve_with_breaker_records_its_trips(tmp_path, capsys):
+    rc = main(["serve", "--trace", str(_tiny_trace(tmp_path)), "--preset", "test",
+               "--max-batch", "2", "--mode", "full", "--sizes", "1", "--clock", "sim",
+               "--breaker", "--breaker-window", "1", "--breaker-threshold", "1",
+               "--breaker-cooldown", "5", "--name", "brk", "--out", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    data = load_result(Path(out.strip().splitlines()[-1])).data
+    # the first step (batch 2, above the one captured size) trips it; eager from then on
+    assert data["breaker_trips_s"] == [0.0]
+    assert [s["runtime"] for s in data["steps"]][:2] == ["NONE", "NONE"]
+    assert data["windows"][0]["eager_fallbacks"] == len(data["steps"])
+
+
 def test_labkit_serve_writes_a_record(tmp_path, capsys):
     rc = main(["serve", "--trace", str(_tiny_trace(tmp_path)), "--preset", "test",
                "--max-batch", "2", "--mode", "full", "--sizes", "1,2", "--clock", "sim",
@@ -193,8 +207,9 @@ def test_labkit_serve_writes_a_record(tmp_path, capsys):
     (["--sizes", "1,x"], "--sizes"),
     (["--max-batch", "0"], "--max-batch"),
     (["--decode-ms", "-3"], "--decode-ms"),
-    (["--breaker", "--breaker-threshold", "1.5"], "threshold"),
+    (["--mode", "full", "--breaker", "--breaker-threshold", "1.5"], "threshold"),
     (["--preset", "huge"], "preset"),
+    (["--breaker"], "breaker"),
 ])
 def test_labkit_serve_bad_arguments_are_one_line(tmp_path, capsys, args, match):
     rc = main(["serve", "--trace", str(_tiny_trace(tmp_path)), "--preset", "test",

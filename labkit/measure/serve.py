@@ -35,6 +35,9 @@ def check_serving(preset_name: str, mode: str, *, clock: str = "real", dtype: st
     if clock not in CLOCKS:
         raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
     if breaker is not None:
+        if mode in ("eager", "none"):
+            raise ValueError(f"breaker: a circuit breaker falls back from graphs to eager; "
+                             f"mode {mode!r} has no graphs, use full, piecewise or exact")
         breaker_settings(**breaker)
     return preset(preset_name, max_batch=max_batch, dtype=dtype, kv_layout=kv_layout,
                   num_blocks=num_blocks)
@@ -79,4 +82,4 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
             "kv_layout": kv_layout, "seed": seed, **data,
             "metrics": run_metrics(data["requests"], data["steps"]),
             "windows": step_windows(data["steps"], window_s),
-            "breaker_trips_s": list(getattr(step, "trips", []))}
+            "breaker_trips_s": [t - run.clock_start for t in getattr(step, "trips", [])]}
