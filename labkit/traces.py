@@ -1,4 +1,5 @@
-"""SYNTHETIC request-length traces: how long each request's prompt and output are.
+"""SYNTHETIC request-length traces: how long each request's prompt and output are, and
+request-level traces (arrival time, prompt length, output length) for the serving engine.
 
 The shipped traces in ``data/traces/`` hold decode batch sizes only; a KV cache's memory
 depends on how many positions each request fills (prompt + output). :func:`request_lengths`
@@ -9,11 +10,14 @@ every machine. They are labelled synthetic: they stand for no real service.
 
 from __future__ import annotations
 
+import csv
 import math
+import os
 import random
 from dataclasses import dataclass
 
 from labkit.checks import as_int
+from labkit.paths import shipped_file
 
 
 @dataclass(frozen=True)
@@ -53,3 +57,134 @@ def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
         o = _lognormal(rng, output_median, output_sigma, max_seq - p)
         out.append(Request(p, o))
     return out
+
+
+# ----------------------------------------------------------------------------- request traces
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a serving trace: arrives ``arrival_s`` seconds after the start, brings
+    ``prompt_len`` tokens and wants ``output_len`` generated tokens."""
+
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+
+
+ARRIVALS: tuple[str, ...] = ("poisson", "bursty")
+COLUMNS: tuple[str, ...] = ("arrival_s", "prompt_len", "output_len")
+
+
+def _positive(name: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
+            or not math.isfinite(v):
+        raise ValueError(f"{name} must be a positive number, got {v!r}")
+    return float(v)
+
+
+def arrival_times(n: int, *, rate: float, arrivals: str = "poisson", seed: int = 0,
+                  busy_rate: float | None = None, quiet_mean_s: float = 2.0,
+                  busy_mean_s: float = 1.0) -> list[float]:
+    """``n`` SYNTHETIC arrival times (seconds, increasing). ``poisson``: exponential gaps at
+    ``rate`` requests/s. ``bursty``: a two-state Markov-modulated Poisson process, ``rate``
+    while quiet and ``busy_rate`` (default 8 x rate) while busy, switching after exponential
+    periods of mean ``quiet_mean_s`` / ``busy_mean_s``. Seeded, standard library only."""
+    n = as_int(n, "n", minimum=1, fix="ask for at least one request")
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals {arrivals!r} is not known; use one of {list(ARRIVALS)}")
+    rate = _positive("rate", rate)
+    rng = random.Random(f"labkit-arrivals:{seed}")
+    if arrivals == "poisson":
+        t, out = 0.0, []
+        for _ in range(n):
+            t += rng.expovariate(rate)
+            out.append(t)
+        return out
+    busy_rate = _positive("busy_rate", 8.0 * rate if busy_rate is None else busy_rate)
+    quiet, busy_mean = _positive("quiet_mean_s", quiet_mean_s), _positive("busy_mean_s",
+                                                                          busy_mean_s)
+    peak = max(rate, busy_rate)
+    busy, switch_at = False, rng.expovariate(1.0 / quiet)
+    t, out = 0.0, []
+    while len(out) < n:  # thinning at the peak rate
+        t += rng.expovariate(peak)
+        while switch_at <= t:
+            busy = not busy
+            switch_at += rng.expovariate(1.0 / (busy_mean if busy else quiet))
+        if rng.random() * peak < (busy_rate if busy else rate):
+            out.append(t)
+    return out
+
+
+def request_trace(n: int = 64, *, rate: float = 4.0, arrivals: str = "poisson", seed: int = 0,
+                  max_seq: int = 1024, **kwargs: float) -> list[TraceRequest]:
+    """A SYNTHETIC serving trace: :func:`arrival_times` joined with :func:`request_lengths`
+    (lognormal prompt and output lengths; ``prompt_median``, ``output_median``, ...,
+    ``busy_rate``, ``quiet_mean_s``, ``busy_mean_s`` go to whichever takes them)."""
+    akeys = {"busy_rate", "quiet_mean_s", "busy_mean_s"}
+    times = arrival_times(n, rate=rate, arrivals=arrivals, seed=seed,
+                          **{k: v for k, v in kwargs.items() if k in akeys})
+    lengths = request_lengths(n, seed=seed, max_seq=max_seq,
+                              **{k: v for k, v in kwargs.items() if k not in akeys})
+    return [TraceRequest(round(t, 6), r.prompt, r.output) for t, r in zip(times, lengths)]
+
+
+class TraceFormatError(ValueError):
+    """A request-trace CSV has a missing column or a bad value (the message names the file,
+    the line and the column)."""
+
+
+def _cell(path: os.PathLike[str] | str, line: int, col: str, text: str, kind: type) -> float:
+    where = f"{path}, line {line}, column {col!r}"
+    try:
+        v = float(text) if kind is float else int(text)
+    except ValueError:
+        want = "a number of seconds" if kind is float else "a whole number"
+        raise TraceFormatError(f"{where}: {text!r} is not {want}; fix or delete that row") \
+            from None
+    if kind is float and not (math.isfinite(v) and v >= 0):
+        raise TraceFormatError(f"{where}: {text!r} must be a finite time >= 0 seconds")
+    if kind is int and v < 1:
+        raise TraceFormatError(f"{where}: {text!r} must be at least 1 token")
+    return v
+
+
+def load_request_trace(name_or_path: str | os.PathLike[str]) -> list[TraceRequest]:
+    """A serving trace from a CSV with columns ``arrival_s,prompt_len,output_len`` (others
+    are ignored; lines starting with ``#`` are comments). ``name_or_path`` is a shipped trace
+    name (``data/traces/``) or any file. A bad row raises :class:`TraceFormatError` naming
+    the file, the line and the column."""
+    path = shipped_file("traces", name_or_path, ".csv")
+    with open(path, newline="", encoding="utf-8") as f:
+        lines = [(i, ln) for i, ln in enumerate(f.read().splitlines(), 1)
+                 if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise TraceFormatError(f"{path}: no header and no requests; give a CSV with columns "
+                               f"{','.join(COLUMNS)}")
+    rows = list(csv.reader(ln for _, ln in lines))
+    header = [h.strip() for h in rows[0]]
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise TraceFormatError(f"{path}, line {lines[0][0]}: missing column(s) {missing} "
+                               f"(header: {header}); name the columns {','.join(COLUMNS)}")
+    idx = {c: header.index(c) for c in COLUMNS}
+    out = []
+    for (line, _), row in zip(lines[1:], rows[1:]):
+        if len(row) < len(header):
+            raise TraceFormatError(f"{path}, line {line}: {len(row)} value(s) for "
+                                   f"{len(header)} columns {header}; fill every column")
+        cells = {c: row[i].strip() for c, i in idx.items()}
+        out.append(TraceRequest(_cell(path, line, "arrival_s", cells["arrival_s"], float),
+                                int(_cell(path, line, "prompt_len", cells["prompt_len"], int)),
+                                int(_cell(path, line, "output_len", cells["output_len"], int))))
+    if not out:
+        raise TraceFormatError(f"{path}: a header but no requests; add rows")
+    return out
+
+
+def trace_csv(trace: list[TraceRequest], comment: str = "") -> str:
+    """The CSV text of a serving trace (``comment`` lines first, each prefixed ``# ``)."""
+    head = "".join(f"# {ln}\n" for ln in comment.splitlines())
+    body = "".join(f"{r.arrival_s:.6f},{r.prompt_len},{r.output_len}\n" for r in trace)
+    return head + ",".join(COLUMNS) + "\n" + body

@@ -18,6 +18,7 @@ record name                kind                    written by
 ``bench``                  :class:`Bench`          ``labkit bench`` (``suite.bench_cli``)
 ``modes_<preset>``         :class:`Modes`          ``modes.measure_modes``
 ``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
+``serve_<name>``           :class:`Serve`          ``labkit serve`` (``suite.serve_cli``)
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -50,7 +51,8 @@ __all__ = [
     "Compile", "Pitfalls", "Pitfall", "Bench", "BenchRow", "BenchTarget", "BenchPool", "Paged",
     "PagedRun", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
-    "default_params", "measure_kwargs", "bench_row", "Modes",
+    "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
+    "ServeStep",
 ]
 
 
@@ -940,6 +942,85 @@ class Modes(_Timed):
         return out
 
 
+# ----------------------------------------------------------------------------- serving
+
+
+def _nums(v: Any, where: str) -> list[float]:
+    return [_num(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """One request of a ``serve_<name>`` run: arrival, lengths and the time (s from the start)
+    of each generated token."""
+
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    token_times_s: list[float]
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "ServeRequest":
+        d = _dict(v, where)
+        out = cls(arrival_s=_req(d, "arrival_s", where, _num),
+                  prompt_len=_req(d, "prompt_len", where, _int),
+                  output_len=_req(d, "output_len", where, _int),
+                  token_times_s=_req(d, "token_times_s", where, _nums))
+        if len(out.token_times_s) > out.output_len:
+            raise _Fail(f"{where}.token_times_s", f"has {len(out.token_times_s)} times for "
+                        f"output_len={out.output_len}")
+        return out
+
+
+@dataclass(frozen=True)
+class ServeStep:
+    """One decode step of a ``serve_<name>`` run: start/end (s), rows, rows computed,
+    runtime mode and whether a graph served it."""
+
+    start_s: float
+    end_s: float
+    batch: int
+    padded: int
+    runtime: str
+    graph: bool
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "ServeStep":
+        d = _dict(v, where)
+        out = cls(start_s=_req(d, "start_s", where, _num), end_s=_req(d, "end_s", where, _num),
+                  batch=_req(d, "batch", where, _int), padded=_req(d, "padded", where, _int),
+                  runtime=_req(d, "runtime", where, _str), graph=_req(d, "graph", where, _bool))
+        if out.padded < out.batch:
+            raise _Fail(f"{where}.padded", f"({out.padded}) is below batch ({out.batch})")
+        return out
+
+
+@dataclass(frozen=True)
+class Serve:
+    """``serve_<name>``: a continuous-batching run of a request trace (:mod:`labkit.serving`)
+    in one step ``mode``: every request's token times, every decode step, and the metrics of
+    :func:`labkit.measure.serving_metrics.run_metrics` (TTFT/TPOT/ITL/E2EL in ms, ...)."""
+
+    RECORD = "serve_<name>"  # the record name(s) of this kind
+
+    mode: str
+    trace: str
+    clock: str
+    requests: list[ServeRequest]
+    steps: list[ServeStep]
+    metrics: dict
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Serve":
+        return cls(mode=_req(d, "mode", where, _str), trace=_opt(d, "trace", where, _str, ""),
+                   clock=_opt(d, "clock", where, _str, ""),
+                   requests=[ServeRequest.from_data(r, f"{where}.requests[{i}]")
+                             for i, r in enumerate(_req(d, "requests", where, _list))],
+                   steps=[ServeStep.from_data(s, f"{where}.steps[{i}]")
+                          for i, s in enumerate(_req(d, "steps", where, _list))],
+                   metrics=_req(d, "metrics", where, _dict))
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -955,6 +1036,7 @@ KINDS: list[tuple[str, type]] = [
     (r"bench", Bench),
     (r"modes_[A-Za-z0-9][A-Za-z0-9_.-]*", Modes),
     (r"paged_[A-Za-z0-9][A-Za-z0-9_.-]*", Paged),
+    (r"serve_[A-Za-z0-9][A-Za-z0-9_.-]*", Serve),
 ]
 
 

@@ -143,6 +143,49 @@ def cmd_images(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from labkit.suite.serve_cli import run_serve, summary_line
+
+    breaker = None
+    if args.breaker:
+        breaker = {"window": args.breaker_window, "threshold": args.breaker_threshold,
+                   "cooldown_s": args.breaker_cooldown}
+    try:
+        path, data = run_serve(
+            trace=args.trace, mode=args.mode, preset_name=args.preset, device=args.device,
+            dtype=args.dtype, max_batch=args.max_batch, kv_layout=args.layout,
+            num_blocks=args.num_blocks, capture_sizes=args.sizes, seed=args.seed,
+            clock=args.clock, decode_ms=args.decode_ms, max_requests=args.requests,
+            window_s=args.window, breaker=breaker, name=args.name, out_root=Path(args.out))
+    except (ValueError, TypeError, RuntimeError) as exc:  # a bad value: say which, one line
+        print(f"labkit serve: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"labkit serve: {summary_line(data['metrics'])}")
+    print(path)
+    return 0
+
+
+def _sizes_list(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole "
+                                         "numbers (e.g. 1,2,4,8)") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give sizes >= 1, e.g. 1,2,4,8")
+    return sizes
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -235,6 +278,45 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--port", type=_positive_int, default=8888)
     lab.add_argument("--no-browser", action="store_true")
     lab.set_defaults(func=cmd_lab)
+
+    sv = sub.add_parser("serve", help="serve a request trace with continuous batching in one "
+                        "step mode; save a serve_<name> record (TTFT/TPOT/ITL percentiles)")
+    sv.add_argument("--trace", default="synthetic_requests_poisson",
+                    help="shipped trace name or a CSV with arrival_s,prompt_len,output_len")
+    sv.add_argument("--mode", default="eager",
+                    choices=["eager", "full", "piecewise", "none", "exact"],
+                    help="step function: eager decode_step, a padding dispatcher in "
+                         "cudagraph mode FULL / PIECEWISE / NONE, or full graphs of every size")
+    sv.add_argument("--preset", default="char", help="model preset (default char)")
+    sv.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    sv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    sv.add_argument("--max-batch", type=_positive_int, default=16,
+                    help="cache slots = most requests running at once (default 16)")
+    sv.add_argument("--layout", default="slot", choices=["slot", "paged"],
+                    help="KV-cache layout (default slot)")
+    sv.add_argument("--num-blocks", type=_positive_int, default=None,
+                    help="paged layout: blocks in the pool, pad block included")
+    sv.add_argument("--sizes", type=_sizes_list, default=None,
+                    help="capture sizes, e.g. 1,2,4,8 (default powers of two to --max-batch)")
+    sv.add_argument("--seed", type=int, default=0, help="weights and prompts (default 0)")
+    sv.add_argument("--clock", default="real", choices=["real", "sim"],
+                    help="real time, or simulated (--decode-ms per step): reproducible")
+    sv.add_argument("--decode-ms", type=_positive_float, default=10.0,
+                    help="simulated clock: ms per decode step (default 10)")
+    sv.add_argument("--requests", type=_positive_int, default=None,
+                    help="serve only the first N requests of the trace")
+    sv.add_argument("--window", type=_positive_float, default=1.0,
+                    help="seconds per window of the step series (default 1)")
+    sv.add_argument("--breaker", action="store_true",
+                    help="circuit breaker: eager while the graph hit rate is low")
+    sv.add_argument("--breaker-window", type=_positive_int, default=32, help="steps watched")
+    sv.add_argument("--breaker-threshold", type=float, default=0.5,
+                    help="trip below this hit rate (default 0.5)")
+    sv.add_argument("--breaker-cooldown", type=_positive_float, default=1.0,
+                    help="seconds eager after a trip (default 1)")
+    sv.add_argument("--name", default=None, help="record name serve_<name> (default the mode)")
+    sv.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
+    sv.set_defaults(func=cmd_serve)
 
     im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")
     im.add_argument("--out", default="build/images")

@@ -1,0 +1,112 @@
+"""Serving metrics of a run, as vLLM's serving benchmark reports them.
+
+Definitions follow ``BenchmarkMetrics`` in ``vllm/benchmarks/serve.py``, per request with
+arrival time ``a``, token times ``t_0 .. t_{n-1}`` (seconds from the start of the run):
+
+* TTFT (time to first token) = ``t_0 - a``;
+* TPOT (time per output token, first token excluded) = ``(t_{n-1} - t_0) / (n - 1)``,
+  for requests with ``n > 1``;
+* ITL (inter-token latency) = every gap ``t_k - t_{k-1}``, pooled over all requests;
+* E2EL (end-to-end latency) = ``t_{n-1} - a``;
+* output throughput = output tokens / duration, request throughput = requests / duration,
+  with duration = the time of the last token (the run starts at 0).
+
+Each latency is summarised by mean, median, P90 and P99 in milliseconds (NumPy's linear
+percentiles, as vLLM). Step-level series (graph hit rate, padded-row waste, eager fallbacks)
+are cut into windows of simulated or wall time. Pure functions of the run's data
+(``ServeRun.to_data()`` or a ``serve_<name>`` record's ``data``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["summarize", "latencies", "request_metrics", "step_windows", "run_metrics"]
+
+PERCENTILES = (50, 90, 99)
+
+
+def summarize(values_s: Sequence[float]) -> dict[str, float | None]:
+    """``mean``, ``median``, ``p90``, ``p99`` of ``values_s`` (seconds) in milliseconds;
+    every entry ``None`` for no values."""
+    if len(values_s) == 0:
+        return {"mean": None, "median": None, "p90": None, "p99": None}
+    ms = np.asarray(values_s, dtype=float) * 1e3
+    p50, p90, p99 = (float(np.percentile(ms, q)) for q in PERCENTILES)
+    return {"mean": float(ms.mean()), "median": p50, "p90": p90, "p99": p99}
+
+
+def _get(r: Any, key: str) -> Any:
+    return r[key] if isinstance(r, Mapping) else getattr(r, key)
+
+
+def latencies(requests: Sequence[Any]) -> dict[str, list[float]]:
+    """Per-request TTFT, TPOT, E2EL and the pooled ITL gaps, in seconds. A request is a
+    mapping or object with ``arrival_s`` and ``token_times_s``; unfinished ones (no token)
+    are left out."""
+    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "e2el": []}
+    for i, r in enumerate(requests):
+        a, times = float(_get(r, "arrival_s")), [float(t) for t in _get(r, "token_times_s")]
+        if not times:
+            continue
+        if any(b < a_ for a_, b in zip(times, times[1:])) or times[0] < a:
+            raise ValueError(f"request {i}: token times {times} go back in time or start before "
+                             f"its arrival {a}; give times in order, after the arrival")
+        out["ttft"].append(times[0] - a)
+        out["e2el"].append(times[-1] - a)
+        if len(times) > 1:
+            out["tpot"].append((times[-1] - times[0]) / (len(times) - 1))
+            out["itl"].extend(b - a_ for a_, b in zip(times, times[1:]))
+    return out
+
+
+def request_metrics(requests: Sequence[Any]) -> dict[str, Any]:
+    """vLLM's request-level metrics: ``completed``, ``total_output``, ``duration_s``,
+    ``request_throughput`` (req/s), ``output_throughput`` (tok/s) and ``ttft_ms``,
+    ``tpot_ms``, ``itl_ms``, ``e2el_ms`` summaries (:func:`summarize`)."""
+    lat = latencies(requests)
+    done = [r for r in requests if len(_get(r, "token_times_s"))]
+    total = sum(len(_get(r, "token_times_s")) for r in done)
+    duration = max((float(_get(r, "token_times_s")[-1]) for r in done), default=0.0)
+    rate = (lambda n: n / duration) if duration > 0 else (lambda n: None)
+    return {"completed": len(done), "total_output": total, "duration_s": duration,
+            "request_throughput": rate(len(done)), "output_throughput": rate(total),
+            **{f"{k}_ms": summarize(v) for k, v in lat.items()}}
+
+
+def step_windows(steps: Sequence[Any], window_s: float) -> list[dict[str, Any]]:
+    """Step series cut into windows of ``window_s`` seconds by each step's start time:
+    per window ``start_s``, ``steps``, ``graph_hit_rate`` (share of steps a graph served),
+    ``padded_waste`` (padded rows / rows computed), ``eager_fallbacks`` (steps run eager),
+    ``mean_batch``. Empty windows are left out."""
+    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) \
+            or not math.isfinite(window_s) or window_s <= 0:
+        raise ValueError(f"window_s must be a positive number of seconds, got {window_s!r}")
+    bins: dict[int, list[Any]] = {}
+    for s in steps:
+        bins.setdefault(int(float(_get(s, "start_s")) // window_s), []).append(s)
+    out = []
+    for k in sorted(bins):
+        ss = bins[k]
+        rows = sum(int(_get(s, "batch")) for s in ss)
+        computed = sum(int(_get(s, "padded")) for s in ss)
+        hits = sum(bool(_get(s, "graph")) for s in ss)
+        out.append({"start_s": k * window_s, "steps": len(ss), "graph_hit_rate": hits / len(ss),
+                    "padded_waste": (computed - rows) / computed if computed else 0.0,
+                    "eager_fallbacks": len(ss) - hits, "mean_batch": rows / len(ss)})
+    return out
+
+
+def run_metrics(requests: Sequence[Any], steps: Sequence[Any]) -> dict[str, Any]:
+    """:func:`request_metrics` plus the whole run's ``steps``, ``graph_hit_rate``,
+    ``padded_waste`` and ``eager_fallbacks``."""
+    rows = sum(int(_get(s, "batch")) for s in steps)
+    computed = sum(int(_get(s, "padded")) for s in steps)
+    hits = sum(bool(_get(s, "graph")) for s in steps)
+    return {**request_metrics(requests), "steps": len(steps),
+            "graph_hit_rate": hits / len(steps) if steps else 0.0,
+            "padded_waste": (computed - rows) / computed if computed else 0.0,
+            "eager_fallbacks": len(steps) - hits}

@@ -1,0 +1,404 @@
+"""Continuous batching over a request trace: the serving loop on the tiny GPT.
+
+Requests arrive by a trace (:class:`TraceRequest`: arrival time, prompt length, output length).
+Every engine step
+
+1. queues the requests that have arrived by now (first come, first served);
+2. admits queued requests while a cache slot is free and the cache has room for the whole
+   request (``model.cache.reserve(slot, prompt + output - 1)``: blocks in the paged layout;
+   :class:`labkit.kvcache.CacheFullError` stops admission until a request leaves), and
+   prefills each one alone (its first output token comes from the prefill);
+3. decodes every running request together one step through a *step function*
+   (:func:`make_step_fn`: eager ``model.decode_step``, a
+   :class:`labkit.dispatch.PaddingDispatcher` in any ``cudagraph_mode``, full graphs of every
+   exact size, or a :class:`CircuitBreaker` around one);
+4. retires the requests that have all their tokens and releases their cache room.
+
+Time comes from a clock: :class:`RealClock` (``time.perf_counter``, synchronising CUDA after
+each piece of work) or :class:`SimClock` (each prefill and decode step costs a given simulated
+time), so that a seeded run on the simulated clock gives the same tokens and the same schedule
+everywhere. The run (:class:`ServeRun`) holds a timestamp per generated token per request and,
+per decode step, its batch size, padded size, runtime mode and whether a graph served it;
+:mod:`labkit.measure.serving_metrics` turns it into TTFT/TPOT/ITL percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Protocol, Sequence
+
+import torch
+
+from labkit.checks import as_int
+from labkit.dispatch import PaddingDispatcher
+from labkit.kvcache import CacheFullError
+from labkit.model import TinyGPT
+from labkit.traces import TraceRequest
+
+StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# ----------------------------------------------------------------------------- clocks
+
+
+class Clock(Protocol):
+    """Where the engine's time comes from."""
+
+    def now(self) -> float: ...
+    def sleep_until(self, t: float) -> None: ...
+    def charge(self, kind: str, rows: int) -> None: ...
+
+
+class RealClock:
+    """Wall-clock time (``time.perf_counter``). ``charge`` waits for the GPU
+    (``torch.cuda.synchronize``) so a token's timestamp is when it exists."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.cuda = torch.device(device).type == "cuda"
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def sleep_until(self, t: float) -> None:
+        delay = t - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+
+    def charge(self, kind: str, rows: int) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+class SimClock:
+    """Simulated time: a decode step costs ``decode_s + decode_per_row_s * rows`` and a
+    prefill ``prefill_s + prefill_per_token_s * tokens``; idle time jumps to the next arrival."""
+
+    def __init__(self, decode_s: float = 0.010, *, decode_per_row_s: float = 0.0,
+                 prefill_s: float = 0.0, prefill_per_token_s: float = 0.0) -> None:
+        for name, v in (("decode_s", decode_s), ("decode_per_row_s", decode_per_row_s),
+                        ("prefill_s", prefill_s), ("prefill_per_token_s", prefill_per_token_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < 0:
+                raise ValueError(f"SimClock {name} must be a finite number >= 0 seconds, "
+                                 f"got {v!r}")
+        self.decode_s, self.decode_per_row_s = float(decode_s), float(decode_per_row_s)
+        self.prefill_s, self.prefill_per_token_s = float(prefill_s), float(prefill_per_token_s)
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+    def advance(self, dt: float) -> None:
+        """Move time on by ``dt`` seconds."""
+        self.t += dt
+
+    def charge(self, kind: str, rows: int) -> None:
+        if kind == "decode":
+            self.t += self.decode_s + self.decode_per_row_s * rows
+        else:
+            self.t += self.prefill_s + self.prefill_per_token_s * rows
+
+
+# ----------------------------------------------------------------------------- step functions
+
+
+def eager_step(model: TinyGPT) -> StepFn:
+    """``model.decode_step`` taking host-side positions and slots (as a dispatcher does):
+    they are moved to the model's device first."""
+
+    def step(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        dev = model.device
+        return model.decode_step(tokens.to(dev), positions.to(dev), slots.to(dev))
+
+    return step
+
+
+#: the step modes of :func:`make_step_fn` (and of ``labkit serve --mode``)
+STEP_MODES: tuple[str, ...] = ("eager", "full", "piecewise", "none", "exact")
+
+
+def make_step_fn(model: TinyGPT, mode: str, sizes: Sequence[int] | None = None,
+                 **dispatcher_kwargs) -> StepFn:
+    """The step function of ``mode``: ``eager`` (``model.decode_step``), ``full`` /
+    ``piecewise`` / ``none`` (a :class:`PaddingDispatcher` over capture ``sizes`` with that
+    ``cudagraph_mode``; graphs on CUDA, the same bucketing eagerly on CPU) or ``exact`` (full
+    graphs of every size ``1..max_batch``: no padding). Default sizes: powers of two up to
+    ``max_batch``."""
+    if mode not in STEP_MODES:
+        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    cap = model.cfg.max_batch
+    if mode == "eager":
+        return eager_step(model)
+    if mode == "exact":
+        return PaddingDispatcher(model, list(range(1, cap + 1)), cudagraph_mode="FULL",
+                                 **dispatcher_kwargs)
+    if sizes is None:
+        sizes = sorted({min(2 ** k, cap) for k in range(cap.bit_length() + 1)})
+    return PaddingDispatcher(model, sizes, cudagraph_mode=mode.upper(), **dispatcher_kwargs)
+
+
+def decide_of(step_fn: object, bs: int) -> tuple[str, int]:
+    """(runtime mode, padded rows) the step function will use for ``bs`` rows: its own
+    ``decide`` (a dispatcher, a circuit breaker) or ``('NONE', bs)`` (eager)."""
+    decide = getattr(step_fn, "decide", None)
+    return decide(bs) if callable(decide) else ("NONE", bs)
+
+
+def breaker_settings(window: int = 32, threshold: float = 0.5,
+                     cooldown_s: float = 1.0) -> tuple[int, float, float]:
+    """Checked :class:`CircuitBreaker` settings (a bad one raises naming it)."""
+    window = as_int(window, "window", minimum=1, fix="watch at least one step")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be a hit rate in [0, 1], got {threshold!r}")
+    if isinstance(cooldown_s, bool) or not isinstance(cooldown_s, (int, float)) \
+            or not 0 <= cooldown_s < math.inf:
+        raise ValueError(f"cooldown_s must be a time >= 0 seconds, got {cooldown_s!r}")
+    return window, float(threshold), float(cooldown_s)
+
+
+class CircuitBreaker:
+    """Fall back to eager when graphs stop paying: a step function around ``graph_fn`` (a
+    dispatcher with ``decide``) that watches the graph hit rate of the last ``window`` steps;
+    when it drops below ``threshold`` the breaker *opens* and every step runs ``eager_fn``
+    until ``cooldown_s`` of ``clock`` time have passed, then it *closes* with an empty window.
+    ``trips`` holds the clock times at which it opened."""
+
+    def __init__(self, graph_fn: StepFn, eager_fn: StepFn, clock: Clock, *, window: int = 32,
+                 threshold: float = 0.5, cooldown_s: float = 1.0) -> None:
+        if not callable(getattr(graph_fn, "decide", None)):
+            raise TypeError("graph_fn must have decide(bs) -> (mode, padded), e.g. a "
+                            "labkit.dispatch.PaddingDispatcher")
+        self.window, self.threshold, self.cooldown_s = breaker_settings(window, threshold,
+                                                                        cooldown_s)
+        self.graph_fn, self.eager_fn, self.clock = graph_fn, eager_fn, clock
+        self.hits: deque[bool] = deque(maxlen=self.window)
+        self.opened_at: float | None = None
+        self.trips: list[float] = []
+
+    @property
+    def is_open(self) -> bool:
+        """True while steps run eager (after a trip, before the cool-down ends)."""
+        if self.opened_at is not None and self.clock.now() - self.opened_at >= self.cooldown_s:
+            self.opened_at = None
+            self.hits.clear()
+        return self.opened_at is not None
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Graph hits over the watched steps (``None`` before any)."""
+        return sum(self.hits) / len(self.hits) if self.hits else None
+
+    def decide(self, bs: int) -> tuple[str, int]:
+        return ("NONE", bs) if self.is_open else decide_of(self.graph_fn, bs)
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor,
+                 slots: torch.Tensor) -> torch.Tensor:
+        if self.is_open:
+            return self.eager_fn(tokens, positions, slots)
+        mode, _ = decide_of(self.graph_fn, tokens.shape[0])
+        out = self.graph_fn(tokens, positions, slots)
+        self.hits.append(mode != "NONE")
+        if len(self.hits) == self.window and self.hit_rate < self.threshold:
+            self.opened_at = self.clock.now()
+            self.trips.append(self.opened_at)
+        return out
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RequestResult:
+    """What happened to one request: when it arrived, was admitted (its prefill began), each
+    token's time (seconds from the start of the run; the first comes from the prefill) and
+    the token ids."""
+
+    index: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    admitted_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One decode step: start and end time, rows, rows computed (padded), runtime mode
+    (``FULL``, ``PIECEWISE``, ``NONE``), whether a captured size served it (``graph``: the
+    dispatcher's hit; on CPU it runs the same padded batch eagerly), requests admitted
+    before it."""
+
+    start_s: float
+    end_s: float
+    batch: int
+    padded: int
+    runtime: str
+    graph: bool
+    admitted: int
+
+
+@dataclass
+class ServeRun:
+    """A finished run: one :class:`RequestResult` per trace request (trace order) and one
+    :class:`StepRecord` per decode step (times in seconds from the start)."""
+
+    requests: list[RequestResult]
+    steps: list[StepRecord]
+    #: the clock's reading at the start (times in the run are relative to it)
+    clock_start: float = 0.0
+
+    def to_data(self) -> dict:
+        """The run as plain JSON-able data (the ``requests``/``steps`` of a ``serve_`` record)."""
+        return {"requests": [{k: v for k, v in asdict(r).items() if k != "index"}
+                             for r in self.requests],
+                "steps": [asdict(s) for s in self.steps]}
+
+
+def prompt_tokens(index: int, length: int, vocab_size: int, seed: int) -> list[int]:
+    """The seeded synthetic prompt of request ``index``: ``length`` ids in ``[0, vocab)``."""
+    rng = random.Random(f"labkit-serve:{seed}:{index}")
+    return [rng.randrange(vocab_size) for _ in range(length)]
+
+
+def check_trace(trace: Sequence[TraceRequest], max_seq: int) -> list[TraceRequest]:
+    """The trace as a list; a request that cannot fit the cache raises naming it."""
+    out = list(trace)
+    for i, r in enumerate(out):
+        if not isinstance(r, TraceRequest):
+            raise TypeError(f"trace entry {i} is a {type(r).__name__}, not a TraceRequest")
+        if not (math.isfinite(r.arrival_s) and r.arrival_s >= 0):
+            raise ValueError(f"request {i}: arrival_s={r.arrival_s!r} must be a time >= 0")
+        if r.prompt_len < 1 or r.output_len < 1:
+            raise ValueError(f"request {i}: prompt_len and output_len must be >= 1, got "
+                             f"{r.prompt_len}, {r.output_len}")
+        if r.prompt_len + r.output_len - 1 > max_seq:
+            raise ValueError(f"request {i}: prompt {r.prompt_len} + output {r.output_len} - 1 "
+                             f"positions do not fit max_seq={max_seq}; shorten it or build the "
+                             "model with a larger max_seq")
+    return out
+
+
+class ServingEngine:
+    """Continuous batching of a trace on ``model`` (see the module docstring).
+
+    ``step_fn`` decodes a batch (default ``model.decode_step``); ``clock`` gives time
+    (default :class:`RealClock` on the model's device); ``seed`` picks the synthetic prompts;
+    ``max_running`` caps the running requests (default the cache's slots, ``max_batch``).
+    Admission reserves each request's whole room up front (no preemption)."""
+
+    def __init__(self, model: TinyGPT, step_fn: StepFn | None = None, *,
+                 clock: Clock | None = None, seed: int = 0,
+                 max_running: int | None = None) -> None:
+        if not isinstance(model, TinyGPT):
+            raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
+        if step_fn is not None and not callable(step_fn):
+            raise TypeError(f"step_fn must be callable (tokens, positions, slots) -> logits, "
+                            f"got {type(step_fn).__name__}")
+        self.model = model
+        self.step_fn: StepFn = step_fn or eager_step(model)
+        self.clock: Clock = clock or RealClock(model.device)
+        self.seed = as_int(seed, "seed", fix="give the seed as a whole number")
+        cap = model.cfg.max_batch
+        self.max_running = cap if max_running is None else as_int(
+            max_running, "max_running", minimum=1, maximum=cap,
+            fix=f"give 1..{cap} (the cache's slots)")
+
+    @torch.no_grad()
+    def run(self, trace: Iterable[TraceRequest],
+            progress: Callable[[int], None] | None = None) -> ServeRun:
+        """Serve every request of ``trace``; ``progress(n)`` is called with the number of
+        requests finished by each step. Every cache slot and block is free again at the end
+        (also after an error)."""
+        model, cfg, clock = self.model, self.model.cfg, self.clock
+        reqs = check_trace(list(trace), cfg.max_seq)
+        results = [RequestResult(i, r.arrival_s, r.prompt_len, r.output_len)
+                   for i, r in enumerate(reqs)]
+        pending = deque(sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i)))
+        waiting: deque[int] = deque()
+        free_slots = list(range(self.max_running - 1, -1, -1))  # pop() gives 0, 1, 2, ...
+        running: dict[int, int] = {}  # request -> slot, in admission order
+        last: dict[int, int] = {}     # request -> last token (to feed back)
+        steps: list[StepRecord] = []
+        dev = model.device
+        t0 = clock.now()
+
+        def finish(i: int) -> None:
+            slot = running.pop(i)
+            model.cache.release(slot)
+            free_slots.append(slot)
+            if progress is not None:
+                progress(1)
+
+        try:
+            while pending or waiting or running:
+                # 1. queue arrivals; idle until the next one when nothing is queued or running
+                now = clock.now() - t0
+                while pending and reqs[pending[0]].arrival_s <= now:
+                    waiting.append(pending.popleft())
+                if not waiting and not running:
+                    clock.sleep_until(t0 + reqs[pending[0]].arrival_s)
+                    continue
+                # 2. admit first come, first served while a slot and its cache room are free
+                admitted = 0
+                while waiting and free_slots:
+                    i = waiting[0]
+                    r, slot = reqs[i], free_slots[-1]
+                    try:
+                        model.cache.reserve(slot, r.prompt_len + r.output_len - 1)
+                    except CacheFullError as exc:
+                        model.cache.release(slot)
+                        if not running:
+                            raise CacheFullError(f"request {i} does not fit the empty cache: "
+                                                 f"{exc}") from None
+                        break
+                    waiting.popleft()
+                    free_slots.pop()
+                    running[i] = slot
+                    admitted += 1
+                    res = results[i]
+                    res.admitted_s = clock.now() - t0
+                    ids = prompt_tokens(i, r.prompt_len, cfg.vocab_size, self.seed)
+                    logits = model.prefill(torch.tensor([ids], device=dev),
+                                           torch.tensor([slot], device=dev))
+                    tok = int(logits.argmax(-1).item())  # the prefill gives the first token
+                    clock.charge("prefill", r.prompt_len)
+                    res.tokens.append(tok)
+                    res.token_times_s.append(clock.now() - t0)
+                    last[i] = tok
+                for i in [i for i in running if len(results[i].tokens) >= reqs[i].output_len]:
+                    finish(i)
+                if not running:
+                    continue
+                # 3. one decode step for every running request, then 4. retire finished ones
+                batch = list(running)
+                bs = len(batch)
+                mode, padded = decide_of(self.step_fn, bs)
+                start = clock.now() - t0
+                # host-side batch (the dispatcher checks it and copies it in once)
+                tokens = torch.tensor([last[i] for i in batch])
+                positions = torch.tensor([reqs[i].prompt_len + len(results[i].tokens) - 1
+                                          for i in batch])
+                slots = torch.tensor([running[i] for i in batch])
+                new = self.step_fn(tokens, positions, slots).argmax(-1).tolist()
+                clock.charge("decode", padded)
+                end = clock.now() - t0
+                steps.append(StepRecord(start, end, bs, padded, mode, mode != "NONE", admitted))
+                for i, tok in zip(batch, new):
+                    results[i].tokens.append(tok)
+                    results[i].token_times_s.append(end)
+                    last[i] = tok
+                for i in [i for i in batch if len(results[i].tokens) >= reqs[i].output_len]:
+                    finish(i)
+        finally:
+            for slot in list(running.values()):
+                model.cache.release(slot)
+        return ServeRun(results, steps, t0)

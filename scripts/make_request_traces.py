@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Generate the SYNTHETIC serving (request-level) traces in data/traces/ (seeded, reproducible).
+
+Each file lists requests as ``arrival_s,prompt_len,output_len`` (seconds from the start,
+tokens), after comment lines (``#``) that say the trace is synthetic and how it was drawn:
+
+* arrivals: ``poisson`` (exponential gaps at a fixed rate) or ``bursty`` (a two-state
+  Markov-modulated Poisson process: a quiet and a busy rate, exponential periods of each);
+* prompt and output lengths: lognormal (``labkit.traces.request_lengths``), clipped so that
+  prompt + output fits ``max_seq`` (256: the ``char``, ``small`` and ``gpt2`` presets).
+
+Uses ``labkit.traces.request_trace`` (standard library random numbers only), so the output is
+the same on any machine. Run from the repository root::
+
+    python scripts/make_request_traces.py            # rewrites the files
+    python scripts/make_request_traces.py --check    # regenerates in memory and compares
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from labkit.traces import request_trace, trace_csv  # noqa: E402
+
+LENGTHS = dict(max_seq=256, prompt_median=64.0, prompt_sigma=0.8, output_median=64.0,
+               output_sigma=0.8)
+SPECS: dict[str, dict] = {
+    "synthetic_requests_poisson": dict(n=400, rate=20.0, arrivals="poisson", seed=20261130,
+                                       **LENGTHS),
+    "synthetic_requests_bursty": dict(n=400, rate=4.0, arrivals="bursty", seed=20261131,
+                                      busy_rate=60.0, quiet_mean_s=3.0, busy_mean_s=1.0,
+                                      **LENGTHS),
+}
+
+
+def render(name: str, spec: dict) -> str:
+    """The CSV text of trace ``name``."""
+    args = ", ".join(f"{k}={v!r}" for k, v in spec.items())
+    comment = (f"SYNTHETIC serving trace {name}: stands for no real service.\n"
+               f"made by scripts/make_request_traces.py: labkit.traces.request_trace({args})")
+    return trace_csv(request_trace(**spec), comment)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "data" / "traces")
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate in memory and compare with the files; write nothing")
+    args = ap.parse_args(argv)
+    status = 0
+    for name, spec in SPECS.items():
+        text, path = render(name, spec), args.out / f"{name}.csv"
+        if args.check:
+            same = path.is_file() and path.read_text(encoding="utf-8") == text
+            print(f"{'ok  ' if same else 'DIFF'} {path.name}")
+            status |= 0 if same else 1
+        else:
+            args.out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8", newline="\n")
+            print(f"wrote {path.name}: {text.count(chr(10)) - 3} requests")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
