@@ -295,6 +295,9 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
     batch = torch.randint(0, config.vocab_size, (b, 5), generator=g).to(device)
     slots = torch.arange(b, device=device)
     out: dict = {"rank": rank, "world_size": world_size, "tp_heads": tp.tp_heads}
+    for model in (full, tp):  # paged layout: blocks for the prompt and the decode steps
+        for i in range(b):
+            model.cache.reserve(i, 5 + steps)
     ref, par = full.prefill(batch, slots), tp.prefill(batch, slots)
     out["prefill_diff"] = float((ref - par).abs().max())
     out["prefill_logits"] = (ref.cpu(), par.cpu())
@@ -311,8 +314,10 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
         tokens.append((t_ref.tolist(), t_par.tolist()))
         pos = pos + 1
     out["decode_diffs"], out["step_tokens"], out["decode_logits"] = diffs, tokens, logits
-    full.reset_cache()
-    tp.reset_cache()
+    for model in (full, tp):
+        for i in range(b):
+            model.cache.release(i)
+        model.reset_cache()
     out["generate"] = (generate(full, prompts, new_tokens), generate(tp, prompts, new_tokens))
     mode = "graph" if device.type == "cuda" else "eager"
     disp = PaddingDispatcher(tp, dispatch_sizes, mode=mode)
