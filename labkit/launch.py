@@ -9,13 +9,15 @@ Shutdown is explicit and the same on every rank: ``torch.cuda.synchronize()`` (n
 no captured collective, still in flight), ``barrier`` (every rank is done with the group),
 ``destroy_process_group``. Destroying an NCCL group while a peer still runs a collective (or
 before the device is idle) is how a first try after graph capture hung; the order above rules
-that out. The parent's wait is time-bounded: a rank that does not finish in ``timeout_s``
+that out, and the worker drops what ``fn`` left (``gc.collect()``: captured graphs that hold
+collectives) before it. The parent's wait is time-bounded: a rank that does not finish in ``timeout_s``
 seconds is terminated and :class:`RankTimeout` names it and the phase it was stuck in.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import pickle
 import queue as queue_mod
@@ -51,7 +53,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def default_backend(world_size: int) -> str:
+def default_backend() -> str:
     """``nccl`` when CUDA is available, else ``gloo``."""
     return "nccl" if torch.cuda.is_available() else "gloo"
 
@@ -113,6 +115,7 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
         payload = pickle.dumps(fn(rank, world_size, *args))  # plain pickle: tensors by value
         q.put(("result", rank, payload))
         phase(3)
+        gc.collect()  # free graphs that captured collectives before the communicator goes
         shutdown(backend)
         phase(4)
     except BaseException:  # noqa: BLE001 - every failure goes to the parent, named
@@ -143,7 +146,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     world_size = as_int(world_size, "world_size", minimum=1, fix="give 1 or more ranks")
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    backend = default_backend(world_size) if backend is None else backend
+    backend = default_backend() if backend is None else backend
     check_devices(world_size, backend)
     try:
         pickle.dumps((fn, tuple(args)))

@@ -168,3 +168,37 @@ def test_tp2_on_two_gpus_matches_the_full_model(layout):
         full, tp = r["generate"]
         assert tp == full and r["dispatch"] == full  # the dispatcher replays captured graphs
     assert _no_children_left()
+
+
+@pytest.fixture()
+def one_rank():
+    """A one-rank gloo group in this process (no spawn), destroyed afterwards."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
+
+
+def test_one_rank_is_the_full_model_in_this_process(one_rank):
+    r = rank_check(0, 1, CFG, 0, 3, [[1, 2], [3]], 4, (1, 2))
+    assert r["tp_heads"] == CFG["n_head"]
+    for ref, par in [r["prefill_logits"], *r["decode_logits"]]:
+        torch.testing.assert_close(par, ref, rtol=1e-5, atol=1e-6)
+    full, tp = r["generate"]
+    assert tp == full and r["dispatch"] == full and len(full[0]) == 4
+
+
+def test_shard_shapes_and_collective_warmup(one_rank):
+    full = build_model(GPTConfig(**CFG))
+    tp = TensorParallelGPT(full)
+    assert tp.world_size == 1 and tp.rank == 0
+    assert tp.cache.heads == CFG["n_head"]
+    assert tp.blocks[0].qkv.weight.shape == (3 * CFG["d_model"], CFG["d_model"])
+    torch.testing.assert_close(tp.blocks[0].qkv.weight, full.blocks[0].qkv.weight)
+    tp.warmup_collectives()  # one all-reduce of a decode-step shape; nothing to capture on CPU
+    with pytest.raises(TypeError, match="full TinyGPT"):
+        TensorParallelGPT(tp)
+    with pytest.raises(TypeError, match=r"TinyGPT.load\(path\)"):
+        TensorParallelGPT.load("model.safetensors")
