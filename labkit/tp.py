@@ -273,19 +273,21 @@ class TensorParallelGPT(TinyGPT):
 
 def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int = 4,
                prompts: list[list[int]] | None = None, new_tokens: int = 6,
-               dispatch_sizes: tuple[int, ...] = (1, 2, 4)) -> dict:
+               dispatch_sizes: tuple[int, ...] = (1, 2, 4),
+               allreduce: AllReduceKind = "process_group") -> dict:
     """Run on every rank (:func:`labkit.launch.run_ranks`): the tensor-parallel model against
     the full one built from the same seed on this rank's device.
 
     Returns, for the parent to compare: the ``prefill`` and ``decode`` logits (full, TP; on
     the host), their max abs difference, the greedy tokens of each step (full, TP), ``generate`` tokens (full, TP) and the
     padding dispatcher's (mode ``'eager'`` on CPU, ``'graph'`` on CUDA) tokens, in lockstep.
+    ``allreduce`` picks the all-reduce of the tensor-parallel model.
     """
     device = torch.device("cuda", torch.cuda.current_device()) if (
         dist.get_backend() == "nccl") else torch.device("cpu")
     config = GPTConfig(**cfg)
     full = build_model(config, device, seed=seed)
-    tp = TensorParallelGPT(full)
+    tp = TensorParallelGPT(full, allreduce=allreduce)
     if device.type == "cuda":
         tp.warmup_collectives()
     if prompts is None:

@@ -202,3 +202,19 @@ def test_shard_shapes_and_collective_warmup(one_rank):
         TensorParallelGPT(tp)
     with pytest.raises(TypeError, match=r"TinyGPT.load\(path\)"):
         TensorParallelGPT.load("model.safetensors")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 CUDA devices")
+def test_tp2_symmetric_memory_allreduce_matches_the_full_model():
+    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce"):
+        pytest.skip(f"torch {torch.__version__} has no symm_mem one_shot_all_reduce")
+    res = run_ranks(rank_check, 2, args=(CFG, 0, 4, None, NEW, (1, 2, 4), "symm_mem"),
+                    backend="nccl", timeout_s=300)
+    for r in res:
+        for ref, par in [r["prefill_logits"], *r["decode_logits"]]:
+            torch.testing.assert_close(par, ref, rtol=1e-4, atol=1e-5)
+        full, tp = r["generate"]
+        assert tp == full and r["dispatch"] == full
+    assert _no_children_left()
