@@ -9,9 +9,10 @@ Shutdown is explicit and the same on every rank: ``torch.cuda.synchronize()`` (n
 no captured collective, still in flight), ``barrier`` (every rank is done with the group),
 ``destroy_process_group``. Destroying an NCCL group while a peer still runs a collective (or
 before the device is idle) is how a first try after graph capture hung; the order above rules
-that out, and the worker drops what ``fn`` left (``gc.collect()``: captured graphs that hold
-collectives) before it. The parent's wait is time-bounded: a rank that does not finish in ``timeout_s``
-seconds is terminated and :class:`RankTimeout` names it and the phase it was stuck in.
+that out, and the worker first drops what ``fn`` left (``gc.collect()``: captured graphs that
+hold collectives). The parent's wait is time-bounded: a rank that does not finish in
+``timeout_s`` seconds is terminated and :class:`RankTimeout` names it and the phase it was
+stuck in.
 """
 
 from __future__ import annotations

@@ -279,8 +279,9 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
     the full one built from the same seed on this rank's device.
 
     Returns, for the parent to compare: the ``prefill`` and ``decode`` logits (full, TP; on
-    the host), their max abs difference, the greedy tokens of each step (full, TP), ``generate`` tokens (full, TP) and the
-    padding dispatcher's (mode ``'eager'`` on CPU, ``'graph'`` on CUDA) tokens, in lockstep.
+    the host), their max abs difference, the greedy tokens of each step (full, TP),
+    ``generate`` tokens (full, TP) and the padding dispatcher's tokens (mode ``'eager'`` on
+    CPU, ``'graph'`` on CUDA), every rank in lockstep.
     ``allreduce`` picks the all-reduce of the tensor-parallel model.
     """
     device = torch.device("cuda", torch.cuda.current_device()) if (
@@ -296,7 +297,8 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
     g = torch.Generator().manual_seed(seed + 1)
     batch = torch.randint(0, config.vocab_size, (b, 5), generator=g).to(device)
     slots = torch.arange(b, device=device)
-    out: dict = {"rank": rank, "world_size": world_size, "tp_heads": tp.tp_heads}
+    out: dict = {"rank": rank, "world_size": world_size, "tp_heads": tp.tp_heads,
+                 "cache_heads": tp.cache.heads, "full_cache_heads": full.cache.heads}
     for model in (full, tp):  # paged layout: blocks for the prompt and the decode steps
         for i in range(b):
             model.cache.reserve(i, 5 + steps)

@@ -35,6 +35,7 @@ def test_each_rank_holds_half_the_heads(ranks):
     assert [r["rank"] for r in ranks] == [0, 1]
     assert {r["world_size"] for r in ranks} == {2}
     assert {r["tp_heads"] for r in ranks} == {2}
+    assert {(r["cache_heads"], r["full_cache_heads"]) for r in ranks} == {(2, 4)}
 
 
 def test_prefill_and_decode_logits_match_the_full_model(ranks):
