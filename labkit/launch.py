@@ -11,8 +11,9 @@ no captured collective, still in flight), ``barrier`` (every rank is done with t
 before the device is idle) is how a first try after graph capture hung; the order above rules
 that out, and the worker first drops what ``fn`` left (``gc.collect()``: captured graphs that
 hold collectives). The parent's wait is time-bounded: a rank that does not finish in
-``timeout_s`` seconds is terminated and :class:`RankTimeout` names it and the phase it was
-stuck in.
+``timeout_s`` seconds (counted once every rank has joined the group; starting up, spawn,
+imports and ``init_process_group``, has its own ``start_timeout_s``) is terminated and
+:class:`RankTimeout` names it and the phase it was stuck in.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
         if cpu_threads:
             torch.set_num_threads(cpu_threads)
         phase(1)
+        # longer than the parent's limit: the parent, which sees every rank, names the hung one
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
             torch.cuda.set_device(rank)
@@ -130,14 +132,15 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
               backend: str | None = None, timeout_s: float = 120.0, grace_s: float = 5.0,
-              cpu_threads: int | None = 1) -> list[Any]:
+              cpu_threads: int | None = 1, start_timeout_s: float = 300.0) -> list[Any]:
     """``[fn(0, N, *args), ..., fn(N-1, N, *args)]``, each run in its own process on one rank.
 
     ``fn`` must be a module-level function (spawned ranks import it by name) and its result
     picklable. ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
     default ``nccl`` when CUDA is available. ``cpu_threads`` sets ``torch.set_num_threads``
     in each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others
-    get ``grace_s`` seconds, then are terminated); a rank still running after ``timeout_s``
+    get ``grace_s`` seconds, then are terminated); a rank still running ``timeout_s`` seconds
+    after every rank joined the group (or not joined ``start_timeout_s`` after the spawn)
     gives :class:`RankTimeout` naming it and its phase. Every process is joined before this
     returns or raises: none is left behind.
     """
@@ -145,8 +148,10 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
         raise TypeError(f"fn must be a function fn(rank, world_size, *args), got "
                         f"{type(fn).__name__}")
     world_size = as_int(world_size, "world_size", minimum=1, fix="give 1 or more ranks")
-    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s),
+                        ("grace_s", grace_s)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     backend = default_backend() if backend is None else backend
     check_devices(world_size, backend)
     try:
@@ -159,7 +164,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     addr, port = "127.0.0.1", free_port()
     procs = [ctx.Process(target=_worker, name=f"labkit-rank{r}", daemon=True,
                          args=(r, world_size, backend, addr, port, fn, tuple(args), q,
-                               cpu_threads, float(timeout_s)))
+                               cpu_threads, float(timeout_s + start_timeout_s)))
              for r in range(world_size)]
     phase = {r: 0 for r in range(world_size)}
     results: dict[int, bytes] = {}
@@ -167,7 +172,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     try:
         for p in procs:
             p.start()
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + start_timeout_s
+        limit = f"start_timeout_s={start_timeout_s} (spawn, imports, init_process_group)"
+        joined = False
         first_error: float | None = None
 
         def handle(msg: tuple) -> None:
@@ -183,6 +190,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
 
         while True:
             now = time.monotonic()
+            if not joined and all(v >= 2 for v in phase.values()):
+                joined, deadline = True, now + timeout_s
+                limit = f"timeout_s={timeout_s} (after every rank joined the group)"
             if all(v == len(PHASES) - 1 for v in phase.values()) or now >= deadline:
                 break
             if first_error is not None and now - first_error >= grace_s:
@@ -216,7 +226,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     if hung:
         where = ", ".join(f"rank {r} in {PHASES[phase[r]]}" for r in hung)
         raise RankTimeout(f"{len(hung)} of {world_size} rank(s) did not finish within "
-                          f"timeout_s={timeout_s}: {where}; they were terminated. A rank stuck "
+                          f"{limit}: {where}; they were terminated. A rank stuck "
                           "in a collective waits for a peer: check that every rank runs the "
                           "same steps in the same order (lockstep)")
     missing = [r for r in range(world_size) if r not in results]

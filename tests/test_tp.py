@@ -127,11 +127,12 @@ def _rank1_sleeps(rank: int, world_size: int) -> int:
 def test_a_hung_rank_is_named_with_its_phase_and_terminated():
     t0 = time.monotonic()
     with pytest.raises(RankTimeout) as info:
-        run_ranks(_rank1_sleeps, 2, backend="gloo", timeout_s=4)
+        run_ranks(_rank1_sleeps, 2, backend="gloo", timeout_s=3)
     msg = str(info.value)
+    assert "within timeout_s=3 (after every rank joined the group)" in msg
     assert "rank 1 in running the function" in msg
     assert "rank 0 in shutdown (synchronize, barrier, destroy_process_group)" in msg
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 60
     assert _no_children_left()
 
 
@@ -144,6 +145,8 @@ def test_launcher_refuses_bad_arguments_before_spawning():
         run_ranks(_rank1_sleeps, 2, backend="mpi")
     with pytest.raises(ValueError, match="timeout_s"):
         run_ranks(_rank1_sleeps, 2, backend="gloo", timeout_s=0)
+    with pytest.raises(ValueError, match="grace_s must be a positive"):
+        run_ranks(_rank1_sleeps, 2, backend="gloo", grace_s=-1)
     assert _no_children_left()
 
 
