@@ -136,7 +136,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     """``[fn(0, N, *args), ..., fn(N-1, N, *args)]``, each run in its own process on one rank.
 
     ``fn`` must be a module-level function (spawned ranks import it by name) and its result
-    picklable. ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
+    picklable, tensors on the host (``.cpu()``: a CUDA result would make the parent touch
+    the GPU). Scripts calling this need the ``if __name__ == "__main__":`` guard (spawn). ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
     default ``nccl`` when CUDA is available. ``cpu_threads`` sets ``torch.set_num_threads``
     in each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others
     get ``grace_s`` seconds, then are terminated); a rank still running ``timeout_s`` seconds
