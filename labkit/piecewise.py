@@ -142,7 +142,8 @@ def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any 
         if buf.shape[0] < n:
             raise ValueError(f"static {name} buffer holds {buf.shape[0]} rows; the largest size "
                              f"is {n}")
-    y = torch.zeros((n, cfg.n_head, cfg.head_dim), dtype=cfg.torch_dtype, device=dev)
+    # the heads this model's cache holds (a tensor-parallel shard: n_head / world_size)
+    y = torch.zeros((n, model.cache.heads, cfg.head_dim), dtype=cfg.torch_dtype, device=dev)
     handle = pool if pool is not None else torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()
     first, middles, last = _pieces(model)

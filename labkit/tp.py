@@ -1,0 +1,331 @@
+"""Tensor-parallel decode: one :class:`~labkit.model.TinyGPT` split across ``N`` ranks.
+
+:class:`TensorParallelGPT` is built on every rank from the same full model (same weights on
+each rank, e.g. the same seed or checkpoint) and keeps this rank's share (Megatron-LM's split,
+as vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear`` in
+``vllm/model_executor/layers/linear.py``):
+
+* QKV and MLP-in (``fc``) are **column-parallel**: each rank computes ``n_head / N`` heads of
+  q, k, v and ``4 d / N`` of the MLP's hidden units, no communication;
+* the attention output projection (``proj``) and MLP-out (``fc_out``) are **row-parallel**:
+  each rank multiplies its slice of the input dimension, then one **all-reduce** (sum) gives
+  every rank the full output; the bias is added once, after the sum. Two all-reduces a layer;
+* attention heads are split, so each rank owns its part of the KV cache: a
+  :mod:`labkit.kvcache` cache with ``n_head / N`` heads (slot or paged layout, as the config);
+* embeddings, LayerNorms and the final LayerNorm are replicated (small; every rank needs the
+  full hidden state).
+
+The vocabulary head is **replicated**, not split. Every rank needs the full logits row to pick
+the same next token in lockstep, so a split head (column-parallel + all-gather of the logits)
+would add a third collective to each step, on the largest tensor of the step, ``(B, V)``. For
+the models here the head's weight read is small next to a collective's latency at decode batch
+sizes (gpt2: 50257 x 768 is about 77 MB in bf16, some 20 us of HBM bandwidth on an H200, which
+a split would halve while adding an all-gather), the logits stay bit-identical on all ranks
+and ``decode_step(out=...)`` keeps writing into one static ``(B, V)`` buffer. vLLM splits the
+head (``VocabParallelEmbedding``/``ParallelLMHead`` + ``LogitsProcessor`` gather) because its
+vocabularies and tensor-parallel sizes are large; it is one attribute to change here.
+
+Capture safety. The step interface is TinyGPT's (``prefill``, ``decode_step(tokens,
+positions, slots, check=..., out=...)``), so :func:`labkit.model.generate`,
+:class:`labkit.dispatch.PaddingDispatcher` and graph capture work on it, every rank running
+the same calls in lockstep. The collectives are capture-safe by construction: they work in
+place on fixed-shape tensors on the current stream and never read a value on the host. NCCL
+creates its communicator lazily on the first collective, which may not happen inside a
+capture: call :meth:`TensorParallelGPT.warmup_collectives` (the launcher also passes
+``device_id`` to ``init_process_group`` for eager init) before capturing. vLLM does the same
+in ``vllm/distributed/parallel_state.py``: ``graph_capture()`` enters a capture context on a
+side stream in which each communicator prepares for capture; its custom all-reduce
+(``vllm/distributed/device_communicators/custom_all_reduce.py``, ``CustomAllreduce``) works
+on IPC-shared buffers and, after capture, *registers the graph's buffers*
+(``register_graph_buffers``) so the replayed kernels read each peer's memory directly. The
+PyTorch analogue of that one-shot kernel is ``torch.distributed._symmetric_memory``:
+``allreduce='symm_mem'`` copies into a symmetric buffer and calls
+``torch.ops.symm_mem.one_shot_all_reduce`` (CUDA only; not run on this CPU-tested path, a
+clear error where unavailable).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from typing import Callable, Literal
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from labkit.checks import as_int
+from labkit.dispatch import PaddingDispatcher
+from labkit.kvcache import make_cache
+from labkit.model import Block, GPTConfig, TinyGPT, as_device, build_model, generate
+
+AllReduceKind = Literal["process_group", "symm_mem"]
+ALLREDUCE_KINDS: tuple[str, ...] = ("process_group", "symm_mem")
+
+
+def check_tp_split(cfg: GPTConfig, world_size: int) -> int:
+    """Heads per rank for ``world_size`` ranks; a clear error when ``n_head`` does not split."""
+    world_size = as_int(world_size, "world_size", minimum=1, fix="give 1 or more ranks")
+    if cfg.n_head % world_size:
+        ok = [n for n in range(1, cfg.n_head + 1) if cfg.n_head % n == 0]
+        raise ValueError(f"n_head={cfg.n_head} is not divisible by world_size={world_size}: "
+                         "tensor parallelism gives each rank whole attention heads; use a "
+                         f"world size in {ok} or a model whose n_head is a multiple of "
+                         f"{world_size}")
+    return cfg.n_head // world_size
+
+
+class ProcessGroupAllReduce:
+    """In-place sum over the group with ``torch.distributed.all_reduce`` (NCCL or gloo).
+
+    Capture-safe under NCCL once the communicator exists (no host sync, fixed shapes)."""
+
+    def __init__(self, group: dist.ProcessGroup | None) -> None:
+        self.group = group
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=self.group)
+        return x
+
+
+class SymmMemAllReduce:
+    """One-shot all-reduce through ``torch.distributed._symmetric_memory`` (CUDA, NCCL group).
+
+    Each rank copies its tensor into a symmetric buffer of ``max_numel`` elements (allocated
+    once, rendezvous'd once: fixed addresses, so a graph may capture it) and the one-shot
+    kernel reads every peer's buffer directly, as vLLM's custom all-reduce does. Larger tensors
+    (a long prefill) fall back to ``dist.all_reduce``. Written for the two-GPU session; not run
+    on the CPU-tested path.
+    """
+
+    def __init__(self, group: dist.ProcessGroup | None, max_numel: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        why = symm_mem_unavailable(device)
+        if why:
+            raise RuntimeError(f"allreduce='symm_mem' is unavailable: {why}; use "
+                               "allreduce='process_group'")
+        import torch.distributed._symmetric_memory as symm_mem  # CUDA-only extra
+
+        self.group = group if group is not None else dist.group.WORLD
+        self.group_name = self.group.group_name
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
+            symm_mem.enable_symm_mem_for_group(self.group_name)
+        self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
+        self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
+        self.fallback = ProcessGroupAllReduce(group)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.numel()
+        if n > self.buffer.numel():
+            return self.fallback(x)
+        buf = self.buffer[:n]
+        buf.copy_(x.reshape(-1))
+        summed = torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", self.group_name)
+        x.copy_(summed.view(x.shape))
+        return x
+
+
+def symm_mem_unavailable(device: torch.device) -> str | None:
+    """Why the symmetric-memory all-reduce cannot run here, or ``None`` when it can."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return f"it needs CUDA tensors (the model is on {device})"
+    if not dist.is_initialized() or dist.get_backend() != "nccl":
+        return "it needs an initialised NCCL process group"
+    try:
+        import torch.distributed._symmetric_memory  # noqa: F401
+    except ImportError as exc:
+        return f"torch.distributed._symmetric_memory cannot be imported ({exc})"
+    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce"):
+        return f"this torch ({torch.__version__}) has no torch.ops.symm_mem.one_shot_all_reduce"
+    return None
+
+
+class TPBlock(Block):
+    """This rank's share of one :class:`~labkit.model.Block`: ``n_head / N`` heads of the
+    column-parallel QKV, a row slice of ``proj`` (bias after the all-reduce), ``4 d / N`` MLP
+    units (column-parallel ``fc``, row-parallel ``fc_out``). LayerNorms replicated."""
+
+    def __init__(self, full: Block, rank: int, world_size: int,
+                 allreduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        nn.Module.__init__(self)
+        heads, hd = full.n_head, full.head_dim
+        h = heads // world_size
+        d = heads * hd
+        self.n_head, self.head_dim = h, hd
+        self.allreduce = allreduce
+        self.ln1, self.ln2 = copy.deepcopy(full.ln1), copy.deepcopy(full.ln2)
+        with torch.no_grad():
+            # QKV rows are [q heads | k heads | v heads]: keep heads rank*h .. rank*h+h of each
+            sl = slice(rank * h, (rank + 1) * h)
+            w = full.qkv.weight.view(3, heads, hd, d)[:, sl].reshape(3 * h * hd, d)
+            b = full.qkv.bias.view(3, heads, hd)[:, sl].reshape(-1)
+            self.qkv = _linear(w, b)
+            cols = slice(rank * h * hd, (rank + 1) * h * hd)
+            self.proj = _linear(full.proj.weight[:, cols], None)
+            self.proj_bias = nn.Parameter(full.proj.bias.detach().clone())
+            f = full.fc.weight.shape[0] // world_size
+            units = slice(rank * f, (rank + 1) * f)
+            self.fc = _linear(full.fc.weight[units], full.fc.bias[units])
+            self.fc_out = _linear(full.fc_out.weight[:, units], None)
+            self.fc_out_bias = nn.Parameter(full.fc_out.bias.detach().clone())
+
+    def _row_parallel(self, layer: nn.Linear, bias: torch.Tensor,
+                      x: torch.Tensor) -> torch.Tensor:
+        """Partial product on this rank's input slice, all-reduce (sum), then the bias."""
+        return self.allreduce(layer(x)) + bias
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc(self.ln2(x)), approximate="tanh")
+        return x + self._row_parallel(self.fc_out, self.fc_out_bias, h)
+
+    def forward_full(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self._split(x)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        b, t, _ = x.shape
+        x = x + self._row_parallel(self.proj, self.proj_bias, y.transpose(1, 2).reshape(b, t, -1))
+        return self._mlp(x), k, v
+
+    def post_attention(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = x + self._row_parallel(self.proj, self.proj_bias, y.reshape(x.shape[0], 1, -1))
+        return self._mlp(x)
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    out_f, in_f = weight.shape
+    layer = nn.Linear(in_f, out_f, bias=bias is not None, dtype=weight.dtype,
+                      device=weight.device)
+    layer.weight.copy_(weight)
+    if bias is not None:
+        layer.bias.copy_(bias)
+    return layer
+
+
+class TensorParallelGPT(TinyGPT):
+    """This rank's share of a full :class:`~labkit.model.TinyGPT` (see the module docstring).
+
+    Build it on every rank of an initialised process group from the same full model;
+    ``group`` (default: the whole world) gives the ranks, ``device`` (default: the full
+    model's) where the shard lives. ``allreduce``: ``'process_group'`` (``dist.all_reduce``:
+    NCCL on GPUs, gloo on CPU) or ``'symm_mem'`` (one-shot symmetric-memory kernel, CUDA only).
+    ``cfg`` stays the full model's config; ``tp_heads`` is the heads per rank.
+    """
+
+    def __init__(self, full: TinyGPT, group: dist.ProcessGroup | None = None, *,
+                 device: str | torch.device | None = None,
+                 allreduce: AllReduceKind = "process_group") -> None:
+        nn.Module.__init__(self)
+        if not isinstance(full, TinyGPT) or isinstance(full, TensorParallelGPT):
+            raise TypeError(f"full must be a full TinyGPT, got {type(full).__name__}; build it "
+                            "with labkit.model.build_model (same seed on every rank)")
+        if allreduce not in ALLREDUCE_KINDS:
+            raise ValueError(f"allreduce must be one of {list(ALLREDUCE_KINDS)}, got "
+                             f"{allreduce!r}")
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("TensorParallelGPT needs an initialised torch.distributed "
+                               "process group; start the ranks with labkit.launch.run_ranks "
+                               "(or call dist.init_process_group first)")
+        cfg = replace(full.cfg)
+        self.world_size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.tp_heads = check_tp_split(cfg, self.world_size)
+        self.group = group
+        dev = as_device(device) if device is not None else full.device
+        self.cfg = cfg
+        self.allreduce_kind = allreduce
+        self.allreduce: Callable[[torch.Tensor], torch.Tensor] = ProcessGroupAllReduce(group)
+        self.tok_emb = copy.deepcopy(full.tok_emb)
+        self.pos_emb = copy.deepcopy(full.pos_emb)
+        self.blocks = nn.ModuleList(TPBlock(b, self.rank, self.world_size, self._reduce)
+                                    for b in full.blocks)
+        self.ln_f = copy.deepcopy(full.ln_f)
+        self.lm_head = copy.deepcopy(full.lm_head)  # replicated: see the module docstring
+        options = ({"block_size": cfg.block_size, "num_blocks": cfg.num_blocks}
+                   if cfg.kv_layout == "paged" else {})
+        self.cache = make_cache(cfg.kv_layout, cfg.n_layer, cfg.max_batch, cfg.max_seq,
+                                self.tp_heads, cfg.head_dim, torch.float32, **options)
+        self.register_buffer("_arange", torch.arange(cfg.max_seq), persistent=False)
+        self.to(cfg.torch_dtype)
+        self.to(dev)
+        self.eval()
+        if allreduce == "symm_mem":  # decode steps: (max_batch, 1, d_model) at most
+            self.allreduce = SymmMemAllReduce(group, cfg.max_batch * cfg.d_model,
+                                              cfg.torch_dtype, dev)
+
+    def _reduce(self, x: torch.Tensor) -> torch.Tensor:
+        return self.allreduce(x)
+
+    @torch.no_grad()
+    def warmup_collectives(self) -> None:
+        """Run one all-reduce of a decode-step shape and wait for it: NCCL builds its
+        communicator on the first collective, which must not happen inside a graph capture."""
+        x = torch.zeros((1, 1, self.cfg.d_model), dtype=self.cfg.torch_dtype,
+                        device=self.device)
+        self._reduce(x)
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    @classmethod
+    def load(cls, *args, **kwargs) -> "TensorParallelGPT":
+        raise TypeError("TensorParallelGPT is built from a full model: load it with "
+                        "TinyGPT.load(path) on every rank, then TensorParallelGPT(full)")
+
+
+def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int = 4,
+               prompts: list[list[int]] | None = None, new_tokens: int = 6,
+               dispatch_sizes: tuple[int, ...] = (1, 2, 4),
+               allreduce: AllReduceKind = "process_group") -> dict:
+    """Run on every rank (:func:`labkit.launch.run_ranks`): the tensor-parallel model against
+    the full one built from the same seed on this rank's device.
+
+    Returns, for the parent to compare: the ``prefill`` and ``decode`` logits (full, TP; on
+    the host), their max abs difference, the greedy tokens of each step (full, TP),
+    ``generate`` tokens (full, TP) and the padding dispatcher's tokens (mode ``'eager'`` on
+    CPU, ``'graph'`` on CUDA), every rank in lockstep.
+    ``allreduce`` picks the all-reduce of the tensor-parallel model.
+    """
+    device = torch.device("cuda", torch.cuda.current_device()) if (
+        dist.get_backend() == "nccl") else torch.device("cpu")
+    config = GPTConfig(**cfg)
+    full = build_model(config, device, seed=seed)
+    tp = TensorParallelGPT(full, allreduce=allreduce)
+    if device.type == "cuda":
+        tp.warmup_collectives()
+    if prompts is None:
+        prompts = [[1, 2, 3, 4], [5, 6], [7, 8, 9]]
+    b = len(prompts)
+    g = torch.Generator().manual_seed(seed + 1)
+    batch = torch.randint(0, config.vocab_size, (b, 5), generator=g).to(device)
+    slots = torch.arange(b, device=device)
+    out: dict = {"rank": rank, "world_size": world_size, "tp_heads": tp.tp_heads,
+                 "cache_heads": tp.cache.heads, "full_cache_heads": full.cache.heads}
+    for model in (full, tp):  # paged layout: blocks for the prompt and the decode steps
+        for i in range(b):
+            model.cache.reserve(i, 5 + steps)
+    ref, par = full.prefill(batch, slots), tp.prefill(batch, slots)
+    out["prefill_diff"] = float((ref - par).abs().max())
+    out["prefill_logits"] = (ref.cpu(), par.cpu())
+    logits = []
+    tokens = [(ref.argmax(-1).tolist(), par.argmax(-1).tolist())]
+    diffs = []
+    t_ref, t_par = ref.argmax(-1), par.argmax(-1)
+    pos = torch.full((b,), 5, device=device)
+    for _ in range(steps):
+        r, p = full.decode_step(t_ref, pos, slots), tp.decode_step(t_par, pos, slots)
+        diffs.append(float((r - p).abs().max()))
+        logits.append((r.cpu(), p.cpu()))
+        t_ref, t_par = r.argmax(-1), p.argmax(-1)
+        tokens.append((t_ref.tolist(), t_par.tolist()))
+        pos = pos + 1
+    out["decode_diffs"], out["step_tokens"], out["decode_logits"] = diffs, tokens, logits
+    for model in (full, tp):
+        for i in range(b):
+            model.cache.release(i)
+        model.reset_cache()
+    out["generate"] = (generate(full, prompts, new_tokens), generate(tp, prompts, new_tokens))
+    mode = "graph" if device.type == "cuda" else "eager"
+    disp = PaddingDispatcher(tp, dispatch_sizes, mode=mode)
+    out["dispatch"] = generate(tp, prompts, new_tokens,  # host-side metadata, as documented
+                               step_fn=lambda t, p, s: disp.step(t, p.cpu(), s.cpu()))
+    out["dispatch_steps"] = disp.counters.steps
+    return out
