@@ -71,3 +71,25 @@ def test_trace_vs_events():
 def test_step_spans_rejects_uneven_split():
     with pytest.raises(ValueError, match="params.steps"):
         trace.step_spans(_method([0, 1, 2], 1.0, []), 2)
+
+
+def test_choices_and_noise():
+    from labkit.teach.lessons import choices, counts
+
+    assert choices.closest_choice(1.02, {"a": 1, "b": 8, "c": 64}) == "a"
+    assert choices.closest_choice(30.0, {"a": 1, "b": 8, "c": 64}) == "c"
+    with pytest.raises(ValueError, match="ratio > 0"):
+        choices.closest_choice(0, {"a": 1})
+    assert choices.spread(_st(5.0)) == 1.0
+    noisy = {**_st(10.0), "p10": 10.0, "p90": 20.0}
+    assert "NOISY" in choices.noise_note(noisy) and "NOISY" not in choices.noise_note(_st(5.0))
+    assert counts.gpu_ops_per_step({"kernels_per_step": 65}) == 65
+    assert counts.gpu_ops_per_step({"kernels_per_step": {"eager": 62, "compile": 55}},
+                                   "compile") == 55
+    assert counts.gpu_ops_per_step({"gpu_ops_per_step": 170}) == 170
+    with pytest.raises(ValueError, match="no GPU operation count"):
+        counts.gpu_ops_per_step({"kernels_per_step": 65}, "compile")
+    with pytest.raises(ValueError, match="method must be one of"):
+        counts.gpu_ops_per_step({"kernels_per_step": 65}, "graph")
+    assert counts.describe_count({"kernels_per_step": 65}).startswith(
+        "65 GPU operations per eager step at batch 1 (kernels plus memory copies and fills")
