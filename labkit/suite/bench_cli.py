@@ -279,6 +279,11 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     return 0 if all(gate.values()) and not failed else 1
 
 
+#: what the GPU operation counts in the findings include (one definition: lessons.counts)
+COUNTED = ("kernels plus memory copies and fills of one step at batch 1, counted by "
+           "torch.profiler")
+
+
 def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
     """Headline sentences, every number read from the records."""
     rows = {(r.model, r.batch): r for r in d.rows}
@@ -311,7 +316,8 @@ def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
                                                       compile_few.median_us("graph"))]
         sizes = compile_few.batch_sizes
         out.append(f"torch.compile(mode='reduce-overhead') fuses kernels ({k.get('compile')} "
-                   f"GPU ops per step instead of {k.get('eager')}) and takes {ratios[0]:.2f}x "
+                   f"GPU operations per step instead of {k.get('eager')}; {COUNTED}) and takes "
+                   f"{ratios[0]:.2f}x "
                    f"the time of the hand-made graphs at batch {sizes[0]}, its first compiled "
                    "size (static shapes)"
                    + "".join(f"; {r:.2f}x at batch {b} (after a dynamic-shape recompile)"
