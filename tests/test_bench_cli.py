@@ -46,8 +46,8 @@ def test_targets_pass_and_fail_on_values():
     t = {r["target"]: r["pass"] for r in evaluate_targets({"small": d}, pool)}
     assert t["graph >= 5x eager at batch 1 (4-layer)"] is True
     assert t["dispatcher within 5% of raw replay at batch 1 (4-layer)"] is True
-    assert t["dispatcher faster than torch.compile at batch 1 (4-layer; compile over 2 sizes)"] is False
-    assert t["dispatcher faster than torch.compile at batch 8 (4-layer; compile over 2 sizes)"] is True
+    # no cudagraph_skips field: nothing shows the compiled step used CUDA graphs -> not scored
+    assert not any("torch.compile" in name for name in t)
     assert t["shared pool largest-first <= 1.1x largest private pool"] is True
     slow = _decode([300, 300], [100, 100], [120, 120])
     t2 = {r["target"]: r["pass"] for r in evaluate_targets({"small": slow}, None)}
@@ -89,9 +89,26 @@ def test_targets_include_the_few_sizes_compile_record():
                                            "compile": [_stats(95), _stats(170)]},
            "compile_s": 10.0, "capture_s": 0.5}
     rows = evaluate_targets({"small": d}, None, few)
+    assert not any("torch.compile" in r["target"] for r in rows)  # skips not recorded
+    rows = evaluate_targets({"small": d}, None, {**few, "cudagraph_skips": []})
     got = {r["target"]: r["pass"] for r in rows if "torch.compile" in r["target"]}
-    assert got == {"dispatcher faster than torch.compile at batch 1 (4-layer; compile over 2 sizes)": False,
-                   "dispatcher faster than torch.compile at batch 8 (4-layer; compile over 2 sizes)": True}
+    # only the first compiled size is scored: batch 8 was a dynamic-shape recompile
+    assert got == {"dispatcher faster than torch.compile at batch 1 (4-layer; compile "
+                   "static-shaped, no CUDA graph skipped)": False}
+    skipped = {**few, "cudagraph_skips": ["cudagraph_skips"]}
+    assert not any("torch.compile" in r["target"]
+                   for r in evaluate_targets({"small": d}, None, skipped))
+
+
+def test_fair_compile_size():
+    from labkit.suite.bench_cli import fair_compile_size
+
+    assert fair_compile_size({"batch_sizes": [1, 8], "cudagraph_skips": []}) == 1
+    assert fair_compile_size({"batch_sizes": [1, 8, 64], "compile_batch_sizes": [8, 64],
+                              "cudagraph_skips": []}) == 8
+    assert fair_compile_size({"batch_sizes": [1, 8]}) is None
+    assert fair_compile_size({"batch_sizes": [1], "cudagraph_skips": ["x"]}) is None
+    assert fair_compile_size(None) is None
 
 
 def test_summarize_bench_reads_the_run_through_the_records(tmp_path):
@@ -114,7 +131,7 @@ def test_summarize_bench_reads_the_run_through_the_records(tmp_path):
     pool = load_result(res / "pool_memory_gpt2.json").record
     assert bench.pool_mib()["private"] == pytest.approx(pool.private.total_bytes / 2**20)
     assert bench.failed == []
-    assert any("compile over 2 sizes" in t.target for t in bench.targets)
+    assert any("compile static-shaped" in t.target for t in bench.targets)
 
 
 def test_engine_targets():

@@ -11,6 +11,7 @@ from labkit.measure import bench, records
 from labkit.measure.pitfalls import run_all_pitfalls
 from labkit.measure.records import Bench, Compile, Decode, PoolMemory, view
 from labkit.measure.results import load_result, new_run_dir, provenance_line, save_result
+from labkit.teach.lessons.fairness import NOT_SCORED, fair_compile_size
 
 BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 POOL_SIZES = tuple(records.default_params("pool_memory_gpt2")["sizes"])
@@ -34,10 +35,9 @@ def evaluate_targets(decode: dict[str, Any], pool: Any | None,
                      compile_few: Any | None = None) -> list[dict]:
     """The targets, each with the measured value and pass/fail.
 
-    ``decode`` records carry a compile column measured over all their batch sizes (one
-    static compile, then one dynamic recompile); ``compile_few`` is a ``compile_<preset>``
-    record compiled for two sizes only, where compile keeps (nearly) static shapes. Both
-    comparisons are reported: they disagree, and the difference is the lesson."""
+    The dispatcher is scored against torch.compile only where the comparison is fair
+    (:func:`compile_targets`): at the first size a compile record compiled (static shapes),
+    and only when the record shows that no CUDA graph was skipped."""
     out = []
     small = view(decode["small"], Decode) if decode.get("small") else None
     few = view(compile_few, Compile) if compile_few else None
@@ -49,13 +49,7 @@ def evaluate_targets(decode: dict[str, Any], pool: Any | None,
         if d and g:
             out.append({"target": "dispatcher within 5% of raw replay at batch 1 (4-layer)",
                         "value": d / g, "pass": d / g <= 1.05})
-    for rec in (r for r in (small, few) if r):
-        for b in (1, 8):
-            c, d = rec.at("compile", b), rec.at("dispatcher", b)
-            if c and d:
-                out.append({"target": f"dispatcher faster than torch.compile at batch {b} "
-                                      f"(4-layer; compile over {len(rec.batch_sizes)} "
-                                      "sizes)", "value": d / c, "pass": d < c})
+    out += compile_targets(decode.get("small"), compile_few)
     # the decode engine's targets: the cache read in place, host-side metadata
     step_limits = (("small", 1, 180.0), ("gpt2", 1, 680.0), ("gpt2", 64, 1050.0))
     for model, b, limit in step_limits:
@@ -81,6 +75,29 @@ def evaluate_targets(decode: dict[str, Any], pool: Any | None,
         mib = _mib(mem.shared_largest_first.total_bytes)
         out.append({"target": f"ten sizes, one shared pool largest-first <= 100 MiB "
                               f"({len(mem.sizes)} sizes)", "value": mib, "pass": mib <= 100})
+    return out
+
+
+COMPILE_TARGET = "dispatcher faster than torch.compile"
+def compile_targets(*compile_records: Any) -> list[dict]:
+    """Dispatcher vs torch.compile, scored only at each record's :func:`fair_compile_size`
+    (records may be ``decode_<preset>`` with a merged compile column or ``compile_<preset>``;
+    ``None`` entries are skipped)."""
+    out = []
+    for raw in (r for r in compile_records if r is not None):
+        b = fair_compile_size(raw)
+        data = getattr(raw, "data", raw)
+        kind = Compile if "capture_s" in data else Decode
+        rec = view(raw, kind)
+        if b is None or b not in rec.batch_sizes:
+            continue
+        i = rec.batch_sizes.index(b)
+        c, d = (rec.times.get(m, [None] * (i + 1))[i] for m in ("compile", "dispatcher"))
+        if c is not None and d is not None:
+            c, d = c.median, d.median
+            out.append({"target": f"{COMPILE_TARGET} at batch {b} (4-layer; compile "
+                                  "static-shaped, no CUDA graph skipped)",
+                        "value": d / c, "pass": d < c})
     return out
 
 
@@ -262,6 +279,11 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     return 0 if all(gate.values()) and not failed else 1
 
 
+#: what the GPU operation counts in the findings include (one definition: lessons.counts)
+COUNTED = ("kernels plus memory copies and fills of one step at batch 1, counted by "
+           "torch.profiler")
+
+
 def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
     """Headline sentences, every number read from the records."""
     rows = {(r.model, r.batch): r for r in d.rows}
@@ -292,12 +314,19 @@ def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
         k = compile_few.kernels_per_step
         ratios = [records.ratio(c, g) for c, g in zip(compile_few.median_us("compile"),
                                                       compile_few.median_us("graph"))]
-        out.append(f"torch.compile(mode='reduce-overhead') compiled for "
-                   f"{len(compile_few.batch_sizes)} batch sizes fuses kernels "
-                   f"({k.get('compile')} GPU ops per step instead of {k.get('eager')}) and takes "
-                   f"{min(ratios):.2f}-{max(ratios):.2f}x the time of the hand-made graphs; "
-                   f"compiled for all {len({r.batch for r in d.rows})} sizes (a "
-                   "dynamic-shape recompile) it is the compile_us column below.")
+        sizes = compile_few.batch_sizes
+        out.append(f"torch.compile(mode='reduce-overhead') fuses kernels ({k.get('compile')} "
+                   f"GPU operations per step instead of {k.get('eager')}; {COUNTED}) and takes "
+                   f"{ratios[0]:.2f}x "
+                   f"the time of the hand-made graphs at batch {sizes[0]}, its first compiled "
+                   "size (static shapes)"
+                   + "".join(f"; {r:.2f}x at batch {b} (after a dynamic-shape recompile)"
+                             for b, r in zip(sizes[1:], ratios[1:])) + ".")
+        out.append(f"The compile_us column below compiled all {len({r.batch for r in d.rows})}"
+                   " sizes in one process: shown, not scored. " + NOT_SCORED)
+    return out
+
+
     return out
 
 
@@ -327,8 +356,11 @@ def markdown_summary(result, compile_few=None) -> str:
               "| layout | MiB |", "|---|---|"]
     lines += [f"| {r.layout} | {r.total_MiB:.0f} |" for r in d.pool]
     lines += ["", "Targets:", "", "| target | value | result |", "|---|---|---|"]
-    lines += [f"| {t.target} | {t.value:.3g} | {'PASS' if t.passed else 'FAIL'} |"
-              for t in d.targets]
+    targets = [(t.target, t.value, t.passed) for t in d.targets
+               if not t.target.startswith(COMPILE_TARGET)]
+    targets += [(t["target"], t["value"], t["pass"]) for t in compile_targets(compile_few)]
+    lines += [f"| {name} | {value:.3g} | {'PASS' if ok else 'FAIL'} |"
+              for name, value, ok in targets]
     return "\n".join(lines)
 
 

@@ -128,7 +128,7 @@ def kernels_bars(record: Any, *, subtitle: str | None = None):
     text = ["not measured" if v is None else f"{v}" for v in vals]
     fig = go.Figure(go.Bar(x=names, y=[v or 0 for v in vals], text=text, textposition="outside",
                            marker_color=[color("graph"), color("compile")], showlegend=False))
-    return finish(fig, "GPU operations per decode step (batch 1)", "", "kernels per step",
+    return finish(fig, "GPU operations per decode step (batch 1)", "", "GPU operations per step",
                   subtitle=_sub(record, subtitle))
 
 
