@@ -337,7 +337,9 @@ def markdown_summary(result, compile_few=None) -> str:
 
     d = view(result, Bench)
     few = view(compile_few, Compile) if compile_few is not None else None
-    lines = [f"Recorded with `labkit bench --record`: {provenance_line(result)}.", ""]
+    params = getattr(result, "params", None) or {}
+    command = "labkit bench --quick --record" if params.get("quick") else "labkit bench --record"
+    lines = [f"Recorded with `{command}`: {provenance_line(result)}.", ""]
     lines += [f"- {f}" for f in _findings(d, few)]
     if compile_few is not None:
         lines.append(f"- The two-size torch.compile figures come from the `{compile_few.name}` "
