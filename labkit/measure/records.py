@@ -45,6 +45,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from labkit.timing import Stats
+
 __all__ = [
     "SchemaError", "Stats", "LaunchOverhead", "SweepPoint", "Decode", "Timeline",
     "TimelineMethod", "TimelineEvent", "PoolMemory", "PoolLayout", "PoolAtMaxSeq", "Dispatcher",
@@ -209,29 +211,18 @@ def _same_length(items: Sequence, sizes: Sequence, where: str, sizes_field: str)
 # ----------------------------------------------------------------------------- Stats
 
 
-@dataclass(frozen=True)
-class Stats:
-    """Summary of repeated timings (:class:`labkit.timing.Stats` as stored): ``median``,
-    ``p10``, ``p90``, ``mean`` in ``unit`` (``"us"``: microseconds), over ``n`` samples."""
+def _stats(v: Any, where: str) -> Stats:
+    """A stored :class:`labkit.timing.Stats`: ``median``, ``p10``, ``p90``, ``mean`` in
+    ``unit`` (``"us"``: microseconds), over ``n`` samples."""
+    d = _dict(v, where)
+    return Stats(median=_req(d, "median", where, _num), p10=_req(d, "p10", where, _num),
+                 p90=_req(d, "p90", where, _num),
+                 mean=_opt(d, "mean", where, _num, d.get("median")),
+                 n=_req(d, "n", where, _int), unit=_opt(d, "unit", where, _str, "us"))
 
-    median: float
-    p10: float
-    p90: float
-    mean: float
-    n: int
-    unit: str = "us"
 
-    @classmethod
-    def from_data(cls, v: Any, where: str) -> "Stats":
-        d = _dict(v, where)
-        return cls(median=_req(d, "median", where, _num), p10=_req(d, "p10", where, _num),
-                   p90=_req(d, "p90", where, _num), mean=_opt(d, "mean", where, _num,
-                                                               d.get("median")),
-                   n=_req(d, "n", where, _int), unit=_opt(d, "unit", where, _str, "us"))
-
-    @classmethod
-    def optional(cls, v: Any, where: str) -> "Stats | None":
-        return None if v is None else cls.from_data(v, where)
+def _opt_stats(v: Any, where: str) -> Stats | None:
+    return None if v is None else _stats(v, where)
 
 
 def _median(s: Stats | None) -> float | None:
@@ -245,7 +236,7 @@ def _times(v: Any, where: str, sizes: Sequence[int], sizes_field: str
     for m, col in _dict(v, where).items():
         items = _list(col, f"{where}.{m}")
         _same_length(items, sizes, f"{where}.{m}", sizes_field)
-        out[m] = [Stats.optional(s, f"{where}.{m}[{i}]") for i, s in enumerate(items)]
+        out[m] = [_opt_stats(s, f"{where}.{m}[{i}]") for i, s in enumerate(items)]
     return out
 
 
@@ -310,8 +301,8 @@ class SweepPoint:
     def from_data(cls, v: Any, where: str) -> "SweepPoint":
         d = _dict(v, where)
         return cls(numel=_req(d, "numel", where, _int),
-                   eager=_req(d, "eager", where, Stats.from_data),
-                   graph=_opt(d, "graph", where, Stats.from_data))
+                   eager=_req(d, "eager", where, _stats),
+                   graph=_opt(d, "graph", where, _stats))
 
 
 @dataclass(frozen=True)
@@ -333,10 +324,10 @@ class LaunchOverhead:
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "LaunchOverhead":
         return cls(device=_req(d, "device", where, _str),
-                   host_per_launch=_opt(d, "host_per_launch", where, Stats.from_data),
-                   launch_sync=_opt(d, "launch_sync", where, Stats.from_data),
-                   gpu_per_eager_kernel=_opt(d, "gpu_per_eager_kernel", where, Stats.from_data),
-                   gpu_per_graph_node=_opt(d, "gpu_per_graph_node", where, Stats.from_data),
+                   host_per_launch=_opt(d, "host_per_launch", where, _stats),
+                   launch_sync=_opt(d, "launch_sync", where, _stats),
+                   gpu_per_eager_kernel=_opt(d, "gpu_per_eager_kernel", where, _stats),
+                   gpu_per_graph_node=_opt(d, "gpu_per_graph_node", where, _stats),
                    n_kernels=_req(d, "n_kernels", where, _int),
                    sweep=[SweepPoint.from_data(p, f"{where}.sweep[{i}]")
                           for i, p in enumerate(_req(d, "sweep", where, _list))],
