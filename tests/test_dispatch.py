@@ -195,10 +195,14 @@ def test_capture_sizes_are_refused_not_coerced(model, sizes, error, words):
             build_padding_table(sizes, 16)
 
 
+@pytest.mark.parametrize("tokens_on_host", [False, True])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_host_metadata_mixed_with_device_metadata_never_leaves_live_slots_in_padding(device):
-    """Host (CPU) positions/slots go through the staging buffer, device ones are copied
-    directly; alternating the two must leave every padded row at the scratch slot."""
+def test_host_metadata_mixed_with_device_metadata_never_leaves_live_slots_in_padding(
+        device, tokens_on_host):
+    """Host (CPU) positions/slots go through the ring of staging buffers, device ones are
+    copied directly; alternating the two (more steps than the ring has buffers, batch sizes
+    going up and down) must leave every padded row at the scratch slot and put the batch's
+    tokens in the first rows."""
     from labkit.model import build_model, preset
 
     m = build_model(preset("test", max_batch=16), device, seed=0)
@@ -208,10 +212,13 @@ def test_host_metadata_mixed_with_device_metadata_never_leaves_live_slots_in_pad
                     (16, False), (2, True), (9, False), (4, True)):
         pos = torch.arange(b) + 1
         slots = torch.arange(b)
-        tok = torch.ones(b, dtype=torch.long, device=device)
+        tok = torch.arange(b, dtype=torch.long) + 3
         where = "cpu" if host else device
-        d.step(tok, pos.to(where), slots.to(where))
+        d.step(tok.to("cpu" if tokens_on_host and host else device), pos.to(where),
+               slots.to(where))
         p = d.padded_size(b)
+        assert d._tokens[:b].tolist() == tok.tolist()
+        assert d._positions[:b].tolist() == pos.tolist()
         assert d._slots[:b].tolist() == list(range(b))
         assert d._slots[b:].tolist() == [scratch] * (16 - b), (b, host)
         if host:  # the device path leaves old (valid) positions in padded rows

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_any, time_cuda, time_host
+from labkit.timing import (Stats, launch_bound_sweep, launch_overhead, time_any, time_cuda,
+                           time_cuda_interleaved, time_host)
 
 
 def test_stats_quantiles_and_spread():
@@ -37,3 +38,29 @@ def test_cuda_only_figures_are_unavailable_not_zero_on_cpu():
     pts = launch_bound_sweep([1, 1024], "cpu", n_kernels=5, repeats=3)
     assert [p.numel for p in pts] == [1, 1024] and all(p.graph is None for p in pts)
     assert time_any(lambda: None, "cpu", repeats=3).n == 3
+
+
+def test_interleaved_timing_refuses_bad_input():
+    with pytest.raises(TypeError, match="mapping"):
+        time_cuda_interleaved([lambda: None])
+    with pytest.raises(TypeError, match="mapping"):
+        time_cuda_interleaved({})
+    with pytest.raises(TypeError, match="callable"):
+        time_cuda_interleaved({"a": 3})
+    with pytest.raises(ValueError, match="repeats"):
+        time_cuda_interleaved({"a": lambda: None}, repeats=0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_interleaved_timing_needs_cuda():
+    with pytest.raises(RuntimeError, match="time_host"):
+        time_cuda_interleaved({"a": lambda: None})
+
+
+@pytest.mark.gpu
+def test_interleaved_timing_alternates_samples():
+    calls: list[str] = []
+    got = time_cuda_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                warmup=0, repeats=3, inner=2)
+    assert calls == ["a", "a", "b", "b"] * 3
+    assert got["a"].n == got["b"].n == 3

@@ -17,7 +17,8 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
-from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda
+from labkit.timing import (Stats, launch_bound_sweep, launch_overhead, time_cuda,
+                           time_cuda_interleaved)
 
 
 def _need_cuda(what: str) -> None:
@@ -120,7 +121,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     checks: dict[str, bool] = {}
     disp = graphs = None
     if {"graph", "dispatcher"} & set(methods):
-        disp = PaddingDispatcher(model, batch_sizes, progress=False)
+        disp = PaddingDispatcher(model, batch_sizes, progress=False, copy_outputs=False)
         graphs = disp.graphs
         checks["graph_tokens_equal_eager"] = all(tokens_match(model, disp.step, b)
                                                  for b in batch_sizes)
@@ -132,17 +133,17 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         checks["compile_token_agreement"] = agree
     for b in batch_sizes:
         t, p, s = step_inputs(model, b)
+        host = tuple(x.cpu() for x in (t, p, s))  # the dispatcher's inputs come from the host
+        if disp is not None:
+            disp.load_inputs(t, p, s)
+        fns = {"eager": lambda: model.decode_step(t, p, s),
+               "graph": lambda: graphs.replay(b),
+               "dispatcher": lambda: disp.step(*host),
+               "compile": lambda: compiled(t, p, s)}
+        got = time_cuda_interleaved({m: fns[m] for m in methods}, warmup=5, repeats=repeats,
+                                    inner=inner)
         for m in methods:
-            if m == "eager":
-                fn = lambda: model.decode_step(t, p, s)  # noqa: E731
-            elif m == "graph":
-                disp.load_inputs(t, p, s)
-                fn = lambda: graphs.replay(b)  # noqa: E731
-            elif m == "dispatcher":
-                fn = lambda: disp.step(t, p, s, check=False)  # noqa: E731
-            else:
-                fn = lambda: compiled(t, p, s)  # noqa: E731
-            times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))
+            times[m].append(_stats(got[m]))
     kernels = count_gpu_ops(lambda: model.decode_step(*step_inputs(model, 1)))
     eager = [t["median"] for t in times.get("eager", [])]
     out = {
@@ -317,12 +318,18 @@ def measure_dispatcher(preset_name: str,
                        batch_sizes: Sequence[int] = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48,
                                                      64, 96, 128, 129, 160),
                        dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
-    """Record ``dispatcher_<preset>``: eager vs exact graph vs padded dispatch per batch size."""
+    """Record ``dispatcher_<preset>``: eager vs exact graph vs padded dispatch per batch size.
+
+    The dispatcher is timed as a server calls it: tokens, positions and slots on the host,
+    checked there, copied in with one copy, ``copy_outputs=False`` (a view of the static
+    logits, like a raw replay's). The three are timed interleaved
+    (:func:`labkit.timing.time_cuda_interleaved`), so their ratios hold across clock changes.
+    """
     _need_cuda("measure_dispatcher")
     capture_sizes = sorted(set(int(b) for b in capture_sizes))
     batch_sizes = sorted(set(int(b) for b in batch_sizes))
     model = make_model(preset_name, max_batch=max(batch_sizes + capture_sizes), dtype=dtype)
-    disp = PaddingDispatcher(model, capture_sizes, progress=False)
+    disp = PaddingDispatcher(model, capture_sizes, progress=False, copy_outputs=False)
     exact_sizes = [b for b in batch_sizes if b <= capture_sizes[-1]]
     exact = capture_decode_graphs(model, exact_sizes, pool="shared", progress=False)
     checks = {"dispatcher_tokens_equal_eager": all(tokens_match(model, disp.step, b)
@@ -331,16 +338,15 @@ def measure_dispatcher(preset_name: str,
     times: dict[str, list] = {"eager": [], "graph_exact": [], "dispatcher": []}
     for b in batch_sizes:
         t, p, s = step_inputs(model, b)
-        times["eager"].append(_stats(time_cuda(lambda: model.decode_step(t, p, s),
-                                               warmup=5, repeats=repeats, inner=inner)))
-        times["dispatcher"].append(_stats(time_cuda(lambda: disp.step(t, p, s, check=False),
-                                                    warmup=5, repeats=repeats, inner=inner)))
+        host = tuple(x.cpu() for x in (t, p, s))
+        fns = {"eager": lambda: model.decode_step(t, p, s),
+               "dispatcher": lambda: disp.step(*host)}
         if b in exact.graphs:
             exact.copy_inputs(t, p, s)
-            times["graph_exact"].append(_stats(time_cuda(lambda: exact.replay(b), warmup=5,
-                                                         repeats=repeats, inner=inner)))
-        else:
-            times["graph_exact"].append(None)
+            fns["graph_exact"] = lambda: exact.replay(b)
+        got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
+        for name in times:
+            times[name].append(_stats(got[name]) if name in got else None)
     out = {
         "preset": preset_name,
         "dtype": dtype,
