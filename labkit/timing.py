@@ -120,16 +120,18 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / inner)
-    return Stats.from_samples(samples)
+    return Stats.from_samples([_event_sample(fn, inner) for _ in range(repeats)])
+
+
+def _event_sample(fn: Callable[[], object], inner: int) -> float:
+    """GPU µs per call of ``fn`` over ``inner`` back-to-back calls, from two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(inner):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / inner
 
 
 def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 10,
@@ -153,13 +155,7 @@ def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: in
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) * 1e3 / inner)
+            samples[name].append(_event_sample(fn, inner))
     return {name: Stats.from_samples(v) for name, v in samples.items()}
 
 
