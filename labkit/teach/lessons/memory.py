@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.measure.records import PoolMemory, view
+from labkit.measure.records import PoolMemory, PoolOverwrite, view
 
 MiB = 2**20
 MODES = ("private", "shared_largest_first", "shared_smallest_first")
@@ -146,3 +146,47 @@ def max_seq_summary(data: Any) -> dict | None:
                                      / same.shared_largest_first_bytes
                                      if same is not None and same.shared_largest_first_bytes
                                      else None)}
+
+
+# ----------------------------------------------------------------- the shared-pool overwrite
+
+#: what the notebook prints on the CPU tier while no reference has been recorded
+NO_OVERWRITE_REFERENCE = ("no H200 reference recorded yet for pool_overwrite: the "
+                          "demonstration needs a CUDA GPU (graph pools exist only there); on a "
+                          "GPU this cell runs it live")
+
+
+def _shown(values: list[float]) -> str:
+    return f"{values[0]:g}" if len(values) == 1 else "mixed " + ", ".join(f"{v:g}" for v in values)
+
+
+def overwrite_survived(record: Any) -> bool:
+    """Did graph B's kept output survive graph A's replay in the ``pool_overwrite`` record
+    (Result, its data, or :class:`labkit.measure.records.PoolOverwrite`)?"""
+    return not view(record, PoolOverwrite).overwritten
+
+
+def overwrite_report(record: Any | None) -> str:
+    """Plain-text account of a ``pool_overwrite`` record: the two pointers, B's output after
+    each replay, and the two fixes. ``None`` (nothing recorded) gives
+    :data:`NO_OVERWRITE_REFERENCE`."""
+    if record is None:
+        return NO_OVERWRITE_REFERENCE
+    r = view(record, PoolOverwrite)
+    keep = r.fix_keep_a_temporary
+    keep_where = ("a different block" if keep.same_block is False else
+                  "THE SAME block" if keep.same_block else "a block not recorded")
+    return "\n".join([
+        f"A's temporary at {r.a_temporary_ptr:#x}, B's output at {r.b_output_ptr:#x}: "
+        f"{'the same block' if r.same_block else 'different blocks'} "
+        f"({r.numel} float32 elements each)",
+        f"replay A, then B (capture order), read B's output : {_shown(r.b_in_capture_order)}",
+        f"replay B, read B's output                         : {_shown(r.b_after_replay_b)}",
+        f"then replay A, read the SAME kept tensor          : {_shown(r.b_after_replay_a)} "
+        f"(A's temporary holds {r.a_temporary_value:g}) -> "
+        f"{'overwritten' if r.overwritten else 'not overwritten'}",
+        f"fix 1, B's output copied (.clone()) before A's replay: the copy reads "
+        f"{_shown(r.fix_clone.values_after_replay_a)} -> {'kept' if r.fix_clone.ok else 'LOST'}",
+        f"fix 2, A's temporary kept alive: B's output gets {keep_where}; after A's replay it "
+        f"reads {_shown(keep.values_after_replay_a)} -> {'kept' if keep.ok else 'LOST'}",
+    ])
