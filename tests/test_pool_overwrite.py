@@ -68,3 +68,14 @@ def test_measurement_names_its_inputs():
 def test_without_cuda_it_says_what_to_do_instead():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU.*recorded reference"):
         measure_pool_overwrite("cpu")
+
+
+def test_exercise_answers_from_the_record_or_the_rule():
+    assert lm.overwrite_answers(DATA) == {"survives": False, "fixes": {"B", "C"},
+                                          "source": "record"}
+    assert lm.overwrite_answers(None) == {"survives": False, "fixes": {"B", "C"},
+                                          "source": "rule"}
+    broken_fix = copy.deepcopy(DATA)
+    broken_fix["fix_keep_a_temporary"]["ok"] = False
+    assert lm.overwrite_answers(broken_fix)["fixes"] == {"B"}
+    assert set(lm.OVERWRITE_FIXES) == {"A", "B", "C", "D"}

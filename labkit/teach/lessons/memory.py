@@ -190,3 +190,24 @@ def overwrite_report(record: Any | None) -> str:
         f"fix 2, A's temporary kept alive: B's output gets {keep_where}; after A's replay it "
         f"reads {_shown(keep.values_after_replay_a)} -> {'kept' if keep.ok else 'LOST'}",
     ])
+
+
+#: the fixes exercise 4.3 offers, by letter: which of them keep B's value through A's replay
+OVERWRITE_FIXES = {"A": "keep a Python reference to B's output",
+                   "B": "copy B's output (.clone()) right after B's replay",
+                   "C": "keep A's temporary alive after its capture",
+                   "D": "torch.cuda.synchronize() between B's replay and A's"}
+
+
+def overwrite_answers(record: Any | None) -> dict:
+    """What exercise 4.3 checks against: does B's kept output survive A's replay, and which of
+    :data:`OVERWRITE_FIXES` keep B's value. From the ``pool_overwrite`` record when there is
+    one (``source``: ``"record"``); else from the rule (an output is valid until the next
+    replay of any graph in the pool, unless copied; ``source``: ``"rule"``)."""
+    if record is None:
+        return {"survives": False, "fixes": {"B", "C"}, "source": "rule"}
+    r = view(record, PoolOverwrite)
+    fixes = {k for k, ok in (("B", r.fix_clone.ok), ("C", r.fix_keep_a_temporary.ok)) if ok}
+    if not r.overwritten:
+        fixes |= {"A", "D"}
+    return {"survives": not r.overwritten, "fixes": fixes, "source": "record"}
