@@ -125,3 +125,17 @@ def test_api_replay_returns_none_and_graph_has_no_inputs():
     assert g.replay() is None
     assert static_out.tolist() == [6.0] * 4
     assert not hasattr(g, "inputs") and not hasattr(g, "output")
+
+
+# ------------------------------------------------------------------ one count of GPU ops per step
+
+
+def test_ops_count_is_the_step_alone_three_below_a_count_that_makes_its_inputs():
+    from labkit.measure.bench import count_gpu_ops, count_step_ops, make_model, step_inputs
+
+    model = make_model("small", max_batch=8, dtype="bfloat16")
+    alone = count_step_ops(model)
+    with_inputs = count_gpu_ops(lambda: model.decode_step(*step_inputs(model, 1)))
+    assert alone > 0
+    assert with_inputs - alone == 3          # tokens, positions, slots copied to the GPU
+    assert count_step_ops(model) == alone    # the same every time

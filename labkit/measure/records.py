@@ -55,7 +55,7 @@ __all__ = [
     "PagedRun", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
-    "ServeStep", "PoolOverwrite", "OverwriteFix",
+    "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE",
 ]
 
 
@@ -89,6 +89,18 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None
     return a / b
+
+
+# ----------------------------------------------------------------------------- GPU op counts
+
+#: what a record's GPU operation count (``kernels_per_step``, ``gpu_ops_per_step``) counts,
+#: said once: :func:`labkit.measure.bench.count_step_ops` makes every such count
+GPU_OPS_COUNTED = ("kernels plus memory copies and fills of one decode step at batch 1, its "
+                   "inputs already on the GPU, counted by torch.profiler")
+#: the ``gpu_ops_counted`` field of a record whose count counted the step alone; records
+#: without the field were made before it existed (``decode_<preset>`` records of that time
+#: also counted the three host-to-device copies of the step's inputs)
+GPU_OPS_SCOPE = "decode_step"
 
 
 # ----------------------------------------------------------------------------- field checks
@@ -342,7 +354,9 @@ class LaunchOverhead:
 class Decode(_Timed):
     """``decode_<preset>``: decode-step time per method and batch size. ``times[method]`` holds
     one :class:`Stats` (µs per step) per entry of ``batch_sizes``, or ``None`` where that
-    method was not measured (a compile column merged in at fewer sizes)."""
+    method was not measured (a compile column merged in at fewer sizes). ``kernels_per_step``:
+    GPU operations of one eager step (:data:`GPU_OPS_COUNTED`); ``gpu_ops_counted`` is
+    :data:`GPU_OPS_SCOPE` when it counted the step alone (empty in older records)."""
 
     RECORD = "decode_<preset>"  # the record name(s) of this kind
 
@@ -356,6 +370,7 @@ class Decode(_Timed):
     compile_s: float | None = None
     cudagraph_skips: list[str] = field(default_factory=list)
     compile_batch_sizes: list[int] | None = None
+    gpu_ops_counted: str = ""
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "Decode":
@@ -369,7 +384,8 @@ class Decode(_Timed):
                   config=_opt(d, "config", where, _dict, {}),
                   compile_s=_opt(d, "compile_s", where, _num),
                   cudagraph_skips=_opt(d, "cudagraph_skips", where, _strs, []),
-                  compile_batch_sizes=_opt(d, "compile_batch_sizes", where, _ints))
+                  compile_batch_sizes=_opt(d, "compile_batch_sizes", where, _ints),
+                  gpu_ops_counted=_opt(d, "gpu_ops_counted", where, _str, ""))
         _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
         if "eager" in out.times:
             _check_stored(d, where, "speedup_vs_eager", out.speedup_vs_eager, out.methods)
