@@ -118,6 +118,7 @@ def test_api_cell_of_07_shows_replay_returning_none_live():
 
 def test_api_replay_returns_none_and_graph_has_no_inputs():
     static_in = torch.ones(4, device="cuda")
+    static_in * 3                                      # warm-up before capture
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         static_out = static_in * 3
