@@ -12,7 +12,6 @@ import io
 from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import pytest
 import torch
 
@@ -29,6 +28,7 @@ SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
 
 
 def _cell(notebook: str, marker: str) -> str:
+    nbformat = pytest.importorskip("nbformat", reason="reads the solution notebooks")
     nb = nbformat.read(SOLUTIONS / notebook, as_version=4)
     return next(c.source for c in nb.cells if c.cell_type == "code" and marker in c.source)
 

@@ -79,3 +79,18 @@ def test_exercise_answers_from_the_record_or_the_rule():
     broken_fix["fix_keep_a_temporary"]["ok"] = False
     assert lm.overwrite_answers(broken_fix)["fixes"] == {"B"}
     assert set(lm.OVERWRITE_FIXES) == {"A", "B", "C", "D"}
+
+
+def test_the_recorded_h200_run_shows_the_overwrite_and_both_fixes():
+    from labkit.measure.results import load_reference
+
+    try:
+        res = load_reference("pool_overwrite")
+    except FileNotFoundError:
+        pytest.skip("no H200 reference recorded yet for pool_overwrite")
+    rec = res.record
+    assert rec.same_block and rec.a_temporary_ptr == rec.b_output_ptr
+    assert rec.b_after_replay_a == [rec.a_temporary_value] and rec.overwritten
+    assert rec.fixed and rec.fix_keep_a_temporary.same_block is False
+    assert lm.overwrite_answers(res) == {"survives": False, "fixes": {"B", "C"},
+                                         "source": "record"}
