@@ -345,3 +345,28 @@ def test_record_specs_use_the_records_defaults():
     assert list(specs) == claims.needed_records()
     for name, (fn, params) in specs.items():
         assert callable(fn) and params == records.default_params(name)
+
+
+def _notebook_text(name: str) -> str:
+    import nbformat
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / name
+    return "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+
+
+def test_every_claim_quotes_the_article_as_notebook_09_does_and_names_its_origin():
+    intro = " ".join(_notebook_text("09_claims_vs_measurements.ipynb").split())
+    for c in claims.CLAIMS:
+        assert c.quote, f"{c.id}: no quote"
+        assert c.origin == claims.SEED_ORIGIN and "not stored in this repository" in c.origin
+        words = c.quote.split(", ") if c.id == "engine_args" else [c.quote]
+        for w in words:   # the quote is the notebook's own, not a new one
+            assert w in intro, f"{c.id}: {w!r} is not what notebook 09 quotes"
+
+
+def test_describe_shows_the_quote_and_its_origin():
+    r = claims.evaluate(claims.claim("pool_offsets"), {})
+    text = claims.describe(r)
+    assert 'QUOTED   : "records offsets, not addresses" (one of the three seed articles' in text
+    assert r["quote"] == "records offsets, not addresses" and r["origin"] == claims.SEED_ORIGIN

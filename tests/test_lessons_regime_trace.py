@@ -92,4 +92,12 @@ def test_choices_and_noise():
     with pytest.raises(ValueError, match="method must be one of"):
         counts.gpu_ops_per_step({"kernels_per_step": 65}, "graph")
     assert counts.describe_count({"kernels_per_step": 65}).startswith(
-        "65 GPU operations per eager step at batch 1 (kernels plus memory copies and fills")
+        "65 GPU operations per eager step (kernels plus memory copies and fills of one decode "
+        "step at batch 1, its inputs already on the GPU")
+    # one counting function: a record made with it says so; an older decode record is flagged
+    new = {"kernels_per_step": 62, "gpu_ops_counted": "decode_step"}
+    assert not counts.counts_inputs(new) and counts.LEGACY_NOTE not in counts.describe_count(new)
+    assert counts.counts_inputs({"kernels_per_step": 65})
+    assert counts.describe_count({"kernels_per_step": 65}).endswith(counts.LEGACY_NOTE + ")")
+    assert not counts.counts_inputs({"gpu_ops_per_step": 62})          # modes: step alone
+    assert not counts.counts_inputs({"kernels_per_step": {"eager": 62, "compile": 55}})

@@ -75,7 +75,9 @@ def tokens_match(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
 
 
 def count_gpu_ops(fn: Callable[[], object]) -> int:
-    """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler."""
+    """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler.
+    Everything ``fn`` does counts, host-to-device copies of inputs it makes included: to count
+    a decode step use :func:`count_step_ops`."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -84,6 +86,18 @@ def count_gpu_ops(fn: Callable[[], object]) -> int:
         fn()
         torch.cuda.synchronize()
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def count_step_ops(model: TinyGPT, batch_size: int = 1,
+                   step: Callable[..., object] | None = None) -> int:
+    """GPU operations of one decode step (``step(tokens, positions, slots)``, default the
+    eager ``model.decode_step``) at ``batch_size``: the inputs are made and copied to the GPU
+    *before* counting, so only the step's own kernels, copies and fills count
+    (:data:`labkit.measure.records.GPU_OPS_COUNTED`). Every record's ``kernels_per_step`` / ``gpu_ops_per_step`` comes
+    from here."""
+    t, p, s = step_inputs(model, batch_size)
+    fn = step or model.decode_step
+    return count_gpu_ops(lambda: fn(t, p, s))
 
 
 def _stats(s: Stats) -> dict:
@@ -144,7 +158,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                                     inner=inner)
         for m in methods:
             times[m].append(_stats(got[m]))
-    kernels = count_gpu_ops(lambda: model.decode_step(*step_inputs(model, 1)))
+    kernels = count_step_ops(model)
     eager = [t["median"] for t in times.get("eager", [])]
     out = {
         "preset": preset_name,
@@ -152,6 +166,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         "dtype": dtype,
         "batch_sizes": batch_sizes,
         "kernels_per_step": kernels,
+        "gpu_ops_counted": records.GPU_OPS_SCOPE,
         "times": times,
         "tokens_per_s": {m: [records.tokens_per_s(b, t["median"])
                              for b, t in zip(batch_sizes, ts)] for m, ts in times.items()},
@@ -390,7 +405,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
         for m, fn in fns.items():
             times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))
     t, p, s = step_inputs(model, 1)
-    kernels = {"eager": count_gpu_ops(lambda: model.decode_step(t, p, s)),
+    kernels = {"eager": count_step_ops(model),
                "compile": _count_compiled_kernels(model, t, p, s)}
     skips = _cudagraph_skips()
     out = {
@@ -402,6 +417,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
         "capture_s": capture_s,
         "memory": {"graph_pool_bytes": graph_pool, "compile_pool_bytes": compile_pool},
         "kernels_per_step": kernels,
+        "gpu_ops_counted": records.GPU_OPS_SCOPE,
         "cudagraph_skips": skips,
         "checks": {"compile_tokens_equal_eager": agree == 1.0,
                    "compile_token_agreement": agree,
@@ -432,7 +448,7 @@ def _count_compiled_kernels(model: TinyGPT, t, p, s) -> int:
     try:
         torch._dynamo.reset()
         fn = torch.compile(model.decode_step, mode="default")
-        return count_gpu_ops(lambda: fn(t, p, s))
+        return count_gpu_ops(lambda: fn(t, p, s))  # inputs made outside: the step alone
     except Exception:  # noqa: BLE001 - a count we cannot take is recorded as missing
         return -1
 

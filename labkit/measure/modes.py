@@ -24,8 +24,8 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import CapturedGraph, capture_callable, gc_frozen, pool_reserved_bytes
 from labkit.kvcache import StepMeta
 from labkit.measure import records
-from labkit.measure.bench import (_free, _need_cuda, _stats, count_gpu_ops, make_model,
-                                  step_inputs, tokens_match)
+from labkit.measure.bench import (_free, _need_cuda, _stats, count_step_ops,
+                                  make_model, step_inputs, tokens_match)
 from labkit.model import TinyGPT, attention
 from labkit.timing import time_cuda
 
@@ -194,8 +194,7 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         runner.release()
         runner = step = None  # drop references before freeing
         _free()
-    t, p, s = step_inputs(model, 1)
-    gpu_ops = count_gpu_ops(lambda: model.decode_step(t, p, s))
+    gpu_ops = count_step_ops(model)
     out = {
         "preset": preset_name,
         "dtype": dtype,
@@ -208,6 +207,7 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         "graphs_per_step": graphs_per_step,
         "graph_launches_counted": counted,
         "gpu_ops_per_step": gpu_ops,
+        "gpu_ops_counted": records.GPU_OPS_SCOPE,
         "pool_bytes": pool_bytes,
         "capture_s": capture_s,
         "checks": checks,

@@ -19,6 +19,7 @@ record name                kind                    written by
 ``modes_<preset>``         :class:`Modes`          ``modes.measure_modes``
 ``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
 ``serve_<name>``           :class:`Serve`          ``labkit serve`` (``suite.serve_cli``)
+``pool_overwrite``         :class:`PoolOverwrite`  ``pool_overwrite.measure_pool_overwrite``
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -54,7 +55,7 @@ __all__ = [
     "PagedRun", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
-    "ServeStep",
+    "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE",
 ]
 
 
@@ -88,6 +89,18 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None
     return a / b
+
+
+# ----------------------------------------------------------------------------- GPU op counts
+
+#: what a record's GPU operation count (``kernels_per_step``, ``gpu_ops_per_step``) counts,
+#: said once: :func:`labkit.measure.bench.count_step_ops` makes every such count
+GPU_OPS_COUNTED = ("kernels plus memory copies and fills of one decode step at batch 1, its "
+                   "inputs already on the GPU, counted by torch.profiler")
+#: the ``gpu_ops_counted`` field of a record whose count counted the step alone; records
+#: without the field were made before it existed (``decode_<preset>`` records of that time
+#: also counted the three host-to-device copies of the step's inputs)
+GPU_OPS_SCOPE = "decode_step"
 
 
 # ----------------------------------------------------------------------------- field checks
@@ -341,7 +354,9 @@ class LaunchOverhead:
 class Decode(_Timed):
     """``decode_<preset>``: decode-step time per method and batch size. ``times[method]`` holds
     one :class:`Stats` (µs per step) per entry of ``batch_sizes``, or ``None`` where that
-    method was not measured (a compile column merged in at fewer sizes)."""
+    method was not measured (a compile column merged in at fewer sizes). ``kernels_per_step``:
+    GPU operations of one eager step (:data:`GPU_OPS_COUNTED`); ``gpu_ops_counted`` is
+    :data:`GPU_OPS_SCOPE` when it counted the step alone (empty in older records)."""
 
     RECORD = "decode_<preset>"  # the record name(s) of this kind
 
@@ -355,6 +370,7 @@ class Decode(_Timed):
     compile_s: float | None = None
     cudagraph_skips: list[str] = field(default_factory=list)
     compile_batch_sizes: list[int] | None = None
+    gpu_ops_counted: str = ""
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "Decode":
@@ -368,7 +384,8 @@ class Decode(_Timed):
                   config=_opt(d, "config", where, _dict, {}),
                   compile_s=_opt(d, "compile_s", where, _num),
                   cudagraph_skips=_opt(d, "cudagraph_skips", where, _strs, []),
-                  compile_batch_sizes=_opt(d, "compile_batch_sizes", where, _ints))
+                  compile_batch_sizes=_opt(d, "compile_batch_sizes", where, _ints),
+                  gpu_ops_counted=_opt(d, "gpu_ops_counted", where, _str, ""))
         _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
         if "eager" in out.times:
             _check_stored(d, where, "speedup_vs_eager", out.speedup_vs_eager, out.methods)
@@ -1012,6 +1029,82 @@ class Serve:
                    metrics=_req(d, "metrics", where, _dict))
 
 
+# ----------------------------------------------------------------------------- pool overwrite
+
+
+def _floats(v: Any, where: str) -> list[float]:
+    return [_num(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
+
+
+@dataclass(frozen=True)
+class OverwriteFix:
+    """One fix of a ``pool_overwrite`` record: B's output (its distinct values) after A's
+    replay, ``ok`` when it kept B's value; and, for the keep-alive fix, the two pointers."""
+
+    values_after_replay_a: list[float]
+    ok: bool
+    a_temporary_ptr: int | None = None
+    b_output_ptr: int | None = None
+    same_block: bool | None = None
+
+    @classmethod
+    def from_data(cls, v: Any, where: str, key: str) -> "OverwriteFix":
+        d = _dict(v, where)
+        return cls(values_after_replay_a=_req(d, key, where, _floats),
+                   ok=_req(d, "ok", where, _bool),
+                   a_temporary_ptr=_opt(d, "a_temporary_ptr", where, _int),
+                   b_output_ptr=_opt(d, "b_output_ptr", where, _int),
+                   same_block=_opt(d, "same_block", where, _bool))
+
+
+@dataclass(frozen=True)
+class PoolOverwrite:
+    """``pool_overwrite``: graph A then graph B captured into one shared pool, A's temporary
+    freed during its capture and B's output given that block (``same_block``: the pointers
+    are equal). B's output (its distinct float32 values) read right after A, B (capture
+    order), after B's replay and after A's replay (``overwritten``), and the two fixes:
+    ``fix_clone`` (B's output copied before A replays) and ``fix_keep_a_temporary``."""
+
+    RECORD = "pool_overwrite"  # the record name(s) of this kind
+
+    device: str
+    torch: str
+    numel: int
+    a_temporary_value: float
+    b_expected_value: float
+    a_temporary_ptr: int
+    b_output_ptr: int
+    same_block: bool
+    b_in_capture_order: list[float]
+    b_after_replay_b: list[float]
+    b_after_replay_a: list[float]
+    overwritten: bool
+    fix_clone: OverwriteFix
+    fix_keep_a_temporary: OverwriteFix
+    fixed: bool
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "PoolOverwrite":
+        return cls(device=_opt(d, "device", where, _str, ""),
+                   torch=_opt(d, "torch", where, _str, ""),
+                   numel=_req(d, "numel", where, _int),
+                   a_temporary_value=_req(d, "a_temporary_value", where, _num),
+                   b_expected_value=_req(d, "b_expected_value", where, _num),
+                   a_temporary_ptr=_req(d, "a_temporary_ptr", where, _int),
+                   b_output_ptr=_req(d, "b_output_ptr", where, _int),
+                   same_block=_req(d, "same_block", where, _bool),
+                   b_in_capture_order=_req(d, "b_in_capture_order", where, _floats),
+                   b_after_replay_b=_req(d, "b_after_replay_b", where, _floats),
+                   b_after_replay_a=_req(d, "b_after_replay_a", where, _floats),
+                   overwritten=_req(d, "overwritten", where, _bool),
+                   fix_clone=_req(d, "fix_clone", where, lambda v, w: OverwriteFix.from_data(
+                       v, w, "copy_after_replay_a")),
+                   fix_keep_a_temporary=_req(
+                       d, "fix_keep_a_temporary", where,
+                       lambda v, w: OverwriteFix.from_data(v, w, "b_after_replay_a")),
+                   fixed=_req(d, "fixed", where, _bool))
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -1028,6 +1121,7 @@ KINDS: list[tuple[str, type]] = [
     (r"modes_[A-Za-z0-9][A-Za-z0-9_.-]*", Modes),
     (r"paged_[A-Za-z0-9][A-Za-z0-9_.-]*", Paged),
     (r"serve_[A-Za-z0-9][A-Za-z0-9_.-]*", Serve),
+    (r"pool_overwrite", PoolOverwrite),
 ]
 
 
@@ -1098,7 +1192,8 @@ _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "b
 
 #: record name -> (measurement function, parameters as recorded in the file's ``params``);
 #: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
-#: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`).
+#: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`;
+#: ``measure_pool_overwrite``: in :mod:`labkit.measure.pool_overwrite`).
 #: ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
@@ -1126,6 +1221,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
                                       "dtype": "bfloat16", "repeats": 20}),
     "modes_gpt2": ("measure_modes", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 20}),
+    "pool_overwrite": ("measure_pool_overwrite", {"numel": 1 << 20}),
 }
 
 

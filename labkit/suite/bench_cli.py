@@ -279,9 +279,8 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     return 0 if all(gate.values()) and not failed else 1
 
 
-#: what the GPU operation counts in the findings include (one definition: lessons.counts)
-COUNTED = ("kernels plus memory copies and fills of one step at batch 1, counted by "
-           "torch.profiler")
+#: what the GPU operation counts in the findings include (one definition, in the records)
+COUNTED = records.GPU_OPS_COUNTED
 
 
 def _findings(d: Bench, compile_few: Compile | None) -> list[str]:

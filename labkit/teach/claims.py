@@ -1,4 +1,11 @@
-"""A popular article's claims about CUDA Graphs in vLLM, as data, each checked against records.
+"""Claims about CUDA Graphs in vLLM from the suite's seed articles, as data, each checked
+against records.
+
+The articles' texts are not stored in this repository. Each :class:`Claim` therefore carries
+the article's words as this repository quotes them (``quote``) and where they come from
+(``origin``: :data:`SEED_ORIGIN`, which does not guess which of the articles said it); the
+claim's own sentence (``claim``) is this suite's paraphrase. ``sources`` are the primary
+sources the check relies on, not the claim's origin.
 
 Each :class:`Claim` names the measurement it is checked against and a function that reads the
 verdict and the evidence **from result records** (``decode_small``, ``decode_gpt2``,
@@ -25,6 +32,10 @@ from labkit.measure.results import default_run_dir, load_result, provenance_line
 from labkit.teach.notebook import measure_or_reference
 
 VERDICTS = ("holds", "partly", "false", "depends", "untested")
+
+#: where every claim below comes from (the articles' texts are not in this repository)
+SEED_ORIGIN = ("one of the three seed articles on CUDA Graphs in vLLM this suite was built to "
+               "test (not stored in this repository; quoted as notebook 09 quotes it)")
 
 #: the article's figure for "replay is 5–8x faster than eager"
 CLAIMED_SPEEDUP = (5.0, 8.0)
@@ -77,6 +88,8 @@ class Claim:
     context: str = ""
     any_of: bool = False          # True: one of ``records`` is enough
     sources: tuple[str, ...] = field(default_factory=tuple)
+    quote: str = ""               # the article's words, as this repository quotes them
+    origin: str = SEED_ORIGIN     # where the claim comes from
 
 
 def _data(rec: Any) -> dict:
@@ -318,17 +331,19 @@ CLAIMS: list[Claim] = [
     Claim("replay_5_8x", "Replaying a CUDA graph makes decode 5-8x faster than eager.",
           "decode step time, eager vs graph replay, per model and batch size",
           ("decode_small", "decode_gpt2"), check_replay_speedup, any_of=True,
-          context="Public end-to-end decode gains on 7B-class models are about 1.1-2.3x; a "
-                  "tiny model on a fast GPU can show much more, because the gain is the CPU "
-                  "launch time removed.",
-          sources=("PyTorch docs, CUDA Graphs: 'eliding CPU overhead is the main benefit'",)),
+          context="The gain is the CPU launch time removed (notebook 01), so it depends on the "
+                  "model and the batch: a tiny model on a fast GPU can show much more than a "
+                  "large one.",
+          sources=("PyTorch docs, CUDA Graphs: 'eliding CPU overhead is the main benefit'",),
+          quote="5–8× faster"),
     Claim("pool_max_not_sum", "Sharing one memory pool makes graph memory the max of the "
           "graphs instead of their sum.",
           "pool bytes (allocator accounting): private pools vs one shared pool, both orders",
           ("pool_memory_gpt2",), check_shared_pool_max,
           context="vLLM estimates graph memory as the first capture plus a per-graph "
                   "residual times (n - 1).",
-          sources=("vllm/worker/model_runner.py", "vllm/v1/worker/gpu_model_runner.py")),
+          sources=("vllm/worker/model_runner.py", "vllm/v1/worker/gpu_model_runner.py"),
+          quote="the max, not the sum"),
     Claim("largest_first_sizes_pool", "Capture the largest batch size first so that the pool "
           "is big enough for the others.",
           "pool size after each capture, largest first vs smallest first",
@@ -336,18 +351,21 @@ CLAIMS: list[Claim] = [
           context="vLLM ('capturing the largest batch size first may help reduce the memory "
                   "usage'), SGLang and TensorRT-LLM all capture in descending order.",
           sources=("vllm/worker/model_runner.py",
-                   "python/sglang/srt/model_executor/cuda_graph_runner.py")),
+                   "python/sglang/srt/model_executor/cuda_graph_runner.py"),
+          quote="the pool big enough"),
     Claim("pool_offsets", "The pool records offsets, not absolute addresses, so graphs can "
           "be moved.",
           "data_ptr of a graph's output over replays and its allocator segment; rebound input",
           ("pitfalls",), check_offsets_not_addresses,
           context="PyTorch docs: 'a captured graph acts on the same virtual addresses every "
                   "time it replays'.",
-          sources=("PyTorch docs, CUDA Graphs",)),
+          sources=("PyTorch docs, CUDA Graphs",),
+          quote="records offsets, not addresses"),
     Claim("engine_args", "vLLM's CUDA graphs are configured with enable_cuda_graph, "
           "cuda_graph_batch_sizes and graph_pool_size.",
           "vLLM's engine arguments and compilation config", (), check_engine_args,
-          sources=("vllm/engine/arg_utils.py", "vllm/config/compilation.py")),
+          sources=("vllm/engine/arg_utils.py", "vllm/config/compilation.py"),
+          quote="enable_cuda_graph, cuda_graph_batch_sizes, graph_pool_size"),
 ]
 
 
@@ -372,7 +390,8 @@ def evaluate(c: Claim, records: Mapping[str, Any]) -> dict:
     present = {k: _data(v) for k, v in records.items() if v is not None}
     missing = [r for r in c.records if r not in present]
     base = {"id": c.id, "claim": c.claim, "measurement": c.measurement,
-            "records": list(c.records), "context": c.context}
+            "records": list(c.records), "context": c.context, "quote": c.quote,
+            "origin": c.origin}
     if c.records and (len(missing) == len(c.records) if c.any_of else missing):
         return {**base, "verdict": "untested", "evidence": {"missing": missing},
                 "explanation": f"record(s) not available: {', '.join(missing)}"}
@@ -398,10 +417,13 @@ def verdict_rows(results: Sequence[dict]) -> list[dict]:
 def describe(result: dict) -> str:
     """Plain text of one evaluated claim: the claim, its verdict, the evidence sentence and
     what real systems do."""
-    lines = [f"CLAIM    : {result['claim']}", f"VERDICT  : {result['verdict'].upper()}",
-             f"MEASURED : {result['measurement']}"
-             + (f" (records: {', '.join(result['records'])})" if result["records"] else ""),
-             f"EVIDENCE : {result['explanation']}"]
+    lines = [f"CLAIM    : {result['claim']}"]
+    if result.get("quote"):
+        lines.append(f"QUOTED   : \"{result['quote']}\" ({result.get('origin') or SEED_ORIGIN})")
+    lines += [f"VERDICT  : {result['verdict'].upper()}",
+              f"MEASURED : {result['measurement']}"
+              + (f" (records: {', '.join(result['records'])})" if result["records"] else ""),
+              f"EVIDENCE : {result['explanation']}"]
     if result.get("context"):
         lines.append(f"CONTEXT  : {result['context']}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.measure.records import PoolMemory, view
+from labkit.measure.records import PoolMemory, PoolOverwrite, view
 
 MiB = 2**20
 MODES = ("private", "shared_largest_first", "shared_smallest_first")
@@ -146,3 +146,68 @@ def max_seq_summary(data: Any) -> dict | None:
                                      / same.shared_largest_first_bytes
                                      if same is not None and same.shared_largest_first_bytes
                                      else None)}
+
+
+# ----------------------------------------------------------------- the shared-pool overwrite
+
+#: what the notebook prints on the CPU tier while no reference has been recorded
+NO_OVERWRITE_REFERENCE = ("no H200 reference recorded yet for pool_overwrite: the "
+                          "demonstration needs a CUDA GPU (graph pools exist only there); on a "
+                          "GPU this cell runs it live")
+
+
+def _shown(values: list[float]) -> str:
+    return f"{values[0]:g}" if len(values) == 1 else "mixed " + ", ".join(f"{v:g}" for v in values)
+
+
+def overwrite_survived(record: Any) -> bool:
+    """Did graph B's kept output survive graph A's replay in the ``pool_overwrite`` record
+    (Result, its data, or :class:`labkit.measure.records.PoolOverwrite`)?"""
+    return not view(record, PoolOverwrite).overwritten
+
+
+def overwrite_report(record: Any | None) -> str:
+    """Plain-text account of a ``pool_overwrite`` record: the two pointers, B's output after
+    each replay, and the two fixes. ``None`` (nothing recorded) gives
+    :data:`NO_OVERWRITE_REFERENCE`."""
+    if record is None:
+        return NO_OVERWRITE_REFERENCE
+    r = view(record, PoolOverwrite)
+    keep = r.fix_keep_a_temporary
+    keep_where = ("a different block" if keep.same_block is False else
+                  "THE SAME block" if keep.same_block else "a block not recorded")
+    return "\n".join([
+        f"A's temporary at {r.a_temporary_ptr:#x}, B's output at {r.b_output_ptr:#x}: "
+        f"{'the same block' if r.same_block else 'different blocks'} "
+        f"({r.numel} float32 elements each)",
+        f"replay A, then B (capture order), read B's output : {_shown(r.b_in_capture_order)}",
+        f"replay B, read B's output                         : {_shown(r.b_after_replay_b)}",
+        f"then replay A, read the SAME kept tensor          : {_shown(r.b_after_replay_a)} "
+        f"(A's temporary holds {r.a_temporary_value:g}) -> "
+        f"{'overwritten' if r.overwritten else 'not overwritten'}",
+        f"fix 1, B's output copied (.clone()) before A's replay: the copy reads "
+        f"{_shown(r.fix_clone.values_after_replay_a)} -> {'kept' if r.fix_clone.ok else 'LOST'}",
+        f"fix 2, A's temporary kept alive: B's output gets {keep_where}; after A's replay it "
+        f"reads {_shown(keep.values_after_replay_a)} -> {'kept' if keep.ok else 'LOST'}",
+    ])
+
+
+#: the fixes exercise 4.3 offers, by letter: which of them keep B's value through A's replay
+OVERWRITE_FIXES = {"A": "keep a Python reference to B's output",
+                   "B": "copy B's output (.clone()) right after B's replay",
+                   "C": "keep A's temporary alive after its capture",
+                   "D": "torch.cuda.synchronize() between B's replay and A's"}
+
+
+def overwrite_answers(record: Any | None) -> dict:
+    """What exercise 4.3 checks against: does B's kept output survive A's replay, and which of
+    :data:`OVERWRITE_FIXES` keep B's value. From the ``pool_overwrite`` record when there is
+    one (``source``: ``"record"``); else from the rule (an output is valid until the next
+    replay of any graph in the pool, unless copied; ``source``: ``"rule"``)."""
+    if record is None:
+        return {"survives": False, "fixes": {"B", "C"}, "source": "rule"}
+    r = view(record, PoolOverwrite)
+    fixes = {k for k, ok in (("B", r.fix_clone.ok), ("C", r.fix_keep_a_temporary.ok)) if ok}
+    if not r.overwritten:
+        fixes |= {"A", "D"}
+    return {"survives": not r.overwritten, "fixes": fixes, "source": "record"}

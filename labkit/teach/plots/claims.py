@@ -17,7 +17,7 @@ VERDICT_COLORS = {"holds": "#c7e9c0", "partly": "#fdd0a2", "false": "#fcbba1",
                   "depends": "#c6dbef", "untested": "#e0e0e0"}
 
 
-def verdict_table(results: Sequence[Mapping], *, title: str = "The article's claims vs the "
+def verdict_table(results: Sequence[Mapping], *, title: str = "The seed articles' claims vs the "
                   "measurements"):
     """A plotly table: claim, verdict (coloured), evidence sentence, records checked."""
     import plotly.graph_objects as go

@@ -1,0 +1,196 @@
+"""A shared graph pool overwriting a kept output: a constructed case, shown live on a GPU.
+
+PyTorch's CUDA Graphs notes ("Graph memory management" → "Sharing memory across captures")
+say it is safe for a set of graphs to share a private pool "if you know they'll always be
+replayed in the same order they were captured, and never be replayed concurrently". A decode
+engine replays its graphs in whatever order the batch sizes come, so the rule that holds for
+it is stricter to state and simple to keep:
+
+    in one shared pool, an output of a graph is valid only until the next replay of ANY graph
+    in the pool, unless it is copied.
+
+Keeping a Python reference to the output does not protect it. When graph A's capture frees a
+temporary, its block goes back to the pool as a free block, although A's kernels still write
+there on every replay; graph B, captured later into the same pool, can be given that block for
+its output. Replaying A then overwrites B's output.
+
+:func:`measure_pool_overwrite` builds exactly that case with plain ``torch.cuda.graph(...,
+pool=...)``, checks with ``data_ptr()`` that the allocator really handed B's output A's freed
+temporary (and raises if it did not, so the demonstration never claims what did not happen),
+shows B's kept output change when A replays, and shows the two fixes: copying B's output
+(``.clone()``) before A replays, and keeping A's temporary alive so that its block is never
+free for B. :func:`record_pool_overwrite` saves it as the record ``pool_overwrite``
+(:class:`labkit.measure.records.PoolOverwrite`). Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import torch
+
+from labkit.measure import records
+from labkit.measure.results import save_result
+
+__all__ = ["RECORD", "A_SCALE", "A_SHIFT", "B_SHIFT", "OverwriteNotReproduced",
+           "measure_pool_overwrite", "record_pool_overwrite"]
+
+#: the record name
+RECORD = "pool_overwrite"
+#: graph A computes ``tmp = x_a * A_SCALE`` (its temporary) and ``out_a = tmp + A_SHIFT``
+A_SCALE, A_SHIFT = 2.0, 1.0
+#: graph B computes ``out_b = x_b + B_SHIFT``
+B_SHIFT = 100.0
+_XA, _XB = 1.0, 5.0
+
+
+class OverwriteNotReproduced(RuntimeError):
+    """The caching allocator did not place B's output where the construction needs it (or
+    the replay did not overwrite it): the demonstration refuses to report an overwrite."""
+
+
+def _require_cuda(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(
+            f"measure_pool_overwrite needs a CUDA GPU (device {str(device)!r}, "
+            f"torch.cuda.is_available() is {torch.cuda.is_available()}): graph pools exist "
+            "only on CUDA. On a CPU read the recorded reference 'pool_overwrite' instead "
+            "(labkit.teach.notebook.reference_or_none)")
+    return dev
+
+
+def _values(t: torch.Tensor) -> list[float]:
+    """The distinct values of ``t`` (one value when every element agrees)."""
+    return [float(v) for v in torch.unique(t).tolist()]
+
+
+def _capture_pair(xa: torch.Tensor, xb: torch.Tensor, *, keep_a_temporary: bool,
+                  stream: torch.cuda.Stream) -> dict:
+    """Capture A then B into one new pool on ``stream``. A's temporary is freed at the end of
+    its capture unless ``keep_a_temporary``. Returns the graphs, outputs and pointers."""
+    pool = torch.cuda.graph_pool_handle()
+    # warm-up on the capture stream, as the PyTorch notes ask (these allocations are not pooled)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        xa * A_SCALE + A_SHIFT  # noqa: B018 - run once, result dropped
+        xb + B_SHIFT  # noqa: B018
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+
+    ga, gb = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    kept = None
+    with torch.cuda.graph(ga, pool=pool, stream=stream):
+        tmp = xa * A_SCALE                 # A's temporary
+        a_tmp_ptr = tmp.data_ptr()
+        out_a = tmp + A_SHIFT
+        if keep_a_temporary:
+            kept = tmp                     # a live reference: the block stays A's
+        del tmp                            # otherwise: freed now, a free block of the pool
+    with torch.cuda.graph(gb, pool=pool, stream=stream):   # same pool, same stream
+        out_b = xb + B_SHIFT
+    torch.cuda.synchronize()
+    return {"ga": ga, "gb": gb, "out_a": out_a, "out_b": out_b, "kept": kept,
+            "a_tmp_ptr": a_tmp_ptr, "b_out_ptr": out_b.data_ptr()}
+
+
+def _release() -> None:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 << 20) -> dict:
+    """Show, live, graph A's replay overwriting graph B's kept output in one shared pool, and
+    the two fixes. ``numel``: float32 elements of A's temporary and of B's output (equal, so
+    that the allocator's best fit for B's output is A's freed block).
+
+    Returns the ``data`` of a ``pool_overwrite`` record (JSON-ready): the pointers and whether
+    they are equal, B's output (its distinct values) after B's replay and after A's, whether
+    it was overwritten, whether reading B right after B (capture order A, B) was correct, and
+    the fixes (``clone`` and ``keep_a_temporary``) with ``fixed`` true when both kept B's
+    value. Raises :class:`OverwriteNotReproduced` when the allocator did not give B's output
+    A's freed block, or A's replay did not change it.
+    """
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+        raise ValueError(f"numel must be a positive int (elements of A's temporary and B's "
+                         f"output), got {numel!r}; the default is {1 << 20}")
+    dev = _require_cuda(device)
+    expected_a_tmp, expected_b = _XA * A_SCALE, _XB + B_SHIFT
+    with torch.no_grad():
+        xa = torch.full((numel,), _XA, device=dev)       # static inputs, outside the pool
+        xb = torch.full((numel,), _XB, device=dev)
+        stream = torch.cuda.Stream(device=dev)
+
+        # 1. the overwrite: A's temporary freed, B's output gets its block
+        p = _capture_pair(xa, xb, keep_a_temporary=False, stream=stream)
+        same_block = p["a_tmp_ptr"] == p["b_out_ptr"]
+        if not same_block:
+            pointers = f"A's temporary at {p['a_tmp_ptr']:#x}, B's output at {p['b_out_ptr']:#x}"
+            del p
+            _release()
+            raise OverwriteNotReproduced(
+                f"the caching allocator did not give B's output the block A's temporary freed "
+                f"({pointers}), so this construction cannot show the overwrite on this "
+                f"PyTorch/allocator set-up (PYTORCH_CUDA_ALLOC_CONF="
+                f"{os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r}); run it with the default "
+                "allocator settings, or try another numel")
+        a_ptr, b_ptr = p["a_tmp_ptr"], p["b_out_ptr"]
+        out_b = p["out_b"]                         # the Python reference we keep throughout
+        p["ga"].replay()                           # capture order: A, then B
+        p["gb"].replay()
+        in_capture_order = _values(out_b)
+        p["gb"].replay()
+        b_before = _values(out_b)
+        p["ga"].replay()                           # replaying A writes its temporary ...
+        b_after = _values(out_b)                   # ... into B's output
+        overwritten = b_after != b_before
+        if not overwritten:
+            del p, out_b
+            _release()
+            raise OverwriteNotReproduced(
+                "B's output shares A's temporary block, yet replaying A did not change it "
+                f"(it reads {b_after}); the construction is broken, report it")
+
+        # fix 1: copy B's output before the next replay of any graph of the pool
+        p["gb"].replay()
+        copied = out_b.clone()
+        p["ga"].replay()
+        clone = {"copy_after_replay_a": _values(copied),
+                 "kept_output_after_replay_a": _values(out_b)}
+        clone["ok"] = clone["copy_after_replay_a"] == [expected_b]
+        del p, out_b, copied
+        _release()
+
+        # fix 2: keep A's temporary alive, so its block is never free for B
+        q = _capture_pair(xa, xb, keep_a_temporary=True, stream=stream)
+        q["gb"].replay()
+        q["ga"].replay()
+        keep_values = _values(q["out_b"])
+        keep = {"a_temporary_ptr": q["a_tmp_ptr"], "b_output_ptr": q["b_out_ptr"],
+                "same_block": q["a_tmp_ptr"] == q["b_out_ptr"],
+                "b_after_replay_a": keep_values, "ok": keep_values == [expected_b]}
+        del q
+        _release()
+
+    return {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+            "numel": numel, "dtype": "float32",
+            "a_temporary_value": expected_a_tmp, "b_expected_value": expected_b,
+            "a_temporary_ptr": a_ptr, "b_output_ptr": b_ptr, "same_block": same_block,
+            "b_in_capture_order": in_capture_order, "b_after_replay_b": b_before,
+            "b_after_replay_a": b_after, "overwritten": overwritten,
+            "fix_clone": clone, "fix_keep_a_temporary": keep,
+            "fixed": bool(clone["ok"] and keep["ok"])}
+
+
+def record_pool_overwrite(run_dir: str | os.PathLike[str] | None = None,
+                          device: str | torch.device = "cuda") -> Path:
+    """Measure :func:`measure_pool_overwrite` with the record's default parameters
+    (:data:`labkit.measure.records.DEFAULTS`) and save it as ``pool_overwrite`` (with the
+    environment it ran in) into ``run_dir`` (default: the current run folder). Returns the
+    file's path; ``labkit reference <run_dir>`` files it as a reference."""
+    params = records.default_params(RECORD)
+    data = measure_pool_overwrite(device, **params)
+    return save_result(RECORD, data, params, run_dir)

@@ -1,0 +1,142 @@
+"""CUDA tests (marker ``gpu``) of the lessons' live paths: the shared-pool overwrite (notebook
+04), the capture the learner writes in exercise 3.1 (notebook 03, the solution's code run with
+the real ``torch.cuda``) and PyTorch's own graph API as notebook 07 shows it.
+
+Skipped without CUDA; on a GPU: ``pytest -m gpu tests/test_gpu_lessons.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from labkit.measure import records
+from labkit.measure.pool_overwrite import (A_SCALE, B_SHIFT, RECORD, measure_pool_overwrite,
+                                           record_pool_overwrite)
+from labkit.measure.results import load_result
+from labkit.model import build_model, generate, preset
+from labkit.teach.exercises import Exercise
+from labkit.teach.lessons import memory as lm
+
+pytestmark = pytest.mark.gpu
+SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
+
+
+def _cell(notebook: str, marker: str) -> str:
+    nbformat = pytest.importorskip("nbformat", reason="reads the solution notebooks")
+    nb = nbformat.read(SOLUTIONS / notebook, as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and marker in c.source)
+
+
+# ------------------------------------------------------------------ 04: the shared-pool overwrite
+
+
+def test_overwrite_b_output_takes_a_freed_temporary_and_a_replay_overwrites_it():
+    data = measure_pool_overwrite()
+    rec = records.parse(RECORD, data)
+    assert rec.same_block and rec.a_temporary_ptr == rec.b_output_ptr
+    b_value = 5.0 + B_SHIFT
+    assert rec.b_in_capture_order == [b_value]          # read right after A, B: correct
+    assert rec.b_after_replay_b == [b_value]
+    assert rec.b_after_replay_a == [1.0 * A_SCALE]      # A's temporary, in B's kept output
+    assert rec.overwritten
+
+
+def test_overwrite_fixes_clone_and_keeping_a_temporary_alive():
+    rec = records.parse(RECORD, measure_pool_overwrite(numel=1 << 18))
+    assert rec.fix_clone.ok and rec.fix_clone.values_after_replay_a == [5.0 + B_SHIFT]
+    keep = rec.fix_keep_a_temporary
+    assert keep.ok and keep.same_block is False and keep.a_temporary_ptr != keep.b_output_ptr
+    assert rec.fixed
+
+
+def test_overwrite_record_is_saved_with_its_default_params_and_read_by_the_lesson(tmp_path):
+    path = record_pool_overwrite(tmp_path)
+    res = load_result(path)
+    assert res.name == "pool_overwrite" and res.params == records.default_params(RECORD)
+    assert res.env.get("tier") == "gpu"
+    text = lm.overwrite_report(res)
+    assert "same block" in text and "overwritten" in text
+
+
+def test_overwrite_refuses_bad_numel_before_touching_the_gpu():
+    with pytest.raises(ValueError, match="numel must be a positive int"):
+        measure_pool_overwrite(numel=0)
+
+
+# ------------------------------------------------------------------ 03: exercise 3.1, live
+
+
+def test_capture_exercise_solution_runs_live_with_torch_cuda(monkeypatch):
+    monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "1")
+    source = _cell("03_capture_replay.ipynb", 'Exercise("3.1 write the capture")')
+    ns = {"nb": SimpleNamespace(live=True), "preset_live": "small", "prompt": [1, 2, 3],
+          "new_tokens": 12, "build_model": build_model, "preset": preset,
+          "generate": generate, "Exercise": Exercise}
+    exec(compile(source, "03-ex-capture-live", "exec"), ns)
+    assert ns["cuda"] is torch.cuda                    # the real API, not the stand-in
+    assert isinstance(ns["g"], torch.cuda.CUDAGraph)
+    assert ns["ex"].passed
+    assert ns["graph_tokens_31"] == ns["eager_tokens_31"]
+    assert len(ns["eager_tokens_31"][0]) == 12
+    assert ns["static_logits"].device.type == "cuda"
+
+
+def test_capture_exercise_live_rebinding_the_input_fails_the_check(monkeypatch):
+    source = _cell("03_capture_replay.ipynb", 'Exercise("3.1 write the capture")')
+    copy_in = "    static_tokens.copy_(tokens)  # solution: copy into the static inputs\n"
+    assert copy_in in source
+    wrong = source.replace(copy_in, "    static_tokens = tokens  # wrong: a new local name\n")
+    monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "0")
+    ns = {"nb": SimpleNamespace(live=True), "preset_live": "small", "prompt": [1, 2, 3],
+          "new_tokens": 12, "build_model": build_model, "preset": preset,
+          "generate": generate, "Exercise": Exercise}
+    exec(compile(wrong, "03-ex-capture-live-wrong", "exec"), ns)
+    assert not ns["ex"].passed
+    assert ns["graph_tokens_31"] != ns["eager_tokens_31"]
+
+
+# ------------------------------------------------------------------ 07: PyTorch's API as shown
+
+
+def test_api_cell_of_07_shows_replay_returning_none_live():
+    source = _cell("07_pitfalls.ipynb", "torch.cuda.CUDAGraph.replay() returned")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, "07-api", "exec"), {"nb": SimpleNamespace(live=True),
+                                                 "torch": torch})
+    text = out.getvalue()
+    assert "torch.cuda.CUDAGraph has .inputs: False" in text
+    assert "torch.cuda.CUDAGraph.replay() returned: None" in text
+    assert "the result is in static_out: [2.0, 2.0, 2.0, 2.0]" in text
+
+
+def test_api_replay_returns_none_and_graph_has_no_inputs():
+    static_in = torch.ones(4, device="cuda")
+    static_in * 3                                      # warm-up before capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = static_in * 3
+    static_in.fill_(2.0)
+    assert g.replay() is None
+    assert static_out.tolist() == [6.0] * 4
+    assert not hasattr(g, "inputs") and not hasattr(g, "output")
+
+
+# ------------------------------------------------------------------ one count of GPU ops per step
+
+
+def test_ops_count_is_the_step_alone_three_below_a_count_that_makes_its_inputs():
+    from labkit.measure.bench import count_gpu_ops, count_step_ops, make_model, step_inputs
+
+    model = make_model("small", max_batch=8, dtype="bfloat16")
+    alone = count_step_ops(model)
+    with_inputs = count_gpu_ops(lambda: model.decode_step(*step_inputs(model, 1)))
+    assert alone > 0
+    assert with_inputs - alone == 3          # tokens, positions, slots copied to the GPU
+    assert count_step_ops(model) == alone    # the same every time
