@@ -19,6 +19,7 @@ record name                kind                    written by
 ``modes_<preset>``         :class:`Modes`          ``modes.measure_modes``
 ``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
 ``serve_<name>``           :class:`Serve`          ``labkit serve`` (``suite.serve_cli``)
+``fused_<preset>``         :class:`Fused`          ``fused_bench.measure_fused``
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -54,7 +55,7 @@ __all__ = [
     "PagedRun", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
-    "ServeStep",
+    "ServeStep", "Fused",
 ]
 
 
@@ -1012,6 +1013,89 @@ class Serve:
                    metrics=_req(d, "metrics", where, _dict))
 
 
+# ----------------------------------------------------------------------------- fused step
+
+FUSED_STEPS = ("readable", "fused")
+
+
+def _count_map(v: Any, where: str) -> dict[str, int]:
+    out = {}
+    for k, x in _dict(v, where).items():
+        n = _int(x, f"{where}.{k}")
+        if n < 0:
+            raise _fail(f"{where}.{k}", "a count >= 0", x)
+        out[k] = n
+    return out
+
+
+@dataclass(frozen=True)
+class Fused(_Timed):
+    """``fused_<preset>``: the readable and the fused decode step (:mod:`labkit.fused`) side
+    by side: FULL-graph replay time (µs) per batch size, GPU operations of one eager step by
+    kernel name at ``count_batch`` (``ops[step]``) and in total per batch size
+    (``ops_total[step]``), the bf16 agreement of the fused step with the readable one
+    (``agreement``: tokens, equal, fraction, max_logit_diff) and the checks (float32 tokens
+    equal, graph tokens equal eager)."""
+
+    RECORD = "fused_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    n_layer: int
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    count_batch: int
+    ops: dict[str, dict[str, int]]
+    ops_total: dict[str, list[int]]
+    agreement: dict[str, float]
+    checks: dict[str, bool | float]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Fused":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        times = _times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                       f"{where}.batch_sizes")
+        ops = {k: _count_map(v, f"{where}.ops.{k}")
+               for k, v in _req(d, "ops", where, _dict).items()}
+        totals = {}
+        for k, v in _req(d, "ops_total", where, _dict).items():
+            col = _ints(v, f"{where}.ops_total.{k}")
+            _same_length(col, sizes, f"{where}.ops_total.{k}", f"{where}.batch_sizes")
+            totals[k] = col
+        for key, got in (("times", times), ("ops", ops), ("ops_total", totals)):
+            for step in FUSED_STEPS:
+                if step not in got:
+                    raise _Fail(f"{where}.{key}.{step}", "is missing")
+        agree = {k: _num(x, f"{where}.agreement.{k}")
+                 for k, x in _req(d, "agreement", where, _dict).items()}
+        count_batch = _req(d, "count_batch", where, _int)
+        if count_batch in sizes:
+            i = sizes.index(count_batch)
+            for step in FUSED_STEPS:
+                if sum(ops[step].values()) != totals[step][i]:
+                    raise _Fail(f"{where}.ops_total.{step}[{i}]",
+                                f"is {totals[step][i]} but {where}.ops.{step} sums to "
+                                f"{sum(ops[step].values())}")
+        out = cls(preset=_req(d, "preset", where, _str), dtype=_opt(d, "dtype", where, _str, ""),
+                  n_layer=_req(d, "n_layer", where, _int), batch_sizes=sizes, times=times,
+                  count_batch=count_batch, ops=ops, ops_total=totals, agreement=agree,
+                  checks=_opt(d, "checks", where, _checks, {}))
+        _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
+        return out
+
+    def ops_at(self, step: str, batch: int) -> int | None:
+        """GPU operations of one ``step`` at ``batch`` (``None``: not counted)."""
+        if step not in self.ops_total or batch not in self.batch_sizes:
+            return None
+        return self.ops_total[step][self.batch_sizes.index(batch)]
+
+    def ops_per_layer(self, step: str, batch: int | None = None) -> float | None:
+        """GPU operations per layer (total / layers) of ``step`` at ``batch`` (default:
+        ``count_batch``)."""
+        n = self.ops_at(step, self.count_batch if batch is None else batch)
+        return None if n is None else n / self.n_layer
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -1028,6 +1112,7 @@ KINDS: list[tuple[str, type]] = [
     (r"modes_[A-Za-z0-9][A-Za-z0-9_.-]*", Modes),
     (r"paged_[A-Za-z0-9][A-Za-z0-9_.-]*", Paged),
     (r"serve_[A-Za-z0-9][A-Za-z0-9_.-]*", Serve),
+    (r"fused_[A-Za-z0-9][A-Za-z0-9_.-]*", Fused),
 ]
 
 
@@ -1098,7 +1183,8 @@ _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "b
 
 #: record name -> (measurement function, parameters as recorded in the file's ``params``);
 #: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
-#: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`).
+#: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`;
+#: ``measure_fused``: in :mod:`labkit.measure.fused_bench`).
 #: ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
@@ -1126,6 +1212,10 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
                                       "dtype": "bfloat16", "repeats": 20}),
     "modes_gpt2": ("measure_modes", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 20}),
+    "fused_small": ("measure_fused", {"preset": "small", "batch_sizes": [1, 8, 64],
+                                      "dtype": "bfloat16", "repeats": 30}),
+    "fused_gpt2": ("measure_fused", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
+                                     "dtype": "bfloat16", "repeats": 30}),
 }
 
 
