@@ -4,10 +4,9 @@
   kernel name -- what a CUDA graph of the same call would hold as nodes. This is the count
   behind every "GPU operations per step" in labkit
   (:func:`labkit.measure.bench.count_gpu_ops` is its total).
-* ``device="cpu"``: the ATen operators that do work (operators with a kernel of their own;
-  composite operators such as ``linear`` looked through, views and allocations left out),
-  by operator name: the CPU stand-in, so a test without a GPU can still see that a step
-  issues fewer operations.
+* ``device="cpu"``: the ATen operators the call dispatches (:func:`count_dispatched_ops`,
+  the counter of notebook 02, views and allocations left out), by operator name: the CPU
+  stand-in, so a test without a GPU can still see that a step issues fewer operations.
 
 :func:`compare_counts` turns two counts into a before/after table.
 """
@@ -21,58 +20,28 @@ import torch
 
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 
-# Operators that only make views or allocate: never counted, never descended into.
-_METADATA = frozenset({
-    "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "resize_",
-    "as_strided", "detach", "detach_", "alias", "_unsafe_view", "_reshape_alias", "lift_fresh",
-    "lift", "resolve_conj", "resolve_neg",
-})
+# Allocations launch no kernel either (the fused step allocates an int32 buffer and fills it
+# with an ``out=`` operator, which is counted).
+_ALLOCATIONS = frozenset({"empty", "empty_strided", "empty_like", "new_empty",
+                          "new_empty_strided", "resize_"})
 
 
-def _kind(name: str) -> str:
-    """``"meta"`` (a view or an allocation), ``"composite"`` (an operator that only calls
-    other operators, e.g. ``linear``, ``layer_norm``, ``reshape``, ``to``), or ``"work"``
-    (an operator with a kernel of its own, e.g. ``addmm``, ``native_layer_norm``)."""
-    if not name.startswith("aten::"):
-        return "composite"
-    op = name[len("aten::"):]
-    if op in _METADATA:
-        return "meta"
-    packet = getattr(torch.ops.aten, op, None)
-    key = torch._C.DispatchKey.CompositeImplicitAutograd
-    for name in (packet.overloads() if packet is not None else ()):
-        overload = getattr(packet, name)
-        try:  # the first overload registered with the dispatcher speaks for the name
-            composite = overload.has_kernel_for_dispatch_key(key)
-        except RuntimeError:  # a TorchScript-only overload (aten::add.int ...)
-            continue
-        if composite:
-            return "composite"
-        return "meta" if overload.is_view else "work"
-    return "work"
+def count_dispatched_ops(fn: Callable[[], Any], *, include_views: bool = False) -> Counter:
+    """Count the ATen operators ``fn()`` dispatches (views excluded by default: they launch
+    no kernel). On a GPU most non-view ops launch one kernel, so the total approximates the
+    kernels per step; some launch none or several, so it is an estimate, not a kernel count."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-
-def _cpu_counts(events: list) -> Counter:
-    """The operators with kernels of their own, outermost first: a composite operator is
-    looked through (its callees count), a working operator counts once (what it calls inside
-    is part of it), views and allocations never count. What a ``TorchDispatchMode`` would
-    see, read from a profiler trace."""
     counts: Counter = Counter()
-    kinds: dict[str, str] = {}
 
-    def visit(e: Any) -> None:
-        if e.name not in kinds:
-            kinds[e.name] = _kind(e.name)
-        kind = kinds[e.name]
-        if kind == "work":
-            counts[e.name] += 1
-        elif kind == "composite":
-            for c in e.cpu_children:
-                visit(c)
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if include_views or not getattr(func, "is_view", False):
+                counts[str(func.overloadpacket.__name__)] += 1
+            return func(*args, **(kwargs or {}))
 
-    for e in events:
-        if e.cpu_parent is None:
-            visit(e)
+    with torch.no_grad(), _Count():
+        fn()
     return counts
 
 
@@ -93,18 +62,14 @@ def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -
                            "is False); count ATen operators with device='cpu' instead")
     for _ in range(warmup):
         fn()
-    if cuda:
-        torch.cuda.synchronize()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
+    if not cuda:
+        return {k: v for k, v in count_dispatched_ops(fn).items() if k not in _ALLOCATIONS}
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
-        if cuda:
-            torch.cuda.synchronize()
-    events = list(prof.events())
-    if cuda:
-        dev = torch.autograd.DeviceType.CUDA
-        return dict(Counter(e.name for e in events if e.device_type == dev))
-    return dict(_cpu_counts(events))
+        torch.cuda.synchronize()
+    dev = torch.autograd.DeviceType.CUDA
+    return dict(Counter(e.name for e in prof.events() if e.device_type == dev))
 
 
 def compare_counts(before: Mapping[str, int], after: Mapping[str, int],
