@@ -320,3 +320,25 @@ def test_measure_fused_on_the_gpu():
     assert rec.checks["graph_tokens_equal_eager"] is True
     assert rec.ops_at("fused", 1) < rec.ops_at("readable", 1)
     assert 0.0 <= rec.agreement["fraction"] <= 1.0
+
+
+# ----------------------------------------------------------------------------- lessons
+
+
+def test_lessons_read_the_fused_record():
+    from labkit.teach.lessons import fused as lf
+
+    d = copy.deepcopy(FUSED_DATA)
+    d["ops"]["readable"] = {"void gemv2T_kernel_val<int, 128>(params)": 60, "void gemv2T_kernel_val"
+                            "<int, 64>(params)": 40, "ln": 125}
+    rows = lf.kernel_rows(d)
+    assert rows[0] == {"name": "ln", "readable": 125, "fused": 48, "change": -77}
+    assert {"name": "gemv2T_kernel_val", "readable": 100, "fused": 0, "change": -100} in rows
+    assert rows[-1]["readable"] == 225 and rows[-1]["fused"] == 118
+    steps = lf.step_rows(d)
+    assert steps[0]["fused/readable"] == pytest.approx(0.75) and steps[1]["fused_ops"] == 118
+    text = " ".join(lf.sentences(d))
+    assert "420 µs fused" in text and "9.8 per layer" in text
+    assert "<= 550 µs at batch 1: 420 µs, met" in text and "<= 120 GPU operations" in text
+    d["times"]["fused"][0] = _stats(600.0)
+    assert "NOT met" in " ".join(lf.sentences(d))
