@@ -18,7 +18,7 @@ What is fused, per layer (the kernels one layer launches on CUDA)::
     8 GEMM, beta=1                MLP down-projection added onto the residual (addmm_)
     9 broadcast add               the two biases of the residual stream, see below
 
-versus about 14 in the readable step (two linears with separate bias copies, a separate GELU,
+versus 12 to 15 in the readable step (linears whose bias is a separate copy at batch 1, a GELU,
 two residual adds, two cache writes). Per step add: 2 embedding gathers and their sum, the
 first layer's bias add, 2 metadata kernels, 2 that gather the biases (below), final LayerNorm
 and output head: ``9 L + 10`` kernels (gpt2, L = 12: 118; small, L = 4: 46), when cuBLAS runs
