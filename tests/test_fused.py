@@ -229,6 +229,8 @@ def test_fused_record_parses_and_derives():
     (lambda d: d["ops"]["fused"].update(gemm=-1), "ops.fused.gemm"),
     (lambda d: d["ops_total"].update(readable=[225]), "ops_total.readable"),
     (lambda d: d.pop("agreement"), "agreement"),
+    (lambda d: d.update(kernel_us={"fused": [1.0]}), "kernel_us.fused"),
+    (lambda d: d.update(op_us={"fused": {"k": "x"}}), "op_us.fused.k"),
 ])
 def test_fused_record_refuses_inconsistent_data(edit, field):
     d = copy.deepcopy(FUSED_DATA)
@@ -343,3 +345,9 @@ def test_lessons_read_the_fused_record():
     assert "<= 550 µs at batch 1: 420 µs, met" in text and "<= 120 GPU operations" in text
     d["times"]["fused"][0] = _stats(600.0)
     assert "NOT met" in " ".join(lf.sentences(d))
+    d["op_us"] = {"readable": {"ln": 250.0}, "fused": {"ln": 96.0, "gemm": 140.0}}
+    d["kernel_us"] = {"readable": [400.0, 450.0], "fused": [236.0, 300.0]}
+    rows = lf.kernel_rows(d)
+    assert rows[0]["readable_us"] == 250.0 and rows[-1]["fused_us"] == 236.0
+    steps = lf.step_rows(d)
+    assert steps[0]["fused_kernel_us"] == 236.0 and steps[0]["fused_gaps_us"] == 364.0

@@ -9,8 +9,10 @@ Correct before fast, in this order, per preset:
 3. bf16, one padding dispatcher per step in FULL mode (one graph per batch size, the same
    static buffers): graph tokens equal eager tokens of the same step, then one replay per
    batch size timed with :func:`labkit.timing.time_cuda`;
-4. the GPU operations of one eager step by kernel name
-   (:func:`labkit.measure.opcount.op_counts`), per batch size.
+4. the GPU operations of one eager step by kernel name, with their summed GPU time
+   (:func:`labkit.measure.opcount.gpu_op_profile`), per batch size: ``kernel_us`` (the GPU
+   busy time of a step) next to the replay time says how much of a step is gaps between
+   kernels.
 
 :func:`record_fused` writes the records of both presets (``fused_small``, ``fused_gpt2``)
 with provenance into a run folder: the GPU entry point.
@@ -29,7 +31,7 @@ from labkit.fused import agreement, make_fused_step
 from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, _stats, make_model, random_prompts, \
     step_inputs
-from labkit.measure.opcount import op_counts
+from labkit.measure.opcount import gpu_op_profile
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT, generate
 from labkit.timing import time_cuda
@@ -84,15 +86,20 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     times: dict[str, list] = {}
     ops: dict[str, dict[str, int]] = {}
     totals: dict[str, list[int]] = {}
+    op_us: dict[str, dict[str, float]] = {}
+    kernel_us: dict[str, list[float]] = {}
     count_batch = batch_sizes[0]
     for step in STEPS:
         fn = _step_fn(model, step)
-        counts = {}
+        prof = {}
         for b in batch_sizes:
             t, p, s = step_inputs(model, b)
-            counts[b] = op_counts(lambda: fn(t, p, s, check=False), device="cuda")
-        ops[step] = counts[count_batch]
-        totals[step] = [sum(counts[b].values()) for b in batch_sizes]
+            prof[b] = gpu_op_profile(lambda: fn(t, p, s, check=False))
+        ops[step] = {k: int(v["count"]) for k, v in prof[count_batch].items()}
+        op_us[step] = {k: round(v["us"], 3) for k, v in prof[count_batch].items()}
+        totals[step] = [int(sum(v["count"] for v in prof[b].values())) for b in batch_sizes]
+        kernel_us[step] = [round(sum(v["us"] for v in prof[b].values()), 3)
+                           for b in batch_sizes]
         disp = PaddingDispatcher(model, batch_sizes, cudagraph_mode="FULL", step=step,
                                  progress=False)
         try:
@@ -110,7 +117,8 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
                                              for s in STEPS)
     data = {"preset": preset_name, "dtype": dtype, "n_layer": model.cfg.n_layer,
             "batch_sizes": batch_sizes, "times": times, "count_batch": count_batch,
-            "ops": ops, "ops_total": totals, "agreement": agree.to_dict(), "checks": checks,
+            "ops": ops, "ops_total": totals, "op_us": op_us, "kernel_us": kernel_us,
+            "agreement": agree.to_dict(), "checks": checks,
             "device": torch.cuda.get_device_name()}
     view = records.view(data, records.Fused)
     data["tokens_per_s"] = {s: view.tokens_per_s(s) for s in STEPS}

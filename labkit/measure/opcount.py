@@ -45,31 +45,50 @@ def count_dispatched_ops(fn: Callable[[], Any], *, include_views: bool = False) 
     return counts
 
 
-def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -> dict[str, int]:
-    """``{name: count}`` of the operations one call of ``fn`` launches on ``device`` (see the
-    module docstring), after ``warmup`` calls outside the profiler."""
+def _check_args(fn: Callable[[], object], device: str, warmup: int) -> None:
     if device not in DEVICES:
         raise ValueError(f"device must be one of {list(DEVICES)}, got {device!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable with no arguments, got {type(fn).__name__}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device == "cuda"
-    if cuda and not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("counting GPU kernels needs a CUDA GPU (torch.cuda.is_available() "
                            "is False); count ATen operators with device='cpu' instead")
+
+
+def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[str, float]]:
+    """``{kernel name: {"count": n, "us": summed GPU time}}`` of one call of ``fn`` in a
+    profiler trace (kernels, copies and fills), after ``warmup`` calls. The summed times say
+    where the GPU works; a step takes longer than their sum by the gaps between kernels."""
+    _check_args(fn, "cuda", warmup)
+    from torch.profiler import ProfilerActivity, profile
+
     for _ in range(warmup):
         fn()
-    if not cuda:
-        return {k: v for k, v in count_dispatched_ops(fn).items() if k not in _ALLOCATIONS}
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     dev = torch.autograd.DeviceType.CUDA
-    return dict(Counter(e.name for e in prof.events() if e.device_type == dev))
+    out: dict[str, dict[str, float]] = {}
+    for e in prof.events():
+        if e.device_type == dev:
+            d = out.setdefault(e.name, {"count": 0, "us": 0.0})
+            d["count"] += 1
+            d["us"] += float(e.time_range.elapsed_us())
+    return out
+
+
+def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -> dict[str, int]:
+    """``{name: count}`` of the operations one call of ``fn`` launches on ``device`` (see the
+    module docstring), after ``warmup`` calls outside the profiler."""
+    _check_args(fn, device, warmup)
+    if device == "cuda":
+        return {k: int(v["count"]) for k, v in gpu_op_profile(fn, warmup).items()}
+    for _ in range(warmup):
+        fn()
+    return {k: v for k, v in count_dispatched_ops(fn).items() if k not in _ALLOCATIONS}
 
 
 def compare_counts(before: Mapping[str, int], after: Mapping[str, int],

@@ -1035,7 +1035,8 @@ class Fused(_Timed):
     kernel name at ``count_batch`` (``ops[step]``) and in total per batch size
     (``ops_total[step]``), the bf16 agreement of the fused step with the readable one
     (``agreement``: tokens, equal, fraction, max_logit_diff) and the checks (float32 tokens
-    equal, graph tokens equal eager)."""
+    equal, graph tokens equal eager); optionally the summed GPU µs by kernel (``op_us``) and
+    of a whole eager step (``kernel_us``), from the same profiler trace."""
 
     RECORD = "fused_<preset>"  # the record name(s) of this kind
 
@@ -1049,6 +1050,10 @@ class Fused(_Timed):
     ops_total: dict[str, list[int]]
     agreement: dict[str, float]
     checks: dict[str, bool | float]
+    #: summed GPU µs by kernel name at ``count_batch`` (profiled eager step), per step
+    op_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: summed GPU µs of all kernels of one eager step, per step and batch size
+    kernel_us: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "Fused":
@@ -1076,10 +1081,18 @@ class Fused(_Timed):
                     raise _Fail(f"{where}.ops_total.{step}[{i}]",
                                 f"is {totals[step][i]} but {where}.ops.{step} sums to "
                                 f"{sum(ops[step].values())}")
+        op_us = {k: _num_map(v, f"{where}.op_us.{k}")
+                 for k, v in _opt(d, "op_us", where, _dict, {}).items()}
+        kernel_us = {}
+        for k, v in _opt(d, "kernel_us", where, _dict, {}).items():
+            col = _nums(v, f"{where}.kernel_us.{k}")
+            _same_length(col, sizes, f"{where}.kernel_us.{k}", f"{where}.batch_sizes")
+            kernel_us[k] = col
         out = cls(preset=_req(d, "preset", where, _str), dtype=_opt(d, "dtype", where, _str, ""),
                   n_layer=_req(d, "n_layer", where, _int), batch_sizes=sizes, times=times,
                   count_batch=count_batch, ops=ops, ops_total=totals, agreement=agree,
-                  checks=_opt(d, "checks", where, _checks, {}))
+                  checks=_opt(d, "checks", where, _checks, {}), op_us=op_us,
+                  kernel_us=kernel_us)
         _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
         return out
 

@@ -2,7 +2,8 @@
 
 * :func:`kernel_rows`: the before/after table, kernel by kernel (profiler names shortened;
   kernels whose short names coincide are added up), total last;
-* :func:`step_rows`: per batch size, replay time and GPU operations of both steps;
+* :func:`step_rows`: per batch size, replay time and GPU operations of both steps (and,
+  where recorded, the summed kernel time of an eager step and what a replay spends beyond it);
 * :func:`sentences`: what the record says against the issue's targets (:data:`TARGETS`).
 """
 
@@ -19,8 +20,8 @@ TARGETS: dict[str, dict[str, float]] = {"gpt2": {"step_us": 550.0, "ops": 120},
                                         "small": {"step_us": 140.0}}
 
 
-def _short_counts(counts: dict[str, int], limit: int) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _short(counts: dict[str, float], limit: int) -> dict[str, float]:
+    out: dict[str, float] = {}
     for name, n in counts.items():
         key = short_name(name, limit)
         out[key] = out.get(key, 0) + n
@@ -29,12 +30,23 @@ def _short_counts(counts: dict[str, int], limit: int) -> dict[str, int]:
 
 def kernel_rows(record: Any, *, short: bool = True, limit: int = 60) -> list[dict]:
     """Rows ``{"name", "readable", "fused", "change"}``: GPU operations of one eager step at
-    the record's ``count_batch``, by kernel, most frequent first, then ``"total"``."""
+    the record's ``count_batch``, by kernel, most frequent first, then ``"total"``; with
+    ``readable_us`` and ``fused_us`` (summed GPU µs of those kernels) where the record has
+    them."""
     rec = view(record, Fused)
     before, after = rec.ops["readable"], rec.ops["fused"]
+    us = {s: rec.op_us.get(s, {}) for s in ("readable", "fused")}
     if short:
-        before, after = _short_counts(before, limit), _short_counts(after, limit)
-    return compare_counts(before, after)
+        before, after = _short(before, limit), _short(after, limit)
+        us = {s: _short(u, limit) for s, u in us.items()}
+    rows = compare_counts({k: int(v) for k, v in before.items()},
+                          {k: int(v) for k, v in after.items()})
+    if us["readable"] or us["fused"]:
+        for r in rows:
+            for s in ("readable", "fused"):
+                r[f"{s}_us"] = (round(sum(us[s].values()), 1) if r["name"] == "total"
+                                else round(us[s][r["name"]], 1) if r["name"] in us[s] else None)
+    return rows
 
 
 def step_rows(record: Any) -> list[dict]:
@@ -43,10 +55,16 @@ def step_rows(record: Any) -> list[dict]:
     rows = []
     for b in rec.batch_sizes:
         r, f = rec.at("readable", b), rec.at("fused", b)
-        rows.append({"batch": b, "readable_us": r, "fused_us": f,
-                     "fused/readable": (f / r) if r and f is not None else None,
-                     "readable_ops": rec.ops_at("readable", b),
-                     "fused_ops": rec.ops_at("fused", b)})
+        row = {"batch": b, "readable_us": r, "fused_us": f,
+               "fused/readable": (f / r) if r and f is not None else None,
+               "readable_ops": rec.ops_at("readable", b), "fused_ops": rec.ops_at("fused", b)}
+        for s in ("readable", "fused"):
+            if s in rec.kernel_us:  # GPU busy time of an eager step, and the rest of a replay
+                busy = rec.kernel_us[s][rec.batch_sizes.index(b)]
+                row[f"{s}_kernel_us"] = busy
+                step = r if s == "readable" else f
+                row[f"{s}_gaps_us"] = None if step is None else step - busy
+        rows.append(row)
     return rows
 
 
