@@ -1225,8 +1225,6 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
                                       "dtype": "bfloat16", "repeats": 20}),
     "modes_gpt2": ("measure_modes", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 20}),
-    "fused_small": ("measure_fused", {"preset": "small", "batch_sizes": [1, 8, 64],
-                                      "dtype": "bfloat16", "repeats": 30}),
     "fused_gpt2": ("measure_fused", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 30}),
 }
