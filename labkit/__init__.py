@@ -2,7 +2,8 @@
 
 The core sits at the top of the package: a tiny GPT with a static KV cache (``labkit.model``),
 launch-overhead timers (``labkit.timing``), pooled multi-graph capture (``labkit.graphs``), the
-padding dispatcher (``labkit.dispatch``), capture-size choice (``labkit.sizes``), the hardware
+padding dispatcher (``labkit.dispatch``), a fused decode step (``labkit.fused``), GPT-2 weights
+(``labkit.weights``), capture-size choice (``labkit.sizes``), the hardware
 tier and environment record (``labkit.env``), where files are (``labkit.paths``) and the
 ``LABKIT_*`` environment variables, each checked where it is read (``labkit.envvars``). Around it
 three wings, each importing only the ones below it::

@@ -25,6 +25,7 @@ from typing import Literal, Sequence
 import torch
 
 from labkit.checks import as_bool, as_int
+from labkit.fused import step_function
 from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
 from labkit.model import TinyGPT, check_slots
 from labkit.piecewise import PiecewiseGraphs, capture_piecewise_graphs, piecewise_step
@@ -90,6 +91,11 @@ class PaddingDispatcher:
     which ``check=False`` skips when the caller vouches for the batch (benchmarks timing the
     replay path do this). :meth:`TinyGPT.decode_step` does not check CUDA tensors.
 
+    ``step='fused'`` runs (and captures) the fused decode step of :mod:`labkit.fused` instead
+    of the readable ``model.decode_step``: same cache, same logits contract, fewer kernels;
+    full graphs and eager only (piecewise capture cuts the readable step). Graphs passed in
+    with ``graphs=`` must have been captured with the same step.
+
     Threads: a dispatcher may be shared by threads. One lock serialises the copy-in, the
     replay and the copy-out of each step, and with ``copy_outputs=True`` every caller gets its
     own tensor. With ``copy_outputs=False`` the returned view is overwritten by the next step,
@@ -102,7 +108,7 @@ class PaddingDispatcher:
                  pool: PoolMode = "shared", order: Order = "largest_first",
                  copy_outputs: bool = True, warmup: int = 3, progress: bool | None = None,
                  graphs: GraphSet | None = None, cudagraph_mode: CudagraphMode = "FULL",
-                 full_max_size: int | None = None) -> None:
+                 full_max_size: int | None = None, step: str = "readable") -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -139,6 +145,15 @@ class PaddingDispatcher:
                                    fix="give the largest size captured as a full graph")
         elif full_max_size is not None:
             raise ValueError("full_max_size only applies to cudagraph_mode='FULL_AND_PIECEWISE'")
+        if step not in ("readable", "fused"):
+            raise ValueError(f"step must be 'readable' or 'fused' (labkit.fused), got {step!r}")
+        if step != "readable" and cudagraph_mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
+            raise ValueError(f"step={step!r} runs as one piece; piecewise capture cuts the "
+                             "readable step at attention. Use cudagraph_mode='FULL' or 'NONE' "
+                             "with the fused step, or step='readable' for piecewise graphs")
+        #: which decode step runs: 'readable' (model.decode_step) or 'fused'
+        self.step_name = step
+        self._step_fn = step_function(model, step)
         self.cudagraph_mode: str = cudagraph_mode
         self.full_max_size = full_max_size
         full_sizes = {"FULL": self.sizes, "PIECEWISE": [], "NONE": [],
@@ -180,7 +195,8 @@ class PaddingDispatcher:
             if mode == "graph" and full_sizes:
                 self.graphs = capture_decode_graphs(
                     model, full_sizes, pool=pool, order=order, warmup=warmup,
-                    progress=progress, tokens=self._tokens, index=self._index, logits=logits)
+                    progress=progress, tokens=self._tokens, index=self._index, logits=logits,
+                    step=self._step_fn)
             if mode == "graph" and self.piecewise_sizes:
                 shared = next(iter(self.graphs.graphs.values())).pool if self.graphs else None
                 self.pieces = capture_piecewise_graphs(
@@ -362,8 +378,8 @@ class PaddingDispatcher:
             runtime, p = self.decide(b)
             if runtime == "NONE":  # eager: no padding, nothing copied
                 dev = self.model.device
-                out = self.model.decode_step(tokens.to(dev), positions.to(dev),
-                                             slots.to(dev), check=False)  # checked above
+                out = self._step_fn(tokens.to(dev), positions.to(dev),
+                                    slots.to(dev), check=False)  # checked above
             else:
                 self._copy_in(tokens, positions, slots, b, p)
                 t, pos, slo = self._tokens[:p], self._positions[:p], self._slots[:p]
@@ -374,7 +390,7 @@ class PaddingDispatcher:
                 elif runtime == "PIECEWISE":  # no CUDA: the same cut, run eagerly
                     out = piecewise_step(self.model, t, pos, slo)[:b]
                 else:
-                    out = self.model.decode_step(t, pos, slo, check=False)[:b]
+                    out = self._step_fn(t, pos, slo, check=False)[:b]
                 out = out.clone() if self.copy_outputs else out
             c = self.counters
             c.steps += 1

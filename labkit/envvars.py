@@ -21,6 +21,7 @@ WEB_DIR = "LABKIT_WEB_DIR"
 LAB_TOKEN = "LABKIT_LAB_TOKEN"
 GIT_COMMIT = "LABKIT_GIT_COMMIT"
 PLOTLY_RENDERER = "PLOTLY_RENDERER"
+GPT2_WEIGHTS = "LABKIT_GPT2_WEIGHTS"
 
 #: What each variable allows (the text of the error for a bad value).
 ALLOWED: dict[str, str] = {
@@ -37,6 +38,8 @@ ALLOWED: dict[str, str] = {
     GIT_COMMIT: "a git commit hash (7 to 40 hex digits), or unset to ask git",
     PLOTLY_RENDERER: "a plotly renderer name (e.g. plotly_mimetype+notebook, notebook, png), "
                      "or unset for plotly_mimetype+notebook",
+    GPT2_WEIGHTS: "an existing Hugging Face GPT-2 model.safetensors file (or the folder that "
+                  "holds it), or unset to decode with random weights only",
 }
 
 _TIERS = ("cpu", "auto")
@@ -152,11 +155,25 @@ def plotly_renderer(environ: Mapping[str, str] | None = None,
     return raw.strip()
 
 
+def gpt2_weights(environ: Mapping[str, str] | None = None) -> Path | None:
+    """``LABKIT_GPT2_WEIGHTS``: a GPT-2 ``model.safetensors`` (a folder means the
+    ``model.safetensors`` inside it), or None when unset (:mod:`labkit.weights`)."""
+    raw = _raw(GPT2_WEIGHTS, environ)
+    if raw is None:
+        return None
+    path = Path(raw.strip()).expanduser()
+    if path.is_dir():
+        path = path / "model.safetensors"
+    if not path.is_file():
+        raise EnvVarError(GPT2_WEIGHTS, raw, f"no file {path.name} there")
+    return path
+
+
 #: The reader of each variable (:func:`check_environment` calls them all).
 READERS = {
     CPU_THREADS: cpu_threads, FORCE_TIER: force_tier, RUN_DIR: run_dir, DATA_DIR: data_dir,
     WEB_DIR: web_dir, LAB_TOKEN: lab_token, GIT_COMMIT: git_commit,
-    PLOTLY_RENDERER: plotly_renderer,
+    PLOTLY_RENDERER: plotly_renderer, GPT2_WEIGHTS: gpt2_weights,
 }
 
 

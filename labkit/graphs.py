@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 import torch
 
 from labkit.checks import as_bool, as_int, as_int_list
+from labkit.fused import step_function
 
 PoolMode = Literal["shared", "private"]
 Order = Literal["largest_first", "smallest_first"]
@@ -398,8 +399,10 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
                           on_captured: Callable[[int, CapturedGraph], None] | None = None,
                           tokens: torch.Tensor | None = None,
                           index: torch.Tensor | None = None,
-                          logits: torch.Tensor | None = None) -> GraphSet:
-    """Capture ``model.decode_step`` once per batch size in ``sizes``.
+                          logits: torch.Tensor | None = None,
+                          step: str | Callable[..., torch.Tensor] = "readable") -> GraphSet:
+    """Capture ``model.decode_step`` once per batch size in ``sizes`` (``step="fused"``: the
+    fused step of :mod:`labkit.fused`; or any callable with ``decode_step``'s signature).
 
     Inputs are static buffers sized for the largest batch, filled with harmless values
     (token 0, position 0, the scratch slot) so that warm-up and capture never write into a
@@ -421,6 +424,7 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     if not torch.cuda.is_available() or model.device.type != "cuda":
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU "
                            f"(model is on {model.device}); on CPU use eager decode_step")
+    step_fn = step_function(model, step)
     n = sizes[-1]
     # positions and slots are the two rows of one buffer: host-side batch metadata arrives
     # with a single copy (PaddingDispatcher)
@@ -435,14 +439,14 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
     stream = torch.cuda.Stream()
     graphs: dict[int, CapturedGraph] = {}
 
-    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return model.decode_step(t, p, s, check=False, out=logits[:t.shape[0]])
+    def one_step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return step_fn(t, p, s, check=False, out=logits[:t.shape[0]])
 
     try:
         with gc_frozen():
             for bs in _progress(seq, progress, f"capturing ({pool} pool)"):
                 graphs[bs] = capture_callable(
-                    step, tokens[:bs], positions[:bs], slots[:bs], pool=handle, stream=stream,
+                    one_step, tokens[:bs], positions[:bs], slots[:bs], pool=handle, stream=stream,
                     warmup=warmup, check_sync=check_sync, label=bs)
                 if on_captured is not None:
                     on_captured(bs, graphs[bs])

@@ -60,12 +60,14 @@ class StepMeta:
     slot of each row; ``write_index`` (B,) int64: flat index of the row's new k/v in the
     layer's cache viewed as ``(-1, heads, head_dim)``; ``seq_lens`` (B,) int32: ``pos + 1``;
     ``key_start`` (B+1,) int32: flat index of each row's first key (slot layout; the last entry
-    is the end of the cache); ``query_start`` (B+1,) int32: ``0..B``.
+    is the end of the cache); ``query_start`` (B+1,) int32: ``0..B``. The fused step
+    (:mod:`labkit.fused`) leaves ``write_index`` ``None`` in the slot layout, whose
+    :meth:`SlotKVCache.write_kv` indexes by (slot, position) instead.
     """
 
     positions: torch.Tensor
     rows: torch.Tensor
-    write_index: torch.Tensor
+    write_index: torch.Tensor | None
     seq_lens: torch.Tensor
     key_start: torch.Tensor
     query_start: torch.Tensor
@@ -125,6 +127,23 @@ class KVCache(nn.Module):
         self.heads, self.head_dim, self.dtype = heads, head_dim, dtype
         self.register_buffer("_arange", torch.arange(max_seq), persistent=False)
 
+    def _allocate(self, shape: tuple[int, ...]) -> None:
+        """Keys and values in ONE buffer ``kv`` ``(2, *shape)``: ``k = kv[0]``, ``v = kv[1]``
+        (views, so moving or casting the module moves both). One step can then write a row's
+        k and v with a single indexed copy (:meth:`write_kv`)."""
+        self.register_buffer("kv", torch.zeros((2, *shape), dtype=self.dtype),
+                             persistent=False)
+
+    @property
+    def k(self) -> torch.Tensor:
+        """All keys (a view of ``kv[0]``)."""
+        return self.kv[0]
+
+    @property
+    def v(self) -> torch.Tensor:
+        """All values (a view of ``kv[1]``)."""
+        return self.kv[1]
+
     @property
     def scratch_slot(self) -> int:
         return self.max_batch
@@ -153,8 +172,7 @@ class KVCache(nn.Module):
 
     def reset(self) -> None:
         """Zero every key and value."""
-        self.k.zero_()
-        self.v.zero_()
+        self.kv.zero_()
 
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
@@ -177,6 +195,16 @@ class KVCache(nn.Module):
         kf, vf = self.flat(layer)
         kf.index_copy_(0, meta.write_index, k)
         vf.index_copy_(0, meta.write_index, v)
+
+    def flat_kv(self, layer: int) -> torch.Tensor:
+        """The layer's keys and values together, ``(2, -1, heads, head_dim)`` (no copy)."""
+        return self.kv[:, layer].view(2, -1, self.heads, self.head_dim)
+
+    def write_kv(self, layer: int, kv: torch.Tensor, meta: StepMeta) -> None:
+        """Store this step's keys and values, ``kv`` ``(2, B, heads, head_dim)`` (any strides,
+        e.g. a transposed view of the QKV output), with ONE indexed copy: the fused step's
+        cache write (:mod:`labkit.fused`). Same result as :meth:`write`."""
+        self.flat_kv(layer).index_copy_(1, meta.write_index, kv)
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta) -> torch.Tensor:
         """Attention of each row's query ``(B, heads, head_dim)`` over its positions
@@ -207,9 +235,7 @@ class SlotKVCache(KVCache):
     def __init__(self, layers: int, max_batch: int, max_seq: int, heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, *, in_place: bool = True) -> None:
         super().__init__(layers, max_batch, max_seq, heads, head_dim, dtype)
-        shape = (layers, max_batch + 1, max_seq, heads, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
+        self._allocate((layers, max_batch + 1, max_seq, heads, head_dim))
         #: read the cache in place with the memory-efficient kernel on CUDA (else gather)
         self.in_place = in_place
 
@@ -223,6 +249,12 @@ class SlotKVCache(KVCache):
 
     def gathered(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer][rows], self.v[layer][rows]
+
+    def write_kv(self, layer: int, kv: torch.Tensor, meta: StepMeta) -> None:
+        """One ``index_put_`` by (slot, position): no ``write_index`` needed, so the fused
+        step's metadata skips that kernel (``meta.write_index`` may be ``None``)."""
+        # torch.ops form: the Python method refuses None (the untouched k/v dimension)
+        torch.ops.aten.index_put_(self.kv[:, layer], [None, meta.rows, meta.positions], kv)
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta) -> torch.Tensor:
         if not (self.in_place and q.is_cuda and self.head_dim % 8 == 0):
@@ -262,9 +294,7 @@ class PagedKVCache(KVCache):
             num_blocks = max_batch * self.max_blocks + 1
         self.allocator = BlockAllocator(num_blocks)
         self.num_blocks = num_blocks
-        shape = (layers, num_blocks, block_size, heads, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
+        self._allocate((layers, num_blocks, block_size, heads, head_dim))
         self.host_table = torch.full((max_batch + 1, self.max_blocks), PAD_BLOCK,
                                      dtype=torch.int64)
         self.register_buffer("block_table", self.host_table.clone(), persistent=False)

@@ -106,6 +106,18 @@ def test_gpu_rng():
 
 
 @pytest.mark.gpu
+def test_gpu_autocast():
+    d = pitfalls.pitfall_autocast()
+    _is_pitfall(d)
+    det = d["details"]
+    assert det["cache_on_stale"] and not det["cache_on_correct"]      # the cached cast is baked in
+    assert det["cache_off_correct"] and not det["cache_off_stale"]    # the fix sees the update
+    assert det["row0_replay_cache_on"] == det["row0_before"]
+    assert "cache_enabled=False" in (det["make_graphed_callables_error"] or "")
+    assert d["fixed_ok"]
+
+
+@pytest.mark.gpu
 def test_gpu_address_demo():
     d = pitfalls.address_demo()
     json.dumps(d)

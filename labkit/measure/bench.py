@@ -15,6 +15,7 @@ import torch
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
+from labkit.measure.opcount import op_counts
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
 from labkit.timing import (Stats, launch_bound_sweep, launch_overhead, time_cuda,
@@ -75,17 +76,11 @@ def tokens_match(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
 
 
 def count_gpu_ops(fn: Callable[[], object]) -> int:
-    """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler.
-    Everything ``fn`` does counts, host-to-device copies of inputs it makes included: to count
-    a decode step use :func:`count_step_ops`."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler
+    (the total of :func:`labkit.measure.opcount.op_counts`). Everything ``fn`` does counts,
+    host-to-device copies of inputs it makes included: to count a decode step use
+    :func:`count_step_ops`."""
+    return sum(op_counts(fn, device="cuda").values())
 
 
 def count_step_ops(model: TinyGPT, batch_size: int = 1,

@@ -2,7 +2,8 @@
 or drives a dispatcher on whatever device is there (most also run on a CPU).
 
 * decode (notebooks 02 and 03): :func:`time_eager_steps` times eager decode steps,
-  :func:`count_dispatched_ops` counts the ATen ops a step dispatches,
+  :func:`count_dispatched_ops` (from :mod:`labkit.measure.opcount`) counts the ATen ops a
+  step dispatches,
   :func:`check_cached_equals_full` checks cached decoding against a full forward pass, and
   :func:`replay_step` is the copy-in step function that replays a captured graph;
 * graph memory (notebook 04, CUDA only): :func:`live_pool_comparison` captures a few sizes
@@ -17,7 +18,6 @@ What these return is turned into tables and sentences by :mod:`labkit.teach.less
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -25,6 +25,7 @@ import torch
 
 from labkit.graphs import capture_decode_graphs
 from labkit.measure.bench import step_inputs
+from labkit.measure.opcount import count_dispatched_ops  # noqa: F401 - notebook 02 calls it here
 from labkit.model import TinyGPT, generate
 from labkit.timing import Stats, time_any
 
@@ -52,25 +53,6 @@ def time_eager_steps(model: TinyGPT, batch_sizes: Sequence[int], *, repeats: int
         out[int(bs)] = time_any(lambda: model.decode_step(tokens, positions, slots, check=False),
                                 model.device, warmup=warmup, repeats=repeats, inner=1)
     return out
-
-
-def count_dispatched_ops(fn: Callable[[], Any], *, include_views: bool = False) -> Counter:
-    """Count the ATen operators ``fn()`` dispatches (views excluded by default: they launch
-    no kernel). On a GPU most non-view ops launch one kernel, so the total approximates the
-    kernels per step; some launch none or several, so it is an estimate, not a kernel count."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    counts: Counter = Counter()
-
-    class _Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if include_views or not getattr(func, "is_view", False):
-                counts[str(func.overloadpacket.__name__)] += 1
-            return func(*args, **(kwargs or {}))
-
-    with torch.no_grad(), _Count():
-        fn()
-    return counts
 
 
 @dataclass

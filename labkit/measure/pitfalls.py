@@ -37,9 +37,12 @@ RULES: dict[str, str] = {
     "output_overwritten": "a graph's output is a static buffer: the next replay overwrites it",
     "input_rebound": "new inputs are copied INTO the captured input tensors, never rebound",
     "rng": "only device-side randomness is redrawn at replay; host randomness is baked in",
+    "autocast": "a cast made before capture is not redone at replay: autocast's weight cache "
+                "bakes the warm-up's copy into the graph",
 }
 
-PITFALL_NAMES = ("host_sync", "dynamic_shape", "output_overwritten", "input_rebound", "rng")
+PITFALL_NAMES = ("host_sync", "dynamic_shape", "output_overwritten", "input_rebound", "rng",
+                 "autocast")
 
 
 def _require_cuda(device: str | torch.device) -> torch.device:
@@ -399,6 +402,83 @@ def pitfall_rng(device: str | torch.device = "cuda", replays: int = 3) -> dict:
         host_draws_identical=host_frozen, reseed_repeats_draw=reseed_repeats)
 
 
+# ---------------------------------------------------------------------------- 6. autocast
+
+
+def _autocast_run(lin: torch.nn.Linear, x: torch.Tensor, cache: bool) -> dict:
+    """Warm up and capture ``lin(x)`` inside ONE bf16 autocast region with the weight cache
+    on or off, then change the float32 weight in place (a weight update) and replay, still
+    inside the region (outside it the cached copy would already be freed)."""
+    w0 = lin.weight.detach().clone()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
+        cg = capture_callable(lin, x)            # warm-up (casts, caches) then capture
+        before = cg.replay().float().clone()
+        lin.weight.mul_(-1.0)                    # the update: every output flips its sign
+        after = cg.replay().float().clone()
+        del cg
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+        expected = lin(x).float()                # what the updated weights give
+    with torch.no_grad():
+        lin.weight.copy_(w0)
+    return {"before_update": before, "after_update": after, "expected": expected,
+            "stale": bool(torch.equal(after, before)),
+            "max_abs_diff_to_expected": float((after - expected).abs().max()),
+            "correct": bool(torch.allclose(after, expected, rtol=1e-2, atol=1e-2))}
+
+
+def pitfall_autocast(device: str | torch.device = "cuda") -> dict:
+    """Autocast with its weight cache on (the default) around warm-up and capture: the graph
+    reads the bf16 copy cached at warm-up, so a weight update is not seen at replay. Fix:
+    ``cache_enabled=False`` (the cast becomes a kernel of the graph), or cast the model once
+    and capture without autocast (what labkit does). ``torch.cuda.make_graphed_callables``
+    refuses the cached case."""
+    dev = _require_cuda(device)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    lin = torch.nn.Linear(64, 64).to(dev)         # float32 weights (requires_grad: cached)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(64, 64, generator=gen) * 0.1)
+        lin.bias.zero_()
+    x = torch.randn(8, 64, generator=gen).to(dev)
+    cached = _autocast_run(lin, x, cache=True)
+    fixed = _autocast_run(lin, x, cache=False)
+    refusal = None
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        try:
+            torch.cuda.make_graphed_callables(lin, (x,))
+        except RuntimeError as exc:
+            refusal = _err_text(exc)
+    _cleanup()
+    row = 0
+    error = (f"observed stale output: after the weight update (w -> -w) the replay returned "
+             f"{cached['after_update'][row, :3].tolist()} ... (the values from before the "
+             f"update: {cached['stale']}), expected {cached['expected'][row, :3].tolist()} ... "
+             f"(max |replay - expected| = {cached['max_abs_diff_to_expected']:.3g})")
+    result = _result(
+        "autocast",
+        "warm-up and capture inside one torch.autocast region with the weight cache on (the "
+        "default): the warm-up casts each float32 weight to bf16 once and caches the copy, "
+        "the capture finds it and records no cast, so the graph reads that copy forever; an "
+        "update of the float32 weights is never seen (and when the region exits, the cache "
+        "is dropped while the graph still reads its memory)",
+        error,
+        "torch.autocast(..., cache_enabled=False) around capture: the cast is then a kernel "
+        "of the graph and reads the current weights at every replay; better, cast the model "
+        "once (model.to(torch.bfloat16)) and capture without autocast, as labkit does",
+        cached["stale"] and fixed["correct"],
+        cache_on_stale=cached["stale"], cache_on_correct=cached["correct"],
+        cache_on_max_abs_diff=cached["max_abs_diff_to_expected"],
+        cache_off_stale=fixed["stale"], cache_off_correct=fixed["correct"],
+        cache_off_max_abs_diff=fixed["max_abs_diff_to_expected"],
+        row0_before=cached["before_update"][row, :4].tolist(),
+        row0_replay_cache_on=cached["after_update"][row, :4].tolist(),
+        row0_replay_cache_off=fixed["after_update"][row, :4].tolist(),
+        row0_expected=cached["expected"][row, :4].tolist(),
+        make_graphed_callables_error=refusal)
+    del lin, x
+    _cleanup()
+    return result
+
+
 # ---------------------------------------------------------------------------- torch.compile
 
 
@@ -615,6 +695,7 @@ PITFALLS: dict[str, Callable[..., dict]] = {
     "output_overwritten": pitfall_output_overwritten,
     "input_rebound": pitfall_input_rebound,
     "rng": pitfall_rng,
+    "autocast": pitfall_autocast,
 }
 
 

@@ -20,6 +20,7 @@ record name                kind                    written by
 ``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
 ``serve_<name>``           :class:`Serve`          ``labkit serve`` (``suite.serve_cli``)
 ``pool_overwrite``         :class:`PoolOverwrite`  ``pool_overwrite.measure_pool_overwrite``
+``fused_<preset>``         :class:`Fused`          ``fused_bench.measure_fused``
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -55,7 +56,7 @@ __all__ = [
     "PagedRun", "KINDS",
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
-    "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE",
+    "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE", "Fused",
 ]
 
 
@@ -1105,6 +1106,102 @@ class PoolOverwrite:
                    fixed=_req(d, "fixed", where, _bool))
 
 
+# ----------------------------------------------------------------------------- fused step
+
+FUSED_STEPS = ("readable", "fused")
+
+
+def _count_map(v: Any, where: str) -> dict[str, int]:
+    out = {}
+    for k, x in _dict(v, where).items():
+        n = _int(x, f"{where}.{k}")
+        if n < 0:
+            raise _fail(f"{where}.{k}", "a count >= 0", x)
+        out[k] = n
+    return out
+
+
+@dataclass(frozen=True)
+class Fused(_Timed):
+    """``fused_<preset>``: the readable and the fused decode step (:mod:`labkit.fused`) side
+    by side: FULL-graph replay time (µs) per batch size, GPU operations of one eager step by
+    kernel name at ``count_batch`` (``ops[step]``) and in total per batch size
+    (``ops_total[step]``), the bf16 agreement of the fused step with the readable one
+    (``agreement``: tokens, equal, fraction, max_logit_diff) and the checks (float32 tokens
+    equal, graph tokens equal eager); optionally the summed GPU µs by kernel (``op_us``) and
+    of a whole eager step (``kernel_us``), from the same profiler trace."""
+
+    RECORD = "fused_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    n_layer: int
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    count_batch: int
+    ops: dict[str, dict[str, int]]
+    ops_total: dict[str, list[int]]
+    agreement: dict[str, float]
+    checks: dict[str, bool | float]
+    #: summed GPU µs by kernel name at ``count_batch`` (profiled eager step), per step
+    op_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: summed GPU µs of all kernels of one eager step, per step and batch size
+    kernel_us: dict[str, list[float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Fused":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        times = _times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                       f"{where}.batch_sizes")
+        ops = {k: _count_map(v, f"{where}.ops.{k}")
+               for k, v in _req(d, "ops", where, _dict).items()}
+        totals = {}
+        for k, v in _req(d, "ops_total", where, _dict).items():
+            col = _ints(v, f"{where}.ops_total.{k}")
+            _same_length(col, sizes, f"{where}.ops_total.{k}", f"{where}.batch_sizes")
+            totals[k] = col
+        for key, got in (("times", times), ("ops", ops), ("ops_total", totals)):
+            for step in FUSED_STEPS:
+                if step not in got:
+                    raise _Fail(f"{where}.{key}.{step}", "is missing")
+        agree = {k: _num(x, f"{where}.agreement.{k}")
+                 for k, x in _req(d, "agreement", where, _dict).items()}
+        count_batch = _req(d, "count_batch", where, _int)
+        if count_batch in sizes:
+            i = sizes.index(count_batch)
+            for step in FUSED_STEPS:
+                if sum(ops[step].values()) != totals[step][i]:
+                    raise _Fail(f"{where}.ops_total.{step}[{i}]",
+                                f"is {totals[step][i]} but {where}.ops.{step} sums to "
+                                f"{sum(ops[step].values())}")
+        op_us = {k: _num_map(v, f"{where}.op_us.{k}")
+                 for k, v in _opt(d, "op_us", where, _dict, {}).items()}
+        kernel_us = {}
+        for k, v in _opt(d, "kernel_us", where, _dict, {}).items():
+            col = _nums(v, f"{where}.kernel_us.{k}")
+            _same_length(col, sizes, f"{where}.kernel_us.{k}", f"{where}.batch_sizes")
+            kernel_us[k] = col
+        out = cls(preset=_req(d, "preset", where, _str), dtype=_opt(d, "dtype", where, _str, ""),
+                  n_layer=_req(d, "n_layer", where, _int), batch_sizes=sizes, times=times,
+                  count_batch=count_batch, ops=ops, ops_total=totals, agreement=agree,
+                  checks=_opt(d, "checks", where, _checks, {}), op_us=op_us,
+                  kernel_us=kernel_us)
+        _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
+        return out
+
+    def ops_at(self, step: str, batch: int) -> int | None:
+        """GPU operations of one ``step`` at ``batch`` (``None``: not counted)."""
+        if step not in self.ops_total or batch not in self.batch_sizes:
+            return None
+        return self.ops_total[step][self.batch_sizes.index(batch)]
+
+    def ops_per_layer(self, step: str, batch: int | None = None) -> float | None:
+        """GPU operations per layer (total / layers) of ``step`` at ``batch`` (default:
+        ``count_batch``)."""
+        n = self.ops_at(step, self.count_batch if batch is None else batch)
+        return None if n is None else n / self.n_layer
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -1122,6 +1219,7 @@ KINDS: list[tuple[str, type]] = [
     (r"paged_[A-Za-z0-9][A-Za-z0-9_.-]*", Paged),
     (r"serve_[A-Za-z0-9][A-Za-z0-9_.-]*", Serve),
     (r"pool_overwrite", PoolOverwrite),
+    (r"fused_[A-Za-z0-9][A-Za-z0-9_.-]*", Fused),
 ]
 
 
@@ -1194,6 +1292,9 @@ _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "b
 #: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
 #: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`;
 #: ``measure_pool_overwrite``: in :mod:`labkit.measure.pool_overwrite`).
+
+
+#: ``measure_fused``: in :mod:`labkit.measure.fused_bench`).
 #: ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
@@ -1222,6 +1323,8 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     "modes_gpt2": ("measure_modes", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 20}),
     "pool_overwrite": ("measure_pool_overwrite", {"numel": 1 << 20}),
+    "fused_gpt2": ("measure_fused", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
+                                     "dtype": "bfloat16", "repeats": 30}),
 }
 
 

@@ -96,6 +96,9 @@ QUIZ: dict[str, QuizItem] = {
     "c": QuizItem("def step(x):\n    return x[x != 0].mean()", "dynamic_shape"),
     "d": QuizItem("static_in = next_batch.cuda()\ngraph.replay()", "input_rebound"),
     "e": QuizItem("def step(x):\n    return x + random.gauss(0, 1)", "rng"),
+    "f": QuizItem("with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n    model(x)   # warm-up\n"
+                  "    with torch.cuda.graph(g):\n        y = model(x)\n"
+                  "    model.load_state_dict(new_weights)\n    g.replay()", "autocast"),
 }
 
 

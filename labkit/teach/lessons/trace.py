@@ -109,3 +109,17 @@ def describe_trace_vs_events(rows: Mapping[str, Mapping]) -> list[str]:
             "it slows exactly the part that is already the bottleneck. The GPU itself computed "
             f"for only {e['gpu_busy_us']:.0f} µs of each step.")
     return out
+
+
+def short_name(name: str, limit: int = 60) -> str:
+    """A profiler event name without ``void``, anonymous namespaces, template arguments and
+    parameter lists: ``void at::native::(anonymous namespace)::indexSelect<...>(...)`` →
+    ``at::native::indexSelect``."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    text = text.replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        if stop in text[1:]:
+            text = text[: text.index(stop, 1)]
+    return text if len(text) <= limit else text[: limit - 1] + "…"

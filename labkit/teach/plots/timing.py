@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from labkit.measure.records import LaunchOverhead, Timeline, view
 from labkit.teach.lessons import median, record_provenance, stat
 from labkit.teach.lessons.launch import MEET_RATIO, crossover_point, point_at
+from labkit.teach.lessons.trace import short_name
 from labkit.teach.plots import base_layout, color, label, register_template
 from labkit.teach.widgets import pow2_label
 
@@ -33,20 +34,6 @@ def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
     if subtitle:
         fig.update_layout(margin=dict(t=120), legend=dict(y=1.0, yanchor="bottom"))
     return fig
-
-
-def short_name(name: str, limit: int = 60) -> str:
-    """A profiler event name without ``void``, anonymous namespaces, template arguments and
-    parameter lists: ``void at::native::(anonymous namespace)::indexSelect<...>(...)`` →
-    ``at::native::indexSelect``."""
-    text = name.strip()
-    if text.startswith("void "):
-        text = text[5:]
-    text = text.replace("(anonymous namespace)::", "")
-    for stop in ("<", "("):
-        if stop in text[1:]:
-            text = text[: text.index(stop, 1)]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def stats_error_bars(stats: Sequence[Any]) -> dict:

@@ -1,0 +1,299 @@
+"""A fused decode step in plain PyTorch: the readable step's arithmetic in fewer, fatter kernels.
+
+Same weights (read from the model's parameters on every call, never copied or cached), same
+KV cache, same interface as :meth:`labkit.model.TinyGPT.decode_step`:
+``step(tokens, positions, slots, *, check=None, out=None) -> logits``. Build it with
+:func:`make_fused_step` (or pick it by name with :func:`step_function`); graphs capture it
+like the readable step (``capture_decode_graphs(..., step="fused")``).
+
+What is fused, per layer (the kernels one layer launches on CUDA)::
+
+    1 layer_norm                  LN1
+    2 GEMM + bias epilogue        QKV in one cuBLASLt call (torch.addmm with a 1-D bias)
+    3 index_put                   k and v into the cache together (one indexed copy)
+    4 attention                   memory-efficient kernel reading the cache in place
+    5 GEMM, beta=1                out-projection added onto the residual (addmm_ in place)
+    6 layer_norm                  LN2
+    7 GEMM + bias + GELU epilogue MLP up-projection (torch._addmm_activation)
+    8 GEMM, beta=1                MLP down-projection added onto the residual (addmm_)
+    9 broadcast add               the two biases of the residual stream, see below
+
+versus 12 to 15 in the readable step (linears whose bias is a separate copy at batch 1, a GELU,
+two residual adds, two cache writes). Per step add: 2 embedding gathers and their sum, the
+first layer's bias add, 2 metadata kernels, 2 that gather the biases (below), final LayerNorm
+and output head: ``9 L + 10`` kernels (gpt2, L = 12: 118; small, L = 4: 46), when cuBLAS runs
+each GEMM as one kernel (it may add a split-K reduction for some shapes; count them with
+:func:`labkit.measure.opcount.op_counts`).
+
+The residual stream and its biases. GPT-2's out-projection and MLP down-projection have
+biases; folding the residual add into the GEMM (``beta=1``, ``C`` = the residual) leaves the
+bias to add. So the stream is kept as TWO rows ``s = [x, x + b_proj]``: row 0 feeds LN1, row
+1 is the ``C`` of the out-projection, which then yields the layer's middle stream with its
+bias already in. After the MLP down-projection (in place on that row) one broadcast add
+``s' = x + [b_fc_out, b_fc_out + b_proj(next)]`` writes both rows of the next layer.
+The bias pairs come from the model's parameters on every step (one stack, one cumsum), so
+a weight update is seen by eager calls and by graph replays alike (nothing is cached).
+
+cuBLASLt fuses the bias (and GELU) only when the GEMM has at least 2 rows
+(``isInputCompliesAddmmCudaLt``, ``aten/src/ATen/native/cuda/Blas.cpp``); a batch of 1 is
+therefore carried as 2 rows (the broadcast add writes the copy for free), the padded row is
+never attended and never written to the cache.
+
+Numerics: the same operations in another order (GEMM accumulators in float32 either way),
+so float32 tokens equal the readable step's (tests) and bf16 agreement is reported by
+:func:`agreement`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from labkit.checks import as_int
+from labkit.kvcache import SlotKVCache, StepMeta
+from labkit.model import TinyGPT, generate
+
+STEPS: tuple[str, ...] = ("readable", "fused")
+
+
+class DecodeStep(Protocol):
+    """``step(tokens, positions, slots, *, check=None, out=None) -> logits`` (the contract of
+    :meth:`TinyGPT.decode_step`)."""
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
+                 check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        ...
+
+
+def _has_gelu_epilogue() -> bool:
+    return hasattr(torch, "_addmm_activation")
+
+
+class FusedStep:
+    """The fused decode step of one model (see the module docstring). Call it like
+    ``model.decode_step``. ``gelu_epilogue``: use ``torch._addmm_activation`` for the MLP's
+    up-projection (bias and tanh-GELU in the GEMM's epilogue); ``None`` = on CUDA when torch
+    has it (on CPU torch's version applies the exact, not the tanh, GELU: plain ops there).
+    """
+
+    def __init__(self, model: TinyGPT, *, gelu_epilogue: bool | None = None) -> None:
+        if not isinstance(model, TinyGPT):
+            raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
+                            "with labkit.model.build_model")
+        if gelu_epilogue is not None and not isinstance(gelu_epilogue, bool):
+            raise TypeError(f"gelu_epilogue must be True, False or None, got {gelu_epilogue!r}")
+        if gelu_epilogue and not _has_gelu_epilogue():
+            raise RuntimeError("gelu_epilogue=True needs torch._addmm_activation, which this "
+                               f"torch {torch.__version__} lacks; pass gelu_epilogue=None")
+        self.model = model
+        self.gelu_epilogue = gelu_epilogue
+        cfg = model.cfg
+        self._zero = torch.zeros(cfg.d_model, dtype=cfg.torch_dtype, device=model.device)
+        # (max_batch + 2,) int32 0, 1, 2, ...: query_start of a batch of B is its first B + 1
+        self._arange32 = torch.arange(cfg.max_batch + 2, dtype=torch.int32,
+                                      device=model.device)
+        self._key_start: dict[int, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ the step
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
+                 check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        self._check(tokens, positions, slots, check, out)
+        with torch.no_grad():
+            return self._step(tokens, positions, slots, out)
+
+    def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               check: bool | None, out: torch.Tensor | None) -> None:
+        """The readable step's checks (shared code: same errors, same rules)."""
+        m = self.model
+        if self._device_changed():
+            raise RuntimeError(f"the model moved to {m.device} after its fused step was built "
+                               f"on {self._zero.device}; build it again with "
+                               "make_fused_step(model)")
+        if check is not None and not isinstance(check, bool):
+            raise TypeError(f"check must be True, False or None, got {check!r}")
+        m._check_tensor("tokens", tokens, 1)
+        m._check_tensor("positions", positions, 1)
+        m._check_tensor("slots", slots, 1)
+        b = tokens.shape[0]
+        if positions.shape[0] != b or slots.shape[0] != b:
+            raise ValueError(f"tokens, positions and slots must have one entry per row; got "
+                             f"{b}, {positions.shape[0]}, {slots.shape[0]}")
+        if b < 1:
+            raise ValueError("empty batch: give at least one row")
+        if b > m.cfg.max_batch:
+            raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
+                             f"{m.cfg.max_batch}; build the model with a larger max_batch")
+        if out is not None and (not isinstance(out, torch.Tensor)
+                                or tuple(out.shape) != (b, m.cfg.vocab_size)
+                                or out.dtype != m.cfg.torch_dtype or out.device != m.device):
+            raise ValueError(f"out must be a ({b}, {m.cfg.vocab_size}) {m.cfg.torch_dtype} "
+                             f"tensor on {m.device}; got "
+                             f"{getattr(out, 'shape', type(out).__name__)}")
+        on_cpu = tokens.device.type == "cpu"
+        if check is None:
+            check = on_cpu
+        if check:
+            if not on_cpu and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("the fused step with check=True reads values on the host, "
+                                   "which a CUDA graph capture forbids; capture with "
+                                   "check=False")
+            m._check_values(tokens, positions, slots)
+
+    def _device_changed(self) -> bool:
+        w = self.model.tok_emb.weight
+        return self._zero.device != w.device or self._zero.dtype != w.dtype
+
+    def _meta(self, positions: torch.Tensor, rows: torch.Tensor) -> StepMeta:
+        """The step's cache metadata in 2 kernels (slot layout): key starts into a per-size
+        buffer whose last entry (the end of the cache) is filled once, and ``pos + 1``.
+        ``query_start`` is a slice of a constant."""
+        cache = self.model.cache
+        b = positions.shape[0]
+        key_start = self._key_start.get(b)
+        capturing = positions.is_cuda and torch.cuda.is_current_stream_capturing()
+        if key_start is None:
+            key_start = torch.full((b + 1,), (cache.max_batch + 1) * cache.max_seq,
+                                   dtype=torch.int32, device=positions.device)
+            if not capturing:  # a buffer made during capture is not filled until replay
+                self._key_start[b] = key_start
+        torch.mul(rows, cache.max_seq, out=key_start[:b])
+        seq_lens = torch.empty(b, dtype=torch.int32, device=positions.device)
+        torch.add(positions, 1, out=seq_lens)
+        write_index = None if isinstance(cache, SlotKVCache) else cache.write_index(positions,
+                                                                                     rows)
+        return StepMeta(positions=positions, rows=rows, write_index=write_index,
+                        seq_lens=seq_lens, key_start=key_start,
+                        query_start=self._arange32[:b + 1])
+
+    def _bias_pairs(self) -> torch.Tensor:
+        """``(L + 1, 2, D)``: row ``l`` = ``[b_fc_out(l-1), b_fc_out(l-1) + b_proj(l)]`` (zero
+        where a layer does not exist), from the live parameters: one stack, one cumsum."""
+        blocks = self.model.blocks
+        z = self._zero
+        pieces: list[torch.Tensor] = []
+        for i in range(len(blocks) + 1):
+            pieces.append(blocks[i - 1].fc_out.bias if i > 0 else z)
+            pieces.append(blocks[i].proj.bias if i < len(blocks) else z)
+        return torch.stack(pieces).view(len(blocks) + 1, 2, -1).cumsum(1)
+
+    def _up(self, h: torch.Tensor, fc: torch.nn.Linear) -> torch.Tensor:
+        use = self.gelu_epilogue
+        if use is None:
+            use = h.is_cuda and _has_gelu_epilogue()
+        if use:
+            return torch._addmm_activation(fc.bias, h, fc.weight.t(), use_gelu=True)
+        return F.gelu(torch.addmm(fc.bias, h, fc.weight.t()), approximate="tanh")
+
+    def _step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+              out: torch.Tensor | None) -> torch.Tensor:
+        m = self.model
+        cfg = m.cfg
+        b, d, h, hd = tokens.shape[0], cfg.d_model, cfg.n_head, cfg.head_dim
+        rows = max(b, 2)  # cuBLASLt fuses bias and GELU only for GEMMs of >= 2 rows
+        meta = self._meta(positions, slots)
+        pairs = self._bias_pairs()
+        x = torch.add(F.embedding(tokens, m.tok_emb.weight),
+                      F.embedding(positions, m.pos_emb.weight))            # (B, D)
+        s = torch.add(x, pairs[0, :, None].expand(2, rows, d))             # (2, R, D)
+        for i, blk in enumerate(m.blocks):
+            a = F.layer_norm(s[0], (d,), blk.ln1.weight, blk.ln1.bias, blk.ln1.eps)
+            qkv = torch.addmm(blk.qkv.bias, a, blk.qkv.weight.t()).view(rows, 3, h, hd)[:b]
+            m.cache.write_kv(i, qkv[:, 1:].transpose(0, 1), meta)
+            y = m.cache.attend(i, qkv[:, 0], meta).reshape(b, d)
+            mid = s[1]                                                      # x + b_proj
+            mid[:b].addmm_(y, blk.proj.weight.t())
+            g = self._up(F.layer_norm(mid, (d,), blk.ln2.weight, blk.ln2.bias, blk.ln2.eps),
+                         blk.fc)
+            mid.addmm_(g, blk.fc_out.weight.t())
+            if i + 1 < len(m.blocks):
+                s = torch.add(mid, pairs[i + 1, :, None].expand(2, rows, d))
+            else:
+                x = torch.add(mid[:b], pairs[i + 1, 0])
+        x = F.layer_norm(x, (d,), m.ln_f.weight, m.ln_f.bias, m.ln_f.eps)
+        if out is None:
+            return torch.mm(x, m.lm_head.weight.t())
+        return torch.mm(x, m.lm_head.weight.t(), out=out)
+
+
+def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None) -> FusedStep:
+    """The fused decode step of ``model``: a callable with the signature of
+    ``model.decode_step`` (see :class:`FusedStep`)."""
+    return FusedStep(model, gelu_epilogue=gelu_epilogue)
+
+
+def step_function(model: TinyGPT, step: str | Callable = "readable") -> Callable:
+    """The decode step to run: ``"readable"`` (``model.decode_step``), ``"fused"``
+    (:func:`make_fused_step`), or a callable with that signature, returned as is."""
+    if callable(step):
+        return step
+    if step == "readable":
+        return model.decode_step
+    if step == "fused":
+        return make_fused_step(model)
+    raise ValueError(f"step must be one of {list(STEPS)} or a callable (tokens, positions, "
+                     f"slots, *, check, out) -> logits; got {step!r}")
+
+
+# ---------------------------------------------------------------------------------- agreement
+
+
+@dataclass
+class Agreement:
+    """How the fused step's greedy decode compares with the readable step's."""
+
+    tokens: int
+    equal: int
+    #: largest |logit difference| over the first step of every prompt
+    max_logit_diff: float
+
+    @property
+    def fraction(self) -> float:
+        """Share of equal greedy tokens (1.0 = identical)."""
+        return self.equal / self.tokens if self.tokens else 1.0
+
+    def to_dict(self) -> dict:
+        return {"tokens": self.tokens, "equal": self.equal, "fraction": self.fraction,
+                "max_logit_diff": self.max_logit_diff}
+
+
+def agreement(model: TinyGPT, prompts: Sequence[Sequence[int]], new_tokens: int = 8,
+              step: Callable | None = None) -> Agreement:
+    """Greedy-decode ``prompts`` with the readable step and with ``step`` (default: the fused
+    step), and compare: share of equal tokens, and the largest logit difference of one
+    decode step from identical caches (both prompts prefilled, the same first token)."""
+    new_tokens = as_int(new_tokens, "new_tokens", minimum=2,
+                        fix="decode at least 2 new tokens (the first comes from prefill)")
+    step = step or make_fused_step(model)
+    ref = generate(model, prompts, new_tokens)
+    got = generate(model, prompts, new_tokens, step_fn=step)
+    pairs = [(a, c) for r, g in zip(ref, got) for a, c in zip(r, g)]
+    diff = _first_step_diff(model, prompts, step)
+    return Agreement(tokens=len(pairs), equal=sum(a == c for a, c in pairs),
+                     max_logit_diff=diff)
+
+
+@torch.no_grad()
+def _first_step_diff(model: TinyGPT, prompts: Sequence[Sequence[int]], step: Callable) -> float:
+    """Max |readable - step| logits for one decode step after prefilling every prompt (the
+    cache is reset before and after: a measurement, not a serving path)."""
+    dev = model.device
+    n = len(prompts)
+    model.reset_cache()
+    try:
+        for i, p in enumerate(prompts):
+            model.cache.reserve(i, len(p) + 1)
+        first = [model.prefill(torch.tensor([list(p)], device=dev), torch.tensor([i], device=dev))
+                 .argmax(-1) for i, p in enumerate(prompts)]
+        tokens = torch.cat(first)
+        positions = torch.tensor([len(p) for p in prompts], device=dev)
+        slots = torch.arange(n, device=dev)
+        a = model.decode_step(tokens, positions, slots).float()
+        c = step(tokens, positions, slots).float()
+        return float((a - c).abs().max())
+    finally:
+        for i in range(n):
+            model.cache.release(i)
+        model.reset_cache()

@@ -1,0 +1,352 @@
+"""The fused decode step (labkit.fused): same tokens as the readable step, same cache, same
+interface, fewer operations; the op counter; the ``fused_<preset>`` record; GPU checks."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+from labkit.dispatch import PaddingDispatcher
+from labkit.fused import STEPS, agreement, make_fused_step, step_function
+from labkit.kvcache import SlotKVCache
+from labkit.measure import records as R
+from labkit.measure.fused_bench import measure_fused
+from labkit.measure.opcount import compare_counts, op_counts
+from labkit.model import build_model, generate, preset
+
+PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12, 13, 14, 15]]
+
+
+def _model(layout: str = "slot", dtype: str = "float32", **kw):
+    m = build_model(preset("test", max_batch=8, kv_layout=layout, dtype=dtype, **kw), seed=1)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # GPT-2's biases are not zero: make every one count
+        for name, p in m.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return m
+
+
+def _step_inputs(b: int):
+    return (torch.arange(b) * 7 % 97, torch.arange(b) * 3 + 2, torch.arange(b))
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("bs", [1, 2, 3, 5])
+def test_fused_tokens_equal_readable_in_float32(layout, bs):
+    m = _model(layout)
+    ref = generate(m, PROMPTS[:bs], 12)
+    assert generate(m, PROMPTS[:bs], 12, step_fn=make_fused_step(m)) == ref
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_fused_logits_and_cache_match_readable(layout):
+    m = _model(layout)
+    t, p, s = _step_inputs(3)
+    for slot, pos in zip(s.tolist(), p.tolist()):
+        m.cache.reserve(slot, pos + 1)
+    want = m.decode_step(t, p, s)
+    kv_readable = m.cache.kv.clone()
+    m.reset_cache()
+    out = torch.full_like(want, float("nan"))
+    got = make_fused_step(m)(t, p, s, out=out)
+    assert got is out
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(m.cache.kv, kv_readable, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_reads_the_live_weights_every_call():
+    m = _model()
+    step = make_fused_step(m)
+    t, p, s = _step_inputs(2)
+    before = step(t, p, s)
+    with torch.no_grad():
+        m.blocks[-1].fc_out.bias.add_(1.0)
+        m.blocks[0].proj.bias.add_(0.5)
+        m.blocks[1].fc.weight.mul_(1.5)
+    after = step(t, p, s)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, m.decode_step(t, p, s), rtol=1e-5, atol=1e-5)
+
+
+def test_write_kv_writes_what_write_writes():
+    for layout in ("slot", "paged"):
+        m = _model(layout)
+        t, p, s = _step_inputs(3)
+        for slot, pos in zip(s.tolist(), p.tolist()):
+            m.cache.reserve(slot, pos + 1)
+        meta = m.cache.step_meta(p, s)
+        k, v = torch.randn(2, 3, m.cfg.n_head, m.cfg.head_dim).unbind(0)
+        m.cache.write(1, k, v, meta)
+        ref = m.cache.kv.clone()
+        m.reset_cache()
+        m.cache.write_kv(1, torch.stack([k, v]), meta)
+        assert torch.equal(m.cache.kv, ref)
+        assert m.k_cache.data_ptr() == m.cache.kv.data_ptr()  # k, v are views of kv
+
+
+def test_fused_refuses_what_the_readable_step_refuses_and_changes_nothing():
+    m = _model()
+    step = make_fused_step(m)
+    t, p, s = _step_inputs(2)
+    before = m.cache.kv.clone()
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        step(torch.tensor([0, 97]), p, s)
+    with pytest.raises(ValueError, match="past the KV cache"):
+        step(t, torch.tensor([0, 32]), s)
+    with pytest.raises(ValueError, match="appear more than once"):
+        step(t, p, torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="one entry per row"):
+        step(t, p[:1], s)
+    with pytest.raises(ValueError, match="out must be a"):
+        step(t, p, s, out=torch.empty(3, 97))
+    with pytest.raises(TypeError, match="check must be"):
+        step(t, p, s, check="yes")
+    assert torch.equal(m.cache.kv, before)
+
+
+def test_fused_step_notices_a_model_cast_after_it_was_built():
+    m = _model()
+    step = make_fused_step(m)
+    m.to(torch.float64)
+    with pytest.raises(RuntimeError, match="build it again"):
+        step(*_step_inputs(1))
+
+
+def test_step_function_names_and_errors():
+    m = _model()
+    assert step_function(m, "readable") == m.decode_step
+    assert callable(step_function(m, "fused")) and STEPS == ("readable", "fused")
+    assert step_function(m, print) is print
+    with pytest.raises(ValueError, match="step must be one of"):
+        step_function(m, "fast")
+    with pytest.raises(TypeError, match="must be a TinyGPT"):
+        make_fused_step("model")
+
+
+def test_gelu_epilogue_option_is_checked():
+    with pytest.raises(TypeError, match="gelu_epilogue"):
+        make_fused_step(_model(), gelu_epilogue="on")
+
+
+@pytest.mark.parametrize("mode", ["FULL", "NONE"])
+def test_dispatcher_runs_the_fused_step(mode):
+    m = _model()
+    ref = generate(m, PROMPTS[:3], 8)
+    d = PaddingDispatcher(m, [1, 2, 4], cudagraph_mode=mode, step="fused")
+    assert d.step_name == "fused"
+    assert generate(m, PROMPTS[:3], 8, step_fn=d) == ref
+
+
+def test_dispatcher_refuses_fused_piecewise_and_unknown_steps():
+    m = _model()
+    with pytest.raises(ValueError, match="piecewise capture cuts the readable step"):
+        PaddingDispatcher(m, [1, 2], cudagraph_mode="PIECEWISE", step="fused")
+    with pytest.raises(ValueError, match="step must be 'readable' or 'fused'"):
+        PaddingDispatcher(m, [1, 2], step="quick")
+
+
+def test_agreement_in_float32_and_bf16():
+    a = agreement(_model(), PROMPTS, new_tokens=6)
+    assert a.tokens == 30 and a.fraction == 1.0 and a.max_logit_diff < 1e-4
+    b = agreement(_model(dtype="bfloat16"), PROMPTS, new_tokens=6)
+    assert b.tokens == 30 and 0.0 <= b.fraction <= 1.0 and b.max_logit_diff >= 0.0
+    assert set(b.to_dict()) == {"tokens", "equal", "fraction", "max_logit_diff"}
+    with pytest.raises(ValueError, match="new_tokens"):
+        agreement(_model(), PROMPTS, new_tokens=1)
+
+
+# ----------------------------------------------------------------------------- op counter
+
+
+def test_cpu_op_count_fused_issues_fewer_operations():
+    m = _model()
+    t, p, s = _step_inputs(2)
+    fused = make_fused_step(m)
+    readable = op_counts(lambda: m.decode_step(t, p, s, check=False), device="cpu")
+    fewer = op_counts(lambda: fused(t, p, s, check=False), device="cpu")
+    layers = m.cfg.n_layer
+    # the readable step: 4 linears (addmm) per layer, 2 cache writes per layer
+    assert readable["addmm"] == 4 * layers and readable["index_copy_"] == 2 * layers
+    # the fused step: QKV and MLP-up addmm, two GEMMs onto the residual, one cache write
+    assert fewer["addmm"] == 2 * layers and fewer["addmm_"] == 2 * layers
+    assert fewer["index_put_"] == layers and "index_copy_" not in fewer
+    assert fewer["native_layer_norm"] == readable["native_layer_norm"] == 2 * layers + 1
+    assert sum(fewer.values()) < sum(readable.values())
+    assert not any(n in fewer for n in ("view", "empty", "transpose"))  # no kernel of their own
+
+
+def test_compare_counts_table():
+    rows = compare_counts({"a": 2, "b": 1}, {"a": 1, "c": 3})
+    assert rows[-1] == {"name": "total", "readable": 3, "fused": 4, "change": 1}
+    assert rows[0]["name"] == "c" and {r["name"] for r in rows} == {"a", "b", "c", "total"}
+    assert next(r for r in rows if r["name"] == "b")["fused"] == 0
+    with pytest.raises(ValueError, match="readable count"):
+        compare_counts({"a": -1}, {})
+
+
+def test_op_counts_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="device must be"):
+        op_counts(lambda: None, device="tpu")
+    with pytest.raises(TypeError, match="callable"):
+        op_counts(3, device="cpu")
+    with pytest.raises(ValueError, match="warmup"):
+        op_counts(lambda: None, device="cpu", warmup=-1)
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def _stats(us: float) -> dict:
+    return {"median": us, "p10": us, "p90": us, "mean": us, "n": 3, "unit": "us"}
+
+
+FUSED_DATA = {
+    "preset": "gpt2", "dtype": "bfloat16", "n_layer": 12, "batch_sizes": [1, 8],
+    "times": {"readable": [_stats(560.0), _stats(600.0)], "fused": [_stats(420.0), _stats(470.0)]},
+    "count_batch": 1,
+    "ops": {"readable": {"gemv": 100, "ln": 125}, "fused": {"gemm": 70, "ln": 48}},
+    "ops_total": {"readable": [225, 225], "fused": [118, 118]},
+    "agreement": {"tokens": 64, "equal": 63, "fraction": 63 / 64, "max_logit_diff": 0.06},
+    "checks": {"fused_tokens_equal_readable_float32": True, "graph_tokens_equal_eager": True},
+}
+
+
+def test_fused_record_parses_and_derives():
+    rec = R.parse("fused_gpt2", FUSED_DATA)
+    assert R.kind_of("fused_small") is R.Fused
+    assert rec.at("fused", 1) == 420.0 and rec.ops_at("readable", 8) == 225
+    assert rec.ops_per_layer("fused") == pytest.approx(118 / 12)
+    assert rec.ops_at("fused", 64) is None
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["ops_total"].update(fused=[117, 118]), "ops_total.fused[0]"),
+    (lambda d: d["times"].pop("fused"), "times.fused"),
+    (lambda d: d["ops"]["fused"].update(gemm=-1), "ops.fused.gemm"),
+    (lambda d: d["ops_total"].update(readable=[225]), "ops_total.readable"),
+    (lambda d: d.pop("agreement"), "agreement"),
+    (lambda d: d.update(kernel_us={"fused": [1.0]}), "kernel_us.fused"),
+    (lambda d: d.update(op_us={"fused": {"k": "x"}}), "op_us.fused.k"),
+])
+def test_fused_record_refuses_inconsistent_data(edit, field):
+    d = copy.deepcopy(FUSED_DATA)
+    edit(d)
+    with pytest.raises(R.SchemaError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        R.parse("fused_gpt2", d)
+
+
+def test_fused_defaults_fit_measure_fused():
+    inspect.signature(measure_fused).bind(**R.measure_kwargs(R.default_params("fused_gpt2")))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_sizes=[]), "at least one batch size"),
+    (dict(batch_sizes=[0]), "batch_sizes"),
+    (dict(repeats=0), "repeats"),
+    (dict(new_tokens=1), "new_tokens"),
+])
+def test_measure_fused_refuses_bad_input_before_anything(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        measure_fused("test", **kwargs)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+def _cuda_model(name: str = "small", dtype: str = "float32", max_batch: int = 8):
+    m = build_model(preset(name, max_batch=max_batch, dtype=dtype), "cuda", seed=0)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("bias"):
+                p.copy_((torch.randn(p.shape, generator=g) * 0.02).to(p))
+    return m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bs", [1, 2, 5, 8])
+def test_fused_tokens_equal_readable_on_the_gpu_float32(bs):
+    m = _cuda_model()
+    assert isinstance(m.cache, SlotKVCache) and m.cache.in_place  # the in-place kernel path
+    prompts = [[(7 * i + j) % 1000 for j in range(3 + i)] for i in range(bs)]
+    assert generate(m, prompts, 10, step_fn=make_fused_step(m)) == generate(m, prompts, 10)
+
+
+@pytest.mark.gpu
+def test_fused_graphs_replay_equal_eager_and_see_weight_updates():
+    from labkit.graphs import capture_decode_graphs
+
+    m = _cuda_model()
+    step = make_fused_step(m)
+    gs = capture_decode_graphs(m, [1, 4], step=step, progress=False)
+    try:
+        t = torch.tensor([5, 6, 7, 8], device="cuda")
+        p = torch.tensor([3, 9, 1, 20], device="cuda")
+        s = torch.arange(4, device="cuda")
+        gs.copy_inputs(t, p, s)
+        torch.testing.assert_close(gs.replay(4)[:4].clone(), step(t, p, s, check=False),
+                                   rtol=1e-5, atol=1e-5)
+        with torch.no_grad():  # a weight update after capture is read by the replay
+            m.blocks[0].proj.bias.add_(0.25)
+            m.blocks[-1].fc_out.bias.add_(0.25)
+        gs.copy_inputs(t, p, s)
+        torch.testing.assert_close(gs.replay(4)[:4].clone(), m.decode_step(t, p, s),
+                                   rtol=1e-4, atol=1e-4)
+    finally:
+        gs.release()
+
+
+@pytest.mark.gpu
+def test_fused_step_launches_fewer_gpu_kernels():
+    m = _cuda_model("small", dtype="bfloat16")
+    fused = make_fused_step(m)
+    t, p, s = (x.cuda() for x in (torch.tensor([3]), torch.tensor([10]), torch.tensor([0])))
+    readable = op_counts(lambda: m.decode_step(t, p, s, check=False), device="cuda")
+    fewer = op_counts(lambda: fused(t, p, s, check=False), device="cuda")
+    assert sum(fewer.values()) < sum(readable.values())
+    # 9 per layer + 10 per step by design; cuBLAS may add a split-K reduction per GEMM
+    assert sum(fewer.values()) <= 9 * m.cfg.n_layer + 10 + 4 * m.cfg.n_layer + 1
+
+
+@pytest.mark.gpu
+def test_measure_fused_on_the_gpu():
+    data = measure_fused("test", batch_sizes=(1, 4), dtype="bfloat16", repeats=3, inner=2,
+                         new_tokens=4)
+    rec = R.parse("fused_test", data)
+    assert rec.batch_sizes == [1, 4] and set(rec.times) == set(STEPS)
+    assert rec.checks["fused_tokens_equal_readable_float32"] is True
+    assert rec.checks["graph_tokens_equal_eager"] is True
+    assert rec.ops_at("fused", 1) < rec.ops_at("readable", 1)
+    assert 0.0 <= rec.agreement["fraction"] <= 1.0
+
+
+# ----------------------------------------------------------------------------- lessons
+
+
+def test_lessons_read_the_fused_record():
+    from labkit.teach.lessons import fused as lf
+
+    d = copy.deepcopy(FUSED_DATA)
+    d["ops"]["readable"] = {"void gemv2T_kernel_val<int, 128>(params)": 60, "void gemv2T_kernel_val"
+                            "<int, 64>(params)": 40, "ln": 125}
+    rows = lf.kernel_rows(d)
+    assert rows[0] == {"name": "ln", "readable": 125, "fused": 48, "change": -77}
+    assert {"name": "gemv2T_kernel_val", "readable": 100, "fused": 0, "change": -100} in rows
+    assert rows[-1]["readable"] == 225 and rows[-1]["fused"] == 118
+    steps = lf.step_rows(d)
+    assert steps[0]["fused/readable"] == pytest.approx(0.75) and steps[1]["fused_ops"] == 118
+    text = " ".join(lf.sentences(d))
+    assert "420 µs fused" in text and "9.8 per layer" in text
+    assert "<= 550 µs at batch 1: 420 µs, met" in text and "<= 120 GPU operations" in text
+    d["times"]["fused"][0] = _stats(600.0)
+    assert "NOT met" in " ".join(lf.sentences(d))
+    d["op_us"] = {"readable": {"ln": 250.0}, "fused": {"ln": 96.0, "gemm": 140.0}}
+    d["kernel_us"] = {"readable": [400.0, 450.0], "fused": [236.0, 300.0]}
+    rows = lf.kernel_rows(d)
+    assert rows[0]["readable_us"] == 250.0 and rows[-1]["fused_us"] == 236.0
+    steps = lf.step_rows(d)
+    assert steps[0]["fused_kernel_us"] == 236.0 and steps[0]["fused_gaps_us"] == 364.0
