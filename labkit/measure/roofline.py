@@ -96,7 +96,7 @@ def profile_call(fn: Callable[[], object]) -> dict:
         torch.cuda.synchronize()
     events = list(prof.events())
     gpu = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    launches = sum(1 for e in events if e.name in ("cudaGraphLaunch", "cuGraphLaunch"))
+    launches = sum(1 for e in events if "GraphLaunch" in e.name)
     return {"gpu_ops": gpu, "graph_launches": launches}
 
 
@@ -219,8 +219,11 @@ def compile_reduce_overhead_variant(model: TinyGPT, sizes: list[int]) -> Runner:
                              dynamic=False)
 
     def step(t, p, s):
-        torch.compiler.cudagraph_mark_step_begin()
-        return compiled(t, p, s)
+        # always under no_grad: Dynamo guards the grad mode at entry, and generate() (token
+        # checks) runs under no_grad; a mixed mode would recompile every size once more
+        with torch.no_grad():
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(t, p, s)
 
     t0 = time.perf_counter()
     for b in sizes:  # compile, warm up, record: three calls per size
@@ -247,7 +250,13 @@ def _compiled_default(model: TinyGPT) -> Callable[..., torch.Tensor]:
     import torch._dynamo
 
     torch._dynamo.reset()
-    return torch.compile(model.decode_step, mode="default", fullgraph=True, dynamic=False)
+    compiled = torch.compile(model.decode_step, mode="default", fullgraph=True, dynamic=False)
+
+    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # one grad mode at entry for every call: no recompile
+            return compiled(t, p, s)
+
+    return step
 
 
 #: Inductor's kernels (``mode="default"``, no CUDA Graph Trees) in labkit's own capture
