@@ -274,10 +274,12 @@ CONDITIONAL_HISTORY = (
     "PyTorch's first attempt to expose IF and WHILE nodes (#130386, 2024) went stale and was "
     "closed; its successor for torch.cond and torch.while_loop (#140979) was closed too. "
     "IF nodes for torch.cond under capture (#168912) were merged and then reverted "
-    "(#177108, March 2026); later releases carry the IF binding "
-    "(CUDAGraph.begin_capture_to_if_node). WHILE nodes for torch.while_loop (#184989) were "
-    "proposed and closed; IF-ELSE nodes (#189462) are still open. Without a binding, a WHILE "
-    "node is built by hand through cuda-python, as NeMo does.")
+    "(#177108, March 2026); the stubs of torch 2.13 declare the IF binding again "
+    "(_CUDAGraph.begin_capture_to_if_node), with no WHILE counterpart. WHILE nodes for "
+    "torch.while_loop (#184989) were proposed and closed; IF-ELSE nodes (#189462) are still "
+    "open. Without a binding a WHILE node is built by hand through cuda-python, as NVIDIA "
+    "NeMo's greedy ASR decoders do (nemo/core/utils/cuda_python_utils.py, "
+    "with_conditional_node).")
 
 
 def conditional_verdict(support: Mapping) -> str:
