@@ -352,3 +352,71 @@ def test_bench_roofline_without_a_gpu_exits_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "labkit", "bench", "--roofline", "--out",
                            str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ assembly on CPU
+# The measurement functions need CUDA; with the CUDA-only pieces stubbed (timers, profiler,
+# capture) their control flow and the records they assemble are checked here, so that a
+# schema mismatch fails on CPU and not on the GPU machine. Nothing here is a result.
+
+
+@pytest.fixture
+def cpu_measure(monkeypatch):
+    from labkit.timing import Stats
+
+    fake_stats = Stats.from_samples([1.0, 2.0, 3.0])
+    monkeypatch.setattr(mr, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(mr, "_free", lambda: None)
+    monkeypatch.setattr(mr, "copy_bandwidth", lambda: {"bytes": 1, "gbps": 1.0,
+                                                        "copy": fake_stats.to_dict()})
+    monkeypatch.setattr(mr, "matmul_rate", lambda: {"n": 1, "tflops": 1.0,
+                                                     "time": fake_stats.to_dict()})
+    monkeypatch.setattr(mr, "time_cuda", lambda fn, **kw: (fn(), fake_stats)[1])
+    monkeypatch.setattr(mr, "profile_call", lambda fn: (fn(), {"gpu_ops": 7,
+                                                              "graph_launches": 0})[1])
+    monkeypatch.setattr(mr, "make_model", lambda name, **kw: build_model(
+        preset(name, max_batch=kw["max_batch"], max_seq=kw["max_seq"]), "cpu"))
+
+    def eager_as_graph(model, sizes):
+        return mr.Runner(prepare=lambda b, t, p, s: (lambda: model.decode_step(t, p, s)),
+                         step_fn=model.decode_step, info={"setup_s": 0.0, "pool_bytes": 1})
+
+    def failing(model, sizes):
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setitem(mr.STEP_VARIANTS, "graph", eager_as_graph)
+    monkeypatch.setitem(mr.STEP_VARIANTS, "compile_reduce_overhead", failing)
+
+
+def test_measure_roofline_assembles_a_valid_record_on_cpu(cpu_measure, tmp_path):
+    data = mr.measure_roofline("test", batch_sizes=[1, 2], compile_sizes=[1], context=8,
+                               max_seq=32, variants=["eager", "graph", "compile_reduce_overhead"],
+                               repeats=2, inner=1)
+    rec = load_result(save_result("roofline_test", data, {}, tmp_path)).record
+    assert rec.checks["graph_tokens_equal_eager"] is True
+    assert rec.variants["graph"].gpu_ops == 7 and rec.variants["graph"].profiled_batch == 1
+    assert rec.variants["compile_reduce_overhead"].error == "RuntimeError: compile failed"
+    assert rec.median_us("compile_reduce_overhead") == [None, None]
+    assert rec.median_us("graph") == [2.0, 2.0]
+
+
+def test_measure_multistep_assembles_a_valid_record_on_cpu(cpu_measure, monkeypatch, tmp_path):
+    from labkit.multistep import MultiStepGraph
+
+    class Eager(MultiStepGraph):
+        def replay(self):
+            return multistep_decode(self.captured, self.tokens, self.positions, self.slots,
+                                    self.n_steps, out=self.out)
+
+    def fake_capture(model, b, n, pool=None):
+        z = torch.zeros(b, dtype=torch.long)
+        return Eager(model, n, z.clone(), z.clone(), z.clone(),
+                     torch.zeros((b, n), dtype=torch.long))
+
+    monkeypatch.setattr(mr, "capture_multistep", fake_capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    data = mr.measure_multistep("test", batch_sizes=[1, 2], n_steps=3, max_seq=32, repeats=2)
+    rec = load_result(save_result("multistep_test", data, {}, tmp_path)).record
+    assert rec.checks["multistep_tokens_equal_single_steps"] is True
+    assert rec.median_us("multistep") == [pytest.approx(2.0 / 3)] * 2
+    assert set(rec.conditional["if_node_demo"]) == {"ok", "values", "error"}
