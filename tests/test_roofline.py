@@ -420,3 +420,18 @@ def test_measure_multistep_assembles_a_valid_record_on_cpu(cpu_measure, monkeypa
     assert rec.checks["multistep_tokens_equal_single_steps"] is True
     assert rec.median_us("multistep") == [pytest.approx(2.0 / 3)] * 2
     assert set(rec.conditional["if_node_demo"]) == {"ok", "values", "error"}
+
+
+def test_cache_copy_sentence():
+    rec = roofline_record()
+    assert lr.cache_copy_sentence(rec) is None          # no compile_full_cache column
+    cache = 2 * 12 * 65 * 256 * 768 * 2                  # k + v, 64 slots + scratch, bf16
+    rec["times"]["compile_full_cache"] = [st(3000.0), None, None]
+    rec["variants"]["compile_full_cache"] = {"sizes": [1], "max_batch": 64,
+                                             "cache_bytes": cache, "error": None}
+    rec["variants"]["compile_reduce_overhead"]["max_batch"] = 1
+    s = lr.cache_copy_sentence(rec)
+    want = stepcost.floor_us(24 * cache, 4000.0)         # 24 writes x half the cache x 2
+    assert "2,300 µs more" in s and f"{want:,.0f} µs at the measured bandwidth" in s
+    rows = {r["variant"]: r for r in lr.compile_rows(rec)}
+    assert rows[lr.variant_label("compile_full_cache")]["cache slots"] == 64

@@ -1022,8 +1022,9 @@ class Serve:
 class RooflineVariant:
     """What one step variant of a ``roofline_<preset>`` record cost to set up and what one
     step launches: capture or compile seconds, pool bytes, GPU operations and graph launches
-    per step (profiler, at ``profiled_batch``), CUDA graphs Inductor skipped, and the error
-    when the variant failed (then it has no times). ``None``: not measured."""
+    per step (profiler, at ``profiled_batch``), CUDA graphs Inductor skipped, the cache slots
+    and KV-cache bytes of the model it ran on, and the error when the variant failed (then it
+    has no times). ``None``: not measured."""
 
     sizes: list[int]
     setup_s: float | None = None
@@ -1033,6 +1034,9 @@ class RooflineVariant:
     profiled_batch: int | None = None
     cudagraph_skips: int | None = None
     error: str | None = None
+    #: cache slots and KV-cache bytes of the model this variant ran on
+    max_batch: int | None = None
+    cache_bytes: int | None = None
 
     @classmethod
     def from_data(cls, v: Any, where: str) -> "RooflineVariant":
@@ -1044,7 +1048,9 @@ class RooflineVariant:
                    graph_launches=_opt(d, "graph_launches", where, _int),
                    profiled_batch=_opt(d, "profiled_batch", where, _int),
                    cudagraph_skips=_opt(d, "cudagraph_skips", where, _int),
-                   error=_opt(d, "error", where, _str))
+                   error=_opt(d, "error", where, _str),
+                   max_batch=_opt(d, "max_batch", where, _int),
+                   cache_bytes=_opt(d, "cache_bytes", where, _int))
 
     @property
     def graphs_used(self) -> bool | None:
@@ -1259,7 +1265,8 @@ _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "b
            "repeats": 30}
 
 _ROOFLINE = {"batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256],
-             "variants": ["eager", "graph", "compile_reduce_overhead", "compile_manual_graph"],
+             "variants": ["eager", "graph", "compile_reduce_overhead", "compile_manual_graph",
+                          "compile_full_cache"],
              "context": 128, "max_seq": 256, "dtype": "bfloat16", "repeats": 20}
 _MULTISTEP = {"batch_sizes": [1, 8, 64], "n_steps": 8, "max_seq": 256, "dtype": "bfloat16",
               "repeats": 20}

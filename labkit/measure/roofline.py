@@ -9,7 +9,11 @@ the memory allows, and what several steps per graph buy (notebook 12).
   ``eager``, ``graph`` (labkit's FULL capture), ``compile_reduce_overhead``
   (``torch.compile(fullgraph=True, dynamic=False, mode="reduce-overhead")``: Inductor's
   kernels in CUDA Graph Trees) and ``compile_manual_graph`` (the same Inductor kernels,
-  ``mode="default"``, captured by labkit's own :func:`labkit.graphs.capture_callable`);
+  ``mode="default"``, captured by labkit's own :func:`labkit.graphs.capture_callable`), both
+  on a model with the same weights whose cache holds only the compiled sizes, and
+  ``compile_full_cache`` (reduce-overhead on the cache of every batch size: the compiled
+  step rewrites whole cache buffers, so its cost grows with the cache, see
+  :data:`SMALL_CACHE`);
 * for each variant its set-up seconds (capture or compile), pool bytes, GPU operations per
   step and graph launches per step (profiler), so that "CUDA graphs were really used" is
   a measured fact (``graph_launches >= 1``, and no skip in Inductor's counters).
@@ -269,10 +273,18 @@ STEP_VARIANTS: dict[str, StepBuilder] = {
     "graph": graph_variant,
     "compile_reduce_overhead": compile_reduce_overhead_variant,
     "compile_manual_graph": compile_manual_graph_variant,
+    "compile_full_cache": compile_reduce_overhead_variant,
 }
-#: variants measured by default; the compile ones only at ``compile_sizes``
-DEFAULT_VARIANTS = ("eager", "graph", "compile_reduce_overhead", "compile_manual_graph")
-COMPILED = ("compile_reduce_overhead", "compile_manual_graph")
+#: variants measured by default (eager first: it is timed before any profiler has run)
+DEFAULT_VARIANTS = ("eager", "graph", "compile_reduce_overhead", "compile_manual_graph",
+                    "compile_full_cache")
+#: variants timed only at ``compile_sizes`` (``compile_full_cache``: at the first one only)
+COMPILED = ("compile_reduce_overhead", "compile_manual_graph", "compile_full_cache")
+#: variants measured on a second model (same weights) whose KV cache holds only the compiled
+#: batch sizes: torch.compile functionalizes the in-place cache write, and Inductor then
+#: rewrites the whole cache buffer at every write, a cost that grows with the cache
+#: (``compile_full_cache`` shows it on the cache of every batch size)
+SMALL_CACHE = ("compile_reduce_overhead", "compile_manual_graph")
 
 
 # ---------------------------------------------------------------------------------- roofline
@@ -323,34 +335,43 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
     bandwidth = copy_bandwidth()
     matmul = matmul_rate()
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    small = None
+    if set(variants) & set(SMALL_CACHE):  # the same seeded weights, a cache of csizes rows
+        small = make_model(preset_name, max_batch=max(csizes), dtype=dtype, max_seq=max_seq)
     times: dict[str, list] = {}
     info: dict[str, dict] = {}
     checks: dict[str, bool | float] = {}
     check_sizes = sorted({sizes[0], sizes[-1], *[b for b in (8,) if b in sizes]})
     for name in variants:
-        run_sizes = csizes if name in COMPILED else sizes
+        vmodel = small if name in SMALL_CACHE else model
+        run_sizes = (csizes[:1] if name == "compile_full_cache" else
+                     csizes if name in COMPILED else sizes)
         times[name] = [None] * len(sizes)
         runner = None
         try:
-            runner = STEP_VARIANTS[name](model, run_sizes)
+            runner = STEP_VARIANTS[name](vmodel, run_sizes)
             run_sizes = runner.sizes or run_sizes
             if runner.step_fn is not None:
-                agree = min(token_agreement(model, runner.step_fn, b)
+                agree = min(token_agreement(vmodel, runner.step_fn, b)
                             for b in run_sizes if b in check_sizes or name in COMPILED)
                 checks[f"{name}_tokens_equal_eager"] = agree == 1.0
                 checks[f"{name}_token_agreement"] = agree
             for i, b in enumerate(sizes):
-                if b not in run_sizes:
-                    continue
-                t, p, s = _inputs(model, b, context)
-                fn = runner.prepare(b, t, p, s)
-                times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner))
-                if b == run_sizes[0]:
-                    runner.info.update(profile_call(fn), profiled_batch=b)
+                if b in run_sizes:
+                    fn = runner.prepare(b, *_inputs(vmodel, b, context))
+                    times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
+                                                      inner=inner))
+            # profiled only after this variant's timings: a profiler session leaves the host
+            # slower at launching kernels for the rest of the process (eager goes first)
+            b0 = run_sizes[0]
+            runner.info.update(profile_call(runner.prepare(b0, *_inputs(vmodel, b0, context))),
+                               profiled_batch=b0)
             info[name] = {**runner.info, "sizes": run_sizes, "error": None}
         except Exception as exc:  # noqa: BLE001 - recorded: one failing column keeps the rest
             info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         finally:
+            info.setdefault(name, {"sizes": run_sizes, "error": "interrupted"})
+            info[name].update(max_batch=vmodel.cfg.max_batch, cache_bytes=vmodel.cache_bytes())
             if runner is not None:
                 runner.release()
             _free()
@@ -360,7 +381,7 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
         "bandwidth": bandwidth, "matmul": matmul, "times": times, "variants": info,
         "checks": checks,
     }
-    model = None  # drop references before freeing
+    model = small = None  # drop references before freeing
     _free()
     return out
 

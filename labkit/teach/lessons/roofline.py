@@ -25,6 +25,7 @@ VARIANT_LABELS: dict[str, str] = {
     "graph": "FULL graph (labkit capture)",
     "compile_reduce_overhead": "torch.compile reduce-overhead (CUDA Graph Trees)",
     "compile_manual_graph": "torch.compile kernels + labkit capture",
+    "compile_full_cache": "torch.compile reduce-overhead, cache of every batch size",
 }
 MULTISTEP_LABELS: dict[str, str] = {
     "host_sync": "one-step graph, tokens to the host and back each step",
@@ -194,7 +195,9 @@ def compile_rows(record: Any) -> list[dict]:
             t = r.at(name, b)
             row[f"batch {b} (µs)"] = None if t is None else round(t, 1)
         agree = r.checks.get(f"{name}_token_agreement")
-        row.update({"set-up (s)": None if v is None or v.setup_s is None else round(v.setup_s, 2),
+        row.update({"cache slots": None if v is None else v.max_batch,
+                    "KV cache (MiB)": None if v is None or v.cache_bytes is None
+                    else round(v.cache_bytes / MIB, 1),"set-up (s)": None if v is None or v.setup_s is None else round(v.setup_s, 2),
                     "pool (MiB)": None if v is None or v.pool_bytes is None
                     else round(v.pool_bytes / MIB, 1),
                     "GPU ops / step": None if v is None else v.gpu_ops,
@@ -228,6 +231,29 @@ def compile_sentence(record: Any, batch: int = 1) -> str:
     if not parts:
         return f"no compiled column was measured at batch {batch}."
     return f"batch {batch}: FULL graph {g:,.0f} µs; " + "; ".join(parts) + "."
+
+
+def cache_copy_sentence(record: Any) -> str | None:
+    """What a compiled step pays for rewriting whole cache buffers: the ``compile_full_cache``
+    step against the small-cache compiled step at the same batch, next to what copying the
+    whole K or V buffer at each of the ``2 × layers`` cache writes would take at the measured
+    bandwidth (read + write). ``None`` when the record lacks either column."""
+    r = view(record, Roofline)
+    full, small = r.variants.get("compile_full_cache"), r.variants.get("compile_reduce_overhead")
+    if full is None or small is None or not full.sizes or not full.cache_bytes:
+        return None
+    b = full.sizes[0]
+    t_full, t_small = r.at("compile_full_cache", b), r.at("compile_reduce_overhead", b)
+    if t_full is None or t_small is None:
+        return None
+    writes = 2 * int(r.config["n_layer"])
+    per_buffer = full.cache_bytes / 2
+    copy_us = stepcost.floor_us(writes * per_buffer * 2, r.bandwidth_gbps)
+    return (f"batch {b}: the compiled step on a cache of {full.max_batch} slots "
+            f"({full.cache_bytes / MIB:,.0f} MiB) takes {t_full:,.0f} µs, on a cache of "
+            f"{small.max_batch} slots {t_small:,.0f} µs: {t_full - t_small:,.0f} µs more. "
+            f"Rewriting the whole K or V buffer ({per_buffer / MIB:,.0f} MiB) at each of the "
+            f"{writes} cache writes would take {copy_us:,.0f} µs at the measured bandwidth.")
 
 
 # ---------------------------------------------------------------------------------- multi-step
