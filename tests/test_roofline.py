@@ -301,7 +301,7 @@ def test_conditional_probe_and_verdict():
     v = lr.conditional_verdict({"torch": "x", "cuda_built": True, "if_node": True,
                                 "if_node_demo": {"ok": True, "values": [1.0, 1.0, 2.0]},
                                 "cuda_python": "cuda.bindings.runtime"})
-    assert "exposes IF nodes" in v and "it works" in v and "built by hand" in v
+    assert "exposes IF nodes" in v and "it works" in v and "added by hand" in v
     for pr_number in ("#130386", "#168912", "#177108"):
         assert pr_number in lr.CONDITIONAL_HISTORY
 

@@ -326,8 +326,9 @@ def conditional_verdict(support: Mapping) -> str:
     s += ("It has no WHILE-node binding" if not support.get("while_node") else
           "It has a WHILE-node binding")
     cp = support.get("cuda_python")
-    s += (f"; cuda-python is importable ({cp}), so a WHILE node could be built by hand."
-          if cp else "; cuda-python is not installed, so a WHILE-node decode loop (stop at an "
+    s += (f"; cuda-python is importable ({cp}): NeMo's route, a WHILE node added by hand "
+          "with a small NVRTC-compiled kernel setting its condition, is open, and labkit does "
+          "not take it (see the verdict)." if cp else "; cuda-python is not installed, so a WHILE-node decode loop (stop at an "
           "end token inside one graph) cannot be built here without a new package.")
     return s
 
