@@ -361,8 +361,8 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                     fn = runner.prepare(b, *_inputs(vmodel, b, context))
                     times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
                                                       inner=inner))
-            # profiled only after this variant's timings: a profiler session leaves the host
-            # slower at launching kernels for the rest of the process (eager goes first)
+            # profiled only after this variant's timings: after a profiler session the host was
+            # seen launching kernels slower for the rest of the process (eager goes first)
             b0 = run_sizes[0]
             runner.info.update(profile_call(runner.prepare(b0, *_inputs(vmodel, b0, context))),
                                profiled_batch=b0)
