@@ -18,6 +18,10 @@ from labkit.multistep import capture_multistep, single_steps
 pytestmark = pytest.mark.gpu
 
 
+# kept short (the GPU suite runs every file once, each well under 30 s): the tiny ``test``
+# preset, two or three batch sizes, a few repeats
+
+
 def test_copy_bandwidth_and_matmul_rate_are_positive():
     bw = copy_bandwidth(nbytes=2**26, repeats=3)
     mm = matmul_rate(n=1024, repeats=3)
@@ -40,10 +44,11 @@ def test_measure_roofline_eager_and_graph_saves_a_roofline_record(tmp_path):
 
 
 def test_measure_roofline_compiled_columns_use_cuda_graphs(tmp_path):
-    data = measure_roofline("test", batch_sizes=(1, 2), compile_sizes=(1,), context=8,
-                            max_seq=32, dtype="float32", repeats=3, inner=1)
+    names = ("compile_reduce_overhead", "compile_manual_graph")
+    data = measure_roofline("test", batch_sizes=(1, 2), variants=names, compile_sizes=(1,),
+                            context=8, max_seq=32, dtype="float32", repeats=3, inner=1)
     rec = load_result(save_result("roofline_test", data, {}, tmp_path)).record
-    for name in ("compile_reduce_overhead", "compile_manual_graph"):
+    for name in names:
         v = rec.variants[name]
         assert v.error is None, v.error
         assert v.sizes == [1]
