@@ -21,6 +21,8 @@ record name                kind                    written by
 ``serve_<name>``           :class:`Serve`          ``labkit serve`` (``suite.serve_cli``)
 ``pool_overwrite``         :class:`PoolOverwrite`  ``pool_overwrite.measure_pool_overwrite``
 ``fused_<preset>``         :class:`Fused`          ``fused_bench.measure_fused``
+``roofline_<preset>``      :class:`Roofline`       ``roofline.measure_roofline``
+``multistep_<preset>``     :class:`Multistep`      ``roofline.measure_multistep``
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -47,6 +49,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from labkit import stepcost
 from labkit.timing import Stats
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "DEFAULTS", "kind_of", "parse", "view", "tokens_per_s", "speedup", "ratio",
     "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
     "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE", "Fused",
+    "Roofline", "RooflineVariant", "Multistep", "MULTISTEP_METHODS",
 ]
 
 
@@ -822,7 +826,6 @@ class Bench:
         return {p.layout: p.total_MiB for p in self.pool}
 
 
-
 # ----------------------------------------------------------------------------- paged
 
 
@@ -1202,6 +1205,169 @@ class Fused(_Timed):
         return None if n is None else n / self.n_layer
 
 
+# ----------------------------------------------------------------------------- roofline
+
+
+@dataclass(frozen=True)
+class RooflineVariant:
+    """What one step variant of a ``roofline_<preset>`` record cost to set up and what one
+    step launches: capture or compile seconds, pool bytes, GPU operations and graph launches
+    per step (profiler, at ``profiled_batch``), CUDA graphs Inductor skipped, the cache slots
+    and KV-cache bytes of the model it ran on, and the error when the variant failed (then it
+    has no times). ``None``: not measured."""
+
+    sizes: list[int]
+    setup_s: float | None = None
+    pool_bytes: int | None = None
+    gpu_ops: int | None = None
+    graph_launches: int | None = None
+    profiled_batch: int | None = None
+    cudagraph_skips: int | None = None
+    error: str | None = None
+    #: cache slots and KV-cache bytes of the model this variant ran on
+    max_batch: int | None = None
+    cache_bytes: int | None = None
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "RooflineVariant":
+        d = _dict(v, where)
+        return cls(sizes=_opt(d, "sizes", where, _ints, []),
+                   setup_s=_opt(d, "setup_s", where, _num),
+                   pool_bytes=_opt(d, "pool_bytes", where, _int),
+                   gpu_ops=_opt(d, "gpu_ops", where, _int),
+                   graph_launches=_opt(d, "graph_launches", where, _int),
+                   profiled_batch=_opt(d, "profiled_batch", where, _int),
+                   cudagraph_skips=_opt(d, "cudagraph_skips", where, _int),
+                   error=_opt(d, "error", where, _str),
+                   max_batch=_opt(d, "max_batch", where, _int),
+                   cache_bytes=_opt(d, "cache_bytes", where, _int))
+
+    @property
+    def graphs_used(self) -> bool | None:
+        """True when a step launched at least one CUDA graph and none was skipped."""
+        if self.graph_launches is None:
+            return None
+        return self.graph_launches >= 1 and not self.cudagraph_skips
+
+
+@dataclass(frozen=True)
+class Roofline(_Timed):
+    """``roofline_<preset>``: decode-step µs per step variant (``eager``, ``graph``,
+    ``compile_*``, ...) and batch size with every row attending to ``context`` positions; the
+    measured copy bandwidth (GB/s, read + write counted) and bf16 matmul rate (TFLOP/s); per
+    variant its :class:`RooflineVariant`. The bytes a step moves and the floors are derived
+    here from the stored model ``config`` (:mod:`labkit.stepcost`)."""
+
+    RECORD = "roofline_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    config: dict
+    context: int
+    batch_sizes: list[int]
+    compile_sizes: list[int]
+    bandwidth_gbps: float
+    matmul_tflops: float
+    times: dict[str, list[Stats | None]]
+    variants: dict[str, RooflineVariant]
+    checks: dict[str, bool | float]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Roofline":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        config = _req(d, "config", where, _dict)
+        try:
+            stepcost.config_fields(config)
+        except (TypeError, ValueError) as exc:
+            raise _Fail(f"{where}.config", f"is not a model config ({exc})") from None
+        bw = _req(d, "bandwidth", where, _dict)
+        mm = _req(d, "matmul", where, _dict)
+        variants = _req(d, "variants", where, _dict)
+        out = cls(preset=_opt(d, "preset", where, _str, ""),
+                  dtype=_opt(d, "dtype", where, _str, ""),
+                  config=dict(config), context=_req(d, "context", where, _int),
+                  batch_sizes=sizes,
+                  compile_sizes=_opt(d, "compile_sizes", where, _ints, []),
+                  bandwidth_gbps=_req(bw, "gbps", f"{where}.bandwidth", _num),
+                  matmul_tflops=_req(mm, "tflops", f"{where}.matmul", _num),
+                  times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                               f"{where}.batch_sizes"),
+                  variants={k: RooflineVariant.from_data(v, f"{where}.variants.{k}")
+                            for k, v in variants.items()},
+                  checks=_opt(d, "checks", where, _checks, {}))
+        if out.bandwidth_gbps <= 0 or out.matmul_tflops <= 0:
+            raise _Fail(f"{where}.bandwidth", "and matmul rates must be positive")
+        if not 1 <= out.context <= int(config["max_seq"]):
+            raise _Fail(f"{where}.context", f"must lie in [1, max_seq={config['max_seq']}]")
+        extra = sorted(set(out.variants) - set(out.times))
+        if extra:
+            raise _Fail(f"{where}.variants", f"names variants {extra} that {where}.times lacks")
+        return out
+
+    def step_bytes(self) -> list[int]:
+        """Bytes one step moves at each batch size (:func:`labkit.stepcost.step_bytes`)."""
+        return [stepcost.step_bytes(self.config, b, self.context).total
+                for b in self.batch_sizes]
+
+    def floor_us(self) -> list[float]:
+        """The bandwidth floor (µs) at each batch size: bytes / measured copy bandwidth."""
+        return [stepcost.floor_us(n, self.bandwidth_gbps) for n in self.step_bytes()]
+
+    def roofline_us(self) -> list[float]:
+        """The larger of the bandwidth and the compute floor (µs) at each batch size."""
+        return [stepcost.roofline_floor_us(self.config, b, self.context, self.bandwidth_gbps,
+                                           self.matmul_tflops) for b in self.batch_sizes]
+
+    def over_floor(self, method: str) -> list[float | None]:
+        """Step time of ``method`` over the roofline floor per batch size (:func:`ratio`)."""
+        return [ratio(t, f) for t, f in zip(self.median_us(method), self.roofline_us())]
+
+
+MULTISTEP_METHODS = ("host_sync", "one_step_graphs", "multistep")
+
+
+@dataclass(frozen=True)
+class Multistep(_Timed):
+    """``multistep_<preset>``: µs per decode step (one token per row) when ``n_steps`` steps
+    run as one-step graphs with a host round trip per step (``host_sync``), as one-step graphs
+    fed back on the device (``one_step_graphs``), or as one graph of ``n_steps`` steps
+    (``multistep``); the token check; what this PyTorch offers of conditional nodes
+    (``conditional``, free-form: :func:`labkit.conditional.conditional_support`)."""
+
+    RECORD = "multistep_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    batch_sizes: list[int]
+    n_steps: int
+    times: dict[str, list[Stats | None]]
+    checks: dict[str, bool | float]
+    conditional: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "Multistep":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        out = cls(preset=_opt(d, "preset", where, _str, ""),
+                  dtype=_opt(d, "dtype", where, _str, ""), batch_sizes=sizes,
+                  n_steps=_req(d, "n_steps", where, _int),
+                  times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                               f"{where}.batch_sizes"),
+                  checks=_opt(d, "checks", where, _checks, {}),
+                  conditional=_opt(d, "conditional", where, _dict, {}))
+        for m in MULTISTEP_METHODS:
+            if m not in out.times:
+                raise _Fail(f"{where}.times.{m}", "is missing")
+        if out.n_steps < 1:
+            raise _Fail(f"{where}.n_steps", "must be >= 1")
+        _check_stored(d, where, "tokens_per_s", out.tokens_per_s, out.methods)
+        return out
+
+    def gain(self, method: str = "multistep", over: str = "one_step_graphs"
+             ) -> list[float | None]:
+        """How many times faster per token ``method`` is than ``over`` (:func:`speedup`)."""
+        return [speedup(o, m) for o, m in zip(self.median_us(over), self.median_us(method))]
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -1220,6 +1386,8 @@ KINDS: list[tuple[str, type]] = [
     (r"serve_[A-Za-z0-9][A-Za-z0-9_.-]*", Serve),
     (r"pool_overwrite", PoolOverwrite),
     (r"fused_[A-Za-z0-9][A-Za-z0-9_.-]*", Fused),
+    (r"roofline_[A-Za-z0-9][A-Za-z0-9_.-]*", Roofline),
+    (r"multistep_[A-Za-z0-9][A-Za-z0-9_.-]*", Multistep),
 ]
 
 
@@ -1288,13 +1456,20 @@ _POOL_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "bfloat16",
            "repeats": 30}
 
+# notebook 12 measures these live on the GPU tier in about two minutes: the compiles dominate
+# (~10 s each for small, ~15 s for gpt2), so each preset compiles at batch 1 only and gpt2 shows
+# the full-cache column where small shows Inductor's kernels in labkit's capture
+_ROOFLINE = {"batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256], "compile_sizes": [1],
+             "context": 128, "max_seq": 256, "dtype": "bfloat16", "repeats": 20}
+_MULTISTEP = {"batch_sizes": [1, 8, 64], "n_steps": 8, "max_seq": 256, "dtype": "bfloat16",
+              "repeats": 20}
+
 #: record name -> (measurement function, parameters as recorded in the file's ``params``);
 #: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
 #: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`;
-#: ``measure_pool_overwrite``: in :mod:`labkit.measure.pool_overwrite`).
-
-
-#: ``measure_fused``: in :mod:`labkit.measure.fused_bench`).
+#: ``measure_pool_overwrite``: in :mod:`labkit.measure.pool_overwrite`;
+#: ``measure_fused``: in :mod:`labkit.measure.fused_bench`;
+#: ``measure_roofline``, ``measure_multistep``: in :mod:`labkit.measure.roofline`).
 #: ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
@@ -1325,6 +1500,12 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     "pool_overwrite": ("measure_pool_overwrite", {"numel": 1 << 20}),
     "fused_gpt2": ("measure_fused", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 30}),
+    "roofline_small": ("measure_roofline", {"preset": "small", **_ROOFLINE, "variants": [
+        "eager", "graph", "fused", "compile_reduce_overhead", "compile_manual_graph"]}),
+    "roofline_gpt2": ("measure_roofline", {"preset": "gpt2", **_ROOFLINE, "variants": [
+        "eager", "graph", "fused", "compile_reduce_overhead", "compile_full_cache"]}),
+    "multistep_small": ("measure_multistep", {"preset": "small", **_MULTISTEP}),
+    "multistep_gpt2": ("measure_multistep", {"preset": "gpt2", **_MULTISTEP}),
 }
 
 

@@ -86,8 +86,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from labkit.suite.bench_cli import run_bench
+    from labkit.suite.bench_cli import run_bench, run_roofline
 
+    if args.roofline:
+        return run_roofline(out_root=Path(args.out))
     return run_bench(quick=args.quick, out_root=Path(args.out), record=args.record)
 
 
@@ -244,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
     b.add_argument("--record", action="store_true",
                    help="also save every notebook record (decode_*, pool_memory_*, ...)")
+    b.add_argument("--roofline", action="store_true",
+                   help="only the roofline records of notebook 12 (roofline_*, multistep_*), "
+                        "into a new run folder")
     b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("env", help="print the environment record (GPU, driver, torch, commit)")

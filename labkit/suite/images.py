@@ -197,6 +197,9 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
                          _generic_compile))
     out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart", None,
                      takes_data=True))
+    for p in presets:
+        out.append(Chart(f"12_roofline_{p}", f"roofline_{p}",
+                         "labkit.teach.plots.roofline:floor_chart", None))
     return out
 
 

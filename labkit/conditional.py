@@ -1,0 +1,86 @@
+"""What this PyTorch offers of CUDA graph *conditional nodes* (IF / WHILE, CUDA 12.4+).
+
+A conditional node runs its child graph only when (IF), or as long as (WHILE), a value on the
+device says so: a decode loop that stops at an end token could then live inside one graph.
+Whether PyTorch exposes them depends on the build (notebook 12 gives the history, with the
+pull requests). :func:`conditional_support` only looks (imports and attributes, nothing is
+installed, nothing runs on the GPU); :func:`if_node_demo` captures a one-kernel IF node and
+replays it with the predicate on and off, on a CUDA machine whose PyTorch has the binding.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+__all__ = ["conditional_support", "if_node_demo", "IF_METHODS", "WHILE_METHODS"]
+
+#: methods of ``torch._C._CUDAGraph`` an IF node needs (PyTorch's own binding)
+IF_METHODS = ("get_currently_capturing_graph", "begin_capture_to_if_node",
+              "end_capture_to_conditional_node")
+#: a WHILE-node binding, were there one (none in the releases checked)
+WHILE_METHODS = ("begin_capture_to_while_node",)
+
+
+def _importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - ImportError, or a broken install: not usable either way
+        return False
+    return True
+
+
+def conditional_support() -> dict[str, Any]:
+    """What this process can use, without installing anything: the torch and CUDA versions,
+    whether torch was built with CUDA and sees a GPU, whether its ``CUDAGraph`` binding has
+    the IF-node methods (and a WHILE-node one), whether torch's ``torch.cond`` capture helper
+    exists, and whether cuda-python (``cuda.bindings`` or the older ``cuda.cudart``), the
+    route NeMo takes to build WHILE nodes by hand, is importable."""
+    graph_cls = getattr(torch._C, "_CUDAGraph", None)
+    has = (lambda name: graph_cls is not None and hasattr(graph_cls, name))
+    cuda_python = next((m for m in ("cuda.bindings.runtime", "cuda.cudart") if _importable(m)),
+                       None)
+    return {
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cuda_built": bool(torch.backends.cuda.is_built()),
+        "gpu_available": bool(torch.cuda.is_available()),
+        "if_node": all(has(m) for m in IF_METHODS),
+        "while_node": all(has(m) for m in WHILE_METHODS),
+        "torch_cond_capture": _importable("torch._higher_order_ops.cudagraph_conditional_nodes"),
+        "cuda_python": cuda_python,
+    }
+
+
+def if_node_demo() -> dict[str, Any]:
+    """Capture ``x += 1`` inside an IF node whose predicate is a device bool, replay it with
+    the predicate true, false, true. Returns ``{"ok", "values", "error"}``: ``values`` are
+    ``x`` after each replay (``[1, 1, 2]`` when the node works), ``error`` why it could not run
+    (no GPU, no binding, or the CUDA error). Never raises."""
+    support = conditional_support()
+    if not support["gpu_available"]:
+        return {"ok": False, "values": [], "error": "no CUDA GPU in this process"}
+    if not support["if_node"]:
+        return {"ok": False, "values": [],
+                "error": f"torch {support['torch']} has no IF-node binding on CUDAGraph"}
+    try:
+        x = torch.zeros(1, device="cuda")
+        pred = torch.ones((), dtype=torch.bool, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            current = torch._C._CUDAGraph.get_currently_capturing_graph()
+            current.begin_capture_to_if_node(pred)
+            try:
+                x.add_(1)
+            finally:
+                current.end_capture_to_conditional_node()
+        values = []
+        for flag in (True, False, True):
+            pred.fill_(flag)
+            graph.replay()
+            values.append(float(x.item()))
+        return {"ok": values == [1.0, 1.0, 2.0], "values": values, "error": None}
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: this is a probe
+        return {"ok": False, "values": [], "error": f"{type(exc).__name__}: {exc}"}

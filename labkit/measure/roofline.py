@@ -1,0 +1,527 @@
+"""Records ``roofline_<preset>`` and ``multistep_<preset>``: how far a decode step is from what
+the memory allows, and what several steps per graph buy (notebook 12).
+
+``roofline_<preset>`` measures, in one process:
+
+* the copy bandwidth of this GPU (a large device-to-device copy timed with CUDA events; a
+  copy reads and writes its bytes, so both count) and its bf16 matmul rate (a large GEMM);
+* the decode step per batch size for every *step variant* in :data:`STEP_VARIANTS`:
+  ``eager``, ``graph`` (labkit's FULL capture), ``compile_reduce_overhead``
+  (``torch.compile(fullgraph=True, dynamic=False, mode="reduce-overhead")``: Inductor's
+  kernels in CUDA Graph Trees) and ``compile_manual_graph`` (the same Inductor kernels,
+  ``mode="default"``, captured by labkit's own :func:`labkit.graphs.capture_callable`), both
+  on a model with the same weights whose cache holds only the compiled sizes, and
+  ``compile_full_cache`` (reduce-overhead on the cache of every batch size: the compiled
+  step rewrites whole cache buffers, so its cost grows with the cache, see
+  :data:`SMALL_CACHE`);
+* for each variant its set-up seconds (capture or compile), pool bytes, GPU operations per
+  step and graph launches per step (profiler), so that "CUDA graphs were really used" is
+  a measured fact (``graph_launches >= 1``, and no skip in Inductor's counters).
+
+The bytes a step must move come from :mod:`labkit.stepcost` (the record keeps the config and
+the context length, :class:`labkit.measure.records.Roofline` derives the floor).
+
+A new step variant is one entry: ``STEP_VARIANTS["name"] = builder`` where
+``builder(model, batch_sizes) -> Runner``; :func:`captured_step_variant` turns any
+``make_step(model) -> step(tokens, positions, slots) -> logits`` into a captured one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from labkit.checks import as_int, as_int_list
+from labkit.conditional import conditional_support
+from labkit.fused import make_fused_step
+from labkit.graphs import capture_callable, capture_decode_graphs, gc_frozen, \
+    pool_reserved_bytes
+from labkit.measure import records
+from labkit.measure.bench import _free, _need_cuda, _pool_segments, _stats, make_model, \
+    random_prompts, token_agreement
+from labkit.measure.results import save_result
+from labkit.model import TinyGPT, generate
+from labkit.multistep import capture_multistep, multistep_decode
+from labkit.timing import Stats, time_cuda
+
+__all__ = ["Runner", "STEP_VARIANTS", "DEFAULT_VARIANTS", "captured_step_variant",
+           "copy_bandwidth", "matmul_rate", "profile_call", "measure_roofline",
+           "measure_multistep", "if_node_demo_isolated", "record_all", "RECORDS"]
+
+
+# ---------------------------------------------------------------------------------- hardware
+
+
+def copy_bandwidth(nbytes: int = 2**30, repeats: int = 20) -> dict:
+    """Copy bandwidth of this GPU: ``dst.copy_(src)`` of ``nbytes`` timed with CUDA events.
+    A copy reads ``nbytes`` and writes ``nbytes``: ``gbps = 2 * nbytes / time``."""
+    _need_cuda("copy_bandwidth")
+    nbytes = as_int(nbytes, "nbytes", minimum=2**20, fix="copy at least 1 MiB (1 GiB is usual)")
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    s = time_cuda(lambda: dst.copy_(src), warmup=3, repeats=repeats, inner=5)
+    del src, dst
+    _free()
+    return {"bytes": nbytes, "counted": "read + write", "copy": s.to_dict(),
+            "gbps": 2 * nbytes / (s.median * 1e3)}
+
+
+def matmul_rate(n: int = 8192, repeats: int = 10, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """Dense matmul rate: an ``n x n`` by ``n x n`` product timed with CUDA events
+    (``tflops = 2 n^3 / time``)."""
+    _need_cuda("matmul_rate")
+    n = as_int(n, "n", minimum=256, fix="use a large square GEMM such as 8192")
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    c = torch.empty(n, n, device="cuda", dtype=dtype)
+    s = time_cuda(lambda: torch.mm(a, b, out=c), warmup=3, repeats=repeats, inner=3)
+    del a, b, c
+    _free()
+    return {"n": n, "dtype": str(dtype).replace("torch.", ""), "time": s.to_dict(),
+            "tflops": 2 * n**3 / (s.median * 1e6)}
+
+
+def profile_call(fn: Callable[[], object]) -> dict:
+    """One call of ``fn`` under the profiler: GPU operations (kernels, copies, fills, also
+    those a graph replay runs) and graph launches (``cudaGraphLaunch`` on the host)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = list(prof.events())
+    gpu = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    launches = sum(1 for e in events if "GraphLaunch" in e.name)
+    return {"gpu_ops": gpu, "graph_launches": launches}
+
+
+# ---------------------------------------------------------------------------------- variants
+
+
+@dataclass
+class Runner:
+    """One step variant built for a model: ``prepare(b, t, p, s)`` loads a batch and returns
+    a zero-argument call that runs one step; ``step_fn`` is a ``(tokens, positions, slots)
+    -> logits`` for token checks (``None``: this is the eager reference); ``sizes`` the batch
+    sizes it can run (``None``: all); ``exact`` whether its tokens must equal eager's (a
+    compiled bf16 step rounds differently: its agreement is reported instead)."""
+
+    prepare: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], Callable[[], Any]]
+    step_fn: Callable[..., torch.Tensor] | None = None
+    sizes: list[int] | None = None
+    exact: bool = True
+    info: dict = field(default_factory=dict)
+    release: Callable[[], None] = lambda: None
+
+
+StepBuilder = Callable[[TinyGPT, list[int]], Runner]
+
+
+def eager_variant(model: TinyGPT, sizes: list[int]) -> Runner:
+    """``model.decode_step`` as it is: the reference."""
+    return Runner(prepare=lambda b, t, p, s: (lambda: model.decode_step(t, p, s)),
+                  info={"setup_s": 0.0, "pool_bytes": None})
+
+
+def graph_variant(model: TinyGPT, sizes: list[int]) -> Runner:
+    """labkit's FULL capture: one graph per size, one shared pool, static logits buffer."""
+    t0 = time.perf_counter()
+    gs = capture_decode_graphs(model, sizes, pool="shared", progress=False)
+    setup = time.perf_counter() - t0
+    pool = pool_reserved_bytes(next(iter(gs.graphs.values())).pool)
+
+    def prepare(b, t, p, s):
+        gs.copy_inputs(t, p, s)
+        return lambda: gs.replay(b)
+
+    def step(t, p, s):
+        b = gs.copy_inputs(t, p, s)
+        return gs.replay(b)[:b].clone()
+
+    return Runner(prepare, step, info={"setup_s": setup, "pool_bytes": pool},
+                  release=gs.release)
+
+
+def captured_step_variant(make_step: Callable[[TinyGPT], Callable[..., torch.Tensor]],
+                          *, exact: bool = True, compile_first: bool = False) -> StepBuilder:
+    """A builder that captures ``make_step(model)`` (a ``(tokens, positions, slots) ->
+    logits`` callable, e.g. a fused step) once per size with labkit's
+    :func:`labkit.graphs.capture_callable`, all sizes in one shared pool, largest first.
+    ``compile_first``: call it twice per size before capture (a ``torch.compile``'d step
+    compiles there, outside the capture)."""
+
+    def build(model: TinyGPT, sizes: list[int]) -> Runner:
+        t0 = time.perf_counter()
+        step = make_step(model)
+        n, dev = max(sizes), model.device
+        tokens = torch.zeros(n, dtype=torch.long, device=dev)
+        positions = torch.zeros(n, dtype=torch.long, device=dev)
+        slots = torch.full((n,), model.cfg.scratch_slot, dtype=torch.long, device=dev)
+        if compile_first:
+            for b in sizes:
+                for _ in range(2):
+                    step(tokens[:b], positions[:b], slots[:b])
+            torch.cuda.synchronize()
+        handle = torch.cuda.graph_pool_handle()
+        graphs = {}
+        with torch.no_grad(), gc_frozen():
+            for b in sorted(sizes, reverse=True):
+                graphs[b] = capture_callable(step, tokens[:b], positions[:b], slots[:b],
+                                             pool=handle, check_sync=not compile_first,
+                                             label=b)
+        setup = time.perf_counter() - t0
+        pool = pool_reserved_bytes(next(iter(graphs.values())).pool)
+
+        def load(t, p, s) -> int:
+            b = t.shape[0]
+            tokens[:b].copy_(t)
+            positions[:b].copy_(p)
+            slots[:b].copy_(s)
+            return b
+
+        def prepare(b, t, p, s):
+            load(t, p, s)
+            return graphs[b].replay
+
+        def step_fn(t, p, s):
+            return graphs[load(t, p, s)].replay().clone()
+
+        def release() -> None:
+            graphs.clear()
+            _free()
+
+        return Runner(prepare, step_fn, sizes=sorted(sizes), exact=exact,
+                      info={"setup_s": setup, "pool_bytes": pool}, release=release)
+
+    return build
+
+
+def _skips() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"].get("cudagraph_skips", 0))
+
+
+def compile_reduce_overhead_variant(model: TinyGPT, sizes: list[int]) -> Runner:
+    """``torch.compile(decode_step, fullgraph=True, dynamic=False, mode="reduce-overhead")``:
+    each size compiled static-shaped and recorded by CUDA Graph Trees."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    skips0 = _skips()
+    before = _pool_segments()
+    compiled = torch.compile(model.decode_step, mode="reduce-overhead", fullgraph=True,
+                             dynamic=False)
+
+    def step(t, p, s):
+        # always under no_grad: Dynamo guards the grad mode at entry, and generate() (token
+        # checks) runs under no_grad; a mixed mode would recompile every size once more
+        with torch.no_grad():
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(t, p, s)
+
+    t0 = time.perf_counter()
+    for b in sizes:  # compile, warm up, record: three calls per size
+        args = _inputs(model, b, 1)
+        for _ in range(3):
+            step(*args)
+    torch.cuda.synchronize()
+    setup = time.perf_counter() - t0
+    pool = sum(v for k, v in _pool_segments().items() if k not in before) or None
+
+    def release() -> None:
+        torch._dynamo.reset()
+        _free()
+
+    return Runner(prepare=lambda b, t, p, s: (lambda: step(t, p, s)),
+                  step_fn=lambda t, p, s: step(t, p, s).clone(), sizes=sorted(sizes),
+                  exact=False,
+                  info={"setup_s": setup, "pool_bytes": pool,
+                        "cudagraph_skips": _skips() - skips0},
+                  release=release)
+
+
+def _compiled_default(model: TinyGPT) -> Callable[..., torch.Tensor]:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model.decode_step, mode="default", fullgraph=True, dynamic=False)
+
+    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # one grad mode at entry for every call: no recompile
+            return compiled(t, p, s)
+
+    return step
+
+
+#: Inductor's kernels (``mode="default"``, no CUDA Graph Trees) in labkit's own capture
+compile_manual_graph_variant = captured_step_variant(_compiled_default, exact=False,
+                                                     compile_first=True)
+
+#: name -> builder; a new column is one line (``STEP_VARIANTS["fused"] = builder``)
+STEP_VARIANTS: dict[str, StepBuilder] = {
+    "eager": eager_variant,
+    "graph": graph_variant,
+    "fused": captured_step_variant(make_fused_step),
+    "compile_reduce_overhead": compile_reduce_overhead_variant,
+    "compile_manual_graph": compile_manual_graph_variant,
+    "compile_full_cache": compile_reduce_overhead_variant,
+}
+#: variants measured by default (eager first: it is timed before any profiler has run)
+DEFAULT_VARIANTS = ("eager", "graph", "fused", "compile_reduce_overhead",
+                    "compile_manual_graph", "compile_full_cache")
+#: variants timed only at ``compile_sizes`` (``compile_full_cache``: at the first one only)
+COMPILED = ("compile_reduce_overhead", "compile_manual_graph", "compile_full_cache")
+#: variants measured on a second model (same weights) whose KV cache holds only the compiled
+#: batch sizes: torch.compile functionalizes the in-place cache write, and Inductor then
+#: rewrites the whole cache buffer at every write, a cost that grows with the cache
+#: (``compile_full_cache`` shows it on the cache of every batch size)
+SMALL_CACHE = ("compile_reduce_overhead", "compile_manual_graph")
+
+
+# ---------------------------------------------------------------------------------- roofline
+
+
+def _inputs(model: TinyGPT, b: int, context: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Random tokens, every row at position ``context - 1`` (so it attends to ``context``
+    positions), rows in slots ``0..b-1``."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, model.cfg.vocab_size, (b,), generator=g)
+    positions = torch.full((b,), context - 1, dtype=torch.long)
+    slots = torch.arange(b)
+    return tuple(x.to(model.device) for x in (tokens, positions, slots))
+
+
+def _check_args(batch_sizes, variants, compile_sizes, context, max_seq):
+    sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1,
+                                   fix="give batch sizes such as [1, 8, 64]")))
+    if not sizes:
+        raise ValueError("batch_sizes is empty; give at least one batch size")
+    unknown = [v for v in variants if v not in STEP_VARIANTS]
+    if unknown or not variants:
+        raise ValueError(f"unknown step variant(s) {unknown or variants}; choose from "
+                         f"{sorted(STEP_VARIANTS)}")
+    csizes = sorted(set(as_int_list(compile_sizes, "compile_sizes", minimum=1)))
+    missing = [b for b in csizes if b not in sizes]
+    if missing:
+        raise ValueError(f"compile_sizes {missing} are not in batch_sizes {sizes}; compile "
+                         "only sizes that are also timed")
+    as_int(context, "context", minimum=1, maximum=max_seq,
+           fix=f"give the positions each row attends to, at most max_seq={max_seq}")
+    return sizes, csizes
+
+
+def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64,
+                                                                    128, 256),
+                     variants: Sequence[str] = DEFAULT_VARIANTS,
+                     compile_sizes: Sequence[int] = (1, 8), context: int = 128,
+                     max_seq: int = 256, dtype: str = "bfloat16", repeats: int = 20,
+                     inner: int = 5) -> dict:
+    """Record ``roofline_<preset>``: bandwidth, matmul rate, and the decode step per variant
+    and batch size, every row attending to ``context`` positions. Compiled variants run only
+    at ``compile_sizes``. A variant that fails is recorded with its error and no times (the
+    record still saves); token checks run before timing."""
+    variants = list(variants)
+    sizes, csizes = _check_args(batch_sizes, variants, compile_sizes, context, max_seq)
+    _need_cuda("measure_roofline")
+    bandwidth = copy_bandwidth()
+    matmul = matmul_rate()
+    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    small = None
+    if set(variants) & set(SMALL_CACHE):  # the same seeded weights, a cache of csizes rows
+        small = make_model(preset_name, max_batch=max(csizes), dtype=dtype, max_seq=max_seq)
+    times: dict[str, list] = {}
+    info: dict[str, dict] = {}
+    checks: dict[str, bool | float] = {}
+    check_sizes = sorted({sizes[0], sizes[-1], *[b for b in (8,) if b in sizes]})
+    for name in variants:
+        vmodel = small if name in SMALL_CACHE else model
+        run_sizes = (csizes[:1] if name == "compile_full_cache" else
+                     csizes if name in COMPILED else sizes)
+        times[name] = [None] * len(sizes)
+        runner = None
+        try:
+            runner = STEP_VARIANTS[name](vmodel, run_sizes)
+            run_sizes = runner.sizes or run_sizes
+            if runner.step_fn is not None:
+                agree = min(token_agreement(vmodel, runner.step_fn, b)
+                            for b in run_sizes if b in check_sizes or name in COMPILED)
+                checks[f"{name}_tokens_equal_eager"] = agree == 1.0
+                checks[f"{name}_token_agreement"] = agree
+            for i, b in enumerate(sizes):
+                if b in run_sizes:
+                    fn = runner.prepare(b, *_inputs(vmodel, b, context))
+                    times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
+                                                      inner=inner))
+            # profiled only after this variant's timings: after a profiler session the host was
+            # seen launching kernels slower for the rest of the process (eager goes first)
+            b0 = run_sizes[0]
+            runner.info.update(profile_call(runner.prepare(b0, *_inputs(vmodel, b0, context))),
+                               profiled_batch=b0)
+            info[name] = {**runner.info, "sizes": run_sizes, "error": None}
+        except Exception as exc:  # noqa: BLE001 - recorded: one failing column keeps the rest
+            info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        finally:
+            info.setdefault(name, {"sizes": run_sizes, "error": "interrupted"})
+            info[name].update(max_batch=vmodel.cfg.max_batch, cache_bytes=vmodel.cache_bytes())
+            if runner is not None:
+                runner.release()
+            _free()
+    out = {
+        "preset": preset_name, "dtype": dtype, "config": model.cfg.to_dict(),
+        "context": int(context), "batch_sizes": sizes, "compile_sizes": csizes,
+        "bandwidth": bandwidth, "matmul": matmul, "times": times, "variants": info,
+        "checks": checks,
+    }
+    model = small = None  # drop references before freeing
+    _free()
+    return out
+
+
+# ---------------------------------------------------------------------------------- multi-step
+
+
+def _prefilled(model: TinyGPT, b: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Prefill ``b`` random prompts into slots ``0..b-1``; the first new tokens, the
+    positions they sit at, the slots."""
+    prompts = random_prompts(model, b, seed)
+    dev = model.device
+    first = [model.prefill(torch.tensor([p], device=dev), torch.tensor([i], device=dev))
+             .argmax(-1) for i, p in enumerate(prompts)]
+    return (torch.cat(first), torch.tensor([len(p) for p in prompts], device=dev),
+            torch.arange(b, device=dev))
+
+
+def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
+                      n_steps: int = 8, max_seq: int = 256, dtype: str = "bfloat16",
+                      repeats: int = 20) -> dict:
+    """Record ``multistep_<preset>``: µs per decode step (per token of each row) when
+    ``n_steps`` steps run as
+
+    * ``host_sync``: one-step graph, the new tokens read to the host and sent back each step;
+    * ``one_step_graphs``: one-step graph replayed ``n_steps`` times, the argmax fed back on
+      the device (one copy kernel between replays, no host);
+    * ``multistep``: one graph of ``n_steps`` steps, argmax fed back inside it.
+
+    Checks before timing: the ``n_steps``-step graph's tokens equal ``n_steps`` eager steps.
+    Also records what this PyTorch offers of conditional nodes
+    (:func:`labkit.conditional.conditional_support`, :func:`labkit.conditional.if_node_demo`).
+    """
+    sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
+    if not sizes:
+        raise ValueError("batch_sizes is empty; give at least one batch size")
+    n_steps = as_int(n_steps, "n_steps", minimum=2, maximum=max_seq // 2,
+                     fix="compare at least 2 steps per graph, at most max_seq // 2")
+    _need_cuda("measure_multistep")
+    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    times: dict[str, list] = {"host_sync": [], "one_step_graphs": [], "multistep": []}
+    checks: dict[str, bool] = {}
+    pool = torch.cuda.graph_pool_handle()
+    equal = []
+    for b in sizes:
+        one = capture_multistep(model, b, 1, pool=pool)
+        many = capture_multistep(model, b, n_steps, pool=pool)
+        t, p, s = _prefilled(model, b)
+        ref = multistep_decode(model, t, p, s, n_steps).clone()  # eager: the one-step path
+        many.load(t, p, s)
+        equal.append(bool(torch.equal(many.replay(), ref)))
+
+        def host_sync() -> None:
+            for _ in range(n_steps):
+                ids = one.replay()[:, 0].tolist()  # to the host (a server checks stop tokens)
+                one.tokens.copy_(torch.tensor(ids))  # and back
+
+        def device_feed() -> None:
+            for _ in range(n_steps):
+                one.replay()
+                one.feed_back()
+
+        def multi() -> None:
+            many.replay()
+            many.feed_back()
+
+        for name, fn in (("host_sync", host_sync), ("one_step_graphs", device_feed),
+                         ("multistep", multi)):
+            for g in (one, many):
+                g.load(t, p, s)
+            st = time_cuda(fn, warmup=3, repeats=repeats, inner=1)
+            times[name].append(_stats(st.per(n_steps)))
+        del one, many
+        _free()
+    checks["multistep_tokens_equal_single_steps"] = all(equal)
+    out = {"preset": preset_name, "dtype": dtype, "batch_sizes": sizes, "n_steps": n_steps,
+           "times": times, "checks": checks,
+           "tokens_per_s": {m: [records.tokens_per_s(b, st["median"]) for b, st in
+                                zip(sizes, ts)] for m, ts in times.items()},
+           "conditional": {**conditional_support(), "if_node_demo": if_node_demo_isolated()}}
+    model = None
+    _free()
+    return out
+
+
+def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
+    """:func:`labkit.conditional.if_node_demo` in a fresh Python process, so that a CUDA error
+    it might leave behind cannot touch this process; the failure is reported, not raised."""
+    code = ("import json; from labkit.conditional import if_node_demo; "
+            "print('IFNODE ' + json.dumps(if_node_demo()))")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "values": [], "error": f"timed out after {timeout_s:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("IFNODE "):
+            return json.loads(line[len("IFNODE "):])
+    return {"ok": False, "values": [],
+            "error": f"the probe process exited with {proc.returncode}: "
+                     f"{proc.stderr.strip()[-1000:]}"}
+
+
+# ---------------------------------------------------------------------------------- entry point
+
+#: the records :func:`record_all` writes, in order (the longest, with two gpt2 compiles, last)
+RECORDS = ("roofline_small", "multistep_small", "multistep_gpt2", "roofline_gpt2")
+
+
+def record_all(out_dir: str | os.PathLike[str], names: Sequence[str] = RECORDS) -> dict[str, str]:
+    """Measure every notebook-12 record with its default parameters
+    (:data:`labkit.measure.records.DEFAULTS`), each in a fresh Python process (CUDA Graph
+    Trees and hand-made graphs never share one; a crash in one cannot poison the next), and
+    save them as ``<out_dir>/results/<name>.json``. Returns name -> ``"ok"`` or the failure."""
+    out_dir = Path(out_dir)
+    unknown = [n for n in names if n not in RECORDS]
+    if unknown:
+        raise ValueError(f"unknown record(s) {unknown}; choose from {list(RECORDS)}")
+    status = {}
+    for name in names:
+        func, params = records.DEFAULTS[name]
+        kwargs = records.measure_kwargs(params)
+        print(f"[roofline] {name} ...", flush=True)
+        t0 = time.perf_counter()
+        code = subprocess.run([sys.executable, "-m", "labkit.measure.roofline", name, func,
+                               json.dumps(kwargs), str(out_dir)]).returncode
+        status[name] = "ok" if code == 0 else f"failed (exit {code})"
+        print(f"[roofline] {name}: {status[name]} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+    return status
+
+
+def _worker(name: str, func: str, kwargs: dict, out_dir: str) -> int:
+    fn = {"measure_roofline": measure_roofline, "measure_multistep": measure_multistep}[func]
+    path = save_result(name, fn(**kwargs), records.DEFAULTS[name][1], out_dir)
+    print(f"[roofline] saved {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":  # worker: python -m labkit.measure.roofline NAME FUNC KWARGS OUT_DIR
+    sys.exit(_worker(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]))

@@ -1,0 +1,168 @@
+"""What one decode step must move and compute: the arithmetic behind the roofline (notebook 12).
+
+A decode step of a :class:`labkit.model.TinyGPT` reads every weight matrix of the blocks and
+the output head once (the embedding tables only for the rows it looks up), reads the keys
+and values of every position each row attends to, writes this step's keys and values and
+writes the logits. However fast the kernels, the step cannot take less than those bytes
+divided by the memory bandwidth: the *bandwidth floor*. Its arithmetic (two flops per
+weight per row, plus attention) divided by the peak matmul rate is the *compute floor*; the
+larger of the two is the roofline floor. Pure arithmetic on a config, no torch needed: the
+lessons call it on a record's stored config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from labkit.checks import as_int, as_number
+
+__all__ = ["StepBytes", "step_bytes", "step_flops", "floor_us", "compute_floor_us",
+           "roofline_floor_us", "ridge_batch", "DTYPE_BYTES", "config_fields"]
+
+#: bytes per element of the model dtypes labkit supports
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+_NEEDED = ("vocab_size", "n_layer", "d_model", "max_seq", "dtype")
+
+
+def config_fields(cfg: Any) -> dict:
+    """The fields of a model config (a :class:`labkit.model.GPTConfig` or a dict such as a
+    record's ``config``) that the byte count needs; a clear error when one is missing."""
+    if isinstance(cfg, Mapping):
+        d = dict(cfg)
+    elif hasattr(cfg, "to_dict"):
+        d = cfg.to_dict()
+    else:
+        raise TypeError(f"cfg must be a GPTConfig or a dict of its fields, got "
+                        f"{type(cfg).__name__}; pass model.cfg or a record's data['config']")
+    missing = [k for k in _NEEDED if k not in d]
+    if missing:
+        raise ValueError(f"the model config lacks {missing}; pass model.cfg or a record's "
+                         "data['config'] (it holds every GPTConfig field)")
+    if d["dtype"] not in DTYPE_BYTES:
+        raise ValueError(f"config dtype {d['dtype']!r} is not one of {sorted(DTYPE_BYTES)}")
+    for k in ("vocab_size", "n_layer", "d_model", "max_seq"):
+        as_int(d[k], f"config {k}", minimum=1, fix="give the model's sizes as whole numbers")
+    return d
+
+
+@dataclass(frozen=True)
+class StepBytes:
+    """Bytes one decode step moves, by what they are (all ``int`` bytes)."""
+
+    #: block weights, final LayerNorm and output head: read once per step whatever the batch
+    weights: int
+    #: the rows of the token and position tables the batch looks up
+    embedding_rows: int
+    #: keys and values of every position each row attends to, every layer
+    kv_read: int
+    #: this step's keys and values, every layer
+    kv_write: int
+    #: the logits ``(B, V)``
+    logits_write: int
+
+    @property
+    def total(self) -> int:
+        """All of the above: what the bandwidth floor divides."""
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def to_dict(self) -> dict:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "total": self.total}
+
+
+def _check_point(d: dict, batch: int, context: int) -> tuple[int, int]:
+    batch = as_int(batch, "batch", minimum=1, fix="give the decode batch size (rows per step)")
+    context = as_int(context, "context", minimum=1, maximum=int(d["max_seq"]),
+                     fix="give the number of positions each row attends to (its position + 1), "
+                         "at most the cache's max_seq")
+    return batch, context
+
+
+def block_params(d_model: int) -> int:
+    """Parameters of one block: two LayerNorms, qkv, proj, fc, fc_out (weights and biases)."""
+    d = d_model
+    return 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
+
+
+def step_bytes(cfg: Any, batch: int, context: int) -> StepBytes:
+    """Bytes one decode step of ``batch`` rows moves when every row attends to ``context``
+    positions (the cache read in place, as labkit's CUDA path does)."""
+    d = config_fields(cfg)
+    batch, context = _check_point(d, batch, context)
+    e = DTYPE_BYTES[d["dtype"]]
+    dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
+    weights = (layers * block_params(dm) + 2 * dm + vocab * dm) * e
+    return StepBytes(weights=weights,
+                     embedding_rows=2 * batch * dm * e,
+                     kv_read=layers * batch * context * 2 * dm * e,
+                     kv_write=layers * batch * 2 * dm * e,
+                     logits_write=batch * vocab * e)
+
+
+def all_weight_bytes(cfg: Any) -> int:
+    """Bytes of every parameter, both embedding tables included (what a checkpoint holds; a
+    decode step reads only the rows it looks up of the two tables)."""
+    d = config_fields(cfg)
+    dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
+    params = layers * block_params(dm) + 2 * dm + 2 * vocab * dm + int(d["max_seq"]) * dm
+    return params * DTYPE_BYTES[d["dtype"]]
+
+
+def step_flops(cfg: Any, batch: int, context: int) -> int:
+    """Floating-point operations of one decode step: two per weight per row in the GEMMs
+    (blocks and head) plus attention's ``q·k`` and ``p·v`` (two each per key per row)."""
+    d = config_fields(cfg)
+    batch, context = _check_point(d, batch, context)
+    dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
+    gemm = 2 * batch * (layers * 12 * dm * dm + vocab * dm)
+    attention = layers * batch * context * 4 * dm
+    return gemm + attention
+
+
+def floor_us(nbytes: float, bandwidth_gbps: float) -> float:
+    """The bandwidth floor in µs: ``nbytes`` at ``bandwidth_gbps`` GB/s (10⁹ bytes/s)."""
+    nbytes = as_number(nbytes, "nbytes", minimum=0, fix="give a byte count")
+    bw = as_number(bandwidth_gbps, "bandwidth_gbps", minimum=1e-9,
+                   fix="give the measured bandwidth in GB/s (e.g. 4000 for 4 TB/s)")
+    return nbytes / (bw * 1e3)
+
+
+def compute_floor_us(flops: float, tflops: float) -> float:
+    """The compute floor in µs: ``flops`` at ``tflops`` (10¹² flop/s)."""
+    flops = as_number(flops, "flops", minimum=0, fix="give a flop count")
+    rate = as_number(tflops, "tflops", minimum=1e-9,
+                     fix="give the measured matmul rate in TFLOP/s")
+    return flops / (rate * 1e6)
+
+
+def roofline_floor_us(cfg: Any, batch: int, context: int, bandwidth_gbps: float,
+                      tflops: float | None = None) -> float:
+    """The larger of the bandwidth floor and (when ``tflops`` is given) the compute floor."""
+    mem = floor_us(step_bytes(cfg, batch, context).total, bandwidth_gbps)
+    if tflops is None:
+        return mem
+    return max(mem, compute_floor_us(step_flops(cfg, batch, context), tflops))
+
+
+def ridge_batch(cfg: Any, context: int, bandwidth_gbps: float, tflops: float,
+                max_batch: int = 65536) -> int | None:
+    """The smallest batch at which the compute floor reaches the bandwidth floor (the step
+    turns compute-bound there); ``None`` if no batch up to ``max_batch`` does."""
+    max_batch = as_int(max_batch, "max_batch", minimum=1)
+    lo, hi = 1, max_batch
+
+    def compute_bound(b: int) -> bool:
+        return (compute_floor_us(step_flops(cfg, b, context), tflops)
+                >= floor_us(step_bytes(cfg, b, context).total, bandwidth_gbps))
+
+    if not compute_bound(hi):
+        return None
+    while lo < hi:  # both floors grow linearly in the batch: the first crossing is unique
+        mid = (lo + hi) // 2
+        if compute_bound(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

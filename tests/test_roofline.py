@@ -1,0 +1,437 @@
+"""Notebook 12 on CPU: the floor arithmetic on known byte counts, multi-step decoding equal to
+single steps, the ``roofline_*`` / ``multistep_*`` record kinds, the lesson helpers, the
+charts, the conditional-node probe, and the entry point's refusals (no GPU needed)."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from labkit import stepcost
+from labkit.conditional import conditional_support, if_node_demo
+from labkit.measure import records as R
+from labkit.measure import roofline as mr
+from labkit.measure.results import SchemaError, load_result, save_result
+from labkit.model import build_model, generate, preset
+from labkit.multistep import capture_multistep, multistep_decode, single_steps
+from labkit.teach.lessons import roofline as lr
+from labkit.teach.plots import roofline as pr
+
+# ------------------------------------------------------------------------------ arithmetic
+
+TEST_BLOCK = 4 * 32 + (3 * 32 * 32 + 3 * 32) + (32 * 32 + 32) + (4 * 32 * 32 + 4 * 32) \
+    + (4 * 32 * 32 + 32)
+
+
+def test_step_bytes_of_the_test_preset_by_hand():
+    cfg = preset("test")  # vocab 97, 2 layers, d 32, float32
+    sb = stepcost.step_bytes(cfg, 2, 10)
+    assert sb.weights == (2 * TEST_BLOCK + 2 * 32 + 97 * 32) * 4 == 114304
+    assert sb.embedding_rows == 2 * 2 * 32 * 4
+    assert sb.kv_read == 2 * 2 * 10 * 2 * 32 * 4
+    assert sb.kv_write == 2 * 2 * 2 * 32 * 4
+    assert sb.logits_write == 2 * 97 * 4
+    assert sb.total == 126856
+    assert sb.to_dict()["total"] == 126856
+
+
+def test_floor_is_bytes_over_bandwidth():
+    assert stepcost.floor_us(126856, 1000.0) == pytest.approx(0.126856)
+    # the issue's figure: 325 MB at 4.8 TB/s is about 68 µs
+    assert stepcost.floor_us(325e6, 4800.0) == pytest.approx(67.708, rel=1e-4)
+    assert stepcost.compute_floor_us(2e12, 1000.0) == pytest.approx(2000.0)
+    assert lr.predict_floor_us(4e6, 4000.0) == pytest.approx(1.0)
+
+
+def test_all_weight_bytes_equal_the_model_parameters():
+    for name in ("test", "small"):
+        cfg = preset(name)
+        model = build_model(cfg, "cpu")
+        assert stepcost.all_weight_bytes(cfg) == model.num_parameters() * 4
+        # a step reads every weight but the two embedding tables (only their rows)
+        emb = (cfg.vocab_size + cfg.max_seq) * cfg.d_model * 4
+        assert stepcost.step_bytes(cfg, 1, 1).weights == stepcost.all_weight_bytes(cfg) - emb
+
+
+def test_gpt2_bf16_weights_match_the_issue_figure():
+    cfg = preset("gpt2", dtype="bfloat16")
+    assert stepcost.all_weight_bytes(cfg) == pytest.approx(325e6, rel=0.01)
+    assert stepcost.step_bytes(cfg, 1, 128).weights == pytest.approx(247.3e6, rel=0.01)
+
+
+def test_flops_and_ridge():
+    cfg = preset("test")
+    assert stepcost.step_flops(cfg, 1, 1) == 2 * (2 * 12 * 32 * 32 + 97 * 32) + 2 * 4 * 32
+    # gpt2, one position per row: the KV read is tiny, enough rows make it compute-bound
+    big = preset("gpt2", dtype="bfloat16")
+    ridge = stepcost.ridge_batch(big, 1, bandwidth_gbps=4000.0, tflops=700.0)
+    assert ridge is not None and 100 < ridge < 400
+    at = stepcost.roofline_floor_us(big, ridge, 1, 4000.0, 700.0)
+    assert at == pytest.approx(stepcost.compute_floor_us(stepcost.step_flops(big, ridge, 1),
+                                                         700.0))
+    below = stepcost.roofline_floor_us(big, ridge - 1, 1, 4000.0, 700.0)
+    assert below == pytest.approx(stepcost.floor_us(
+        stepcost.step_bytes(big, ridge - 1, 1).total, 4000.0))
+    # the tiny test model never is: a row's logits and KV bytes outweigh its flops
+    assert stepcost.ridge_batch(cfg, 1, 4000.0, 700.0) is None
+    # gpt2 at 128 positions: each row's KV bytes outweigh its flops, never compute-bound
+    assert stepcost.ridge_batch(preset("gpt2", dtype="bfloat16"), 128, 4000.0, 700.0) is None
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: stepcost.step_bytes(preset("test"), 0, 4), "batch"),
+    (lambda: stepcost.step_bytes(preset("test"), 1, 33), "context"),
+    (lambda: stepcost.step_bytes({"d_model": 3}, 1, 1), "lacks"),
+    (lambda: stepcost.step_bytes("gpt2", 1, 1), "GPTConfig"),
+    (lambda: stepcost.floor_us(10, 0), "bandwidth_gbps"),
+])
+def test_arithmetic_refuses_bad_input(call, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        call()
+
+
+def test_weights_equal_batch():
+    cfg = preset("gpt2", dtype="bfloat16")
+    b = lr.weights_equal_batch(cfg, 128)
+    one = stepcost.step_bytes(cfg, b, 128)
+    before = stepcost.step_bytes(cfg, b - 1, 128)
+    assert one.total - one.weights >= one.weights > before.total - before.weights
+    rows = lr.bytes_rows(cfg, [1, b], 128)
+    assert rows[0]["weights share"] > 0.9 and rows[1]["weights share"] <= 0.5
+
+
+# ------------------------------------------------------------------------------ multi-step
+
+
+def _prefilled(model, prompts):
+    first = [model.prefill(torch.tensor([p]), torch.tensor([i])).argmax(-1)
+             for i, p in enumerate(prompts)]
+    return (torch.cat(first), torch.tensor([len(p) for p in prompts]),
+            torch.arange(len(prompts)))
+
+
+def test_multistep_tokens_equal_single_steps_and_generate():
+    model = build_model(preset("test", max_batch=3), "cpu")
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    t, p, s = _prefilled(model, prompts)
+    many = multistep_decode(model, t, p, s, 6)
+    assert many.shape == (3, 6)
+    assert torch.equal(many, single_steps(model, t, p, s, 6))
+    assert many.tolist() == [row[1:] for row in generate(model, prompts, 7)]
+
+
+def test_multistep_writes_into_out():
+    model = build_model(preset("test", max_batch=2), "cpu")
+    t, p, s = _prefilled(model, [[1, 2], [3]])
+    out = torch.full((2, 4), -1, dtype=torch.long)
+    got = multistep_decode(model, t, p, s, 4, out=out)
+    assert got is out and (out >= 0).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_steps": 0}, "n_steps"),
+    ({"n_steps": 31}, "past the KV cache"),
+    ({"n_steps": 2, "out": torch.zeros(2, 3, dtype=torch.long)}, "out must be"),
+])
+def test_multistep_refuses_before_writing(kwargs, match):
+    model = build_model(preset("test", max_batch=2), "cpu")
+    t, p, s = _prefilled(model, [[1, 2], [3]])
+    before = model.k_cache.clone()
+    with pytest.raises((TypeError, ValueError), match=match):
+        multistep_decode(model, t, p, s, **kwargs)
+    assert torch.equal(model.k_cache, before)
+
+
+def test_capture_multistep_needs_a_gpu():
+    model = build_model(preset("test"), "cpu")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        capture_multistep(model, 1, 2)
+
+
+# ------------------------------------------------------------------------------ records
+
+
+def st(m: float) -> dict:
+    return {"median": m, "p10": m * 0.9, "p90": m * 1.1, "mean": m, "n": 5, "unit": "us"}
+
+
+def roofline_record() -> dict:
+    """A well-formed roofline record (numbers made up for the test, never shown as results)."""
+    cfg = preset("gpt2", dtype="bfloat16", max_batch=64).to_dict()
+    var = {"setup_s": 0.3, "pool_bytes": 2 * 2**20, "gpu_ops": 170, "graph_launches": 1,
+           "profiled_batch": 1, "sizes": [1, 8, 64], "error": None}
+    return {"preset": "gpt2", "dtype": "bfloat16", "config": cfg, "context": 128,
+            "batch_sizes": [1, 8, 64], "compile_sizes": [1],
+            "bandwidth": {"bytes": 2**30, "counted": "read + write", "copy": st(500.0),
+                          "gbps": 4000.0},
+            "matmul": {"n": 8192, "dtype": "bfloat16", "time": st(1500.0), "tflops": 700.0},
+            "times": {"eager": [st(4400.0), st(4450.0), st(4500.0)],
+                      "graph": [st(630.0), st(700.0), st(950.0)],
+                      "compile_reduce_overhead": [st(700.0), None, None],
+                      "compile_manual_graph": [None, None, None]},
+            "variants": {"eager": {**var, "graph_launches": 0, "pool_bytes": None},
+                         "graph": var,
+                         "compile_reduce_overhead": {**var, "sizes": [1], "setup_s": 60.0,
+                                                     "cudagraph_skips": 0, "gpu_ops": 120},
+                         "compile_manual_graph": {"sizes": [1],
+                                                  "error": "Unsupported: a graph break"}},
+            "checks": {"graph_tokens_equal_eager": True, "graph_token_agreement": 1.0,
+                       "compile_reduce_overhead_token_agreement": 0.98}}
+
+
+def multistep_record() -> dict:
+    times = {"host_sync": [st(700.0), st(800.0)], "one_step_graphs": [st(640.0), st(720.0)],
+             "multistep": [st(620.0), st(700.0)]}
+    return {"preset": "gpt2", "dtype": "bfloat16", "batch_sizes": [1, 8], "n_steps": 8,
+            "times": times, "checks": {"multistep_tokens_equal_single_steps": True},
+            "tokens_per_s": {m: [R.tokens_per_s(b, s["median"]) for b, s in zip([1, 8], ts)]
+                             for m, ts in times.items()},
+            "conditional": {"torch": "2.11.0", "cuda_built": True, "if_node": False,
+                            "while_node": False, "cuda_python": None,
+                            "if_node_demo": {"ok": False, "values": [], "error": "no binding"}}}
+
+
+def test_roofline_record_kind_and_derived_floor(tmp_path):
+    res = load_result(save_result("roofline_gpt2", roofline_record(), {}, tmp_path))
+    r = res.record
+    assert isinstance(r, R.Roofline) and R.kind_of("roofline_small") is R.Roofline
+    want = stepcost.step_bytes(preset("gpt2", dtype="bfloat16"), 1, 128).total
+    assert r.step_bytes()[0] == want
+    assert r.floor_us()[0] == pytest.approx(want / 4e6)
+    assert r.over_floor("graph")[0] == pytest.approx(630.0 / r.roofline_us()[0])
+    assert r.over_floor("compile_manual_graph") == [None, None, None]
+    assert r.variants["graph"].graphs_used is True
+    assert r.variants["eager"].graphs_used is False
+    assert r.variants["compile_manual_graph"].graphs_used is None
+
+
+def test_multistep_record_kind(tmp_path):
+    m = load_result(save_result("multistep_gpt2", multistep_record(), {}, tmp_path)).record
+    assert isinstance(m, R.Multistep)
+    assert m.gain()[0] == pytest.approx(640.0 / 620.0)
+    assert m.conditional["if_node"] is False
+
+
+@pytest.mark.parametrize("name, edit, field", [
+    ("roofline_gpt2", lambda d: d.pop("bandwidth"), "data.bandwidth"),
+    ("roofline_gpt2", lambda d: d["config"].pop("d_model"), "data.config"),
+    ("roofline_gpt2", lambda d: d["times"]["graph"].pop(), "data.times.graph"),
+    ("roofline_gpt2", lambda d: d.__setitem__("context", 999), "data.context"),
+    ("roofline_gpt2", lambda d: d["variants"].__setitem__("fused", {}), "data.variants"),
+    ("multistep_gpt2", lambda d: d["times"].pop("multistep"), "data.times.multistep"),
+    ("multistep_gpt2", lambda d: d["tokens_per_s"]["multistep"].__setitem__(0, 1.0),
+     "data.tokens_per_s.multistep[0]"),
+])
+def test_malformed_records_are_refused_naming_the_field(tmp_path, name, edit, field):
+    data = copy.deepcopy(roofline_record() if name.startswith("roofline") else
+                         multistep_record())
+    edit(data)
+    with pytest.raises(SchemaError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        save_result(name, data, {}, tmp_path)
+    assert not (tmp_path / "results" / f"{name}.json").exists()
+
+
+def test_defaults_fit_the_measurement_functions():
+    import inspect
+
+    for name in mr.RECORDS:
+        func, params = R.DEFAULTS[name]
+        inspect.signature(getattr(mr, func)).bind(**R.measure_kwargs(params))
+        assert R.kind_of(name) in (R.Roofline, R.Multistep)
+
+
+# ------------------------------------------------------------------------------ lessons, plots
+
+
+def test_floor_rows_and_node_model():
+    rec = roofline_record()
+    rows = lr.floor_rows(rec, ["graph", "eager"])
+    assert [r["batch"] for r in rows] == [1, 8, 64]
+    floor1 = R.parse("roofline_gpt2", rec).roofline_us()[0]
+    assert rows[0]["floor (µs)"] == round(floor1, 1)
+    assert rows[0]["graph × floor"] == round(630.0 / floor1, 1)
+    nm = lr.node_model(rec, 1, empty_node_us=1.0)
+    assert nm["nodes"] == 170
+    assert nm["us_per_node"] == pytest.approx(630.0 / 170)
+    assert nm["predicted_us"] == pytest.approx(floor1 + 170)
+    assert nm["unexplained_us"] == pytest.approx(630.0 - floor1 - 170)
+    assert "170 GPU operations" in lr.node_sentence(nm)
+    with pytest.raises(KeyError, match="batch 2"):
+        lr.node_model(rec, 2)
+
+
+def test_bound_batch_and_regime_sentence():
+    rec = roofline_record()
+    assert lr.bound_batch(rec, "graph") == 64       # 950 > 1.25 * 630, 700 is not
+    assert lr.bound_batch(rec, "eager") is None
+    s = lr.regime_sentence(rec)
+    assert "never turns compute-bound" in s and "batch 64" in s
+
+
+def test_compile_rows_and_sentence():
+    rows = {r["variant"]: r for r in lr.compile_rows(roofline_record())}
+    ro = rows[lr.variant_label("compile_reduce_overhead")]
+    assert ro["batch 1 (µs)"] == 700.0 and ro["CUDA graphs used"] is True
+    assert ro["tokens = eager"] == 0.98
+    assert rows[lr.variant_label("compile_manual_graph")]["error"].startswith("Unsupported")
+    s = lr.compile_sentence(roofline_record())
+    assert "1.11× the graph" in s and "failed (Unsupported" in s
+
+
+def test_multistep_rows_and_sentence():
+    rows = lr.multistep_rows(multistep_record())
+    assert rows[0]["8 steps/graph vs one-step graphs"] == round(640 / 620, 3)
+    assert rows[0]["device feed vs host sync"] == round(700 / 640, 3)
+    s = lr.multistep_sentence(multistep_record())
+    assert "+2.9%" in s and "equal the one-step path" in s
+
+
+def test_conditional_probe_and_verdict():
+    sup = conditional_support()
+    assert set(sup) >= {"torch", "cuda_built", "if_node", "while_node", "cuda_python"}
+    assert sup["torch"] == torch.__version__
+    if not torch.cuda.is_available():
+        assert if_node_demo()["ok"] is False
+    v = lr.conditional_verdict(multistep_record()["conditional"])
+    assert "no conditional node" in v and "cuda-python is not installed" in v
+    v = lr.conditional_verdict({"torch": "x", "cuda_built": True, "if_node": True,
+                                "if_node_demo": {"ok": True, "values": [1.0, 1.0, 2.0]},
+                                "cuda_python": "cuda.bindings.runtime"})
+    assert "exposes IF nodes" in v and "it works" in v and "added by hand" in v
+    for pr_number in ("#130386", "#168912", "#177108"):
+        assert pr_number in lr.CONDITIONAL_HISTORY
+
+
+def test_missing_reference_text():
+    assert lr.missing_reference("roofline_gpt2") == \
+        "no H200 reference recorded yet for roofline_gpt2"
+
+
+def test_charts_build():
+    fig = pr.floor_chart(roofline_record(), subtitle="test")
+    names = [t.name for t in fig.data]
+    assert lr.variant_label("graph") in names and any("floor" in n for n in names)
+    assert len(pr.bytes_chart(preset("gpt2", dtype="bfloat16"), [1, 64], 128).data) == 3
+    assert len(pr.multistep_chart(multistep_record(), subtitle="").data) == 3
+    with pytest.raises(KeyError, match="fused"):
+        pr.floor_chart(roofline_record(), variants=["fused"])
+
+
+# ------------------------------------------------------------------------------ entry point
+
+
+def test_a_new_step_variant_is_one_entry(monkeypatch):
+    monkeypatch.setitem(mr.STEP_VARIANTS, "fused", mr.eager_variant)
+    assert "fused" in mr.STEP_VARIANTS
+    mr._check_args([1, 8], ["eager", "fused"], [1], 16, 32)  # accepted
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"variants": ["nope"]}, "unknown step variant"),
+    ({"compile_sizes": [3]}, "not in batch_sizes"),
+    ({"batch_sizes": []}, "empty"),
+    ({"context": 0}, "context"),
+])
+def test_measure_roofline_refuses_bad_input_before_anything(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        mr.measure_roofline("test", **{"batch_sizes": [1, 8], "max_seq": 32, "context": 8,
+                                       **kwargs})
+
+
+def test_record_all_refuses_unknown_names(tmp_path):
+    with pytest.raises(ValueError, match="unknown record"):
+        mr.record_all(tmp_path, ["roofline_huge"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")
+def test_bench_roofline_without_a_gpu_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "labkit", "bench", "--roofline", "--out",
+                           str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ assembly on CPU
+# The measurement functions need CUDA; with the CUDA-only pieces stubbed (timers, profiler,
+# capture) their control flow and the records they assemble are checked here, so that a
+# schema mismatch fails on CPU and not on the GPU machine. Nothing here is a result.
+
+
+@pytest.fixture
+def cpu_measure(monkeypatch):
+    from labkit.timing import Stats
+
+    fake_stats = Stats.from_samples([1.0, 2.0, 3.0])
+    monkeypatch.setattr(mr, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(mr, "_free", lambda: None)
+    monkeypatch.setattr(mr, "copy_bandwidth", lambda: {"bytes": 1, "gbps": 1.0,
+                                                        "copy": fake_stats.to_dict()})
+    monkeypatch.setattr(mr, "matmul_rate", lambda: {"n": 1, "tflops": 1.0,
+                                                     "time": fake_stats.to_dict()})
+    monkeypatch.setattr(mr, "time_cuda", lambda fn, **kw: (fn(), fake_stats)[1])
+    monkeypatch.setattr(mr, "profile_call", lambda fn: (fn(), {"gpu_ops": 7,
+                                                              "graph_launches": 0})[1])
+    monkeypatch.setattr(mr, "make_model", lambda name, **kw: build_model(
+        preset(name, max_batch=kw["max_batch"], max_seq=kw["max_seq"]), "cpu"))
+
+    def eager_as_graph(model, sizes):
+        return mr.Runner(prepare=lambda b, t, p, s: (lambda: model.decode_step(t, p, s)),
+                         step_fn=model.decode_step, info={"setup_s": 0.0, "pool_bytes": 1})
+
+    def failing(model, sizes):
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setitem(mr.STEP_VARIANTS, "graph", eager_as_graph)
+    monkeypatch.setitem(mr.STEP_VARIANTS, "compile_reduce_overhead", failing)
+
+
+def test_measure_roofline_assembles_a_valid_record_on_cpu(cpu_measure, tmp_path):
+    data = mr.measure_roofline("test", batch_sizes=[1, 2], compile_sizes=[1], context=8,
+                               max_seq=32, variants=["eager", "graph", "compile_reduce_overhead"],
+                               repeats=2, inner=1)
+    rec = load_result(save_result("roofline_test", data, {}, tmp_path)).record
+    assert rec.checks["graph_tokens_equal_eager"] is True
+    assert rec.variants["graph"].gpu_ops == 7 and rec.variants["graph"].profiled_batch == 1
+    assert rec.variants["compile_reduce_overhead"].error == "RuntimeError: compile failed"
+    assert rec.median_us("compile_reduce_overhead") == [None, None]
+    assert rec.median_us("graph") == [2.0, 2.0]
+
+
+def test_measure_multistep_assembles_a_valid_record_on_cpu(cpu_measure, monkeypatch, tmp_path):
+    from labkit.multistep import MultiStepGraph
+
+    class Eager(MultiStepGraph):
+        def replay(self):
+            return multistep_decode(self.captured, self.tokens, self.positions, self.slots,
+                                    self.n_steps, out=self.out)
+
+    def fake_capture(model, b, n, pool=None):
+        z = torch.zeros(b, dtype=torch.long)
+        return Eager(model, n, z.clone(), z.clone(), z.clone(),
+                     torch.zeros((b, n), dtype=torch.long))
+
+    monkeypatch.setattr(mr, "capture_multistep", fake_capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    data = mr.measure_multistep("test", batch_sizes=[1, 2], n_steps=3, max_seq=32, repeats=2)
+    rec = load_result(save_result("multistep_test", data, {}, tmp_path)).record
+    assert rec.checks["multistep_tokens_equal_single_steps"] is True
+    assert rec.median_us("multistep") == [pytest.approx(2.0 / 3)] * 2
+    assert set(rec.conditional["if_node_demo"]) == {"ok", "values", "error"}
+
+
+def test_cache_copy_sentence():
+    rec = roofline_record()
+    assert lr.cache_copy_sentence(rec) is None          # no compile_full_cache column
+    cache = 2 * 12 * 65 * 256 * 768 * 2                  # k + v, 64 slots + scratch, bf16
+    rec["times"]["compile_full_cache"] = [st(3000.0), None, None]
+    rec["variants"]["compile_full_cache"] = {"sizes": [1], "max_batch": 64,
+                                             "cache_bytes": cache, "error": None}
+    rec["variants"]["compile_reduce_overhead"]["max_batch"] = 1
+    s = lr.cache_copy_sentence(rec)
+    want = stepcost.floor_us(24 * cache, 4000.0)         # 24 writes x half the cache x 2
+    assert "2,300 µs more" in s and f"{want:,.0f} µs at the measured bandwidth" in s
+    rows = {r["variant"]: r for r in lr.compile_rows(rec)}
+    assert rows[lr.variant_label("compile_full_cache")]["cache slots"] == 64
