@@ -104,7 +104,7 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
     trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
     out = {"mode": mode, "trace": str(trace_name), "clock": clock, "preset": preset_name,
            "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
-           "kv_layout": kv_layout, "seed": seed,
+           "kv_layout": kv_layout, "seed": seed, "breaker": breaker,
            "capture_sizes": None if capture_sizes is None else list(capture_sizes), **data,
            "metrics": run_metrics(data["requests"], data["steps"]),
            "windows": step_windows(data["steps"], window_s),
