@@ -1,4 +1,4 @@
-"""Every notebook 00–11 (student and solution) ends with a References section of sources."""
+"""Every numbered notebook (student and solution) ends with a References section of sources."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def references(path: Path) -> str:
 
 
 def test_all_twelve_notebooks_are_covered():
-    assert {p.name[:2] for p in NOTEBOOKS} == {f"{i:02d}" for i in range(12)}
+    # 00-11 at least; later notebooks (12, 13, ...) are checked the same way
+    assert {f"{i:02d}" for i in range(12)} <= {p.name[:2] for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
