@@ -197,6 +197,8 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
                          _generic_compile))
     out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart", None,
                      takes_data=True))
+    out.append(Chart("13_serving_load_gpt2", "serving_load_gpt2",
+                     "labkit.teach.plots.serving:latency_load_chart", None, takes_data=True))
     return out
 
 
