@@ -153,3 +153,19 @@ def test_without_the_timeline_a_record_keeps_per_request_latencies():
     assert per["e2el"] == [pytest.approx(1e3 * (r["token_times_s"][-1] - r["arrival_s"]))
                            for r in full["requests"]]
     assert records.view(small, records.Serve).requests == []
+
+
+def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "tiny.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,3,4\n0.01,2,3\n")
+    fake = {"serve_eager": ("measure_serving", {"preset": "test", "trace": str(trace),
+                                                "mode": "eager", "max_batch": 2,
+                                                "clock": "sim", "device": "cpu"})}
+    monkeypatch.setattr(records, "DEFAULTS", {**records.DEFAULTS, **fake})
+    rc = main(["serve", "--record", "--only", "serve_eager", "--out", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    run = Path(out.strip().splitlines()[-1])
+    assert run.name.endswith("serve-record")
+    assert [p.name for p in (run / "results").iterdir()] == ["serve_eager.json"]
+    assert "serve_eager:" in out and "2 requests" in out
