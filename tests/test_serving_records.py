@@ -13,6 +13,7 @@ from labkit.measure import records
 from labkit.measure.results import SchemaError, load_result
 from labkit.measure.serve import check_serving, measure_serving, spread
 from labkit.measure.serve_load import check_rates, load_trace, measure_load_curve
+from labkit.measure import serve_record
 from labkit.suite import serve_cli
 from labkit.suite.cli import main
 from labkit.traces import TraceRequest
@@ -98,14 +99,14 @@ def test_serve_load_kind_refuses_a_point_outside_its_rates():
 @pytest.mark.parametrize("name", records.SERVE_RECORDS)
 def test_serving_defaults_bind_to_their_measure_function(name):
     func, params = records.DEFAULTS[name]
-    fn = serve_cli.MEASURES[func]
+    fn = serve_record.MEASURES[func]
     inspect.signature(fn).bind(**records.measure_kwargs(params))
     # the settings are checked the same way a run checks them (no model is built here)
     kw = records.measure_kwargs(params)
     if func == "measure_serving":
         check_serving(kw["preset_name"], kw["mode"], clock=kw["clock"], dtype=kw["dtype"],
                       max_batch=kw["max_batch"], breaker=kw.get("breaker"))
-        assert kw["max_requests"] <= 150 and kw["clock"] == "real"
+        assert kw["max_requests"] <= 100 and kw["clock"] == "real"
 
 
 def test_record_serving_writes_every_record_and_reports_failures(tmp_path, monkeypatch):
@@ -169,3 +170,11 @@ def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, caps
     assert run.name.endswith("serve-record")
     assert [p.name for p in (run / "results").iterdir()] == ["serve_eager.json"]
     assert "serve_eager:" in out and "2 requests" in out
+
+
+def test_record_params_are_the_defaults_and_unknown_names_are_refused():
+    assert serve_record.record_params("serve_full") == records.default_params("serve_full")
+    with pytest.raises(ValueError, match="serve_nope.*serve_eager"):
+        serve_record.record_params("serve_nope")
+    with pytest.raises(ValueError, match="not a serving record"):
+        serve_record.measure_record("decode_small")

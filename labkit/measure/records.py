@@ -1150,7 +1150,7 @@ def view(record: Any, kind: type[K]) -> K:
 
 _POOL_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 _SERVE = {"preset": "gpt2", "trace": "synthetic_requests_poisson", "dtype": "bfloat16",
-          "max_batch": 16, "max_requests": 150, "seed": 0, "clock": "real",
+          "max_batch": 16, "max_requests": 80, "seed": 0, "clock": "real",
           "warmup_requests": 8, "window_s": 0.5, "keep_timeline": False}
 _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "bfloat16",
            "repeats": 30}
@@ -1187,9 +1187,9 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
                                       "dtype": "bfloat16", "repeats": 20}),
     "modes_gpt2": ("measure_modes", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 20}),
-    # serving (``labkit serve --record``): the first 150 requests (~6.7 s of arrivals) of the
-    # shipped traces in each step mode; the bursty trace with capture sizes below max_batch
-    # (graph misses under load) without and with the circuit breaker
+    # serving (notebook 13, ``labkit serve --record``): the first 80 requests (3.3-4.1 s of
+    # arrivals) of the shipped traces in each step mode; the bursty trace with capture sizes
+    # below max_batch (graph misses under load) without and with the circuit breaker
     "serve_eager": ("measure_serving", {**_SERVE, "mode": "eager", "repeats": 3}),
     "serve_exact": ("measure_serving", {**_SERVE, "mode": "exact", "repeats": 3}),
     "serve_full": ("measure_serving", {**_SERVE, "mode": "full",
@@ -1205,9 +1205,8 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
                                                                     "threshold": 0.5,
                                                                     "cooldown_s": 1.0}}),
     "serving_load_gpt2": ("measure_load_curve", {"preset": "gpt2", "modes": ["eager", "full"],
-                                                 "rates": [10.0, 20.0, 40.0, 80.0, 160.0,
-                                                           320.0],
-                                                 "n_requests": 48, "dtype": "bfloat16",
+                                                 "rates": [20.0, 40.0, 80.0, 160.0, 320.0],
+                                                 "n_requests": 40, "dtype": "bfloat16",
                                                  "max_batch": 16,
                                                  "capture_sizes": [1, 2, 4, 8, 16],
                                                  "seed": 0, "trace_seed": 7,

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from labkit.measure import records
 from labkit.measure.results import new_run_dir, save_result
 from labkit.measure.serve import check_serving, measure_serving
-from labkit.measure.serve_load import measure_load_curve
+from labkit.measure.serve_record import measure_record
 from labkit.traces import load_request_trace
 
 
@@ -56,11 +56,6 @@ def summary_line(m: dict) -> str:
             f"{m['graph_hit_rate']:.0%}, padded waste {m['padded_waste']:.0%}")
 
 
-#: the measurement functions of the serving records (:data:`labkit.measure.records.DEFAULTS`)
-MEASURES: dict[str, Callable[..., dict]] = {"measure_serving": measure_serving,
-                                            "measure_load_curve": measure_load_curve}
-
-
 def check_record_names(names: Sequence[str] | None) -> list[str]:
     """The serving records to measure (default all of
     :data:`labkit.measure.records.SERVE_RECORDS`); an unknown name raises listing the known."""
@@ -82,10 +77,10 @@ def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None
     run = new_run_dir("serve-record", root=out_root)
     failed = []
     for name in names:
-        func, params = records.DEFAULTS[name]
+        params = records.default_params(name)
         start = time.perf_counter()
         try:
-            data = MEASURES[func](**records.measure_kwargs(params))
+            data = measure_record(name)
             save_result(name, data, params, run)
         except Exception as exc:  # noqa: BLE001 - report it, measure the rest
             failed.append(name)
