@@ -3,7 +3,9 @@ the real clock's token times are ordered, and every slot and block is free after
 
 import pytest
 
+from labkit.measure.records import ServeLoad, view
 from labkit.measure.serve import measure_serving
+from labkit.measure.serve_load import measure_load_curve
 from labkit.model import build_model, preset
 from labkit.serving import RealClock, ServingEngine, make_step_fn
 from labkit.traces import request_trace
@@ -42,3 +44,27 @@ def test_measure_serving_on_gpu_makes_a_valid_record():
                            capture_sizes=[1, 2, 4, 8], dtype="bfloat16")
     assert data["metrics"]["completed"] == len(TRACE)
     assert data["metrics"]["ttft_ms"]["median"] > 0
+
+
+def test_repeats_after_a_warmup_on_gpu_keep_the_tokens_and_free_the_cache():
+    data = measure_serving("small", TRACE, "exact", device="cuda", max_batch=8,
+                           dtype="bfloat16", repeats=2, warmup_requests=4)
+    assert len(data["repeats"]) == 2
+    assert all(m["completed"] == len(TRACE) for m in data["repeats"])
+    s = data["spread"]["tpot_ms.median"]
+    assert 0 < s["min"] <= s["median"] <= s["max"]
+    assert {st["runtime"] for st in data["steps"]} == {"FULL"}
+
+
+def test_load_curve_on_gpu_and_breaker_record():
+    data = measure_load_curve("small", ["eager", "full"], [50.0, 400.0], n_requests=16,
+                              device="cuda", max_batch=8, capture_sizes=[1, 2, 4, 8],
+                              warmup_requests=2)
+    rec = view(data, ServeLoad)
+    assert len(rec.points) == 4
+    assert all(p.metrics["completed"] == 16 for p in rec.points)
+    brk = measure_serving("small", TRACE, "full", device="cuda", max_batch=8,
+                          capture_sizes=[1, 2], dtype="bfloat16",
+                          breaker={"window": 4, "threshold": 0.9, "cooldown_s": 0.05})
+    assert brk["metrics"]["completed"] == len(TRACE)
+    assert brk["breaker_trips_s"] == sorted(brk["breaker_trips_s"])

@@ -18,7 +18,8 @@ record name                kind                    written by
 ``bench``                  :class:`Bench`          ``labkit bench`` (``suite.bench_cli``)
 ``modes_<preset>``         :class:`Modes`          ``modes.measure_modes``
 ``paged_<preset>``         :class:`Paged`          ``paged.measure_paged``
-``serve_<name>``           :class:`Serve`          ``labkit serve`` (``suite.serve_cli``)
+``serve_<name>``           :class:`Serve`          ``labkit serve`` (``serve.measure_serving``)
+``serving_load_<preset>``  :class:`ServeLoad`      ``serve_load.measure_load_curve``
 ``pool_overwrite``         :class:`PoolOverwrite`  ``pool_overwrite.measure_pool_overwrite``
 ``fused_<preset>``         :class:`Fused`          ``fused_bench.measure_fused``
 ``roofline_<preset>``      :class:`Roofline`       ``roofline.measure_roofline``
@@ -61,6 +62,7 @@ __all__ = [
     "default_params", "measure_kwargs", "bench_row", "Modes", "Serve", "ServeRequest",
     "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE", "Fused",
     "Roofline", "RooflineVariant", "Multistep", "MULTISTEP_METHODS",
+    "ServeLoad", "ServeLoadPoint", "SERVE_RECORDS",
 ]
 
 
@@ -1021,6 +1023,8 @@ class Serve:
     requests: list[ServeRequest]
     steps: list[ServeStep]
     metrics: dict
+    #: every recorded run's metrics (``measure_serving(repeats=...)``); [] in older records
+    repeats: list[dict] = field(default_factory=list)
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "Serve":
@@ -1030,6 +1034,24 @@ class Serve:
                              for i, r in enumerate(_req(d, "requests", where, _list))],
                    steps=[ServeStep.from_data(s, f"{where}.steps[{i}]")
                           for i, s in enumerate(_req(d, "steps", where, _list))],
+                   metrics=_req(d, "metrics", where, _dict),
+                   repeats=[_dict(m, f"{where}.repeats[{i}]") for i, m in
+                            enumerate(_opt(d, "repeats", where, _list, []))])
+
+
+@dataclass(frozen=True)
+class ServeLoadPoint:
+    """One point of a latency–load curve: step ``mode``, request ``rate`` (req/s) and the
+    run's metrics (:func:`labkit.measure.serving_metrics.run_metrics`)."""
+
+    mode: str
+    rate: float
+    metrics: dict
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "ServeLoadPoint":
+        d = _dict(v, where)
+        return cls(mode=_req(d, "mode", where, _str), rate=_req(d, "rate", where, _num),
                    metrics=_req(d, "metrics", where, _dict))
 
 
@@ -1368,6 +1390,40 @@ class Multistep(_Timed):
         return [speedup(o, m) for o, m in zip(self.median_us(over), self.median_us(method))]
 
 
+@dataclass(frozen=True)
+class ServeLoad:
+    """``serving_load_<preset>``: the latency–load curve (:mod:`labkit.measure.serve_load`):
+    one :class:`ServeLoadPoint` per step mode and request rate."""
+
+    RECORD = "serving_load_<preset>"  # the record name(s) of this kind
+
+    modes: list[str]
+    rates: list[float]
+    points: list[ServeLoadPoint]
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "ServeLoad":
+        out = cls(modes=_req(d, "modes", where, _strs), rates=_req(d, "rates", where, _nums),
+                  points=[ServeLoadPoint.from_data(p, f"{where}.points[{i}]")
+                          for i, p in enumerate(_req(d, "points", where, _list))])
+        for i, p in enumerate(out.points):
+            if p.mode not in out.modes or p.rate not in out.rates:
+                raise _Fail(f"{where}.points[{i}]", f"has mode {p.mode!r} at rate {p.rate} "
+                            f"outside modes {out.modes} / rates {out.rates}")
+        return out
+
+    def series(self, mode: str, key: str) -> list[float | None]:
+        """Metric ``key`` (dotted, e.g. ``'ttft_ms.p99'``) of ``mode`` at each rate."""
+        by_rate = {p.rate: p.metrics for p in self.points if p.mode == mode}
+        out: list[float | None] = []
+        for r in self.rates:
+            v: Any = by_rate.get(r)
+            for part in key.split("."):
+                v = v.get(part) if isinstance(v, Mapping) else None
+            out.append(v)
+        return out
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -1388,6 +1444,7 @@ KINDS: list[tuple[str, type]] = [
     (r"fused_[A-Za-z0-9][A-Za-z0-9_.-]*", Fused),
     (r"roofline_[A-Za-z0-9][A-Za-z0-9_.-]*", Roofline),
     (r"multistep_[A-Za-z0-9][A-Za-z0-9_.-]*", Multistep),
+    (r"serving_load_[A-Za-z0-9][A-Za-z0-9_.-]*", ServeLoad),
 ]
 
 
@@ -1453,6 +1510,9 @@ def view(record: Any, kind: type[K]) -> K:
 # ----------------------------------------------------------------------------- default parameters
 
 _POOL_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+_SERVE = {"preset": "gpt2", "trace": "synthetic_requests_poisson", "dtype": "bfloat16",
+          "max_batch": 16, "max_requests": 80, "seed": 0, "clock": "real",
+          "warmup_requests": 8, "window_s": 0.5, "keep_timeline": False}
 _DECODE = {"batch_sizes": [1, 8, 64], "methods": ["eager", "graph"], "dtype": "bfloat16",
            "repeats": 30}
 
@@ -1469,7 +1529,9 @@ _MULTISTEP = {"batch_sizes": [1, 8, 64], "n_steps": 8, "max_seq": 256, "dtype": 
 #: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`;
 #: ``measure_pool_overwrite``: in :mod:`labkit.measure.pool_overwrite`;
 #: ``measure_fused``: in :mod:`labkit.measure.fused_bench`;
-#: ``measure_roofline``, ``measure_multistep``: in :mod:`labkit.measure.roofline`).
+#: ``measure_roofline``, ``measure_multistep``: in :mod:`labkit.measure.roofline`;
+#: ``measure_serving``: :mod:`labkit.measure.serve`; ``measure_load_curve``:
+#: :mod:`labkit.measure.serve_load`).
 #: ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
@@ -1506,7 +1568,36 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "eager", "graph", "fused", "compile_reduce_overhead", "compile_full_cache"]}),
     "multistep_small": ("measure_multistep", {"preset": "small", **_MULTISTEP}),
     "multistep_gpt2": ("measure_multistep", {"preset": "gpt2", **_MULTISTEP}),
+    # serving (notebook 13, ``labkit serve --record``): the first 80 requests (3.3-4.1 s of
+    # arrivals) of the shipped traces in each step mode; the bursty trace with capture sizes
+    # below max_batch (graph misses under load) without and with the circuit breaker
+    "serve_eager": ("measure_serving", {**_SERVE, "mode": "eager", "repeats": 3}),
+    "serve_exact": ("measure_serving", {**_SERVE, "mode": "exact", "repeats": 3}),
+    "serve_full": ("measure_serving", {**_SERVE, "mode": "full",
+                                       "capture_sizes": [1, 2, 4, 8, 16], "repeats": 3}),
+    "serve_piecewise": ("measure_serving", {**_SERVE, "mode": "piecewise",
+                                            "capture_sizes": [1, 2, 4, 8, 16], "repeats": 1}),
+    "serve_capped": ("measure_serving", {**_SERVE, "trace": "synthetic_requests_bursty",
+                                         "mode": "full", "capture_sizes": [1, 2, 4, 8],
+                                         "repeats": 1}),
+    "serve_breaker": ("measure_serving", {**_SERVE, "trace": "synthetic_requests_bursty",
+                                          "mode": "full", "capture_sizes": [1, 2, 4, 8],
+                                          "repeats": 1, "breaker": {"window": 32,
+                                                                    "threshold": 0.5,
+                                                                    "cooldown_s": 1.0}}),
+    "serving_load_gpt2": ("measure_load_curve", {"preset": "gpt2", "modes": ["eager", "full"],
+                                                 "rates": [20.0, 40.0, 80.0, 160.0, 320.0],
+                                                 "n_requests": 40, "dtype": "bfloat16",
+                                                 "max_batch": 16,
+                                                 "capture_sizes": [1, 2, 4, 8, 16],
+                                                 "seed": 0, "trace_seed": 7,
+                                                 "warmup_requests": 8}),
 }
+
+#: the serving records ``labkit serve --record`` measures, in order
+SERVE_RECORDS: tuple[str, ...] = ("serve_eager", "serve_exact", "serve_full",
+                                  "serve_piecewise", "serve_capped", "serve_breaker",
+                                  "serving_load_gpt2")
 
 
 def default_params(name: str) -> dict:

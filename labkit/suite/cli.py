@@ -146,8 +146,21 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from labkit.suite.serve_cli import run_serve, summary_line
+    from labkit.suite.serve_cli import check_record_names, record_serving, run_serve, summary_line
 
+    if args.record:
+        try:
+            names = check_record_names(args.only.split(",") if args.only else None)
+        except ValueError as exc:
+            print(f"labkit serve: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        run, failed = record_serving(Path(args.out), names,
+                                     echo=lambda line: print(f"labkit serve: {line}", flush=True))
+        print(run)
+        return 1 if failed else 0
+    if args.only:
+        print("labkit serve: --only picks records of --record; add --record", file=sys.stderr)
+        return EXIT_USAGE
     breaker = None
     if args.breaker:
         breaker = {"window": args.breaker_window, "threshold": args.breaker_threshold,
@@ -321,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds eager after a trip (default 1)")
     sv.add_argument("--name", default=None, help="record name serve_<name> (default the mode)")
     sv.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
+    sv.add_argument("--record", action="store_true",
+                    help="measure every serving reference record (GPU) with its default "
+                         "parameters into one run folder; other options are ignored")
+    sv.add_argument("--only", default=None,
+                    help="with --record: comma-separated record names to measure")
     sv.set_defaults(func=cmd_serve)
 
     im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")

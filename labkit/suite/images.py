@@ -200,6 +200,8 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     for p in presets:
         out.append(Chart(f"12_roofline_{p}", f"roofline_{p}",
                          "labkit.teach.plots.roofline:floor_chart", None))
+    out.append(Chart("13_serving_load_gpt2", "serving_load_gpt2",
+                     "labkit.teach.plots.serving:latency_load_chart", None, takes_data=True))
     return out
 
 

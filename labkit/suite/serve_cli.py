@@ -1,16 +1,21 @@
 """``labkit serve``: run a request trace through the continuous-batching engine in one step mode,
-with a progress bar, and save a ``serve_<name>`` record into a fresh run folder."""
+with a progress bar, and save a ``serve_<name>`` record into a fresh run folder;
+``labkit serve --record``: measure every serving reference record with its default parameters
+(:data:`labkit.measure.records.SERVE_RECORDS`)."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from labkit.measure import records
 from labkit.measure.results import new_run_dir, save_result
 from labkit.measure.serve import check_serving, measure_serving
+from labkit.measure.serve_record import measure_record
 from labkit.traces import load_request_trace
 
 
@@ -49,3 +54,40 @@ def summary_line(m: dict) -> str:
             f"TTFT median {fmt(m['ttft_ms']['median'])} ms p99 {fmt(m['ttft_ms']['p99'])} ms; "
             f"TPOT median {fmt(m['tpot_ms']['median'])} ms; graph hit rate "
             f"{m['graph_hit_rate']:.0%}, padded waste {m['padded_waste']:.0%}")
+
+
+def check_record_names(names: Sequence[str] | None) -> list[str]:
+    """The serving records to measure (default all of
+    :data:`labkit.measure.records.SERVE_RECORDS`); an unknown name raises listing the known."""
+    names = list(records.SERVE_RECORDS) if not names else list(names)
+    bad = [n for n in names if n not in records.SERVE_RECORDS]
+    if bad:
+        raise ValueError(f"--only {','.join(bad)}: not a serving record; choose from "
+                         f"{','.join(records.SERVE_RECORDS)}")
+    return names
+
+
+def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None = None, *,
+                   echo: Callable[[str], None] = print) -> tuple[Path, list[str]]:
+    """Measure each serving record of ``names`` with its default parameters into one fresh
+    run folder under ``out_root`` (file them with ``labkit reference <run folder>``). A
+    record that fails is reported and the others still run. Returns the run folder and the
+    names that failed."""
+    names = check_record_names(names)
+    run = new_run_dir("serve-record", root=out_root)
+    failed = []
+    for name in names:
+        params = records.default_params(name)
+        start = time.perf_counter()
+        try:
+            data = measure_record(name)
+            save_result(name, data, params, run)
+        except Exception as exc:  # noqa: BLE001 - report it, measure the rest
+            failed.append(name)
+            echo(f"{name}: FAILED after {time.perf_counter() - start:.1f} s: "
+                 f"{type(exc).__name__}: {exc}")
+            continue
+        line = summary_line(data["metrics"]) if "metrics" in data else \
+            f"{len(data['points'])} points"
+        echo(f"{name}: {time.perf_counter() - start:.1f} s: {line}")
+    return run, failed
