@@ -47,6 +47,7 @@ clear error where unavailable).
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import replace
 from typing import Callable, Literal
 
@@ -110,10 +111,14 @@ class SymmMemAllReduce:
         self.group = group if group is not None else dist.group.WORLD
         self.group_name = self.group.group_name
         if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
-            symm_mem.enable_symm_mem_for_group(self.group_name)
+            with warnings.catch_warnings():  # deprecated (a no-op need) in newer torch
+                warnings.simplefilter("ignore")
+                symm_mem.enable_symm_mem_for_group(self.group_name)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
         self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
         self.fallback = ProcessGroupAllReduce(group)
+        #: ``one_shot_all_reduce_out`` where this torch has it (writes the sum into ``x``)
+        self._out = getattr(torch.ops.symm_mem, "one_shot_all_reduce_out", None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = x.numel()
@@ -121,6 +126,9 @@ class SymmMemAllReduce:
             return self.fallback(x)
         buf = self.buffer[:n]
         buf.copy_(x.reshape(-1))
+        if self._out is not None and x.is_contiguous():  # the sum lands in x: no extra copy
+            self._out(buf, "sum", self.group_name, x.view(-1))
+            return x
         summed = torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", self.group_name)
         x.copy_(summed.view(x.shape))
         return x
