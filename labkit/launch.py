@@ -289,6 +289,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
                 all_results = now
             if (shutdown_timeout_s is not None and all_results is not None
                     and now - all_results >= shutdown_timeout_s):
+                deadline = now  # no further wait below: the ranks left are hung in shutdown
                 break
             if first_error is not None and now - first_error >= grace_s:
                 break

@@ -128,6 +128,7 @@ class _Rank:
         return got
 
     def barrier(self) -> None:
+        """Line the ranks up on the host (between attempts only, never inside one)."""
         dist.barrier(group=self.ctrl)
 
     def attempt(self, key: str, fn: Callable[[], Any]) -> Any:
@@ -229,7 +230,6 @@ def _check_sum(r: _Rank, kind: str, numel: int, bufs: dict, run: Callable[[], An
     n = r.world_size
     s = n * (n + 1) / 2
     _fill(r, kind, numel, bufs, float(r.rank + 1))
-    r.barrier()
     run()
     _, result, inplace = _allreduce_ops(r, kind, numel, bufs)
     want = s * n ** (ops - 1) if inplace else s
@@ -264,21 +264,18 @@ def _sweep_method(r: _Rank, kind: str, graph: bool, bufs: dict) -> None:
                     r.out["checks"][f"sum_exact.{method}"] = _check_sum(r, kind, numel, bufs,
                                                                          op, 1)
                     checked = True
-                r.barrier()
                 return _time(op, r.device, spec["repeats"], k).to_dict()
 
             def many() -> None:
                 for _ in range(k):
                     op()
 
-            r.barrier()
             cg = capture_callable(many, warmup=1, check_sync=False)
             try:
                 if not checked:
                     r.out["checks"][f"sum_exact.{method}"] = _check_sum(
                         r, kind, numel, bufs, cg.graph.replay, k)
                     checked = True
-                r.barrier()
                 st = time_cuda(cg.graph.replay, warmup=2, repeats=spec["repeats"],
                                inner=spec["graph_replays"])
                 return st.per(k).to_dict()  # one replay runs k all-reduces
@@ -347,7 +344,7 @@ def _check_part(r: _Rank, symm: bool) -> None:
     tag = "symm_mem" if symm else "pg"
     modes = ["eager", "graph"] if r.device.type == "cuda" else ["eager", "dispatcher_eager"]
     for mode in modes:
-        def run() -> bool:
+        def run() -> tuple[list, dict | None]:
             if mode == "eager":
                 got = generate(tp, prompts, steps)
                 counts = None
@@ -363,16 +360,19 @@ def _check_part(r: _Rank, symm: bool) -> None:
                 finally:
                     if graphs is not None:
                         disp.release()
-            pairs = [(a, b) for x, y in zip(ref, got) for a, b in zip(x, y)]
-            r.out["checks"][f"token_agreement.{tag}.{mode}"] = \
-                sum(a == b for a, b in pairs) / max(1, len(pairs))
-            peers = r.gather((got, counts))
-            r.out["checks"][f"ranks_in_lockstep.{tag}.{mode}"] = all(p == peers[0]
-                                                                    for p in peers)
-            return got == ref
+            return got, counts
 
-        ok = r.attempt(f"check.{tag}.{mode}", run)
-        r.out["checks"][f"tp_tokens_equal_tp1.{tag}.{mode}"] = bool(ok)
+        done = r.attempt(f"check.{tag}.{mode}", run)
+        # control-group collectives only between attempts: a rank that failed inside one
+        # never leaves its peer waiting in a mismatched collective
+        peers = r.gather(done)
+        got = done[0] if done is not None else []
+        pairs = [(a, b) for x, y in zip(ref, got) for a, b in zip(x, y)]
+        r.out["checks"][f"token_agreement.{tag}.{mode}"] = \
+            sum(a == b for a, b in pairs) / max(1, sum(len(x) for x in ref))
+        r.out["checks"][f"ranks_in_lockstep.{tag}.{mode}"] = \
+            done is not None and all(p == peers[0] for p in peers)
+        r.out["checks"][f"tp_tokens_equal_tp1.{tag}.{mode}"] = done is not None and got == ref
     _say(r.rank, "checks: " + ", ".join(f"{k}={v}" for k, v in r.out["checks"].items()
                                          if k.startswith("tp_tokens")))
 
@@ -403,7 +403,6 @@ def _time_model(r: _Rank, model: TinyGPT, method: str, graph: bool) -> None:
                     fn = lambda: graphs.replay(b)  # noqa: E731
                 else:
                     fn = lambda: model.decode_step(t, p, s, check=False)  # noqa: E731
-                r.barrier()
                 with torch.no_grad():
                     return _time(fn, r.device, spec["repeats"], spec["inner"]).to_dict()
 
