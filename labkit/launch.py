@@ -224,7 +224,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     :func:`shutdown`) and ``shutdown_hung`` (ranks terminated in shutdown). With
     ``shutdown_timeout_s`` a run whose ranks all sent their result returns them even when some
     rank hangs in shutdown: after that many seconds it is terminated and listed in
-    ``info['shutdown_hung']``.
+    ``info['shutdown_hung']`` (a rank that dies in shutdown after its result shows in
+    ``info['exit_codes']``).
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args), got "
@@ -301,6 +302,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
             for r, p in enumerate(procs):  # died without a word (killed, segfault)
                 if not p.is_alive() and phase[r] != len(PHASES) - 1 and r not in errors:
                     _drain(q, handle)
+                    if shutdown_timeout_s is not None and r in results:
+                        continue  # died in shutdown after its result: see info's exit codes
                     if phase[r] != len(PHASES) - 1 and r not in errors:
                         errors[r] = (f"rank {r} exited with code {p.exitcode} while "
                                      f"{PHASES[phase[r]]}, without reporting an error")
@@ -312,12 +315,14 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
             p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())) or 0.5)
         _drain(q, handle)
     finally:
-        hung = _stop(procs)
+        # a rank that closed its group but is still exiting (CUDA teardown) is not hung
+        hung = [r for r in _stop(procs) if phase[r] != len(PHASES) - 1]
         q.close()
         q.join_thread()
     if info is not None:
         info["shutdown"] = dict(sorted(closing.items()))
         info["shutdown_hung"] = [r for r in hung if phase[r] == 3 and r in results]
+        info["exit_codes"] = {r: p.exitcode for r, p in enumerate(procs)}
     if (hung and shutdown_timeout_s is not None and not errors and len(results) == world_size
             and all(phase[r] == 3 for r in hung)):
         hung = []  # every result is in; the ranks hung in shutdown are listed in info

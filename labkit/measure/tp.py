@@ -565,6 +565,8 @@ def measure_tp(*, world_size: int = 2, backend: str | None = None, quick: bool =
             d["shutdown"][label] = {str(k): v for k, v in info.get("shutdown", {}).items()}
             d["launch"][label] = {"wall_s": info.get("wall_s"),
                                   "shutdown_hung": info.get("shutdown_hung", []),
+                                  "exit_codes": {str(k): v for k, v in
+                                                 info.get("exit_codes", {}).items()},
                                   "failure": failure}
             if failure:
                 d["errors"][f"launch.{label}"] = failure[:4000]
