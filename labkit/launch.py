@@ -46,6 +46,8 @@ import torch.multiprocessing as mp
 from labkit.checks import as_int
 
 BACKENDS = ("gloo", "nccl")
+#: the order of a rank's shutdown (:func:`shutdown`); why this order: the module docstring
+SHUTDOWN_ORDER = ("release graphs", "synchronize", "barrier", "destroy_process_group")
 #: what a rank is doing, in order; the parent reports the last phase a hung rank reached
 PHASES = ("starting", "init_process_group", "running the function",
           "shutdown (release graphs, synchronize, barrier, destroy_process_group)", "closed")

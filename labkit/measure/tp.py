@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 import time
 import traceback
 import warnings
@@ -536,7 +537,7 @@ def measure_tp(*, world_size: int = 2, backend: str | None = None, quick: bool =
     spec = dict(spec) if spec is not None else default_spec(quick, cpu=cpu)
     as_int_list(spec["batch_sizes"], "batch_sizes", minimum=1)
     as_int_list(spec["sizes_bytes"], "sizes_bytes", minimum=16)
-    scratch = Path(scratch) if scratch is not None else Path.cwd()
+    scratch = Path(scratch) if scratch is not None else Path(tempfile.gettempdir())
     scratch.mkdir(parents=True, exist_ok=True)
     sizes, batches = list(spec["sizes_bytes"]), list(spec["batch_sizes"])
     ar: dict[str, Any] = {"backend": backend, "world_size": world_size, "dtype": spec["dtype"],
