@@ -117,3 +117,16 @@ def test_two_gpu_notebooks_read_the_two_gpu_reference_folder():
     assert not cpu.live and not cpu.too_few_gpus
     got = notebook.measure_many_or_reference(cpu, ["tp_allreduce_missing_x"], lambda: {})
     assert got == {"tp_allreduce_missing_x": None}
+
+
+def test_two_gpu_records_are_filed_and_labelled_as_two_gpus():
+    from labkit.measure.results import Result, _measured_on, gpus_used, provenance_line
+
+    env = {"tier": "gpu", "gpu_name": "NVIDIA H200", "torch": "2.11.0"}
+    two = {"backend": "nccl", "world_size": 2}
+    assert gpus_used(two) == 2 and gpus_used({"backend": "gloo", "world_size": 2}) == 1
+    assert gpus_used({"preset": "gpt2"}) == 1 and gpus_used([]) == 1
+    assert _measured_on(env, two) == "h200x2" and _measured_on(env, {}) == "h200"
+    assert _measured_on({"tier": "cpu"}, two) == "cpu"
+    res = Result("tp_allreduce", two, {}, env, 1, "2026-11-30")
+    assert provenance_line(res).startswith("measured on 2 x NVIDIA H200")
