@@ -374,6 +374,9 @@ def _check_part(r: _Rank, symm: bool) -> None:
         r.out["checks"][f"ranks_in_lockstep.{tag}.{mode}"] = \
             done is not None and all(p == peers[0] for p in peers)
         r.out["checks"][f"tp_tokens_equal_tp1.{tag}.{mode}"] = done is not None and got == ref
+        if mode == "graph":  # the padded batch really replayed captured graphs (FULL steps)
+            r.out["checks"][f"dispatcher_replayed_graphs.{tag}"] = bool(
+                done is not None and (done[1] or {}).get("FULL", 0) > 0)
     _say(r.rank, "checks: " + ", ".join(f"{k}={v}" for k, v in r.out["checks"].items()
                                          if k.startswith("tp_tokens")))
 
