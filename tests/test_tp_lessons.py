@@ -130,3 +130,33 @@ def test_two_gpu_records_are_filed_and_labelled_as_two_gpus():
     assert _measured_on({"tier": "cpu"}, two) == "cpu"
     res = Result("tp_allreduce", two, {}, env, 1, "2026-11-30")
     assert provenance_line(res).startswith("measured on 2 x NVIDIA H200")
+
+
+def test_the_tp_key_charts_read_the_two_gpu_folder_and_build():
+    from dataclasses import asdict
+
+    from labkit.measure.results import Result
+    from labkit.suite import images
+
+    charts = {c.stem: c for c in images.key_charts() if c.stem.startswith("14_")}
+    assert sorted(charts) == ["14_tp_allreduce", "14_tp_comm_gpt2", "14_tp_decode_gpt2"]
+    assert {c.gpus for c in charts.values()} == {2}
+    env = {"tier": "gpu", "gpu_name": "NVIDIA H200"}
+    ar = Result("tp_allreduce", _raw(_allreduce()), {}, env, 1, "2026-11-30")
+    fig = charts["14_tp_allreduce"].build(ar)
+    assert "measured on 2 x NVIDIA H200" in fig.layout.title.text
+    dec = Result("tp_decode_gpt2", _raw(_decode()), {}, env, 1, "2026-11-30")
+    assert charts["14_tp_comm_gpt2"].build(dec).layout.barmode == "stack"
+    assert asdict(charts["14_tp_decode_gpt2"])["record"] == "tp_decode_gpt2"
+
+
+def _raw(rec) -> dict:
+    """A typed tp record back as the ``data`` dict of a result (nccl, two ranks)."""
+    out = {"backend": "nccl", "world_size": rec.world_size, "checks": rec.checks,
+           "times": {m: [None if s is None else s.to_dict() for s in col]
+                     for m, col in rec.times.items()}}
+    if isinstance(rec, TPAllReduce):
+        out.update(sizes_bytes=rec.sizes_bytes, dtype=rec.dtype)
+    else:
+        out.update(preset=rec.preset, dtype=rec.dtype, batch_sizes=rec.batch_sizes)
+    return out
