@@ -24,8 +24,9 @@ def references(path: Path) -> str:
     return HEADING.split(cells[0], 1)[1]
 
 
-def test_all_twelve_notebooks_are_covered():
-    assert {p.name[:2] for p in NOTEBOOKS} == {f"{i:02d}" for i in range(12)}
+def test_all_notebooks_are_covered():
+    numbers = {p.name[:2] for p in NOTEBOOKS}
+    assert {f"{i:02d}" for i in range(12)} | {"14"} <= numbers  # 12, 13: other issues
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
