@@ -103,12 +103,11 @@ def release_graphs() -> int:
     if not torch.cuda.is_available():
         return 0
     n = 0
+    graph_type = torch.cuda.CUDAGraph
     for obj in gc.get_objects():
-        try:
-            is_graph = isinstance(obj, torch.cuda.CUDAGraph)
-        except Exception:  # noqa: BLE001 - an object whose __class__ misbehaves
-            continue
-        if is_graph:
+        # type(), not isinstance(): isinstance reads __class__, which some objects (deprecated
+        # aliases such as torch.distributed.reduce_op) answer with a warning
+        if issubclass(type(obj), graph_type):
             try:
                 obj.reset()
                 n += 1

@@ -47,6 +47,7 @@ clear error where unavailable).
 from __future__ import annotations
 
 import copy
+import importlib
 import warnings
 from dataclasses import replace
 from typing import Callable, Literal
@@ -106,7 +107,7 @@ class SymmMemAllReduce:
         if why:
             raise RuntimeError(f"allreduce='symm_mem' is unavailable: {why}; use "
                                "allreduce='process_group'")
-        import torch.distributed._symmetric_memory as symm_mem  # CUDA-only extra
+        symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
 
         self.group = group if group is not None else dist.group.WORLD
         self.group_name = self.group.group_name
@@ -140,8 +141,8 @@ def symm_mem_unavailable(device: torch.device) -> str | None:
         return f"it needs CUDA tensors (the model is on {device})"
     if not dist.is_initialized() or dist.get_backend() != "nccl":
         return "it needs an initialised NCCL process group"
-    try:
-        import torch.distributed._symmetric_memory  # noqa: F401
+    try:  # importlib: an `import torch.x` here would make `torch` local to this function
+        importlib.import_module("torch.distributed._symmetric_memory")
     except ImportError as exc:
         return f"torch.distributed._symmetric_memory cannot be imported ({exc})"
     if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce"):

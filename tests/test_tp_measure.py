@@ -167,3 +167,92 @@ def test_two_gpus_measure_everything_with_collectives_in_the_graphs(tmp_path):
     for label in d.shutdown:
         assert sorted(d.shutdown[label]) == ["0", "1"]
     assert multiprocessing.active_children() == []
+
+
+# ------------------------------------------------------------------ symmetric-memory code paths
+# The CUDA kernels cannot run here; these tests run every line of labkit's symmetric-memory
+# paths on one gloo rank with the symm_mem allocation and kernels replaced by one-rank fakes
+# (the sum over one rank is the input), so a Python error in them shows up on CPU.
+
+
+@pytest.fixture()
+def one_gloo_rank():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture()
+def fake_symm_mem(monkeypatch, one_gloo_rank):
+    import importlib
+
+    import labkit.measure.tp as mtp
+    import labkit.tp as ltp
+
+    sm = importlib.import_module("torch.distributed._symmetric_memory")
+    calls: dict[str, int] = {"one_shot": 0, "two_shot": 0, "rendezvous": 0}
+
+    def one_shot(buf, op, group, out):
+        assert op == "sum" and isinstance(group, str) and buf.numel() == out.numel()
+        calls["one_shot"] += 1
+        return out.copy_(buf.view(out.shape))
+
+    def two_shot(buf, op, group):
+        calls["two_shot"] += 1
+        return buf
+
+    def rendezvous(t, group):
+        calls["rendezvous"] += 1
+        return object()
+
+    for mod in (ltp, mtp):
+        monkeypatch.setattr(mod, "symm_mem_unavailable", lambda device: None)
+    monkeypatch.setattr(sm, "empty", lambda n, dtype=None, device=None:
+                        torch.zeros(n, dtype=dtype, device=device))
+    monkeypatch.setattr(sm, "rendezvous", rendezvous)
+    monkeypatch.setattr(sm, "enable_symm_mem_for_group", lambda name: None, raising=False)
+    monkeypatch.setattr(torch.ops.symm_mem, "one_shot_all_reduce_out", one_shot)
+    monkeypatch.setattr(torch.ops.symm_mem, "two_shot_all_reduce_", two_shot)
+    return calls
+
+
+def test_symm_mem_unavailable_names_the_reason_for_a_cuda_device_on_cpu():
+    from labkit.tp import symm_mem_unavailable
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert symm_mem_unavailable(torch.device("cuda", 0)).startswith("it needs CUDA tensors")
+    assert symm_mem_unavailable(torch.device("cpu")).startswith("it needs CUDA tensors")
+
+
+def test_symm_mem_allreduce_copies_in_and_out(fake_symm_mem):
+    from labkit.tp import SymmMemAllReduce
+
+    ar = SymmMemAllReduce(None, 16, torch.float32, torch.device("cpu"))
+    assert fake_symm_mem["rendezvous"] == 1 and ar.buffer.numel() == 16
+    x = torch.arange(8, dtype=torch.float32).view(2, 1, 4)
+    assert ar(x) is x and torch.equal(x, torch.arange(8.0).view(2, 1, 4))
+    assert fake_symm_mem["one_shot"] == 1
+    big = torch.ones(2, 1, 16)  # larger than the buffer: the process-group fallback
+    assert torch.equal(ar(big), torch.ones(2, 1, 16)) and fake_symm_mem["one_shot"] == 1
+
+
+def test_the_symm_mem_parts_run_end_to_end_on_one_rank(fake_symm_mem):
+    from labkit.measure.tp import _PARTS, _Rank
+
+    spec = {**default_spec(cpu=True), "sizes_bytes": [256, 1024]}
+    r = _Rank(0, 1, spec)
+    for part in ("check_symm", "allreduce_symm", "decode_symm"):
+        _PARTS[part](r)
+    out = r.out
+    assert {k: v for k, v in out["errors"].items()} == {}
+    assert out["checks"]["tp_tokens_equal_tp1.symm_mem.eager"] is True
+    assert out["checks"]["tp_tokens_equal_tp1.symm_mem.dispatcher_eager"] is True
+    assert out["checks"]["sum_exact.one_shot_eager"] is True
+    assert out["checks"]["sum_exact.two_shot_eager"] is True
+    assert all(s is not None for s in out["times"]["one_shot_eager"])
+    assert all(s is not None for s in out["times"]["two_shot_eager"])
+    assert "tp1_graph_symm_mem" in out["skipped"] and "one_shot_graph" in out["skipped"]
+    assert fake_symm_mem["one_shot"] > 0 and fake_symm_mem["two_shot"] > 0

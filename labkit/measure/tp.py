@@ -35,6 +35,7 @@ rank and stored under ``shutdown``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import tempfile
@@ -186,7 +187,7 @@ def _symm_buffer(r: _Rank, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor
     why = symm_mem_unavailable(r.device)
     if why:
         raise RuntimeError(f"symmetric memory is unavailable: {why}")
-    import torch.distributed._symmetric_memory as symm_mem  # CUDA-only extra
+    symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
 
     name = dist.group.WORLD.group_name
     if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
@@ -337,7 +338,7 @@ def _check_part(r: _Rank, symm: bool) -> None:
     """TP=N tokens equal TP=1 tokens (float32) eager and through the dispatcher's graphs."""
     spec = r.spec
     sizes = spec["check_sizes"]
-    full, tp = _models(r, "float32", max(sizes))
+    full, tp = _models(r, "float32", max(*sizes, spec["check_rows"]))
     tag = "symm_mem" if symm else "pg"
     if symm:
         r.attempt("symm_mem.check_model", lambda: _use_symm_mem(r, tp))
