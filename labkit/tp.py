@@ -50,7 +50,7 @@ import copy
 import importlib
 import warnings
 from dataclasses import replace
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
 import torch.distributed as dist
@@ -111,10 +111,7 @@ class SymmMemAllReduce:
 
         self.group = group if group is not None else dist.group.WORLD
         self.group_name = self.group.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
-            with warnings.catch_warnings():  # deprecated (a no-op need) in newer torch
-                warnings.simplefilter("ignore")
-                symm_mem.enable_symm_mem_for_group(self.group_name)
+        enable_symm_mem(symm_mem, self.group_name)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
         self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
         self.fallback = ProcessGroupAllReduce(group)
@@ -133,6 +130,21 @@ class SymmMemAllReduce:
         summed = torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", self.group_name)
         x.copy_(summed.view(x.shape))
         return x
+
+
+def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
+    """``enable_symm_mem_for_group`` where this torch has it: needed before torch 2.9,
+    idempotent and deprecated (rendezvous registers the group itself) after, removed later.
+    A failure here is left to ``rendezvous`` to report."""
+    fn = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if fn is None:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            fn(group_name)
+        except Exception:  # noqa: BLE001 - rendezvous says what is wrong, if anything is
+            pass
 
 
 def symm_mem_unavailable(device: torch.device) -> str | None:

@@ -41,7 +41,6 @@ import pickle
 import tempfile
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -56,7 +55,8 @@ from labkit.launch import RankError, RankTimeout, check_devices, default_backend
 from labkit.measure.bench import random_prompts, step_inputs
 from labkit.model import TinyGPT, build_model, generate, preset
 from labkit.timing import Stats, time_cuda, time_host
-from labkit.tp import SymmMemAllReduce, TensorParallelGPT, symm_mem_unavailable
+from labkit.tp import SymmMemAllReduce, TensorParallelGPT, enable_symm_mem, \
+    symm_mem_unavailable
 
 #: message sizes of the all-reduce sweep (bytes): 2 KB ... 8 MB, and 12 KB (8 rows of gpt2)
 ALLREDUCE_BYTES = (2048, 4096, 8192, 12288, 16384, 32768, 65536, 131072, 262144, 524288,
@@ -190,10 +190,7 @@ def _symm_buffer(r: _Rank, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor
     symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
 
     name = dist.group.WORLD.group_name
-    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            symm_mem.enable_symm_mem_for_group(name)
+    enable_symm_mem(symm_mem, name)
     buf = symm_mem.empty(numel, dtype=dtype, device=r.device)
     r.symm_handles.append(symm_mem.rendezvous(buf, name))  # kept alive with the buffer
     buf.zero_()
