@@ -5,15 +5,25 @@
 local port, initialises a process group (``gloo`` on CPU, ``nccl`` on GPUs, one device per
 rank), calls ``fn(rank, world_size, *args)`` on each and returns the results in rank order.
 
-Shutdown is explicit and the same on every rank: ``torch.cuda.synchronize()`` (no kernel, and
-no captured collective, still in flight), ``barrier`` (every rank is done with the group),
-``destroy_process_group``. Destroying an NCCL group while a peer still runs a collective (or
-before the device is idle) is how a first try after graph capture hung; the order above rules
-that out, and the worker first drops what ``fn`` left (``gc.collect()``: captured graphs that
-hold collectives). The parent's wait is time-bounded: a rank that does not finish in
-``timeout_s`` seconds (counted once every rank has joined the group; starting up, spawn,
-imports and ``init_process_group``, has its own ``start_timeout_s``) is terminated and
-:class:`RankTimeout` names it and the phase it was stuck in.
+Shutdown is explicit and the same on every rank (:func:`shutdown`): release every CUDA graph
+still alive (``gc.collect()``, then ``reset()`` each ``torch.cuda.CUDAGraph`` left), then
+``torch.cuda.synchronize()``, ``barrier``, ``torch.cuda.synchronize()``,
+``destroy_process_group``. Why graphs first: a graph that captured an NCCL collective holds a
+reference on the communicator (NCCL counts these "persistent" references and drops one only
+when CUDA destroys the graph, through a user-object callback); ``ncclCommDestroy``/``Abort``
+wait for that count to reach zero, so destroying the group while a captured graph is alive
+waits forever. That is how a first try hung at ``destroy_process_group`` after capture (the
+reports: pytorch/pytorch issue 115388; vLLM pull request 39846, which found NCCL's
+``commDestroySync`` spinning on ``localPersistentRefs``). The synchronize after the release
+lets CUDA run those callbacks; the barrier makes sure no peer still runs a collective. Each
+rank reports how long each shutdown step took (``run_ranks(..., info=...)``).
+
+The parent's wait is time-bounded: a rank that does not finish in ``timeout_s`` seconds
+(counted once every rank has joined the group; starting up, spawn, imports and
+``init_process_group``, has its own ``start_timeout_s``) is terminated and
+:class:`RankTimeout` names it and the phase it was stuck in. With ``shutdown_timeout_s`` a
+rank that has sent its result but hangs in shutdown is terminated after that long and
+reported in ``info`` instead of failing the run.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import pickle
 import queue as queue_mod
 import socket
 import time
+import threading
 import traceback
 from typing import Any, Callable, Sequence
 
@@ -35,9 +46,11 @@ import torch.multiprocessing as mp
 from labkit.checks import as_int
 
 BACKENDS = ("gloo", "nccl")
+#: the order of a rank's shutdown (:func:`shutdown`); why this order: the module docstring
+SHUTDOWN_ORDER = ("release graphs", "synchronize", "barrier", "destroy_process_group")
 #: what a rank is doing, in order; the parent reports the last phase a hung rank reached
 PHASES = ("starting", "init_process_group", "running the function",
-          "shutdown (synchronize, barrier, destroy_process_group)", "closed")
+          "shutdown (release graphs, synchronize, barrier, destroy_process_group)", "closed")
 
 
 class RankError(RuntimeError):
@@ -81,17 +94,58 @@ def rank_device() -> torch.device:
     return torch.device("cpu")
 
 
-def shutdown(backend: str) -> None:
-    """The explicit shutdown order: synchronize the device, barrier, destroy the group."""
+def release_graphs() -> int:
+    """Free what a rank's function left behind: ``gc.collect()``, then ``reset()`` every
+    ``torch.cuda.CUDAGraph`` still alive (a cycle, a cache, a traceback may hold one). Returns
+    how many graphs were reset. A graph that captured an NCCL collective keeps the
+    communicator from being destroyed (see the module docstring)."""
+    gc.collect()
+    if not torch.cuda.is_available():
+        return 0
+    n = 0
+    graph_type = torch.cuda.CUDAGraph
+    for obj in gc.get_objects():
+        # type(), not isinstance(): isinstance reads __class__, which some objects (deprecated
+        # aliases such as torch.distributed.reduce_op) answer with a warning
+        if issubclass(type(obj), graph_type):
+            try:
+                obj.reset()
+                n += 1
+            except Exception:  # noqa: BLE001 - never captured, or already reset
+                pass
+    return n
+
+
+def shutdown(backend: str) -> dict[str, float]:
+    """The explicit shutdown order: release graphs, synchronize the device, barrier,
+    synchronize, destroy the group. Returns the seconds each step took (``total_s`` too)
+    and ``graphs_reset`` (how many graphs were still alive)."""
+    times: dict[str, float] = {}
+    t_start = t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        times[name] = now - t
+        t = now
+
+    times["graphs_reset"] = float(release_graphs())
+    lap("release_graphs_s")
     if not dist.is_initialized():
-        return
+        times["total_s"] = time.perf_counter() - t_start
+        return times
     if backend == "nccl":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize()  # lets CUDA run the released graphs' NCCL callbacks
+        lap("synchronize_s")
         dist.barrier(device_ids=[torch.cuda.current_device()])
         torch.cuda.synchronize()
     else:
         dist.barrier()
+    lap("barrier_s")
     dist.destroy_process_group()
+    lap("destroy_s")
+    times["total_s"] = time.perf_counter() - t_start
+    return times
 
 
 def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: Callable,
@@ -100,6 +154,7 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
     def phase(i: int) -> None:
         q.put(("phase", rank, i))
 
+    failed = False
     try:
         os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
@@ -118,21 +173,42 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
         payload = pickle.dumps(fn(rank, world_size, *args))  # plain pickle: tensors by value
         q.put(("result", rank, payload))
         phase(3)
-        gc.collect()  # free graphs that captured collectives before the communicator goes
-        shutdown(backend)
+        del payload
+        q.put(("shutdown", rank, shutdown(backend)))
         phase(4)
     except BaseException:  # noqa: BLE001 - every failure goes to the parent, named
         q.put(("error", rank, traceback.format_exc()))
-        if dist.is_initialized():  # peers may be gone: no barrier here, just let go
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - the first error is the one reported
-                pass
+        failed = True
+    if failed:  # outside the except block: its traceback (and the graphs it holds) is gone
+        _let_go(backend)
+
+
+def _let_go(backend: str, wait_s: float = 10.0) -> None:
+    """After an error: release graphs (the traceback is gone by now) and destroy the group
+    without a barrier (peers may be gone), in a daemon thread waited for at most ``wait_s``
+    seconds: a hung destroy must not keep the rank alive (the parent terminates it)."""
+    try:
+        release_graphs()
+    except Exception:  # noqa: BLE001 - the first error is the one reported
+        pass
+    if not dist.is_initialized():
+        return
+
+    def destroy() -> None:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+
+    th = threading.Thread(target=destroy, name="labkit-destroy", daemon=True)
+    th.start()
+    th.join(wait_s)
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
               backend: str | None = None, timeout_s: float = 120.0, grace_s: float = 5.0,
-              cpu_threads: int | None = 1, start_timeout_s: float = 300.0) -> list[Any]:
+              cpu_threads: int | None = 1, start_timeout_s: float = 300.0,
+              shutdown_timeout_s: float | None = None, info: dict | None = None) -> list[Any]:
     """``[fn(0, N, *args), ..., fn(N-1, N, *args)]``, each run in its own process on one rank.
 
     ``fn`` must be a module-level function (spawned ranks import it by name) and its result
@@ -144,13 +220,22 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     after every rank joined the group (or not joined ``start_timeout_s`` after the spawn)
     gives :class:`RankTimeout` naming it and its phase. Every process is joined before this
     returns or raises: none is left behind.
+
+    ``info`` (a dict, optional) is filled with ``shutdown`` (rank -> seconds per shutdown step,
+    :func:`shutdown`) and ``shutdown_hung`` (ranks terminated in shutdown). With
+    ``shutdown_timeout_s`` a run whose ranks all sent their result returns them even when some
+    rank hangs in shutdown: after that many seconds it is terminated and listed in
+    ``info['shutdown_hung']`` (a rank that dies in shutdown after its result shows in
+    ``info['exit_codes']``).
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args), got "
                         f"{type(fn).__name__}")
     world_size = as_int(world_size, "world_size", minimum=1, fix="give 1 or more ranks")
     for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s),
-                        ("grace_s", grace_s)):
+                        ("grace_s", grace_s),
+                        ("shutdown_timeout_s", 1.0 if shutdown_timeout_s is None
+                         else shutdown_timeout_s)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     backend = default_backend() if backend is None else backend
@@ -170,6 +255,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
     phase = {r: 0 for r in range(world_size)}
     results: dict[int, bytes] = {}
     errors: dict[int, str] = {}
+    closing: dict[int, dict] = {}
+    if info is not None and not isinstance(info, dict):
+        raise TypeError(f"info must be a dict to fill (or None), got {type(info).__name__}")
     try:
         for p in procs:
             p.start()
@@ -177,6 +265,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
         limit = f"start_timeout_s={start_timeout_s} (spawn, imports, init_process_group)"
         joined = False
         first_error: float | None = None
+        all_results: float | None = None
 
         def handle(msg: tuple) -> None:
             nonlocal first_error
@@ -185,6 +274,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
                 phase[rank] = value
             elif kind == "result":
                 results[rank] = value
+            elif kind == "shutdown":
+                closing[rank] = value
             else:
                 errors.setdefault(rank, value)
                 first_error = first_error or time.monotonic()
@@ -196,6 +287,12 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
                 limit = f"timeout_s={timeout_s} (after every rank joined the group)"
             if all(v == len(PHASES) - 1 for v in phase.values()) or now >= deadline:
                 break
+            if len(results) == world_size and all_results is None:
+                all_results = now
+            if (shutdown_timeout_s is not None and all_results is not None
+                    and now - all_results >= shutdown_timeout_s):
+                deadline = now  # no further wait below: the ranks left are hung in shutdown
+                break
             if first_error is not None and now - first_error >= grace_s:
                 break
             try:
@@ -206,6 +303,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
             for r, p in enumerate(procs):  # died without a word (killed, segfault)
                 if not p.is_alive() and phase[r] != len(PHASES) - 1 and r not in errors:
                     _drain(q, handle)
+                    if shutdown_timeout_s is not None and r in results:
+                        continue  # died in shutdown after its result: see info's exit codes
                     if phase[r] != len(PHASES) - 1 and r not in errors:
                         errors[r] = (f"rank {r} exited with code {p.exitcode} while "
                                      f"{PHASES[phase[r]]}, without reporting an error")
@@ -217,9 +316,17 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
             p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())) or 0.5)
         _drain(q, handle)
     finally:
-        hung = _stop(procs)
+        # a rank that closed its group but is still exiting (CUDA teardown) is not hung
+        hung = [r for r in _stop(procs) if phase[r] != len(PHASES) - 1]
         q.close()
         q.join_thread()
+    if info is not None:
+        info["shutdown"] = dict(sorted(closing.items()))
+        info["shutdown_hung"] = [r for r in hung if phase[r] == 3 and r in results]
+        info["exit_codes"] = {r: p.exitcode for r, p in enumerate(procs)}
+    if (hung and shutdown_timeout_s is not None and not errors and len(results) == world_size
+            and all(phase[r] == 3 for r in hung)):
+        hung = []  # every result is in; the ranks hung in shutdown are listed in info
     if errors:
         r = min(errors)
         others = f"; rank(s) {hung} were still running and were terminated" if hung else ""

@@ -47,8 +47,10 @@ clear error where unavailable).
 from __future__ import annotations
 
 import copy
+import importlib
+import warnings
 from dataclasses import replace
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
 import torch.distributed as dist
@@ -105,15 +107,16 @@ class SymmMemAllReduce:
         if why:
             raise RuntimeError(f"allreduce='symm_mem' is unavailable: {why}; use "
                                "allreduce='process_group'")
-        import torch.distributed._symmetric_memory as symm_mem  # CUDA-only extra
+        symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
 
         self.group = group if group is not None else dist.group.WORLD
         self.group_name = self.group.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
-            symm_mem.enable_symm_mem_for_group(self.group_name)
+        enable_symm_mem(symm_mem, self.group_name)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
         self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
         self.fallback = ProcessGroupAllReduce(group)
+        #: ``one_shot_all_reduce_out`` where this torch has it (writes the sum into ``x``)
+        self._out = getattr(torch.ops.symm_mem, "one_shot_all_reduce_out", None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = x.numel()
@@ -121,9 +124,27 @@ class SymmMemAllReduce:
             return self.fallback(x)
         buf = self.buffer[:n]
         buf.copy_(x.reshape(-1))
+        if self._out is not None and x.is_contiguous():  # the sum lands in x: no extra copy
+            self._out(buf, "sum", self.group_name, x.view(-1))
+            return x
         summed = torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", self.group_name)
         x.copy_(summed.view(x.shape))
         return x
+
+
+def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
+    """``enable_symm_mem_for_group`` where this torch has it: needed before torch 2.9,
+    idempotent and deprecated (rendezvous registers the group itself) after, removed later.
+    A failure here is left to ``rendezvous`` to report."""
+    fn = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if fn is None:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            fn(group_name)
+        except Exception:  # noqa: BLE001 - rendezvous says what is wrong, if anything is
+            pass
 
 
 def symm_mem_unavailable(device: torch.device) -> str | None:
@@ -132,8 +153,8 @@ def symm_mem_unavailable(device: torch.device) -> str | None:
         return f"it needs CUDA tensors (the model is on {device})"
     if not dist.is_initialized() or dist.get_backend() != "nccl":
         return "it needs an initialised NCCL process group"
-    try:
-        import torch.distributed._symmetric_memory  # noqa: F401
+    try:  # importlib: an `import torch.x` here would make `torch` local to this function
+        importlib.import_module("torch.distributed._symmetric_memory")
     except ImportError as exc:
         return f"torch.distributed._symmetric_memory cannot be imported ({exc})"
     if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce"):

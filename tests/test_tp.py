@@ -131,7 +131,7 @@ def test_a_hung_rank_is_named_with_its_phase_and_terminated():
     msg = str(info.value)
     assert "within timeout_s=3 (after every rank joined the group)" in msg
     assert "rank 1 in running the function" in msg
-    assert "rank 0 in shutdown (synchronize, barrier, destroy_process_group)" in msg
+    assert "rank 0 in shutdown (release graphs, synchronize, barrier, destroy_process_group)" in msg
     assert time.monotonic() - t0 < 60
     assert _no_children_left()
 

@@ -24,6 +24,8 @@ record name                kind                    written by
 ``fused_<preset>``         :class:`Fused`          ``fused_bench.measure_fused``
 ``roofline_<preset>``      :class:`Roofline`       ``roofline.measure_roofline``
 ``multistep_<preset>``     :class:`Multistep`      ``roofline.measure_multistep``
+``tp_allreduce``           :class:`TPAllReduce`    ``labkit tp`` (``measure.tp.measure_tp``)
+``tp_decode_<preset>``     :class:`TPDecode`       ``labkit tp`` (``measure.tp.measure_tp``)
 =========================  ======================  ==========================================
 
 * :func:`parse` turns a record's ``data`` into its kind (checking required fields and their
@@ -63,6 +65,7 @@ __all__ = [
     "ServeStep", "PoolOverwrite", "OverwriteFix", "GPU_OPS_COUNTED", "GPU_OPS_SCOPE", "Fused",
     "Roofline", "RooflineVariant", "Multistep", "MULTISTEP_METHODS",
     "ServeLoad", "ServeLoadPoint", "SERVE_RECORDS",
+    "TPAllReduce", "TPDecode",
 ]
 
 
@@ -1146,6 +1149,23 @@ def _count_map(v: Any, where: str) -> dict[str, int]:
     return out
 
 
+# ----------------------------------------------------------------------------- tensor parallel
+
+
+def _str_map(v: Any, where: str) -> dict[str, str]:
+    return {k: _str(x, f"{where}.{k}") for k, x in _dict(v, where).items()}
+
+
+def _opt_num_rows(v: Any, where: str) -> dict[str, list[list[float | None]]]:
+    """``{method: [[median per rank] per size]}``."""
+    out = {}
+    for m, rows in _dict(v, where).items():
+        out[m] = [[_opt_num(x, f"{where}.{m}[{i}][{j}]") for j, x in
+                   enumerate(_list(row, f"{where}.{m}[{i}]"))]
+                  for i, row in enumerate(_list(rows, f"{where}.{m}"))]
+    return out
+
+
 @dataclass(frozen=True)
 class Fused(_Timed):
     """``fused_<preset>``: the readable and the fused decode step (:mod:`labkit.fused`) side
@@ -1424,6 +1444,115 @@ class ServeLoad:
         return out
 
 
+@dataclass(frozen=True)
+class TPAllReduce:
+    """``tp_allreduce``: µs per all-reduce of ``world_size`` ranks per message size
+    (``sizes_bytes``) and method: ``pg_eager`` / ``pg_graph`` (``dist.all_reduce`` over
+    ``backend``, one by one or ``graph_ops`` of them captured in one graph), ``one_shot_*`` /
+    ``two_shot_*`` (``torch.ops.symm_mem`` kernels on a symmetric buffer). ``None`` where a
+    method did not run: ``errors`` says why (``skipped``: not applicable on this backend). ``rank_medians``: every rank's median."""
+
+    RECORD = "tp_allreduce"  # the record name(s) of this kind
+
+    backend: str
+    world_size: int
+    dtype: str
+    sizes_bytes: list[int]
+    times: dict[str, list[Stats | None]]
+    checks: dict[str, bool | float]
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    graph_ops: int | None = None
+    rank_medians: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    shutdown: dict = field(default_factory=dict)
+    device: str = ""
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "TPAllReduce":
+        sizes = _req(d, "sizes_bytes", where, _ints)
+        return cls(backend=_req(d, "backend", where, _str),
+                   world_size=_req(d, "world_size", where, _int),
+                   dtype=_opt(d, "dtype", where, _str, ""), sizes_bytes=sizes,
+                   times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                                f"{where}.sizes_bytes"),
+                   checks=_opt(d, "checks", where, _checks, {}),
+                   errors=_opt(d, "errors", where, _str_map, {}),
+                   skipped=_opt(d, "skipped", where, _str_map, {}),
+                   graph_ops=_opt(d, "graph_ops", where, _int),
+                   rank_medians=_opt(d, "rank_medians", where, _opt_num_rows, {}),
+                   shutdown=_opt(d, "shutdown", where, _dict, {}),
+                   device=_opt(d, "device", where, _str, ""))
+
+    @property
+    def methods(self) -> list[str]:
+        """The methods recorded, in record order."""
+        return list(self.times)
+
+    def median_us(self, method: str) -> list[float | None]:
+        """Median µs per all-reduce of ``method`` per size (``None``: not measured)."""
+        if method not in self.times:
+            raise KeyError(f"the record has no method {method!r}; it has {self.methods}")
+        return [_median(s) for s in self.times[method]]
+
+    def at(self, method: str, nbytes: int) -> float | None:
+        """Median µs of ``method`` at ``nbytes`` (``None``: not measured there)."""
+        if method not in self.times or nbytes not in self.sizes_bytes:
+            return None
+        return _median(self.times[method][self.sizes_bytes.index(nbytes)])
+
+
+@dataclass(frozen=True)
+class TPDecode(_Timed):
+    """``tp_decode_<preset>``: decode-step µs per method and batch size on one GPU
+    (``tp1_*``) and split over ``world_size`` GPUs (``tpN_*``: eager; FULL graph with NCCL
+    inside; ``_noop``: the all-reduces replaced by nothing, the compute alone;
+    ``_graph_symm_mem``: one-shot symmetric-memory all-reduce in the graph). ``checks`` hold
+    ``tp_tokens_equal_tp1`` (every mode); ``errors`` say why a method is ``None``."""
+
+    RECORD = "tp_decode_<preset>"  # the record name(s) of this kind
+
+    preset: str
+    dtype: str
+    world_size: int
+    batch_sizes: list[int]
+    times: dict[str, list[Stats | None]]
+    checks: dict[str, bool | float]
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    rank_medians: dict[str, list[list[float | None]]] = field(default_factory=dict)
+    shutdown: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    device: str = ""
+
+    @classmethod
+    def from_data(cls, d: Mapping, where: str = "data") -> "TPDecode":
+        sizes = _req(d, "batch_sizes", where, _ints)
+        return cls(preset=_req(d, "preset", where, _str), dtype=_opt(d, "dtype", where, _str, ""),
+                   world_size=_req(d, "world_size", where, _int), batch_sizes=sizes,
+                   times=_times(_req(d, "times", where, _dict), f"{where}.times", sizes,
+                                f"{where}.batch_sizes"),
+                   checks=_opt(d, "checks", where, _checks, {}),
+                   errors=_opt(d, "errors", where, _str_map, {}),
+                   skipped=_opt(d, "skipped", where, _str_map, {}),
+                   rank_medians=_opt(d, "rank_medians", where, _opt_num_rows, {}),
+                   shutdown=_opt(d, "shutdown", where, _dict, {}),
+                   config=_opt(d, "config", where, _dict, {}),
+                   device=_opt(d, "device", where, _str, ""))
+
+    def tp(self, suffix: str) -> str:
+        """The method name ``tp<world_size>_<suffix>`` (e.g. ``tp('graph')``)."""
+        return f"tp{self.world_size}_{suffix}"
+
+    def comm_us(self, batch: int, graph: bool = True) -> float | None:
+        """Communication µs per step at ``batch``: the step minus the same step with
+        no-op all-reduces (``None`` when either was not measured)."""
+        mode = "graph" if graph else "eager"
+        full, noop = self.at(self.tp(mode), batch), self.at(self.tp(f"{mode}_noop"), batch)
+        if full is None or noop is None:
+            return None
+        return full - noop
+
+
 # ----------------------------------------------------------------------------- the registry
 
 #: (record-name pattern, kind), first match wins; later issues append their kinds here
@@ -1445,6 +1574,8 @@ KINDS: list[tuple[str, type]] = [
     (r"roofline_[A-Za-z0-9][A-Za-z0-9_.-]*", Roofline),
     (r"multistep_[A-Za-z0-9][A-Za-z0-9_.-]*", Multistep),
     (r"serving_load_[A-Za-z0-9][A-Za-z0-9_.-]*", ServeLoad),
+    (r"tp_allreduce", TPAllReduce),
+    (r"tp_decode_[A-Za-z0-9][A-Za-z0-9_.-]*", TPDecode),
 ]
 
 

@@ -361,11 +361,24 @@ def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
     return load_result(path)
 
 
-def _measured_on(env: dict) -> str:
-    """GPU slug a result was measured on, or 'cpu'."""
+def gpus_used(data: dict) -> int:
+    """GPUs a record was measured on: its ``world_size`` when it ran over NCCL (the
+    tensor-parallel records), else 1."""
+    if not isinstance(data, dict):
+        return 1
+    n = data.get("world_size")
+    if data.get("backend") == "nccl" and isinstance(n, int) and not isinstance(n, bool) and n > 1:
+        return n
+    return 1
+
+
+def _measured_on(env: dict, data: dict | None = None) -> str:
+    """GPU slug a result was measured on (``h200``; ``h200x2`` for a record measured on two
+    GPUs over NCCL), or 'cpu'."""
     name = env.get("gpu_name")
     if env.get("tier") == "gpu" and name:
-        return gpu_slug(name)
+        n = gpus_used(data or {})
+        return gpu_slug(name) + (f"x{n}" if n > 1 else "")
     return "cpu"
 
 
@@ -383,7 +396,7 @@ def copy_to_reference(
     if not files:
         raise FileNotFoundError(f"no result files in {src}: run `labkit run` first")
     loaded = [(p, load_result(p)) for p in files]
-    origins = {_measured_on(r.env) for _, r in loaded}
+    origins = {_measured_on(r.env, r.data) for _, r in loaded}
     if gpu is None:
         if len(origins) != 1:
             raise ValueError(
@@ -393,7 +406,8 @@ def copy_to_reference(
         gpu = origins.pop()
     target_slug = gpu_slug(gpu)
     if not force:
-        wrong = [f"{p.name} ({_measured_on(r.env)})" for p, r in loaded if _measured_on(r.env) != target_slug]
+        wrong = [f"{p.name} ({_measured_on(r.env, r.data)})" for p, r in loaded
+                 if _measured_on(r.env, r.data) != target_slug]
         if wrong:
             raise ValueError(
                 f"refusing to file results under data/reference/{target_slug}/: "
@@ -414,7 +428,8 @@ def provenance_line(result: Result) -> str:
     commit abc1234``. Facts missing from the record are left out, never guessed."""
     env = result.env or {}
     if env.get("tier") == "gpu" and env.get("gpu_name"):
-        parts = [f"measured on {env['gpu_name']}"]
+        n = gpus_used(result.data or {})
+        parts = [f"measured on {f'{n} x ' if n > 1 else ''}{env['gpu_name']}"]
         if env.get("driver"):
             parts.append(f"driver {env['driver']}")
     else:

@@ -180,6 +180,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tp(args: argparse.Namespace) -> int:
+    from labkit.suite.tp_cli import run_tp
+
+    try:
+        code, _ = run_tp(out_root=Path(args.out), world_size=args.world_size,
+                         backend=args.backend, quick=args.quick, timeout_s=args.timeout,
+                         symm_timeout_s=args.symm_timeout)
+    except (ValueError, TypeError, RuntimeError) as exc:  # a bad value or too few GPUs
+        print(f"labkit tp: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return EXIT_USAGE
+    return code
+
+
 def _sizes_list(text: str) -> list[int]:
     try:
         sizes = [int(x) for x in text.split(",") if x.strip()]
@@ -340,6 +353,21 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--only", default=None,
                     help="with --record: comma-separated record names to measure")
     sv.set_defaults(func=cmd_serve)
+
+    tp = sub.add_parser("tp", help="tensor-parallel decode on N ranks: all-reduce latency, TP=1 "
+                        "vs TP=N step time, compute vs communication; save tp_* records")
+    tp.add_argument("--record", action="store_true",
+                    help="accepted for symmetry with bench: the records are always saved")
+    tp.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
+    tp.add_argument("--world-size", type=_positive_int, default=2, help="ranks (default 2)")
+    tp.add_argument("--backend", choices=["nccl", "gloo"], default=None,
+                    help="nccl (one GPU per rank; default with CUDA) or gloo (CPU, tiny sizes)")
+    tp.add_argument("--quick", action="store_true", help="fewer message sizes and repeats")
+    tp.add_argument("--timeout", type=_positive_float, default=150.0,
+                    help="seconds for the NCCL launch once the ranks joined (default 150)")
+    tp.add_argument("--symm-timeout", type=_positive_float, default=90.0,
+                    help="seconds for the symmetric-memory launch (default 90)")
+    tp.set_defaults(func=cmd_tp)
 
     im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")
     im.add_argument("--out", default="build/images")

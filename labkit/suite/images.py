@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 from labkit.measure.records import Compile, Decode, Dispatcher, LaunchOverhead, PoolMemory, view
+from labkit.env import gpu_slug
 from labkit.measure.results import load_reference, provenance_line, reference_dir
 from labkit.teach.plots import bars, lines, register_template
 
@@ -147,6 +148,8 @@ class Chart:
     builder: str | None
     fallback: Callable[[Any], Any] | None
     takes_data: bool = False
+    #: GPUs the record is measured on: its reference folder is ``<gpu>`` or ``<gpu>x<gpus>``
+    gpus: int = 1
 
     def build(self, res) -> Any:
         if self.builder:
@@ -202,6 +205,11 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
                          "labkit.teach.plots.roofline:floor_chart", None))
     out.append(Chart("13_serving_load_gpt2", "serving_load_gpt2",
                      "labkit.teach.plots.serving:latency_load_chart", None, takes_data=True))
+    for stem, record, fn in (("14_tp_allreduce", "tp_allreduce", "allreduce_chart"),
+                             ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp_step_chart"),
+                             ("14_tp_comm_gpt2", "tp_decode_gpt2", "comm_split_chart")):
+        out.append(Chart(stem, record, f"labkit.teach.plots.tp:{fn}", None, takes_data=True,
+                         gpus=2))
     return out
 
 
@@ -220,15 +228,17 @@ def export_images(out_dir: Path = Path("build/images"), fmt: str = "png", *,
     todo, missing = [], []
     cache: dict[str, Any] = {}
     for ch in charts:
-        if ch.record not in cache:
+        folder = gpu if ch.gpus == 1 else f"{gpu_slug(gpu)}x{ch.gpus}"
+        key = f"{folder}/{ch.record}"
+        if key not in cache:
             try:
-                cache[ch.record] = load_reference(ch.record, gpu=gpu)
+                cache[key] = load_reference(ch.record, gpu=folder)
             except FileNotFoundError:
-                cache[ch.record] = None
-        if cache[ch.record] is None:
-            missing.append(ch.record)
+                cache[key] = None
+        if cache[key] is None:
+            missing.append(ch.record if ch.gpus == 1 else key)
         else:
-            todo.append((ch, cache[ch.record]))
+            todo.append((ch, cache[key]))
     if missing:
         print(f"labkit images: no reference record for {', '.join(sorted(set(missing)))} in "
               f"{reference_dir(gpu)}: those charts are skipped", file=sys.stderr)

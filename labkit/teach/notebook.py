@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import platform
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from labkit import __version__, envvars
 from labkit.env import hardware_tier
@@ -26,11 +26,19 @@ class NotebookContext:
     tier: str
     reference_gpu: str
     device: str
+    #: GPUs the notebook's live measurements need (2 for tensor parallelism), and present
+    gpus_needed: int = 1
+    gpus_here: int = 0
 
     @property
     def live(self) -> bool:
-        """True when CUDA measurements run live here."""
-        return self.tier == "gpu"
+        """True when CUDA measurements run live here (with as many GPUs as they need)."""
+        return self.tier == "gpu" and self.gpus_here >= self.gpus_needed
+
+    @property
+    def too_few_gpus(self) -> bool:
+        """A GPU machine with fewer GPUs than the notebook needs (it then shows references)."""
+        return self.tier == "gpu" and self.gpus_here < self.gpus_needed
 
 
 def configure_plotly() -> str:
@@ -57,7 +65,23 @@ def _display_html(text: str) -> None:
         print(text)
 
 
+def reference_folder(gpus: int = 1, gpu: str = "h200") -> str:
+    """The reference folder name for measurements on ``gpus`` GPUs of one kind:
+    ``h200`` for one, ``h200x2`` for two (``data/reference/<name>/``)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be a positive int, got {gpus!r}")
+    return gpu if gpus == 1 else f"{gpu}x{gpus}"
+
+
 def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
+    if ctx.too_few_gpus:
+        msg = (f"<b>Too few GPUs for the live tier</b>: this notebook measures on "
+               f"{ctx.gpus_needed} GPUs and this machine has {ctx.gpus_here}. Its CUDA "
+               "measurements are shown from recorded reference results "
+               f"(<code>data/reference/{html.escape(ctx.reference_gpu)}/</code>); run it on a "
+               f"machine with {ctx.gpus_needed} GPUs to measure live.")
+        return (f'<div style="border-left:6px solid #a35a00;padding:6px 12px;'
+                f'background:#f7f7f7">{msg}</div>')
     if ctx.live:
         msg = (f"<b>Live tier</b>: measurements run on this machine's GPU "
                f"(<code>{html.escape(gpu_name or 'CUDA device')}</code>).")
@@ -72,16 +96,26 @@ def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
             f'background:#f7f7f7">{msg}</div>')
 
 
-def setup(name: str, *, reference_gpu: str = "h200", quiet: bool = False) -> NotebookContext:
-    """Set-up cell: versions, tier banner, plotly renderer. Returns the context."""
+def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
+          quiet: bool = False) -> NotebookContext:
+    """Set-up cell: versions, tier banner, plotly renderer. Returns the context.
+
+    ``gpus``: how many GPUs the live measurements need; with fewer the notebook shows the
+    references of ``reference_gpu`` (default :func:`reference_folder`: ``h200`` for one GPU,
+    ``h200x2`` for two)."""
     import torch
+
+    folder = reference_folder(gpus)  # checks gpus
+    reference_gpu = reference_gpu or folder
 
 
     threads = envvars.cpu_threads()
     if threads:  # CI and small shared machines: one thread is far faster for a tiny model
         torch.set_num_threads(threads)
     tier = hardware_tier()
-    ctx = NotebookContext(name, tier, reference_gpu, "cuda" if tier == "gpu" else "cpu")
+    here = torch.cuda.device_count() if tier == "gpu" else 0
+    ctx = NotebookContext(name, tier, reference_gpu, "cuda" if tier == "gpu" else "cpu",
+                          gpus_needed=gpus, gpus_here=here)
     configure_plotly()
     if not quiet:
         gpu = torch.cuda.get_device_name(0) if tier == "gpu" else None
@@ -118,3 +152,24 @@ def reference_or_none(ctx: NotebookContext, name: str) -> Any:
         return load_reference(name, gpu=ctx.reference_gpu)
     except FileNotFoundError:
         return None
+
+
+def measure_many_or_reference(ctx: NotebookContext, names: Sequence[str],
+                              measure: Callable[[], dict[str, dict]],
+                              params: dict | None = None) -> dict[str, Any]:
+    """Several records from one measurement (e.g. one multi-GPU launch): on the live tier run
+    ``measure()`` (a dict record name -> data), save each and return them as results; else
+    the recorded reference of each name, or ``None`` where none is recorded yet."""
+    names = list(names)
+    if not ctx.live:
+        return {n: reference_or_none(ctx, n) for n in names}
+    got = measure()
+    missing = [n for n in names if n not in got]
+    if missing:
+        raise KeyError(f"the measurement returned no record {missing}; it returned "
+                       f"{sorted(got)}")
+    out = {n: load_result(save_result(n, got[n], params or {})) for n in names}
+    for n, res in out.items():
+        _display_html(f'<div style="font-size:90%;color:#555">measured live: {html.escape(n)}: '
+                      f"{html.escape(provenance_line(res))}</div>")
+    return out
