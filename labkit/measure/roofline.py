@@ -278,7 +278,7 @@ STEP_VARIANTS: dict[str, StepBuilder] = {
     "compile_full_cache": compile_reduce_overhead_variant,
 }
 #: variants measured by default (eager first: it is timed before any profiler has run)
-DEFAULT_VARIANTS = ("eager", "graph", "fused", "compile_reduce_overhead",
+DEFAULT_VARIANTS = ("eager", "graph", "compile_reduce_overhead",
                     "compile_manual_graph", "compile_full_cache")
 #: variants timed only at ``compile_sizes`` (``compile_full_cache``: at the first one only)
 COMPILED = ("compile_reduce_overhead", "compile_manual_graph", "compile_full_cache")
