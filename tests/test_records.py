@@ -98,7 +98,7 @@ def test_dispatcher_pool_compile_pitfalls_bench_views():
     assert comp.graph_pool_bytes == raw["memory"]["graph_pool_bytes"]
     pits = R.parse("pitfalls", ref("pitfalls")["data"])
     assert set(pits.by_name()) == {"host_sync", "dynamic_shape", "output_overwritten",
-                                   "input_rebound", "rng"}
+                                   "input_rebound", "rng", "autocast"}
     bench = R.parse("bench", ref("bench")["data"])
     raw_pool = {row["layout"]: row["total_MiB"] for row in ref("bench")["data"]["pool"]}
     assert bench.pool_mib()["private"] == pytest.approx(raw_pool["private"])
