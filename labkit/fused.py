@@ -119,35 +119,14 @@ class FusedStep:
             raise RuntimeError(f"the model moved to {m.device} after its fused step was built "
                                f"on {self._zero.device}; build it again with "
                                "make_fused_step(model)")
-        if check is not None and not isinstance(check, bool):
-            raise TypeError(f"check must be True, False or None, got {check!r}")
-        m._check_tensor("tokens", tokens, 1)
-        m._check_tensor("positions", positions, 1)
-        m._check_tensor("slots", slots, 1)
+        m.check_step(tokens, positions, slots, check, who="the fused step with check=True")
         b = tokens.shape[0]
-        if positions.shape[0] != b or slots.shape[0] != b:
-            raise ValueError(f"tokens, positions and slots must have one entry per row; got "
-                             f"{b}, {positions.shape[0]}, {slots.shape[0]}")
-        if b < 1:
-            raise ValueError("empty batch: give at least one row")
-        if b > m.cfg.max_batch:
-            raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
-                             f"{m.cfg.max_batch}; build the model with a larger max_batch")
         if out is not None and (not isinstance(out, torch.Tensor)
                                 or tuple(out.shape) != (b, m.cfg.vocab_size)
                                 or out.dtype != m.cfg.torch_dtype or out.device != m.device):
             raise ValueError(f"out must be a ({b}, {m.cfg.vocab_size}) {m.cfg.torch_dtype} "
                              f"tensor on {m.device}; got "
                              f"{getattr(out, 'shape', type(out).__name__)}")
-        on_cpu = tokens.device.type == "cpu"
-        if check is None:
-            check = on_cpu
-        if check:
-            if not on_cpu and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("the fused step with check=True reads values on the host, "
-                                   "which a CUDA graph capture forbids; capture with "
-                                   "check=False")
-            m._check_values(tokens, positions, slots)
 
     def _device_changed(self) -> bool:
         w = self.model.tok_emb.weight

@@ -344,6 +344,35 @@ class TinyGPT(nn.Module):
             self.cache.write_prefill(i, k.transpose(1, 2), v.transpose(1, 2), slots)
         return self.lm_head(self.ln_f(x[:, -1]))
 
+    def check_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                   check: bool | None, who: str = "decode_step(check=True)") -> None:
+        """The checks of one decode step's inputs (shared by every step function): tensor
+        kinds and shapes always; values (ids, positions, slots) on the host when ``check``
+        is true, or ``None`` with CPU tensors. ``who`` names the step in the capture error."""
+        if check is not None and not isinstance(check, bool):
+            raise TypeError(f"check must be True, False or None, got {check!r}")
+        self._check_tensor("tokens", tokens, 1)
+        self._check_tensor("positions", positions, 1)
+        self._check_tensor("slots", slots, 1)
+        b = tokens.shape[0]
+        if positions.shape[0] != b or slots.shape[0] != b:
+            raise ValueError(f"tokens, positions and slots must have one entry per row; got "
+                             f"{b}, {positions.shape[0]}, {slots.shape[0]}")
+        if b < 1:
+            raise ValueError("empty batch: give at least one row")
+        if b > self.cfg.max_batch:
+            raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
+                             f"{self.cfg.max_batch}; build the model with a larger max_batch")
+        on_cpu = tokens.device.type == "cpu"
+        if check is None:
+            check = on_cpu
+        if check:
+            if not on_cpu and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"{who} reads values on the host, which a CUDA graph "
+                                   "capture forbids; capture with check=False and check the "
+                                   "batch before copying it into the static buffers")
+            self._check_values(tokens, positions, slots)
+
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                     *, check: bool | None = None,
@@ -364,27 +393,7 @@ class TinyGPT(nn.Module):
         ``check=False`` to skip them (graph capture and padded batches, whose padded rows
         share the scratch slot, do this).
         """
-        if check is not None and not isinstance(check, bool):
-            raise TypeError(f"check must be True, False or None, got {check!r}")
-        self._check_tensor("tokens", tokens, 1)
-        self._check_tensor("positions", positions, 1)
-        self._check_tensor("slots", slots, 1)
-        b = tokens.shape[0]
-        if positions.shape[0] != b or slots.shape[0] != b:
-            raise ValueError(f"tokens, positions and slots must have one entry per row; got "
-                             f"{b}, {positions.shape[0]}, {slots.shape[0]}")
-        if b > self.cfg.max_batch:
-            raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
-                             f"{self.cfg.max_batch}; build the model with a larger max_batch")
-        on_cpu = tokens.device.type == "cpu"
-        if check is None:
-            check = on_cpu
-        if check:
-            if not on_cpu and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("decode_step(check=True) reads values on the host, which a "
-                                   "CUDA graph capture forbids; capture with check=False and "
-                                   "check the batch before copying it into the static buffers")
-            self._check_values(tokens, positions, slots)
+        self.check_step(tokens, positions, slots, check)
         x, meta = self.embed_step(tokens, positions, slots)
         for i, block in enumerate(self.blocks):
             x = block.forward_step(x, self.cache, i, meta)
