@@ -241,7 +241,7 @@ def check_shared_pool_max(records: Mapping[str, dict]) -> Assessment:
     if not tested:
         return Assessment("untested", ev, nums + ": the other graphs add less than the "
                           "tolerance to the largest, so these records cannot tell max from sum.")
-    note = (f" ({per[0]['n_at_smallest']} of {per[0]['n_graphs']} private pools are "
+    note = (f" ({per[0]['record']}: {per[0]['n_at_smallest']} of {per[0]['n_graphs']} private pools are "
             f"{per[0]['smallest_private_mib']:.0f} MiB, the smallest the allocator gave, so "
             "the large batch sizes decide the test)" if per[0]["n_at_smallest"] > 1 else "")
     if any(p["largest_first_over_sum"] >= 1 for p in tested):
