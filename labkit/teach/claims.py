@@ -412,7 +412,8 @@ def check_engine_args(records: Mapping[str, dict]) -> Assessment:
 
 CLAIMS: list[Claim] = [
     Claim("replay_5_8x", "Replaying a CUDA graph makes decode 5-8x faster than eager.",
-          "decode step time, eager vs graph replay, per model and batch size",
+          "decode step time, eager vs graph replay, per model and batch size (and the "
+          "roofline_* records, when given, for the model-size comparison)",
           ("decode_small", "decode_gpt2"), check_replay_speedup, any_of=True,
           context="The gain is the CPU launch time removed (notebook 01), so it depends on the "
                   "model and the batch: a tiny model on a fast GPU can show much more than a "

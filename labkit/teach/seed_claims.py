@@ -20,7 +20,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from labkit.measure.records import (Dispatcher, LaunchOverhead, Modes, Multistep, Paged,
                                     Pitfalls, PoolMemory, PoolOverwrite, Roofline, view)
+from labkit.measure.results import default_run_dir, load_result, provenance_line
 from labkit.teach.claims import MIB, Assessment, Claim
+from labkit.teach.notebook import reference_or_none
 from labkit.teach.lessons.roofline import conditional_verdict
 from labkit.teach.serving_claims import check_breaker
 
@@ -420,5 +422,23 @@ def needed_records(claims: Sequence[Claim] = SEED_CLAIMS) -> list[str]:
     return out
 
 
+def gather_records(ctx: Any, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The records the seed claims read, measuring nothing: on the GPU tier a record an
+    earlier notebook saved in this run folder, else the recorded reference (``None`` where
+    there is none; that claim is then ``untested``). Prints where each came from."""
+    out: dict[str, Any] = {}
+    for name in names or needed_records():
+        path = default_run_dir() / "results" / f"{name}.json"
+        if getattr(ctx, "live", False) and path.is_file():
+            out[name] = load_result(path)
+            where = "measured earlier in this run"
+        else:
+            out[name] = reference_or_none(ctx, name)
+            where = "recorded reference" if out[name] is not None else "not recorded"
+        line = provenance_line(out[name]) if out[name] is not None else ""
+        print(f"{name}: {where}" + (f" ({line})" if line else ""))
+    return out
+
+
 __all__ = ["SEED_CLAIMS", "evaluate_seed", "seed_rows", "needed_records", "seed_of",
-           "evidence_of"]
+           "evidence_of", "gather_records"]
