@@ -191,7 +191,9 @@ def test_pool_max_untested_when_the_record_cannot_tell():
 def test_notebook_09_shows_the_seed_claims(path):
     nb = json.loads((ROOT / path).read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "seed_claims.evaluate_seed(" in code and "seed_claims.seed_rows(" in code
+    assert "seed_claims.evaluate_seed(all_records)" in code and "seed_claims.seed_rows(" in code
+    # every record the seed claims read reaches them (the first gather holds some of them)
+    assert "all_records = {**seed_records, **records}" in code
     text = "\n".join("".join(c["source"]) for c in nb["cells"])
     for seed in ("000", "001", "002"):
         assert f"seed {seed}" in text

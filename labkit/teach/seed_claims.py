@@ -361,7 +361,7 @@ SEED_CLAIMS: tuple[Claim, ...] = (
     _claim("001-piecewise", "001", "'Piecewise' means capturing the attention.",
            ("modes_gpt2", "modes_small"), check_piecewise_meaning,
            "step time of FULL, PIECEWISE (attention eager) and attention-only graphs",
-           sources=(SRC_VLLM_MODES,)),
+           sources=(SRC_VLLM_MODES,), quote="piecewise"),
     _claim("001-compiled-capture", "001", "A torch.compile'd model can be captured.",
            ("roofline_small", "roofline_gpt2"), check_compiled_capture,
            "the roofline record's compiled columns and their token checks"),
@@ -370,7 +370,8 @@ SEED_CLAIMS: tuple[Claim, ...] = (
     _claim("000-coverage-80", "000", "Capture the most frequent sizes until 80% cumulative; "
            "a table of memory and P99 per choice.",
            ("dispatcher_small", "pool_memory_gpt2", "pool_memory_small"), check_coverage_rule,
-           "graph hit rate and padding of a dispatcher run; pool memory per size"),
+           "graph hit rate and padding of a dispatcher run; pool memory per size",
+           quote="most frequent sizes until 80% cumulative"),
     _claim("000-replay-allocates", "000", "Replay still handles allocation.",
            ("pool_memory_gpt2", "pool_memory_small", "pitfalls"), check_replay_allocates,
            "pool size after each capture; output address at each replay",
