@@ -217,6 +217,8 @@ def full_records() -> dict:
     return {
         "decode_small": decode_record([7.0, 5.0, 2.0]),
         "decode_gpt2": decode_record([8.0, 4.0, 1.5]),
+        "pool_memory_small": pool_record(PRIVATE, [20.0, 20.0, 20.0, 20.5],
+                                         [10.0, 14.0, 22.0, 30.0]),
         "pool_memory_gpt2": pool_record(PRIVATE, [20.0, 20.0, 20.0, 20.5],
                                         [10.0, 14.0, 22.0, 30.0]),
         "pitfalls": pitfalls_record(),
@@ -240,7 +242,8 @@ def test_evaluate_all_and_table():
 def test_evaluate_missing_records_is_untested():
     res = {r["id"]: r for r in claims.evaluate_all({})}
     assert res["pool_max_not_sum"]["verdict"] == "untested"
-    assert res["pool_max_not_sum"]["evidence"] == {"missing": ["pool_memory_gpt2"]}
+    assert res["pool_max_not_sum"]["evidence"] == {"missing": ["pool_memory_small",
+                                                              "pool_memory_gpt2"]}
     assert res["replay_5_8x"]["verdict"] == "untested"
     # one of the two decode records is enough
     one = claims.evaluate(claims.claim("replay_5_8x"), {"decode_gpt2": decode_record([6.0] * 3)})
@@ -263,8 +266,8 @@ def test_claim_lookup_and_needed_records():
     assert claims.claim("pool_offsets").records == ("pitfalls",)
     with pytest.raises(KeyError, match="no claim"):
         claims.claim("nope")
-    assert claims.needed_records() == ["decode_small", "decode_gpt2", "pool_memory_gpt2",
-                                       "pitfalls"]
+    assert claims.needed_records() == ["decode_small", "decode_gpt2", "pool_memory_small",
+                                       "pool_memory_gpt2", "pitfalls"]
     assert set(claims.record_specs()) == set(claims.needed_records())
 
 
@@ -317,7 +320,7 @@ def test_gather_records_gpu_tier_reuses_this_runs_results(tmp_path, monkeypatch)
     run = tmp_path / "run"
     monkeypatch.setenv("LABKIT_RUN_DIR", str(run))
     recs = full_records()
-    for name in ("decode_small", "decode_gpt2", "pool_memory_gpt2"):
+    for name in ("decode_small", "decode_gpt2", "pool_memory_small", "pool_memory_gpt2"):
         results.save_result(name, recs[name], {}, env={"tier": "gpu", "gpu_name": "NVIDIA H200"})
     measured = []
 

@@ -14,7 +14,8 @@ from labkit.teach.plots import TEMPLATE, color, register_template
 from labkit.teach.plots.timing import finish
 
 VERDICT_COLORS = {"holds": "#c7e9c0", "partly": "#fdd0a2", "false": "#fcbba1",
-                  "depends": "#c6dbef", "untested": "#e0e0e0"}
+                  "depends": "#c6dbef", "untested": "#e0e0e0",
+                  "cannot be checked here": "#f0f0f0"}
 
 
 def verdict_table(results: Sequence[Mapping], *, title: str = "The seed articles' claims vs the "
