@@ -122,7 +122,8 @@ def test_record_serving_writes_every_record_and_reports_failures(tmp_path, monke
                                   {"preset": "test", "modes": ["eager"], "rates": [50.0],
                                    "n_requests": 4, "device": "cpu", "dtype": "float32",
                                    "clock": "sim", "max_batch": 2})}
-    monkeypatch.setattr(records, "DEFAULTS", {**records.DEFAULTS, **fake})
+    for name, entry in fake.items():  # in place: the dict records.defaults reads
+        monkeypatch.setitem(records.DEFAULTS, name, entry)
     lines: list[str] = []
     run, failed = serve_cli.record_serving(tmp_path / "runs", list(fake), echo=lines.append)
     assert failed == ["serve_exact"]
@@ -162,7 +163,8 @@ def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, caps
     fake = {"serve_eager": ("measure_serving", {"preset": "test", "trace": str(trace),
                                                 "mode": "eager", "max_batch": 2,
                                                 "clock": "sim", "device": "cpu"})}
-    monkeypatch.setattr(records, "DEFAULTS", {**records.DEFAULTS, **fake})
+    for name, entry in fake.items():  # in place: the dict records.defaults reads
+        monkeypatch.setitem(records.DEFAULTS, name, entry)
     rc = main(["serve", "--record", "--only", "serve_eager", "--out", str(tmp_path / "runs")])
     out = capsys.readouterr().out
     assert rc == 0, out
