@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from labkit.measure.records.fields import (
-    _bool, _dict, _int, _int_keyed, _ints, _list, _num, _opt, _req, _str,
+    _bool, _dict, _int, _int_keyed, _ints, _num, _nums, _opt, _req, _str,
 )
 
 
@@ -117,10 +117,6 @@ class PoolMemory:
 # ----------------------------------------------------------------------------- pool overwrite
 
 
-def _floats(v: Any, where: str) -> list[float]:
-    return [_num(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
-
-
 @dataclass(frozen=True)
 class OverwriteFix:
     """One fix of a ``pool_overwrite`` record: B's output (its distinct values) after A's
@@ -135,7 +131,7 @@ class OverwriteFix:
     @classmethod
     def from_data(cls, v: Any, where: str, key: str) -> "OverwriteFix":
         d = _dict(v, where)
-        return cls(values_after_replay_a=_req(d, key, where, _floats),
+        return cls(values_after_replay_a=_req(d, key, where, _nums),
                    ok=_req(d, "ok", where, _bool),
                    a_temporary_ptr=_opt(d, "a_temporary_ptr", where, _int),
                    b_output_ptr=_opt(d, "b_output_ptr", where, _int),
@@ -178,9 +174,9 @@ class PoolOverwrite:
                    a_temporary_ptr=_req(d, "a_temporary_ptr", where, _int),
                    b_output_ptr=_req(d, "b_output_ptr", where, _int),
                    same_block=_req(d, "same_block", where, _bool),
-                   b_in_capture_order=_req(d, "b_in_capture_order", where, _floats),
-                   b_after_replay_b=_req(d, "b_after_replay_b", where, _floats),
-                   b_after_replay_a=_req(d, "b_after_replay_a", where, _floats),
+                   b_in_capture_order=_req(d, "b_in_capture_order", where, _nums),
+                   b_after_replay_b=_req(d, "b_after_replay_b", where, _nums),
+                   b_after_replay_a=_req(d, "b_after_replay_a", where, _nums),
                    overwritten=_req(d, "overwritten", where, _bool),
                    fix_clone=_req(d, "fix_clone", where, lambda v, w: OverwriteFix.from_data(
                        v, w, "copy_after_replay_a")),

@@ -35,7 +35,8 @@ class TPAllReduce:
     (``sizes_bytes``) and method: ``pg_eager`` / ``pg_graph`` (``dist.all_reduce`` over
     ``backend``, one by one or ``graph_ops`` of them captured in one graph), ``one_shot_*`` /
     ``two_shot_*`` (``torch.ops.symm_mem`` kernels on a symmetric buffer). ``None`` where a
-    method did not run: ``errors`` says why (``skipped``: not applicable on this backend). ``rank_medians``: every rank's median."""
+    method did not run: ``errors`` says why (``skipped``: not applicable on this backend).
+    ``rank_medians``: every rank's median."""
 
     RECORD = "tp_allreduce"  # the record name(s) of this kind
 
