@@ -35,6 +35,10 @@ SPECS: dict[str, dict] = {
     "synthetic_requests_bursty": dict(n=400, rate=4.0, arrivals="bursty", seed=20261131,
                                       busy_rate=60.0, quiet_mean_s=3.0, busy_mean_s=1.0,
                                       **LENGTHS),
+    # two minutes of arrivals at the Poisson trace's rate: issue 12's "a two-minute trace in
+    # under three minutes in every mode" (``labkit serve --trace synthetic_requests_2min``)
+    "synthetic_requests_2min": dict(n=2400, rate=20.0, arrivals="poisson", seed=20261201,
+                                    **LENGTHS),
 }
 
 
