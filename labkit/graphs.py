@@ -156,7 +156,14 @@ def gc_frozen() -> Iterator[None]:
 
 @dataclass
 class CapturedGraph:
-    """One captured callable: replay it after copying new data into ``inputs``."""
+    """One captured callable: replay it after copying new data into ``inputs``.
+
+    ``fn`` is the callable that was captured, kept for as long as the graph: a replay reads
+    every tensor the capture read, and tensors the callable owns (buffers a step object
+    caches between calls, say) would otherwise be freed with it while the graph still points
+    at their memory. The caching allocator then hands that memory to the next eager
+    allocation and the replay reads garbage (found with the fused step: NaN logits, then an
+    illegal memory access at batch 256)."""
 
     graph: "torch.cuda.CUDAGraph"
     inputs: tuple[torch.Tensor, ...]
@@ -165,6 +172,7 @@ class CapturedGraph:
     capture_s: float
     warmup_s: float
     label: Any = None
+    fn: Any = None
 
     def replay(self) -> Any:
         """Replay; the returned output is the static buffer the next replay overwrites."""
@@ -220,7 +228,8 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
         torch.cuda.empty_cache()
         raise translate_capture_error(exc) from exc
     t2 = time.perf_counter()
-    return CapturedGraph(graph, tuple(inputs), output, graph.pool(), t2 - t1, t1 - t0, label)
+    return CapturedGraph(graph, tuple(inputs), output, graph.pool(), t2 - t1, t1 - t0, label,
+                         fn=fn)
 
 
 # ---------------------------------------------------------------------------------- pool memory

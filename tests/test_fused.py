@@ -301,6 +301,34 @@ def test_fused_graphs_replay_equal_eager_and_see_weight_updates():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bs", [1, 4])
+def test_graphs_of_a_step_nobody_else_holds_survive_allocator_churn(bs):
+    """Regression: the graph set must keep the fused step (and the buffers it caches) alive.
+    Captured from ``step="fused"`` the step object had no other owner; once it was freed its
+    key-offset buffers went back to the allocator, eager allocations reused them and the
+    replay read garbage (NaN logits; an illegal memory access at batch 256)."""
+    from labkit.graphs import capture_decode_graphs
+
+    m = _cuda_model()
+    gs = capture_decode_graphs(m, [1, 4], step="fused", progress=False)
+    try:
+        assert all(g.fn is not None for g in gs.graphs.values())
+        # churn: take whatever blocks are free and fill them with garbage offsets
+        junk = [torch.full((n,), -(2**30), dtype=torch.int32, device="cuda")
+                for n in (2, 5, 8, 64, 512, 4096) for _ in range(16)]
+        t = torch.tensor([5, 6, 7, 8][:bs], device="cuda")
+        p = torch.tensor([3, 9, 1, 20][:bs], device="cuda")
+        s = torch.arange(bs, device="cuda")
+        gs.copy_inputs(t, p, s)
+        got = gs.replay(bs)[:bs].clone()
+        torch.cuda.synchronize()
+        del junk
+        torch.testing.assert_close(got, make_fused_step(m)(t, p, s), rtol=1e-5, atol=1e-5)
+    finally:
+        gs.release()
+
+
+@pytest.mark.gpu
 def test_fused_step_launches_fewer_gpu_kernels():
     m = _cuda_model("small", dtype="bfloat16")
     fused = make_fused_step(m)

@@ -64,9 +64,9 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     "fused_gpt2": ("measure_fused", {"preset": "gpt2", "batch_sizes": [1, 8, 64],
                                      "dtype": "bfloat16", "repeats": 30}),
     "roofline_small": ("measure_roofline", {"preset": "small", **_ROOFLINE, "variants": [
-        "eager", "graph", "compile_reduce_overhead", "compile_manual_graph"]}),
+        "eager", "graph", "fused", "compile_reduce_overhead", "compile_manual_graph"]}),
     "roofline_gpt2": ("measure_roofline", {"preset": "gpt2", **_ROOFLINE, "variants": [
-        "eager", "graph", "compile_reduce_overhead", "compile_full_cache"]}),
+        "eager", "graph", "fused", "compile_reduce_overhead", "compile_full_cache"]}),
     "multistep_small": ("measure_multistep", {"preset": "small", **_MULTISTEP}),
     "multistep_gpt2": ("measure_multistep", {"preset": "gpt2", **_MULTISTEP}),
     # serving (notebook 13, ``labkit serve --record``): the first 80 requests (3.3-4.1 s of
