@@ -15,7 +15,7 @@ import torch.distributed as dist
 from labkit.launch import RankTimeout, release_graphs, run_ranks, shutdown
 from labkit.measure.records import SchemaError, TPAllReduce, TPDecode, parse
 from labkit.measure.results import load_result
-from labkit.measure.tp import decode_methods, default_spec
+from labkit.measure.tp import TARGET_ALLREDUCE_BYTES, decode_methods, default_spec
 from labkit.suite.cli import main
 from labkit.suite.tp_cli import EXIT_OK, run_tp
 
@@ -256,3 +256,14 @@ def test_the_symm_mem_parts_run_end_to_end_on_one_rank(fake_symm_mem):
     assert all(s is not None for s in out["times"]["two_shot_eager"])
     assert "tp1_graph_symm_mem" in out["skipped"] and "one_shot_graph" in out["skipped"]
     assert fake_symm_mem["one_shot"] > 0 and fake_symm_mem["two_shot"] > 0
+
+
+def test_quick_and_full_sweeps_both_measure_the_12kb_message_the_lessons_quote():
+    # notebook 14's live tier is quick; without 12 KB its sentence read "not measured"
+    from labkit.teach.lessons.tp import TARGET_BYTES
+
+    assert TARGET_BYTES == TARGET_ALLREDUCE_BYTES == 8 * 768 * 2
+    quick, full = default_spec(quick=True)["sizes_bytes"], default_spec()["sizes_bytes"]
+    assert TARGET_ALLREDUCE_BYTES in quick and TARGET_ALLREDUCE_BYTES in full
+    assert quick == sorted(set(quick)) and len(quick) < len(full)
+

@@ -58,9 +58,13 @@ from labkit.timing import Stats, time_cuda, time_host
 from labkit.tp import SymmMemAllReduce, TensorParallelGPT, enable_symm_mem, \
     symm_mem_unavailable
 
+#: the message the lessons quote: 12 KB, one all-reduce of gpt2 at batch 8 (8 x 768 bf16)
+TARGET_ALLREDUCE_BYTES = 12288
 #: message sizes of the all-reduce sweep (bytes): 2 KB ... 8 MB, and 12 KB (8 rows of gpt2)
 ALLREDUCE_BYTES = (2048, 4096, 8192, 12288, 16384, 32768, 65536, 131072, 262144, 524288,
                    1048576, 2097152, 4194304, 8388608)
+#: the quick sweep (notebook 14's live tier): every other size, and always the 12 KB target
+QUICK_ALLREDUCE_BYTES = tuple(sorted(set(ALLREDUCE_BYTES[::2]) | {TARGET_ALLREDUCE_BYTES}))
 PG_METHODS = ("pg_eager", "pg_graph")
 SYMM_METHODS = ("one_shot_eager", "one_shot_graph", "two_shot_eager", "two_shot_graph")
 #: the parts of each launch, in order: tokens checked before anything is timed
@@ -463,7 +467,7 @@ def default_spec(quick: bool = False, *, cpu: bool = False) -> dict:
                 "check_sizes": [1, 2, 4], "check_rows": 3, "check_steps": 4, "seed": 0}
     return {"preset": "gpt2", "overrides": {"max_seq": 256}, "dtype": "bfloat16",
             "batch_sizes": [1, 8, 64, 128],
-            "sizes_bytes": list(ALLREDUCE_BYTES[::2] if quick else ALLREDUCE_BYTES),
+            "sizes_bytes": list(QUICK_ALLREDUCE_BYTES if quick else ALLREDUCE_BYTES),
             "repeats": 10 if quick else 20, "inner": 10, "graph_ops": 20, "graph_replays": 5,
             "check_sizes": [1, 2, 4, 8], "check_rows": 5, "check_steps": 6, "seed": 0}
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from labkit.measure.records import TPAllReduce, TPDecode, view
+from labkit.measure.tp import TARGET_ALLREDUCE_BYTES
 
 #: the message size the issue's target is stated at: 8 rows of gpt2 (768) in bf16
-TARGET_BYTES = 12288
+TARGET_BYTES = TARGET_ALLREDUCE_BYTES
 
 METHOD_LABELS = {
     "pg_eager": "NCCL, eager", "pg_graph": "NCCL, in a CUDA graph",
