@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from labkit.launch import RankTimeout, release_graphs, run_ranks, shutdown
 from labkit.measure.records import SchemaError, TPAllReduce, TPDecode, parse
-from labkit.measure.results import load_result
+from labkit.measure.results import gpus_used, load_result
 from labkit.measure.tp import TARGET_ALLREDUCE_BYTES, decode_methods, default_spec
 from labkit.suite.cli import main
 from labkit.suite.tp_cli import EXIT_OK, run_tp
@@ -71,6 +71,10 @@ def test_cpu_decode_record_checks_tokens_and_times_every_eager_method(tp_run):
     assert d.checks["ranks_in_lockstep.pg.dispatcher_eager"] is True
     assert d.checks["token_agreement.pg.eager"] == 1.0
     assert d.errors == {}
+    # both records say which backend ran them: an NCCL pair is filed under <gpu>x2
+    raw = load_result(run / "results" / "tp_decode_test.json").data
+    assert raw["backend"] == "gloo" and gpus_used(raw) == 1
+    assert gpus_used({**raw, "backend": "nccl"}) == 2
     assert d.comm_us(1, graph=False) == pytest.approx(d.at("tp2_eager", 1)
                                                       - d.at("tp2_eager_noop", 1))
     assert d.comm_us(1) is None  # no graph on CPU

@@ -552,7 +552,7 @@ def measure_tp(*, world_size: int = 2, backend: str | None = None, quick: bool =
                           "sizes_bytes": sizes, "graph_ops": spec["graph_ops"], "times": {},
                           "rank_medians": {}, "checks": {}, "errors": {}, "skipped": {},
                           "notes": [], "shutdown": {}, "launch": {}}
-    dec: dict[str, Any] = {"preset": spec["preset"], "dtype": spec["dtype"],
+    dec: dict[str, Any] = {"backend": backend, "preset": spec["preset"], "dtype": spec["dtype"],
                            "world_size": world_size, "batch_sizes": batches,
                            "config": {"preset": spec["preset"], **spec.get("overrides", {})},
                            "times": {}, "rank_medians": {}, "checks": {}, "errors": {},
