@@ -372,6 +372,8 @@ def cpu_measure(monkeypatch):
     monkeypatch.setattr(mr, "matmul_rate", lambda: {"n": 1, "tflops": 1.0,
                                                      "time": fake_stats.to_dict()})
     monkeypatch.setattr(mr, "time_cuda", lambda fn, **kw: (fn(), fake_stats)[1])
+    monkeypatch.setattr(mr, "time_cuda_interleaved",
+                        lambda fns, **kw: {k: (f(), fake_stats)[1] for k, f in fns.items()})
     monkeypatch.setattr(mr, "profile_call", lambda fn: (fn(), {"gpu_ops": 7,
                                                               "graph_launches": 0})[1])
     monkeypatch.setattr(mr, "make_model", lambda name, **kw: build_model(

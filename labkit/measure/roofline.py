@@ -50,7 +50,7 @@ from labkit.measure.bench import _free, _need_cuda, _pool_segments, _stats, make
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT, generate
 from labkit.multistep import capture_multistep, multistep_decode
-from labkit.timing import Stats, time_cuda
+from labkit.timing import Stats, time_cuda, time_cuda_interleaved
 
 __all__ = ["Runner", "STEP_VARIANTS", "DEFAULT_VARIANTS", "captured_step_variant",
            "copy_bandwidth", "matmul_rate", "profile_call", "measure_roofline",
