@@ -39,12 +39,13 @@ cuBLASLt fuses the bias (and GELU) only when the GEMM has at least 2 rows
 therefore carried as 2 rows (the broadcast add writes the copy for free), the padded row is
 never attended and never written to the cache.
 
-Known issue (found on an H200, not yet explained): captured in a CUDA graph for a model with
-``max_batch=256`` (the roofline's set-up, bf16), the fused step's greedy tokens matched the
-readable step's only on the first of 8 tokens, at batch 1 and 8 and in every capture path
-tried, while the same fused step run eagerly matched (1.0 and 0.89 in bf16); its batch-256
-replay hit an illegal memory access. With ``max_batch=64`` (``fused_<preset>`` records) graph
-tokens equal eager tokens. It is therefore not a default column of the roofline.
+Lifetime: the step caches small buffers (each batch size's key offsets) that a graph captured
+from it reads on every replay, so the step must live as long as its graphs.
+:class:`labkit.graphs.CapturedGraph` keeps the captured callable for that reason. (Before it
+did, a step built inside ``capture_decode_graphs(step="fused")`` was freed after capture, eager
+allocations reused its buffers, and replays gave NaN logits and, at batch 256, an illegal
+memory access on the H200; ``tests/test_fused.py`` replays after filling freed memory with
+garbage.)
 
 Numerics: the same operations in another order (GEMM accumulators in float32 either way),
 so float32 tokens equal the readable step's (tests) and bf16 agreement is reported by
