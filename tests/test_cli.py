@@ -207,7 +207,7 @@ def test_slides_prints_the_run_it_used(nbs, tmp_path: Path, no_export: list[str]
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from labkit.suite import slides
 
-    monkeypatch.setattr(slides, "repo_root", lambda: tmp_path)  # runs/ is tmp_path/runs
+    monkeypatch.setattr(slides.runs, "repo_root", lambda: tmp_path)  # runs/ is tmp_path/runs
     _run_folder(tmp_path / "runs", "20260101-000000-cpu", "01_alpha")
     _run_folder(tmp_path / "runs", "20260102-000000-cpu", "01_alpha", status="failed",
                 started="2026-01-02T00:00:00+00:00")

@@ -228,7 +228,7 @@ def test_sources_are_found_by_the_suite_engine(tmp_path, monkeypatch):
 def test_fetch_script_pins_every_package_the_exports_copy():
     pins = slides.pinned_packages()
     assert pins.get("reveal.js", "").startswith("4.")  # what nbconvert's reveal template expects
-    for src, _ in slides._COPY_FILES:
+    for src, _ in slides.assets._COPY_FILES:
         parts = src.split("/")
         name = "/".join(parts[:2]) if src.startswith("@") else parts[0]
         assert name in pins, f"{name} is copied into decks but not pinned in fetch_web_assets.sh"
@@ -236,7 +236,7 @@ def test_fetch_script_pins_every_package_the_exports_copy():
 
 def test_missing_npm_gives_install_advice(tmp_path, monkeypatch):
     monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
-    monkeypatch.setattr(slides.shutil, "which", lambda name: None)
+    monkeypatch.setattr(slides.assets.shutil, "which", lambda name: None)
     with pytest.raises(slides.SlidesError, match="Install Node.js"):
         slides.ensure_web_assets(quiet=True)
 
@@ -552,7 +552,7 @@ def test_run_page_copies_only_what_it_needs(tmp_path):
 
 def test_run_page_needing_missing_assets_says_how_to_fetch_them(tmp_path, monkeypatch):
     monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
-    monkeypatch.setattr(slides.subprocess, "run", lambda *a, **k: pytest.fail("fetched"))
+    monkeypatch.setattr(slides.assets.subprocess, "run", lambda *a, **k: pytest.fail("fetched"))
     src = _hint_notebook(tmp_path / "98_hint.ipynb")
     nb = nbformat.read(str(src), as_version=4)
     nb.cells.append(nbformat.v4.new_markdown_cell("A step costs $t = n c$."))

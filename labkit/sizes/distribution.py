@@ -1,0 +1,88 @@
+"""Batch-size distributions and the shipped decode batch-size traces.
+
+A *distribution* is a mapping ``batch size -> count or probability`` or a sequence of observed
+batch sizes (one per decode step); :func:`to_distribution` turns either into probabilities and
+:func:`load_trace` reads a trace CSV (``step,batch_size``). Part of :mod:`labkit.sizes`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Mapping, Union
+
+from labkit.checks import as_int, as_number
+from labkit.paths import shipped_file
+
+DistLike = Union[Mapping[int, float], Iterable[int]]
+"""A batch-size distribution: ``{size: count or probability}`` or observed sizes."""
+
+
+def _as_batch_size(x: object, what: str) -> int:
+    """``x`` as a positive int: an ``int`` or numpy integer only (``2.5``, ``2.0``, ``"3"``,
+    ``True`` are refused, never coerced), with an error that names ``what`` and the fix."""
+    return as_int(x, what, minimum=1,
+                  fix="a batch size is a whole number >= 1 (a step serves at least one request)")
+
+
+def _parse_batch_size(text: str, what: str) -> int:
+    """A batch size read from a CSV cell: decimal digits only (``"3"``; not ``"3.5"``)."""
+    t = text.strip()
+    if not t.isdigit():
+        raise ValueError(f"{what} must be a whole number >= 1, got {text!r}; fix the CSV")
+    return _as_batch_size(int(t), what)
+
+
+def to_distribution(obs: DistLike) -> dict[int, float]:
+    """Normalise a batch-size distribution to ``{size: probability}``, sorted by size.
+
+    ``obs`` is either a mapping ``{size: count or probability}`` (weights >= 0, zeros dropped)
+    or an iterable of observed batch sizes, one per decode step. Raises ``ValueError`` for an
+    empty distribution, sizes < 1 or non-integral, and negative or non-finite weights.
+    """
+    if isinstance(obs, (str, bytes)):
+        raise ValueError("a distribution is a mapping {size: weight} or a sequence of sizes, "
+                         f"not a string ({obs!r}); use load_trace(name) to read a trace")
+    if isinstance(obs, Mapping):
+        weights: dict[int, float] = {}
+        for key, w in obs.items():
+            size = _as_batch_size(key, "batch size")
+            w = as_number(w, f"weight of batch size {size}", allow_inf=True)
+            if not math.isfinite(w) or w < 0:
+                raise ValueError(f"weight of batch size {size} must be finite and >= 0, got {w}")
+            if w > 0:
+                weights[size] = weights.get(size, 0.0) + w
+    elif isinstance(obs, Iterable):
+        weights = {s: float(c) for s, c in
+                   Counter(_as_batch_size(x, "observed batch size") for x in obs).items()}
+    else:
+        raise TypeError(f"a distribution is a mapping {{size: weight}} or a sequence of sizes, "
+                        f"got {type(obs).__name__}; pass e.g. load_trace(name)")
+    total = sum(weights.values())
+    if not weights or total <= 0:
+        raise ValueError("the batch-size distribution is empty: pass observed sizes or a "
+                         "mapping {size: weight} with at least one positive weight")
+    return {s: weights[s] / total for s in sorted(weights)}
+
+
+def trace_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """Path of a trace: an existing CSV file, or ``<data>/traces/<name>.csv`` for a bare name."""
+    return shipped_file("traces", name_or_path, ".csv")
+
+
+def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:
+    """Decode-step batch sizes of a trace CSV (columns ``step,batch_size``), in step order.
+
+    ``name_or_path`` is a shipped trace name (``"synthetic_chat"``, ``"synthetic_bursty"``; see
+    ``data/traces/README.md``) or a path to any CSV with a ``batch_size`` column.
+    """
+    path = trace_path(name_or_path)
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or "batch_size" not in reader.fieldnames:
+            raise ValueError(f"{path} has no 'batch_size' column (columns: {reader.fieldnames})")
+        return [_parse_batch_size(row["batch_size"] or "", f"batch_size in {path.name}")
+                for row in reader]

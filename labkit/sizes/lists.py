@@ -1,0 +1,61 @@
+"""Capture-size lists: the defaults of real engines (vLLM V1 and V0, SGLang) and the coverage
+heuristic (a power-of-two ladder up to a quantile). Part of :mod:`labkit.sizes`.
+"""
+
+from __future__ import annotations
+
+from labkit.checks import as_int, as_number
+from labkit.sizes.distribution import DistLike, _as_batch_size, to_distribution
+
+
+def vllm_default_sizes(max_size: int = 512) -> list[int]:
+    """vLLM V1 default capture sizes: ``[1, 2, 4] + range(8, 256, 8) + range(256, max+1, 16)``,
+    kept ``<= max_size`` (source: ``vllm/config/compilation.py``, where newer versions build it
+    in ``vllm/config/vllm.py``; the default ``max_cudagraph_capture_size`` is
+    ``min(max_num_seqs * 2, 512)``).
+    """
+    max_size = _as_batch_size(max_size, "max_size")
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
+    return [s for s in sizes if s <= max_size]
+
+
+def vllm_v0_sizes() -> list[int]:
+    """vLLM V0 ``_BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in range(1, 33)]`` (1..256;
+    source: ``vllm/worker/model_runner.py``)."""
+    return [1, 2, 4] + [8 * i for i in range(1, 33)]
+
+
+def sglang_default_sizes(max_bs: int = 160) -> list[int]:
+    """SGLang default capture sizes ``[1, 2, 4, 8] + range(16, 161, 8)``, kept ``<= max_bs``
+    (source: ``python/sglang/srt/model_executor/cuda_graph_runner.py``; ``--cuda-graph-max-bs``
+    caps the list, and some versions add larger sizes on GPUs with more than 96 GB).
+    """
+    max_bs = _as_batch_size(max_bs, "max_bs")
+    return [s for s in [1, 2, 4, 8] + list(range(16, 161, 8)) if s <= max_bs]
+
+
+def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None = None) -> list[int]:
+    """The coverage heuristic: a power-of-two ladder up to the ``target`` quantile.
+
+    The largest size ``q`` is the smallest observed batch size whose cumulative share of steps
+    is ``>= target``, so the graph hit rate is ``>= target`` and no smaller observed size would
+    reach it. Below ``q`` come the powers of two ``1, 2, 4, ... < q``. With ``max_sizes``, ``q``
+    and the ``max_sizes - 1`` largest powers of two are kept (small batches then pad up to the
+    smallest kept size). It ignores padding cost; compare it with :func:`optimal_sizes`.
+    """
+    p = to_distribution(dist)
+    target = as_number(target, "target", fix="give a share of steps in (0, 1], e.g. 0.95")
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"target is a share of steps in (0, 1], got {target}; give e.g. 0.95")
+    if max_sizes is not None:
+        max_sizes = as_int(max_sizes, "max_sizes", minimum=1, fix="keep at least one size")
+    cum, q = 0.0, max(p)
+    for b, w in p.items():
+        cum += w
+        if cum >= target - 1e-12:
+            q = b
+            break
+    ladder = [1 << i for i in range(q.bit_length()) if (1 << i) < q]
+    if max_sizes is not None:
+        ladder = ladder[len(ladder) - (int(max_sizes) - 1):] if int(max_sizes) > 1 else []
+    return ladder + [q]

@@ -1,0 +1,66 @@
+"""Graph memory models: bytes per captured size (a function or measurements) and the memory
+of a set of sizes in a shared or in private pools. Part of :mod:`labkit.sizes`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal, Mapping, Sequence, Union
+
+from labkit.checks import as_number
+from labkit.sizes.padding import _check_sizes
+
+MemoryModel = Union[Callable[[int], float], Mapping[int, float]]
+"""Graph memory in bytes per captured size: a function (e.g. ``a + b * size``) or measurements."""
+Pool = Literal["shared", "private"]
+
+
+def linear_memory(base: float, per_row: float) -> Callable[[int], float]:
+    """A memory model ``size -> base + per_row * size`` bytes for one captured graph."""
+    base = as_number(base, "base", minimum=0.0, fix="graph memory is bytes >= 0")
+    per_row = as_number(per_row, "per_row", minimum=0.0, fix="graph memory is bytes >= 0")
+    return lambda size: base + per_row * size
+
+
+def _mem_of(memory_per_size: MemoryModel, size: int) -> float:
+    if isinstance(memory_per_size, Mapping):
+        if size not in memory_per_size:
+            raise ValueError(f"no memory figure for capture size {size}; measured sizes are "
+                             f"{sorted(memory_per_size)}: restrict the sizes to those")
+        m = float(memory_per_size[size])
+    else:
+        m = float(memory_per_size(size))
+    if not math.isfinite(m) or m < 0:
+        raise ValueError(f"memory for capture size {size} must be finite and >= 0, got {m}")
+    return m
+
+
+def set_memory(sizes: Sequence[int], memory_per_size: MemoryModel, pool: Pool = "shared",
+               residual_per_graph: float = 0.0) -> float:
+    """Graph memory of a set of sizes, in bytes.
+
+    ``pool="private"``: every graph has its own pool, so memory is the sum of
+    ``memory_per_size``. ``pool="shared"``: one pool captured largest-first, about the largest
+    graph's memory plus ``residual_per_graph`` for each further graph (vLLM estimates its graph
+    memory the same way: first capture + per-graph x (n - 1)).
+    """
+    ordered = _check_sizes(sizes)
+    _check_pool(pool)
+    _check_memory_model(memory_per_size)
+    residual = as_number(residual_per_graph, "residual_per_graph", minimum=0.0,
+                         fix="bytes each further graph adds to a shared pool, >= 0")
+    mems = [_mem_of(memory_per_size, s) for s in ordered]
+    if pool == "private":
+        return float(sum(mems))
+    return max(mems) + residual * (len(ordered) - 1)
+
+
+def _check_pool(pool: object) -> None:
+    if not isinstance(pool, str) or pool not in ("shared", "private"):
+        raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
+
+
+def _check_memory_model(memory_per_size: object) -> None:
+    if not isinstance(memory_per_size, Mapping) and not callable(memory_per_size):
+        raise TypeError("memory_per_size must be a function size -> bytes or a mapping "
+                        f"{{size: bytes}}, got {type(memory_per_size).__name__}")

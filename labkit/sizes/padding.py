@@ -1,0 +1,110 @@
+"""Padding a batch up to a capture size: the padded size, the padding table, and what a set
+of capture sizes costs on a distribution (padded rows, graph hit rate, expected step time).
+Part of :mod:`labkit.sizes`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+from labkit.checks import as_int
+from labkit.sizes.distribution import DistLike, _as_batch_size, to_distribution
+
+
+def _check_sizes(sizes: Iterable[int], what: str = "capture sizes") -> list[int]:
+    """Sorted capture sizes; an error when empty, not positive ints, or repeated."""
+    if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, Iterable):
+        raise TypeError(f"{what} must be a list of ints, got {type(sizes).__name__}")
+    given = [_as_batch_size(s, f"{what}[{i}]") for i, s in enumerate(sizes)]
+    if not given:
+        raise ValueError(f"the list of {what} is empty: capture at least one size")
+    dup = sorted({s for s, c in Counter(given).items() if c > 1})
+    if dup:
+        raise ValueError(f"{what} {dup} appear more than once in {given}; list each size "
+                         "once (sorted(set(sizes)))")
+    return sorted(given)
+
+
+def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
+    """The smallest captured size ``>= bs``, or ``None`` when ``bs`` exceeds them all (eager)."""
+    bs = _as_batch_size(bs, "batch size")
+    ordered = _check_sizes(sizes)
+    i = bisect.bisect_left(ordered, bs)
+    return ordered[i] if i < len(ordered) else None
+
+
+def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
+    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (0 means: run eager).
+
+    ``table[0]`` is 0 (there is no empty decode step). ``max_bs`` defaults to the largest size.
+    """
+    ordered = _check_sizes(sizes)
+    max_bs = ordered[-1] if max_bs is None else as_int(
+        max_bs, "max_bs", minimum=0, fix="give the largest batch size to tabulate")
+    table = [0] * (max_bs + 1)
+    for b in range(1, max_bs + 1):
+        i = bisect.bisect_left(ordered, b)
+        table[b] = ordered[i] if i < len(ordered) else 0
+    return table
+
+
+@dataclass(frozen=True)
+class PaddingReport:
+    """What a set of capture sizes costs on a distribution, per decode step on average.
+
+    ``expected_padded_rows``: padded (wasted) rows per step; eager steps pad nothing.
+    ``waste_fraction``: padded rows / all rows computed. ``graph_hit_rate``: share of steps
+    served by a graph; ``eager_share = 1 - graph_hit_rate``. ``mean_batch``: real rows per step.
+    """
+
+    sizes: tuple[int, ...]
+    mean_batch: float
+    expected_padded_rows: float
+    waste_fraction: float
+    graph_hit_rate: float
+    eager_share: float
+
+
+def expected_padding(sizes: Sequence[int], dist: DistLike) -> PaddingReport:
+    """Expected padding, waste and graph hit rate of ``sizes`` under ``dist``."""
+    ordered, p = _check_sizes(sizes), to_distribution(dist)
+    mean = padded = hit = 0.0
+    for b, w in p.items():
+        mean += w * b
+        i = bisect.bisect_left(ordered, b)
+        if i < len(ordered):
+            hit += w
+            padded += w * (ordered[i] - b)
+    hit = min(hit, 1.0)
+    return PaddingReport(sizes=tuple(ordered), mean_batch=mean, expected_padded_rows=padded,
+                         waste_fraction=padded / (mean + padded), graph_hit_rate=hit,
+                         eager_share=max(0.0, 1.0 - hit))
+
+
+def expected_step_cost(sizes: Sequence[int], dist: DistLike,
+                       step_time: Callable[[int], float],
+                       eager_time: Callable[[int], float] | None = None) -> float:
+    """Expected time of one decode step: ``step_time(padded)`` for a graph step,
+    ``eager_time(bs)`` for a batch above the largest size (required when any such batch occurs).
+    """
+    ordered, p = _check_sizes(sizes), to_distribution(dist)
+    for name, fn in (("step_time", step_time), ("eager_time", eager_time)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be a function batch size -> µs, got "
+                            f"{type(fn).__name__}")
+    if step_time is None:
+        raise TypeError("step_time must be a function padded size -> µs, got None")
+    total = 0.0
+    for b, w in p.items():
+        i = bisect.bisect_left(ordered, b)
+        if i < len(ordered):
+            total += w * float(step_time(ordered[i]))
+        elif eager_time is None:
+            raise ValueError(f"batch size {b} exceeds the largest capture size {ordered[-1]} and "
+                             "runs eager: pass eager_time=... to price eager steps")
+        else:
+            total += w * float(eager_time(b))
+    return total

@@ -1,0 +1,170 @@
+"""``labkit slides``: export executed notebooks to reveal.js decks and HTML pages that work
+OFFLINE (no CDN address left in the page), charts included.
+
+* The executed notebooks come from a run folder (``runs/<stamp>/notebooks/NN_x.ipynb``, made by
+  ``labkit run``): the one given, else the newest COMPLETE run (status ok, every notebook asked
+  for executed, not one run of a sweep; :func:`choose_run`), and the result says which. Without
+  one, the notebooks are executed here (the suite engine, :mod:`labkit.suite.engine`, into a
+  temporary folder), so a CPU machine still gets decks showing the recorded reference charts. Notebooks are named as for
+  ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``, ``workshop_90min``, a path).
+* Cells tagged ``parameters`` / ``injected-parameters`` are dropped; the cells' slideshow
+  metadata makes the slides (``skip`` cells are left out of decks).
+* reveal.js, require.js, jQuery, the Jupyter widgets HTML manager and MathJax 3 are local
+  copies: ``scripts/fetch_web_assets.sh`` (npm) puts them into ``build/web/node_modules``
+  (git-ignored; ``$LABKIT_WEB_DIR`` overrides ``build/web``), and each export copies what it
+  needs to ``<out>/assets/``, referenced by relative URLs. Mermaid is not loaded (JupyterLab
+  renders mermaid diagrams; decks show their source). MathJax is loaded only by pages whose
+  markdown holds TeX.
+* plotly.js is put into the page head exactly once. The ``plotly_mimetype+notebook`` renderer
+  emits the library with the first chart shown; moved to the head, it still loads when that
+  cell is a ``skip`` cell, a later fragment or dropped. Every chart is rebuilt from its plotly
+  JSON output, so decks draw the charts whatever plotly renderer the notebook ran with.
+* Hints (``<details>`` blocks of markdown) are folded with their text inside, as in JupyterLab
+  (:mod:`labkit.suite.details`, a preprocessor of both exporters; the notebooks are unchanged).
+* A slide whose content is taller or wider than the slide (1280x800) is scaled down to fit,
+  never scrolled or cut off (the reveal template's ``fitSlide``).
+* The run pages of ``labkit run`` (:func:`labkit.suite.report.export_notebook_html`) are made
+  with the same exporter and copy only the assets they need (:func:`page_asset_parts`).
+* :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
+  load a script, style, font or module from; the export fails loudly if one remains.
+
+One module per job, every name imported from ``labkit.suite.slides``: :mod:`~.assets` (the
+local web assets), :mod:`~.offline` (no remote address left), :mod:`~.prepare` (an executed
+notebook made ready for export), :mod:`~.exporters` (the nbconvert exporters and templates),
+:mod:`~.runs` (which run folder to export); this module executes what no run holds and
+exports them all (:func:`export_slides`).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from labkit import envvars
+from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks
+from labkit.suite.engine import display_path
+from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, WEB_DIR_ENV, SlidesError,
+                                        copy_assets, ensure_web_assets, fetch_script,
+                                        missing_assets, page_asset_parts, pinned_packages,
+                                        web_dir)
+from labkit.suite.slides.exporters import REVEAL_THEME, export_notebook, make_exporters
+from labkit.suite.slides.offline import (RemoteAssetError, check_offline, count_plotlyjs,
+                                         find_remote_urls)
+from labkit.suite.slides.prepare import DROP_TAGS, has_math, head_html, prepare_notebook
+from labkit.suite.slides.runs import (RUN_KIND, _entry_for, check_run_dir, choose_run,
+                                      held_notebooks, newest_complete_run, read_run_record,
+                                      why_not_complete)
+
+__all__ = [
+    "ASSETS_DIR", "DROP_TAGS", "LOCAL_URLS", "REVEAL_THEME", "RUN_KIND", "WEB_DIR_ENV",
+    "RemoteAssetError", "SlidesError", "SlidesResult", "check_offline", "check_run_dir",
+    "choose_run", "copy_assets", "count_plotlyjs", "ensure_web_assets", "execute_notebook",
+    "export_notebook", "export_slides", "fetch_script", "find_remote_urls", "has_math",
+    "head_html", "held_notebooks", "make_exporters", "missing_assets", "newest_complete_run",
+    "page_asset_parts", "pinned_packages", "prepare_notebook", "read_run_record",
+    "why_not_complete", "web_dir",
+]
+
+
+def _is_executed(path: Path) -> bool:
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    return any(c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))
+               for c in nb.cells)
+
+
+def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
+    """Execute ``src`` (in its own folder, as JupyterLab would) into ``dest`` with the suite
+    engine (papermill, the plotly renderer exports need). Results the notebook saves go to a
+    folder beside ``dest``, never into ``runs/``. Raises :class:`SlidesError` when it fails."""
+    dest = Path(dest)
+    res = _execute(Path(src), dest, run_dir=dest.parent / "run", timeout=timeout,
+                   plotly_renderer=DEFAULT_PLOTLY_RENDERER)
+    if not res.ok:
+        cell = (res.error_record or {}).get("source") or ""
+        where = f"\nin the cell:\n{cell[-1500:]}" if cell else ""
+        raise SlidesError(f"executing {src} failed ({res.error}); fix it or export a run that "
+                          f"has it (`labkit run`){where}")
+    return dest
+
+
+@dataclass
+class _Job:
+    name: str
+    executed: Path | None
+    source: Path
+
+
+@dataclass
+class SlidesResult:
+    """What :func:`export_slides` did: the files written, the run folder the executed notebooks
+    came from (None: none), the line saying which run and why, and the notebooks executed here."""
+
+    files: list[Path]
+    run_dir: Path | None
+    run_note: str
+    executed_here: list[str] = field(default_factory=list)
+
+
+def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slides"),
+                  notebooks: Sequence[str] | None = None, html: bool = True, *,
+                  runs_root: Path | None = None,
+                  echo: Callable[[str], None] | None = None) -> SlidesResult:
+    """Export notebooks as offline reveal.js decks ``<out_dir>/NN_x.slides.html`` (and HTML pages
+    ``<out_dir>/NN_x.html`` when ``html``); returns a :class:`SlidesResult`.
+
+    The executed notebooks come from ``run_dir`` when given (it must be a ``labkit run`` folder;
+    the notebooks it lacks are executed here), else from the newest COMPLETE run under
+    ``runs_root`` (default ``runs/``; see :func:`choose_run`), else every notebook is executed
+    here. ``echo`` receives the line saying which run is used, before any work. Fails with
+    :class:`RemoteAssetError` if a page would still load anything from the network.
+    """
+    envvars.check_environment()
+    out_dir = Path(out_dir)
+    sources = find_notebooks(notebooks)
+    run_dir, run_note = choose_run(sources, run_dir, runs_root)
+    if echo is not None:
+        echo(run_note)
+    record = read_run_record(run_dir) if run_dir is not None else None
+    held = held_notebooks(run_dir, sources, record) if run_dir is not None else {}
+
+    jobs = []
+    for src in sources:
+        executed = held.get(src)
+        if executed is None and run_dir is not None:
+            entry = _entry_for(record or {}, src)
+            why = f"status {entry.get('status')!r}" if entry else "not run"
+            print(f"labkit slides: {display_path(run_dir)} lacks {src.stem} executed ({why}); "
+                  f"executing {src.name} here", file=sys.stderr)
+        if executed is None and _is_executed(src):
+            executed = src
+        jobs.append(_Job(src.stem, executed, src))
+
+    modules = ensure_web_assets()
+    copy_assets(out_dir, modules)
+    written: list[Path] = []
+    failed: list[str] = []
+    executed_here: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="labkit-slides-") as tmp:
+        for job in jobs:
+            nb_path = job.executed
+            if nb_path is None:
+                print(f"labkit slides: executing {job.source.name}", file=sys.stderr)
+                executed_here.append(job.name)
+                try:
+                    nb_path = execute_notebook(job.source, Path(tmp) / job.name / job.source.name)
+                except SlidesError as exc:  # export the others, then report
+                    print(f"labkit slides: {exc}", file=sys.stderr)
+                    failed.append(job.source.name)
+                    continue
+            written += export_notebook(nb_path, out_dir, html=html, name=job.name)
+    check_offline(written)
+    if failed:
+        done = "".join(f"\n  {p}" for p in written) or " none"
+        raise SlidesError(f"{len(failed)} notebook(s) failed to execute: {', '.join(failed)} "
+                          f"(errors above). Written:{done}")
+    return SlidesResult(written, run_dir, run_note, executed_here)

@@ -1,0 +1,181 @@
+"""The local copies of the web assets the exports load: reveal.js, require.js, jQuery, the
+Jupyter widgets HTML manager and MathJax 3, fetched once with npm into ``node_modules``
+(:func:`ensure_web_assets`) and copied beside the exported pages (:func:`copy_assets`).
+Part of :mod:`labkit.suite.slides`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from labkit import envvars
+from labkit.paths import repo_root
+
+#: Folder (under the output folder) that receives the JavaScript/CSS copies.
+ASSETS_DIR = "assets"
+#: Environment variable naming the folder that holds ``node_modules`` (default ``build/web``).
+WEB_DIR_ENV = envvars.WEB_DIR
+
+# files copied from node_modules: (source under node_modules, destination under assets/)
+_COPY_FILES: tuple[tuple[str, str], ...] = (
+    ("reveal.js/dist/reveal.js", "reveal.js/dist/reveal.js"),
+    ("reveal.js/dist/reveal.css", "reveal.js/dist/reveal.css"),
+    ("reveal.js/dist/reset.css", "reveal.js/dist/reset.css"),
+    ("reveal.js/plugin/notes/notes.js", "reveal.js/plugin/notes/notes.js"),
+    ("requirejs/require.js", "require.js"),
+    ("jquery/dist/jquery.min.js", "jquery.min.js"),
+    ("@jupyter-widgets/html-manager/dist/embed-amd.js", "html-manager/embed-amd.js"),
+    ("mathjax/es5/tex-svg-full.js", "mathjax/tex-svg-full.js"),
+)
+# folders copied whole (source, destination, file suffixes to copy)
+_COPY_DIRS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("reveal.js/dist/theme", "reveal.js/dist/theme",
+     (".css", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".otf")),
+    # fonts the widget manager's bundled CSS refers to (relative to embed-amd.js)
+    ("@jupyter-widgets/html-manager/dist", "html-manager",
+     (".woff", ".woff2", ".ttf", ".eot", ".svg")),
+)
+
+#: URLs (relative to the exported page) of the local copies.
+LOCAL_URLS = {
+    "reveal_url_prefix": f"{ASSETS_DIR}/reveal.js",
+    "require_js_url": f"{ASSETS_DIR}/require.js",
+    "jquery_url": f"{ASSETS_DIR}/jquery.min.js",
+    "widget_renderer_url": f"{ASSETS_DIR}/html-manager/embed-amd.js",
+    "mathjax_url": f"{ASSETS_DIR}/mathjax/tex-svg-full.js",
+}
+
+class SlidesError(RuntimeError):
+    """An export could not be made (missing assets, a notebook that fails, ...)."""
+
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def web_dir() -> Path:
+    """Folder holding ``node_modules`` with the web assets (``build/web`` or ``$LABKIT_WEB_DIR``)."""
+    return envvars.web_dir() or repo_root() / "build" / "web"
+
+
+def fetch_script() -> Path:
+    return repo_root() / "scripts" / "fetch_web_assets.sh"
+
+
+def pinned_packages() -> dict[str, str]:
+    """``{package: version}`` pinned in ``scripts/fetch_web_assets.sh`` (empty without it)."""
+    try:
+        text = fetch_script().read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    block = re.search(r"^PACKAGES=\((.*?)^\)", text, re.S | re.M)
+    specs = re.findall(r'"((?:@[\w.-]+/)?[\w.-]+)@([\w.-]+)"', block.group(1)) if block else []
+    return dict(specs)
+
+
+def _installed_version(node_modules: Path, name: str) -> str | None:
+    import json
+
+    try:
+        return json.loads((node_modules / name / "package.json").read_text("utf-8")).get("version")
+    except (OSError, ValueError):
+        return None
+
+
+def missing_assets(node_modules: Path) -> list[str]:
+    """What ``node_modules`` lacks for the exports: missing files, and packages at another
+    version than the one pinned in ``scripts/fetch_web_assets.sh`` (empty when complete)."""
+    need = [src for src, _ in _COPY_FILES] + [src for src, _, _ in _COPY_DIRS]
+    out = [p for p in need if not (node_modules / p).exists()]
+    for name, version in pinned_packages().items():
+        have = _installed_version(node_modules, name)
+        if have is not None and have != version:
+            out.append(f"{name}@{version} (found {have})")
+    return out
+
+
+def ensure_web_assets(*, fetch: bool = True, quiet: bool = False) -> Path:
+    """``node_modules`` with every asset the exports need; runs ``scripts/fetch_web_assets.sh``
+    (npm) when some are missing and ``fetch`` is true. Raises :class:`SlidesError` saying what to
+    do when they cannot be had."""
+    base = web_dir()
+    modules = base / "node_modules"
+    missing = missing_assets(modules)
+    if not missing:
+        return modules
+    if not fetch:
+        raise SlidesError(f"web assets missing in {modules}: {', '.join(missing)}; "
+                          "run `bash scripts/fetch_web_assets.sh`")
+    script = fetch_script()
+    if not script.is_file():
+        raise SlidesError(f"web assets missing in {modules} and {script} not found: run labkit "
+                          "from a checkout of its repository")
+    if shutil.which("npm") is None:
+        raise SlidesError(
+            "offline slides need local copies of reveal.js, require.js, jQuery, the widgets HTML "
+            "manager and MathJax, fetched once with npm, which is not installed. Install Node.js "
+            "(it includes npm): `apt-get install nodejs npm` on Debian/Ubuntu, `brew install node` "
+            "on macOS, `conda install -c conda-forge nodejs` in a conda environment, or an "
+            "installer from nodejs.org; then re-run (or run `bash scripts/fetch_web_assets.sh`).")
+    if not quiet:
+        print(f"labkit slides: fetching web assets into {base} (npm, once)", file=sys.stderr)
+    proc = subprocess.run(["bash", str(script), str(base)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SlidesError(f"{script.name} failed (exit {proc.returncode}):\n"
+                          f"{(proc.stdout + proc.stderr).strip()[-3000:]}")
+    missing = missing_assets(modules)
+    if missing:
+        raise SlidesError(f"{script.name} ran but {modules} still lacks: {', '.join(missing)}")
+    return modules
+
+
+def _copy_if_changed(src: Path, dst: Path) -> None:
+    if dst.exists():
+        s, d = src.stat(), dst.stat()
+        if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
+            return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+
+
+def page_asset_parts(info: dict) -> list[str]:
+    """The parts of ``assets/`` (see :func:`copy_assets`) an HTML page (not a deck) of a
+    prepared notebook needs: none, or ``require.js`` and ``html-manager`` for saved widgets and
+    ``mathjax`` for TeX (``info`` from :func:`prepare_notebook`)."""
+    parts = []
+    if info.get("widgets"):
+        parts += ["require.js", "html-manager"]
+    if info.get("math"):
+        parts.append("mathjax")
+    return parts
+
+
+def _part(dst: str) -> str:
+    return dst.split("/", 1)[0]
+
+
+def copy_assets(out_dir: Path, node_modules: Path | None = None,
+                parts: Iterable[str] | None = None) -> Path:
+    """Copy the assets an export needs into ``<out_dir>/assets`` (unchanged files are skipped):
+    all of them, or only the ``parts`` named (first folder or file name under ``assets/``:
+    ``reveal.js``, ``require.js``, ``jquery.min.js``, ``html-manager``, ``mathjax``)."""
+    wanted = None if parts is None else set(parts)
+    modules = node_modules if node_modules is not None else ensure_web_assets()
+    dest = Path(out_dir) / ASSETS_DIR
+    for src, dst in _COPY_FILES:
+        if wanted is None or _part(dst) in wanted:
+            _copy_if_changed(modules / src, dest / dst)
+    for src, dst, suffixes in _COPY_DIRS:
+        if wanted is not None and _part(dst) not in wanted:
+            continue
+        root = modules / src
+        for f in sorted(root.rglob("*")):
+            if f.is_file() and f.suffix.lower() in suffixes:
+                _copy_if_changed(f, dest / dst / f.relative_to(root))
+    return dest
+
