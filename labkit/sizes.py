@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
 
 import numpy as np
 
-from labkit.checks import as_int, as_number
+from labkit.checks import as_int, as_number, as_size_list
 from labkit.paths import shipped_file
 
 DistLike = Union[Mapping[int, float], Iterable[int]]
@@ -55,11 +55,13 @@ __all__ = [
 # distributions and traces
 # --------------------------------------------------------------------------------------------
 
+_BATCH_SIZE_FIX = "a batch size is a whole number >= 1 (a step serves at least one request)"
+
+
 def _as_batch_size(x: object, what: str) -> int:
     """``x`` as a positive int: an ``int`` or numpy integer only (``2.5``, ``2.0``, ``"3"``,
     ``True`` are refused, never coerced), with an error that names ``what`` and the fix."""
-    return as_int(x, what, minimum=1,
-                  fix="a batch size is a whole number >= 1 (a step serves at least one request)")
+    return as_int(x, what, minimum=1, fix=_BATCH_SIZE_FIX)
 
 
 def _parse_batch_size(text: str, what: str) -> int:
@@ -128,16 +130,7 @@ def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:
 
 def _check_sizes(sizes: Iterable[int], what: str = "capture sizes") -> list[int]:
     """Sorted capture sizes; an error when empty, not positive ints, or repeated."""
-    if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, Iterable):
-        raise TypeError(f"{what} must be a list of ints, got {type(sizes).__name__}")
-    given = [_as_batch_size(s, f"{what}[{i}]") for i, s in enumerate(sizes)]
-    if not given:
-        raise ValueError(f"the list of {what} is empty: capture at least one size")
-    dup = sorted({s for s, c in Counter(given).items() if c > 1})
-    if dup:
-        raise ValueError(f"{what} {dup} appear more than once in {given}; list each size "
-                         "once (sorted(set(sizes)))")
-    return sorted(given)
+    return sorted(as_size_list(sizes, what, distinct=True, fix=_BATCH_SIZE_FIX))
 
 
 def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
