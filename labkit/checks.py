@@ -12,7 +12,7 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["as_int", "as_number", "as_bool", "as_int_list"]
+__all__ = ["as_int", "as_number", "as_bool", "as_int_list", "as_size_list"]
 
 
 def _kind(value: Any) -> str:
@@ -66,3 +66,22 @@ def as_int_list(values: Any, name: str, *, minimum: int | None = None,
                         + (f"; {fix}" if fix else ""))
     return [as_int(v, f"{name}[{i}]", minimum=minimum, maximum=maximum, fix=fix)
             for i, v in enumerate(values)]
+
+
+def as_size_list(values: Any, name: str, *, minimum: int = 1, maximum: int | None = None,
+                 distinct: bool = False, fix: str = "") -> list[int]:
+    """A non-empty list of sizes (ints ``>= minimum``, each checked by :func:`as_int`), in the
+    given order; ``distinct`` refuses a size that appears twice. ``TypeError`` as
+    :func:`as_int_list`, ``ValueError`` for an empty list or a repeat."""
+    tail = f"; {fix}" if fix else ""
+    given = as_int_list(values, name, minimum=minimum, maximum=maximum, fix=fix)
+    if not given:
+        raise ValueError(f"{name} must not be empty, got {values!r}; give at least one size"
+                         f"{tail}")
+    if distinct:
+        seen: set[int] = set()
+        dup = sorted({v for v in given if v in seen or seen.add(v)})
+        if dup:
+            raise ValueError(f"{name}: {dup} appear more than once in {given}; list each size "
+                             "once (sorted(set(sizes)))")
+    return given

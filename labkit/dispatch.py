@@ -27,7 +27,8 @@ import torch
 from labkit.checks import as_bool, as_int
 from labkit.fused import step_function
 from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
-from labkit.model import TinyGPT, check_slots
+from labkit.model import (TinyGPT, check_positions, check_slots, check_step_shapes,
+                          check_token_ids)
 from labkit.piecewise import PiecewiseGraphs, capture_piecewise_graphs, piecewise_step
 from labkit.sizes import padding_table
 
@@ -255,39 +256,13 @@ class PaddingDispatcher:
         m = self.model
         cfg = m.cfg
         as_bool(check, "check")
-        for name, t in (("tokens", tokens), ("positions", positions), ("slots", slots)):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.dim() != 1:
-                raise ValueError(f"{name} must be 1-D (one entry per row), got {tuple(t.shape)}")
-            if t.dtype not in (torch.int64, torch.int32):
-                raise TypeError(f"{name} has dtype {t.dtype}; use integer ids (torch.long)")
-            if t.device.type not in ("cpu", m.device.type):
-                raise ValueError(f"{name} is on {t.device}, the model on {m.device}; move it "
-                                 f"with {name}.to({str(m.device)!r})")
-        b = tokens.shape[0]
-        if positions.shape[0] != b or slots.shape[0] != b:
-            raise ValueError(f"tokens, positions, slots need one entry per row; got {b}, "
-                             f"{positions.shape[0]}, {slots.shape[0]}")
-        if b < 1:
-            raise ValueError("empty batch: give at least one row")
-        if b > cfg.max_batch:
-            raise ValueError(
-                f"batch of {b} rows is larger than the KV cache's max_batch={cfg.max_batch} "
-                f"(largest graph: {self.sizes[-1]}); build the model with max_batch >= {b}")
+        b = check_step_shapes(tokens, positions, slots, m.device, cfg.max_batch, host_ok=True)
         host = (tokens, positions, slots)
         if not check and any(t.device.type != "cpu" for t in host):
             return b  # the caller vouches for CUDA metadata
         tok, pos, slo = _host_lists(host)
-        if min(tok) < 0 or max(tok) >= cfg.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got min {min(tok)}, "
-                             f"max {max(tok)}; map them into the model's vocabulary")
-        if min(pos) < 0:
-            raise ValueError(f"position {min(pos)} is negative; positions count from 0 (the "
-                             "first token of a sequence sits at position 0); give positions >= 0")
-        if max(pos) >= cfg.max_seq:
-            raise ValueError(f"position {max(pos)} is past the KV cache (max_seq="
-                             f"{cfg.max_seq}); raise max_seq or stop earlier")
+        check_token_ids(min(tok), max(tok), cfg.vocab_size)
+        check_positions(min(pos), max(pos), cfg.max_seq)
         check_slots(slo, cfg.max_batch)
         return b
 

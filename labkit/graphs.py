@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 
 import torch
 
-from labkit.checks import as_bool, as_int, as_int_list
+from labkit.checks import as_bool, as_int, as_size_list
 from labkit.fused import step_function
 
 PoolMode = Literal["shared", "private"]
@@ -341,15 +341,8 @@ def check_capture_sizes(sizes: Sequence[int], max_batch: int | None = None) -> l
     one exceeds the cache's ``max_batch``."""
     if max_batch is not None:
         max_batch = as_int(max_batch, "max_batch", minimum=1)
-    given = as_int_list(sizes, "capture sizes", minimum=1,
-                        fix="capture sizes are positive batch sizes such as [1, 2, 4, 8]")
-    if not given:
-        raise ValueError("capture sizes are empty; give at least one batch size, e.g. [1, 2, 4]")
-    dup = sorted({s for s in given if given.count(s) > 1})
-    if dup:
-        raise ValueError(f"capture size(s) {dup} appear more than once in {given}; list each "
-                         "size once (sorted(set(sizes)))")
-    out = sorted(given)
+    out = sorted(as_size_list(sizes, "capture sizes", distinct=True,
+                              fix="capture sizes are positive batch sizes such as [1, 2, 4, 8]"))
     if max_batch is not None and out[-1] > max_batch:
         raise ValueError(f"capture size {out[-1]} is larger than the model's max_batch="
                          f"{max_batch}; lower the sizes or build the model with a larger "

@@ -136,6 +136,60 @@ def check_slots(slots: Sequence[int], max_batch: int) -> None:
                          "batch a distinct slot")
 
 
+def check_id_tensor(name: str, t: torch.Tensor, ndim: int, device: torch.device, *,
+                    host_ok: bool = False) -> None:
+    """``t`` must be a tensor of integer ids (int64 or int32) with ``ndim`` dimensions on
+    ``device``; with ``host_ok`` also on the CPU or another device of the same type (batch
+    metadata that :class:`labkit.dispatch.PaddingDispatcher` copies in)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    on_device = (t.device.type in ("cpu", device.type)) if host_ok else t.device == device
+    if not on_device:
+        raise ValueError(f"{name} is on {t.device} but the model is on {device}; "
+                         f"move it with {name}.to({str(device)!r})")
+    if t.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} has dtype {t.dtype}; it must hold integer ids: pass "
+                        f"{name}.long()")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
+
+
+def check_step_shapes(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                      device: torch.device, max_batch: int, *, host_ok: bool = False) -> int:
+    """The kinds, dtypes, devices and shapes of one decode step's ``tokens``, ``positions``
+    and ``slots`` (1-D, one entry per row, between 1 and ``max_batch`` rows; ``host_ok`` as
+    in :func:`check_id_tensor`). Reads no values. Returns the batch size."""
+    for name, t in (("tokens", tokens), ("positions", positions), ("slots", slots)):
+        check_id_tensor(name, t, 1, device, host_ok=host_ok)
+    b = tokens.shape[0]
+    if positions.shape[0] != b or slots.shape[0] != b:
+        raise ValueError(f"tokens, positions and slots must have one entry per row; got "
+                         f"{b}, {positions.shape[0]}, {slots.shape[0]}")
+    if b < 1:
+        raise ValueError("empty batch: give at least one row")
+    if b > max_batch:
+        raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
+                         f"{max_batch}; build the model with a larger max_batch")
+    return b
+
+
+def check_token_ids(lo: int, hi: int, vocab_size: int) -> None:
+    """Token ids (their smallest ``lo`` and largest ``hi``) must lie in ``[0, vocab_size)``."""
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"token ids must lie in [0, {vocab_size}); got min {lo}, max {hi}; "
+                         "map them into the model's vocabulary")
+
+
+def check_positions(lo: int, hi: int, max_seq: int) -> None:
+    """Cache positions (smallest ``lo``, largest ``hi``) must lie in ``[0, max_seq)``."""
+    if lo < 0:
+        raise ValueError(f"position {lo} is negative; positions count from 0 (the first token "
+                         "of a sequence sits at position 0); give positions >= 0")
+    if hi >= max_seq:
+        raise ValueError(f"position {hi} is past the KV cache (max_seq={max_seq}); build the "
+                         "model with a larger max_seq or generate fewer tokens")
+
+
 class Block(nn.Module):
     """Pre-LayerNorm transformer block: attention then GELU MLP, both residual."""
 
@@ -253,18 +307,7 @@ class TinyGPT(nn.Module):
         self.cache.reset()
 
     def _check_tensor(self, name: str, t: torch.Tensor, ndim: int) -> None:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.device != self.device:
-            raise ValueError(
-                f"{name} is on {t.device} but the model is on {self.device}; "
-                f"move it with {name}.to({str(self.device)!r})"
-            )
-        if t.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{name} has dtype {t.dtype}; it must hold integer ids: pass "
-                            f"{name}.long()")
-        if t.dim() != ndim:
-            raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
+        check_id_tensor(name, t, ndim, self.device)
 
     def _check_values(self, tokens: torch.Tensor, positions: torch.Tensor | None,
                       slots: torch.Tensor | None) -> None:
@@ -272,22 +315,11 @@ class TinyGPT(nn.Module):
         (never during capture). Each raises before anything is written."""
         cfg = self.cfg
         if tokens.numel():
-            lo, hi = int(tokens.min()), int(tokens.max())
-            if lo < 0 or hi >= cfg.vocab_size:
-                raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got min {lo}, "
-                                 f"max {hi}; map them into the model's vocabulary")
+            check_token_ids(int(tokens.min()), int(tokens.max()), cfg.vocab_size)
         if slots is not None:
             check_slots(slots.tolist(), cfg.max_batch)
         if positions is not None and positions.numel():
-            lo, hi = int(positions.min()), int(positions.max())
-            if lo < 0:
-                raise ValueError(f"position {lo} is negative; positions count from 0 (the "
-                                 "first token of a sequence sits at position 0); give "
-                                 "positions >= 0")
-            if hi >= cfg.max_seq:
-                raise ValueError(
-                    f"position {hi} is past the KV cache (max_seq={cfg.max_seq}); "
-                    f"build the model with a larger max_seq or generate fewer tokens")
+            check_positions(int(positions.min()), int(positions.max()), cfg.max_seq)
         if cfg.kv_layout == "paged" and positions is not None and slots is not None:
             self._check_room(slots.tolist(), [p + 1 for p in positions.tolist()])
 
@@ -351,18 +383,7 @@ class TinyGPT(nn.Module):
         is true, or ``None`` with CPU tensors. ``who`` names the step in the capture error."""
         if check is not None and not isinstance(check, bool):
             raise TypeError(f"check must be True, False or None, got {check!r}")
-        self._check_tensor("tokens", tokens, 1)
-        self._check_tensor("positions", positions, 1)
-        self._check_tensor("slots", slots, 1)
-        b = tokens.shape[0]
-        if positions.shape[0] != b or slots.shape[0] != b:
-            raise ValueError(f"tokens, positions and slots must have one entry per row; got "
-                             f"{b}, {positions.shape[0]}, {slots.shape[0]}")
-        if b < 1:
-            raise ValueError("empty batch: give at least one row")
-        if b > self.cfg.max_batch:
-            raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
-                             f"{self.cfg.max_batch}; build the model with a larger max_batch")
+        check_step_shapes(tokens, positions, slots, self.device, self.cfg.max_batch)
         on_cpu = tokens.device.type == "cpu"
         if check is None:
             check = on_cpu

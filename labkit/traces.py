@@ -10,11 +10,14 @@ every machine. They are labelled synthetic: they stand for no real service.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
 
 from labkit.checks import as_int
 from labkit.paths import shipped_file
@@ -188,3 +191,39 @@ def trace_csv(trace: list[TraceRequest], comment: str = "") -> str:
     head = "".join(f"# {ln}\n" for ln in comment.splitlines())
     body = "".join(f"{r.arrival_s:.6f},{r.prompt_len},{r.output_len}\n" for r in trace)
     return head + ",".join(COLUMNS) + "\n" + body
+
+
+#: one generated file: its name, its text, and what to print after writing it
+TraceFile = tuple[str, str, str]
+
+
+def write_or_check(out: Path, files: Iterable[TraceFile], *, check: bool) -> int:
+    """Write each generated file into ``out`` (printing its note), or with ``check`` write
+    nothing and compare each text with the file there, printing ``ok`` or ``DIFF`` and its
+    name. Returns 0 when every file matched (or was written), 1 otherwise."""
+    status = 0
+    for name, text, note in files:
+        path = out / name
+        if check:
+            same = path.is_file() and path.read_text(encoding="utf-8") == text
+            print(f"{'ok  ' if same else 'DIFF'} {name}")
+            status |= 0 if same else 1
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8", newline="\n")
+            print(note)
+    return status
+
+
+def regenerate_main(description: str, default_out: Path,
+                    files: Callable[[], Iterable[TraceFile]],
+                    argv: list[str] | None = None) -> int:
+    """The command line of the trace scripts in ``scripts/``: ``--out DIR`` (default
+    ``default_out``) and ``--check`` (regenerate in memory and compare, write nothing); see
+    :func:`write_or_check`. Returns the exit status."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", type=Path, default=default_out)
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate in memory and compare with the files; write nothing")
+    args = ap.parse_args(argv)
+    return write_or_check(args.out, files(), check=args.check)

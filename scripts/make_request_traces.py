@@ -18,14 +18,14 @@ the same on any machine. Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.traces import request_trace, trace_csv  # noqa: E402
+from labkit.traces import TraceFile, regenerate_main, request_trace, trace_csv  # noqa: E402
 
 LENGTHS = dict(max_seq=256, prompt_median=64.0, prompt_sigma=0.8, output_median=64.0,
                output_sigma=0.8)
@@ -50,24 +50,15 @@ def render(name: str, spec: dict) -> str:
     return trace_csv(request_trace(**spec), comment)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "data" / "traces")
-    ap.add_argument("--check", action="store_true",
-                    help="regenerate in memory and compare with the files; write nothing")
-    args = ap.parse_args(argv)
-    status = 0
+def files() -> Iterator[TraceFile]:
+    """(file name, CSV text, note) of every trace in :data:`SPECS`, made one at a time."""
     for name, spec in SPECS.items():
-        text, path = render(name, spec), args.out / f"{name}.csv"
-        if args.check:
-            same = path.is_file() and path.read_text(encoding="utf-8") == text
-            print(f"{'ok  ' if same else 'DIFF'} {path.name}")
-            status |= 0 if same else 1
-        else:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8", newline="\n")
-            print(f"wrote {path.name}: {text.count(chr(10)) - 3} requests")
-    return status
+        text = render(name, spec)
+        yield f"{name}.csv", text, f"wrote {name}.csv: {text.count(chr(10)) - 3} requests"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return regenerate_main(__doc__.splitlines()[0], ROOT / "data" / "traces", files, argv)
 
 
 if __name__ == "__main__":

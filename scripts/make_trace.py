@@ -28,7 +28,6 @@ on any machine. Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import io
 import math
 import random
@@ -36,6 +35,12 @@ import sys
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from labkit.traces import TraceFile, regenerate_main  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -135,28 +140,15 @@ def summary(spec: TraceSpec, sizes: list[int]) -> str:
             f"distinct sizes {len(set(sizes))}, at max_batch {sizes.count(spec.max_batch)}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).resolve().parent.parent / "data" / "traces")
-    ap.add_argument("--check", action="store_true",
-                    help="regenerate in memory and compare with the files; write nothing")
-    args = ap.parse_args(argv)
-    status = 0
+def files() -> Iterator[TraceFile]:
+    """(file name, CSV text, summary) of every trace in :data:`SPECS`, made one at a time."""
     for spec in SPECS:
         sizes = simulate(spec)
-        text = to_csv(sizes)
-        path = args.out / f"{spec.name}.csv"
-        if args.check:
-            same = path.is_file() and path.read_text(encoding="utf-8") == text
-            print(f"{'ok  ' if same else 'DIFF'} {path.name}")
-            status |= 0 if same else 1
-        else:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8", newline="\n")
-            print(summary(spec, sizes))
-            print("  ", asdict(spec))
-    return status
+        yield f"{spec.name}.csv", to_csv(sizes), f"{summary(spec, sizes)}\n   {asdict(spec)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return regenerate_main(__doc__.splitlines()[0], ROOT / "data" / "traces", files, argv)
 
 
 if __name__ == "__main__":

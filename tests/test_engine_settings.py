@@ -143,21 +143,31 @@ def test_budgets():
     assert es.labkit_num_blocks(589824 * 10 + 5, n_layer=12, n_head=12, head_dim=64) == 11
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: es.from_vllm(cudagraph_mode="ALWAYS"), "cudagraph_mode"),
-    (lambda: es.from_vllm(max_num_seqs=0), "max_num_seqs"),
-    (lambda: es.from_vllm(num_speculative_tokens=-1), "num_speculative_tokens"),
-    (lambda: es.from_vllm(cudagraph_capture_sizes=[]), "cudagraph_capture_sizes"),
-    (lambda: es.from_vllm(cudagraph_capture_sizes=[9000]), "max_num_batched_tokens"),
-    (lambda: es.from_sglang(cuda_graph_bs=[0, 2]), "cuda_graph_bs"),
-    (lambda: es.from_sglang(disable_cuda_graph="yes"), "disable_cuda_graph"),
-    (lambda: es.sglang_default_max_bs(-5), "gpu_memory_mib"),
-    (lambda: es.vllm_kv_budget(1.0, 1.5, 0, 0), "gpu_memory_utilization"),
-    (lambda: es.labkit_num_blocks(10, n_layer=1, n_head=1, head_dim=1), "kv_bytes"),
-    (lambda: es.from_vllm().padded(0), "n must"),
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: es.from_vllm(cudagraph_mode="ALWAYS"), ValueError, "cudagraph_mode"),
+    (lambda: es.from_vllm(max_num_seqs=0), ValueError, "max_num_seqs must be >= 1"),
+    (lambda: es.from_vllm(max_num_seqs="8"), TypeError, "max_num_seqs must be an int"),
+    (lambda: es.from_vllm(num_speculative_tokens=-1), ValueError, "num_speculative_tokens"),
+    (lambda: es.from_vllm(cudagraph_capture_sizes=[]), ValueError,
+     "cudagraph_capture_sizes must not be empty"),
+    (lambda: es.from_vllm(cudagraph_capture_sizes=[9000]), ValueError,
+     "max_num_batched_tokens"),
+    (lambda: es.from_vllm(cudagraph_capture_sizes=[1, 2.5]), TypeError,
+     r"cudagraph_capture_sizes\[1\] must be an int"),
+    (lambda: es.from_sglang(cuda_graph_bs=[0, 2]), ValueError, r"cuda_graph_bs\[0\] must be >= 1"),
+    (lambda: es.from_sglang(cuda_graph_bs=4), TypeError, "cuda_graph_bs must be a list"),
+    (lambda: es.from_sglang(disable_cuda_graph="yes"), TypeError,
+     "disable_cuda_graph must be True or False"),
+    (lambda: es.sglang_default_max_bs(-5), ValueError, "gpu_memory_mib"),
+    (lambda: es.vllm_kv_budget(1.0, 1.5, 0, 0), ValueError, "gpu_memory_utilization"),
+    (lambda: es.labkit_num_blocks(10, n_layer=1, n_head=1, head_dim=1), ValueError, "kv_bytes"),
+    (lambda: es.labkit_num_blocks(10**9, n_layer=0, n_head=1, head_dim=1), ValueError,
+     "n_layer must be >= 1"),
+    (lambda: es.from_vllm().padded(0), ValueError, "n must"),
+    (lambda: es.from_vllm().dispatcher_kwargs(True), TypeError, "max_batch must be an int"),
 ])
-def test_bad_settings_name_themselves(call, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_settings_name_themselves(call, error, match):
+    with pytest.raises(error, match=match):
         call()
 
 

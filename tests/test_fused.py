@@ -244,7 +244,7 @@ def test_fused_defaults_fit_measure_fused():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_sizes=[]), "at least one batch size"),
+    (dict(batch_sizes=[]), "batch_sizes must not be empty"),
     (dict(batch_sizes=[0]), "batch_sizes"),
     (dict(repeats=0), "repeats"),
     (dict(new_tokens=1), "new_tokens"),

@@ -183,6 +183,33 @@ def test_pool_max_untested_when_the_record_cannot_tell():
     assert a.verdict == "untested" and "cannot tell max from sum" in a.explanation
 
 
+def test_seed_evaluation_is_the_claims_evaluation(refs):
+    c = sc.SEED_CLAIMS[0]
+    row = sc.evaluate_seed(refs, [c])[0]
+    assert row == {**claims.evaluate(c, refs), "seed": "002", "checked_against": "pitfalls"}
+    assert sc.CANNOT == claims.CANNOT == claims.VERDICTS[-1]
+    assert sc.needed_records([]) == [] and sc.needed_records()[0] == "pitfalls"
+
+
+def test_gather_records_reuses_this_runs_records_then_references(tmp_path, monkeypatch,
+                                                                  capsys):
+    from labkit.measure import results
+
+    monkeypatch.setenv("LABKIT_RUN_DIR", str(tmp_path / "run"))
+    data = load_reference("pitfalls").data
+    results.save_result("pitfalls", data, {}, env={"tier": "gpu", "gpu_name": "NVIDIA H200"})
+
+    class Ctx:  # the tiers of labkit.teach.notebook.NotebookContext
+        live, reference_gpu = True, "no_such_gpu"
+
+    got = sc.gather_records(Ctx(), ["pitfalls", "paged_gpt2"])
+    assert got["pitfalls"].data == data and got["paged_gpt2"] is None
+    out = capsys.readouterr().out
+    assert "pitfalls: measured earlier in this run" in out and "paged_gpt2: not recorded" in out
+    Ctx.live = False
+    assert sc.gather_records(Ctx(), ["pitfalls"]) == {"pitfalls": None}
+
+
 # ---------------------------------------------------------------------------- notebook
 
 

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from labkit.checks import as_int, as_int_list
+from labkit.checks import as_int, as_size_list
 from labkit.dispatch import PaddingDispatcher
 from labkit.fused import agreement, make_fused_step
 from labkit.measure import records
@@ -70,9 +70,8 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
                   new_tokens: int = 8) -> dict:
     """Record ``fused_<preset>`` (see the module docstring): times per step and batch size,
     kernel counts, bf16 agreement, checks."""
-    batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
-    if not batch_sizes:
-        raise ValueError("give at least one batch size, e.g. [1, 8, 64]")
+    batch_sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
+                                          fix="give batch sizes such as [1, 8, 64]")))
     repeats = as_int(repeats, "repeats", minimum=1, fix="time at least one sample")
     inner = as_int(inner, "inner", minimum=1, fix="replay at least once per sample")
     new_tokens = as_int(new_tokens, "new_tokens", minimum=2,

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from labkit.checks import as_int, as_int_list
+from labkit.checks import as_int, as_int_list, as_size_list
 from labkit.conditional import conditional_support
 from labkit.fused import make_fused_step
 from labkit.graphs import capture_callable, capture_decode_graphs, gc_frozen, \
@@ -303,10 +303,8 @@ def _inputs(model: TinyGPT, b: int, context: int, seed: int = 0) -> tuple[torch.
 
 
 def _check_args(batch_sizes, variants, compile_sizes, context, max_seq):
-    sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1,
-                                   fix="give batch sizes such as [1, 8, 64]")))
-    if not sizes:
-        raise ValueError("batch_sizes is empty; give at least one batch size")
+    sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
+                                    fix="give batch sizes such as [1, 8, 64]")))
     unknown = [v for v in variants if v not in STEP_VARIANTS]
     if unknown or not variants:
         raise ValueError(f"unknown step variant(s) {unknown or variants}; choose from "
@@ -417,9 +415,7 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     Also records what this PyTorch offers of conditional nodes
     (:func:`labkit.conditional.conditional_support`, :func:`labkit.conditional.if_node_demo`).
     """
-    sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
-    if not sizes:
-        raise ValueError("batch_sizes is empty; give at least one batch size")
+    sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes")))
     n_steps = as_int(n_steps, "n_steps", minimum=2, maximum=max_seq // 2,
                      fix="compare at least 2 steps per graph, at most max_seq // 2")
     _need_cuda("measure_multistep")

@@ -21,11 +21,13 @@ DistLike = Union[Mapping[int, float], Iterable[int]]
 """A batch-size distribution: ``{size: count or probability}`` or observed sizes."""
 
 
+_BATCH_SIZE_FIX = "a batch size is a whole number >= 1 (a step serves at least one request)"
+
+
 def _as_batch_size(x: object, what: str) -> int:
     """``x`` as a positive int: an ``int`` or numpy integer only (``2.5``, ``2.0``, ``"3"``,
     ``True`` are refused, never coerced), with an error that names ``what`` and the fix."""
-    return as_int(x, what, minimum=1,
-                  fix="a batch size is a whole number >= 1 (a step serves at least one request)")
+    return as_int(x, what, minimum=1, fix=_BATCH_SIZE_FIX)
 
 
 def _parse_batch_size(text: str, what: str) -> int:

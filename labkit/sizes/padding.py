@@ -6,26 +6,17 @@ Part of :mod:`labkit.sizes`.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
-from labkit.checks import as_int
-from labkit.sizes.distribution import DistLike, _as_batch_size, to_distribution
+from labkit.checks import as_int, as_size_list
+from labkit.sizes.distribution import (_BATCH_SIZE_FIX, DistLike, _as_batch_size,
+                                      to_distribution)
 
 
 def _check_sizes(sizes: Iterable[int], what: str = "capture sizes") -> list[int]:
     """Sorted capture sizes; an error when empty, not positive ints, or repeated."""
-    if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, Iterable):
-        raise TypeError(f"{what} must be a list of ints, got {type(sizes).__name__}")
-    given = [_as_batch_size(s, f"{what}[{i}]") for i, s in enumerate(sizes)]
-    if not given:
-        raise ValueError(f"the list of {what} is empty: capture at least one size")
-    dup = sorted({s for s, c in Counter(given).items() if c > 1})
-    if dup:
-        raise ValueError(f"{what} {dup} appear more than once in {given}; list each size "
-                         "once (sorted(set(sizes)))")
-    return sorted(given)
+    return sorted(as_size_list(sizes, what, distinct=True, fix=_BATCH_SIZE_FIX))
 
 
 def padded_size(bs: int, sizes: Sequence[int]) -> int | None:

@@ -29,10 +29,12 @@ from labkit.measure import records as rk
 from labkit.measure.bench import measure_decode, measure_pool_memory
 from labkit.measure.pitfalls import run_all_pitfalls
 from labkit.measure.records import Decode, Pitfalls, PoolMemory, view
-from labkit.measure.results import default_run_dir, load_result, provenance_line
+from labkit.measure.results import Result, default_run_dir, load_result, provenance_line
 from labkit.teach.notebook import measure_or_reference
 
-VERDICTS = ("holds", "partly", "false", "depends", "untested", "cannot be checked here")
+#: the verdict of a claim that no record or primary source in reach can decide
+CANNOT = "cannot be checked here"
+VERDICTS = ("holds", "partly", "false", "depends", "untested", CANNOT)
 
 #: where every claim below comes from (the articles' texts are not in this repository)
 SEED_ORIGIN = ("one of the three seed articles on CUDA Graphs in vLLM this suite was built to "
@@ -462,9 +464,9 @@ def claim(claim_id: str) -> Claim:
 
 
 def needed_records(claims: Sequence[Claim] | None = None) -> list[str]:
-    """Every record name the claims are checked against, in order."""
+    """Every record name the claims (default :data:`CLAIMS`) are checked against, in order."""
     out: list[str] = []
-    for c in claims or CLAIMS:
+    for c in CLAIMS if claims is None else claims:
         out += [r for r in c.records if r not in out]
     return out
 
@@ -570,6 +572,14 @@ def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
     return {name: spec(name) for name in needed_records()}
 
 
+def saved_in_run(ctx: Any, name: str) -> Result | None:
+    """On the GPU tier (``ctx.live``), record ``name`` as an earlier notebook of this
+    ``labkit run`` saved it in the run folder; ``None`` when there is none or on the CPU
+    tier."""
+    path = default_run_dir() / "results" / f"{name}.json"
+    return load_result(path) if getattr(ctx, "live", False) and path.is_file() else None
+
+
 def gather_records(ctx: Any, names: Sequence[str] | None = None, *,
                    reuse_run: bool = True) -> dict[str, Any]:
     """The records the claims need, via :func:`labkit.teach.notebook.measure_or_reference`.
@@ -583,9 +593,8 @@ def gather_records(ctx: Any, names: Sequence[str] | None = None, *,
     for name in names or needed_records():
         if name not in specs:
             raise KeyError(f"no measurement known for record {name!r}; known: {sorted(specs)}")
-        path = default_run_dir() / "results" / f"{name}.json"
-        if getattr(ctx, "live", False) and reuse_run and path.is_file():
-            res = load_result(path)
+        res = saved_in_run(ctx, name) if reuse_run else None
+        if res is not None:
             print(f"{name}: measured earlier in this run ({provenance_line(res)})")
             out[name] = res
             continue

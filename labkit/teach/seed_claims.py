@@ -11,7 +11,8 @@ reference records of notebooks 01, 04-08 and 10-13); no measured number is typed
     rows = evaluate_seed(records)          # records: name -> Result or data dict
     table(seed_rows(rows))
 
-Verdicts are :data:`labkit.teach.claims.VERDICTS`; ``false`` reads "does not hold".
+Claims, verdicts (:data:`labkit.teach.claims.VERDICTS`; ``false`` reads "does not hold") and
+their evaluation are :mod:`labkit.teach.claims`' own.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from labkit.measure.records import (Dispatcher, LaunchOverhead, Modes, Multistep, Paged,
                                     Pitfalls, PoolMemory, PoolOverwrite, Roofline, view)
-from labkit.measure.results import default_run_dir, load_result, provenance_line
-from labkit.teach.claims import MIB, Assessment, Claim
+from labkit.measure.results import provenance_line
+from labkit.teach.claims import CANNOT, MIB, Assessment, Claim, evaluate, saved_in_run
+from labkit.teach.claims import needed_records as claims_needed_records
 from labkit.teach.notebook import reference_or_none
 from labkit.teach.lessons.roofline import conditional_verdict
 from labkit.teach.serving_claims import check_breaker
 
 #: what a claim's ``origin`` says: the seed, and that its text is not in the repository
 ORIGIN = "seed {seed}, as summarised in issue 10 (the article is not stored here)"
-CANNOT = "cannot be checked here"
 
 #: primary sources the checks below cite (paths in the projects' repositories)
 SRC_TORCH_GRAPHS = "pytorch/pytorch: torch/cuda/graphs.py (graph_pool_handle, graph(pool=...))"
@@ -391,21 +392,11 @@ def evidence_of(c: Claim) -> str:
 
 def evaluate_seed(records: Mapping[str, Any],
                   claims: Sequence[Claim] = SEED_CLAIMS) -> list[dict[str, Any]]:
-    """One dict per claim: id, seed, claim, quote, verdict, evidence, explanation, records."""
-    present = {k: v for k, v in records.items() if v is not None}
-    out = []
-    for c in claims:
-        missing = [r for r in c.records if r not in present]
-        if c.records and (len(missing) == len(c.records) if c.any_of else missing):
-            a = Assessment("untested", {"missing": missing},
-                           f"record(s) not available: {', '.join(missing)}")
-        else:
-            a = c.check(present)
-        out.append({"id": c.id, "seed": seed_of(c), "claim": c.claim, "quote": c.quote,
-                    "origin": c.origin, "records": list(c.records),
-                    "checked_against": evidence_of(c), "verdict": a.verdict,
-                    "evidence": a.evidence, "explanation": a.explanation})
-    return out
+    """One dict per claim: :func:`labkit.teach.claims.evaluate`'s (id, claim, quote, origin,
+    records, verdict, evidence, explanation ...) with the claim's ``seed`` and what it is
+    ``checked_against``."""
+    return [{**evaluate(c, records), "seed": seed_of(c), "checked_against": evidence_of(c)}
+            for c in claims]
 
 
 def seed_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -417,10 +408,7 @@ def seed_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 def needed_records(claims: Sequence[Claim] = SEED_CLAIMS) -> list[str]:
     """Every record name the seed claims read, in order."""
-    out: list[str] = []
-    for c in claims:
-        out += [r for r in c.records if r not in out]
-    return out
+    return claims_needed_records(claims)
 
 
 def gather_records(ctx: Any, names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -429,9 +417,8 @@ def gather_records(ctx: Any, names: Sequence[str] | None = None) -> dict[str, An
     there is none; that claim is then ``untested``). Prints where each came from."""
     out: dict[str, Any] = {}
     for name in names or needed_records():
-        path = default_run_dir() / "results" / f"{name}.json"
-        if getattr(ctx, "live", False) and path.is_file():
-            out[name] = load_result(path)
+        out[name] = saved_in_run(ctx, name)
+        if out[name] is not None:
             where = "measured earlier in this run"
         else:
             out[name] = reference_or_none(ctx, name)

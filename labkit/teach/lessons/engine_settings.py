@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from labkit.checks import as_bool, as_int, as_size_list
+
 __all__ = ["VLLM_VERSION", "SGLANG_VERSION", "SettingRow", "SETTINGS", "LabkitSettings",
            "vllm_default_capture_sizes", "vllm_spec_decode_sizes", "vllm_padded_size",
            "from_vllm", "sglang_default_max_bs", "sglang_default_capture_sizes",
@@ -157,8 +159,7 @@ class LabkitSettings:
     def padded(self, n: int) -> int | None:
         """The captured size a step of ``n`` tokens (vLLM) or requests (SGLang) runs at;
         ``None``: no graph (eager)."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a whole number >= 1, got {n!r}")
+        n = as_int(n, "n", minimum=1)
         if not self.capture_sizes:
             return None
         if not self.padding:
@@ -171,8 +172,7 @@ class LabkitSettings:
         ``cudagraph_mode``, ``full_max_size``); ``None``: run eager. labkit counts rows,
         one token per request, so with ``tokens_per_request > 1`` the sizes are read as
         token counts."""
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be a whole number >= 1, got {max_batch!r}")
+        max_batch = as_int(max_batch, "max_batch", minimum=1)
         sizes = [s for s in self.capture_sizes if s <= max_batch]
         if self.mode == "eager" or not sizes:
             return None
@@ -184,18 +184,6 @@ class LabkitSettings:
         return out
 
 
-def _pos_int(v: object, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
-    return v
-
-
-def _sizes(v: object, name: str) -> list[int]:
-    if not isinstance(v, (list, tuple)) or not v:
-        raise ValueError(f"{name} must be a non-empty list of whole numbers >= 1, got {v!r}")
-    return [_pos_int(x, f"{name} entry") for x in v]
-
-
 # ----------------------------------------------------------------------------- vLLM
 
 
@@ -203,7 +191,7 @@ def vllm_default_capture_sizes(max_capture_size: int) -> list[int]:
     """vLLM 0.13.0's default capture sizes up to ``max_capture_size`` (tokens):
     ``[1, 2, 4]`` + multiples of 8 below 256 + multiples of 16 from 256
     (``VllmConfig._set_cudagraph_sizes``)."""
-    m = _pos_int(max_capture_size, "max_capture_size")
+    m = as_int(max_capture_size, "max_capture_size", minimum=1)
     out = [i for i in (1, 2, 4) if i <= m]
     if m >= 8:
         out += list(range(8, min(m + 1, 256), 8))
@@ -217,9 +205,9 @@ def vllm_spec_decode_sizes(sizes: Sequence[int], max_capture_size: int,
     """The sizes rounded up to a multiple of ``1 + k`` tokens and kept at or below
     ``max_capture_size`` (``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode``,
     without sequence parallelism)."""
-    q = _pos_int(tokens_per_request, "tokens_per_request")
-    m = _pos_int(max_capture_size, "max_capture_size")
-    sizes = _sizes(list(sizes), "sizes")
+    q = as_int(tokens_per_request, "tokens_per_request", minimum=1)
+    m = as_int(max_capture_size, "max_capture_size", minimum=1)
+    sizes = as_size_list(sizes, "sizes")
     if q <= 1:
         return sorted(set(sizes))
     up = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= m})
@@ -235,8 +223,8 @@ def vllm_spec_decode_sizes(sizes: Sequence[int], max_capture_size: int,
 def vllm_padded_size(sizes: Sequence[int], n: int) -> int | None:
     """The captured size a step of ``n`` tokens is padded to (vLLM's
     ``bs_to_padded_graph_size``: the smallest size >= n); ``None`` above the largest."""
-    n = _pos_int(n, "n")
-    return next((s for s in sorted(_sizes(list(sizes), "sizes")) if s >= n), None)
+    n = as_int(n, "n", minimum=1)
+    return next((s for s in sorted(as_size_list(sizes, "sizes")) if s >= n), None)
 
 
 def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PIECEWISE",
@@ -252,29 +240,25 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
     its mode and the largest FULL decode graph (``GPUModelRunner.capture_model``: uniform
     decode sizes up to ``max_num_seqs * (1 + k)``). Defaults: an H200 serving the OpenAI
     API. A bad or inconsistent setting raises as vLLM does, naming it."""
-    if not isinstance(enforce_eager, bool):
-        raise ValueError(f"enforce_eager must be True or False, got {enforce_eager!r}")
+    as_bool(enforce_eager, "enforce_eager")
     mode = str(cudagraph_mode).upper()
     if mode not in VLLM_CUDAGRAPH_MODES:
         raise ValueError(f"cudagraph_mode {cudagraph_mode!r} is not one of "
                          f"{list(VLLM_CUDAGRAPH_MODES)}")
-    seqs = _pos_int(max_num_seqs, "max_num_seqs")
-    tokens = _pos_int(max_num_batched_tokens, "max_num_batched_tokens")
-    if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int) \
-            or num_speculative_tokens < 0:
-        raise ValueError(f"num_speculative_tokens must be a whole number >= 0, got "
-                         f"{num_speculative_tokens!r}")
-    q = 1 + num_speculative_tokens
+    seqs = as_int(max_num_seqs, "max_num_seqs", minimum=1)
+    tokens = as_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1)
+    q = 1 + as_int(num_speculative_tokens, "num_speculative_tokens", minimum=0,
+                   fix="give 0 without speculative decoding")
     if enforce_eager or mode == "NONE":
         why = "enforce_eager=True" if enforce_eager else "cudagraph_mode=NONE"
         return LabkitSettings("vLLM", "eager", "NONE", (), 0, seqs, q, True, None,
                               (f"{why}: no graphs ({VLLM_VERSION})",))
     cap = (min(seqs * q * 2, 512) if max_cudagraph_capture_size is None
-           else _pos_int(max_cudagraph_capture_size, "max_cudagraph_capture_size"))
+           else as_int(max_cudagraph_capture_size, "max_cudagraph_capture_size", minimum=1))
     cap = min(tokens, cap)
     if cudagraph_capture_sizes is not None:
-        sizes = sorted({s for s in _sizes(list(cudagraph_capture_sizes),
-                                          "cudagraph_capture_sizes") if s <= tokens})
+        sizes = sorted({s for s in as_size_list(cudagraph_capture_sizes,
+                                                "cudagraph_capture_sizes") if s <= tokens})
         if not sizes:
             raise ValueError(f"cudagraph_capture_sizes {list(cudagraph_capture_sizes)} are "
                              f"all above max_num_batched_tokens={tokens}; give smaller sizes")
@@ -307,7 +291,7 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
 def sglang_default_max_bs(gpu_memory_mib: float | None, tp_size: int = 1) -> int:
     """SGLang 0.5.6's default ``--cuda-graph-max-bs`` for a GPU of ``gpu_memory_mib`` MiB
     (``ServerArgs._handle_gpu_memory_settings``, CUDA GPUs; ``None``: unknown -> 160)."""
-    tp = _pos_int(tp_size, "tp_size")
+    tp = as_int(tp_size, "tp_size", minimum=1)
     if gpu_memory_mib is None:
         return 160
     if isinstance(gpu_memory_mib, bool) or not isinstance(gpu_memory_mib, (int, float)) \
@@ -329,7 +313,7 @@ def sglang_default_capture_sizes(max_bs: int, *, disable_padding: bool = False,
                                  speculative: bool = False) -> list[int]:
     """SGLang 0.5.6's default capture batch sizes up to ``max_bs``
     (``ServerArgs._generate_cuda_graph_batch_sizes``)."""
-    m = _pos_int(max_bs, "max_bs")
+    m = as_int(max_bs, "max_bs", minimum=1)
     if disable_padding:
         out = list(range(1, m + 1))
     elif not speculative:
@@ -352,22 +336,21 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
     request (``CudaGraphRunner.num_tokens_per_bs``). ``max_running_requests`` (the
     request-to-token pool) adds its own size and cuts the list
     (``get_batch_sizes_to_capture``). Default GPU: an H200 (143771 MiB)."""
-    for name, v in (("disable_cuda_graph", disable_cuda_graph),
-                    ("disable_cuda_graph_padding", disable_cuda_graph_padding)):
-        if not isinstance(v, bool):
-            raise ValueError(f"{name} must be True or False, got {v!r}")
+    as_bool(disable_cuda_graph, "disable_cuda_graph")
+    as_bool(disable_cuda_graph_padding, "disable_cuda_graph_padding")
     spec = speculative_num_draft_tokens is not None
-    q = _pos_int(speculative_num_draft_tokens, "speculative_num_draft_tokens") if spec else 1
+    q = (as_int(speculative_num_draft_tokens, "speculative_num_draft_tokens", minimum=1)
+         if spec else 1)
     if cuda_graph_bs is not None:
-        sizes = _sizes(list(cuda_graph_bs), "cuda_graph_bs")
+        sizes = as_size_list(cuda_graph_bs, "cuda_graph_bs")
         max_bs = max(sizes)
     else:
         max_bs = (sglang_default_max_bs(gpu_memory_mib, tp_size) if cuda_graph_max_bs is None
-                  else _pos_int(cuda_graph_max_bs, "cuda_graph_max_bs"))
+                  else as_int(cuda_graph_max_bs, "cuda_graph_max_bs", minimum=1))
         sizes = sglang_default_capture_sizes(max_bs, disable_padding=disable_cuda_graph_padding,
                                              speculative=spec)
-    pool = None if max_running_requests is None else _pos_int(max_running_requests,
-                                                              "max_running_requests")
+    pool = (None if max_running_requests is None
+            else as_int(max_running_requests, "max_running_requests", minimum=1))
     if pool is not None:
         if max(sizes) > pool:
             sizes = sizes + [pool]
@@ -420,9 +403,10 @@ def sglang_mem_fraction_static(gpu_memory_mib: float, *, chunked_prefill_size: i
     g = gpu_memory_mib
     if isinstance(g, bool) or not isinstance(g, (int, float)) or not g > 0:
         raise ValueError(f"gpu_memory_mib must be a positive number, got {g!r}")
-    reserved = (512 + max(_pos_int(chunked_prefill_size, "chunked_prefill_size"), 2048) * 1.5
-                + _pos_int(cuda_graph_max_bs, "cuda_graph_max_bs") * 2
-                + _pos_int(tp_size, "tp_size") * _pos_int(pp_size, "pp_size") / 8 * 1024)
+    chunk = as_int(chunked_prefill_size, "chunked_prefill_size", minimum=1)
+    max_bs = as_int(cuda_graph_max_bs, "cuda_graph_max_bs", minimum=1)
+    ranks = as_int(tp_size, "tp_size", minimum=1) * as_int(pp_size, "pp_size", minimum=1)
+    reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + ranks / 8 * 1024
     if g > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((g - reserved) / g, 3)
@@ -444,9 +428,10 @@ def labkit_num_blocks(kv_bytes: float, *, n_layer: int, n_head: int, head_dim: i
                       block_size: int = 16, dtype_bytes: int = 2) -> int:
     """Blocks of a labkit paged cache that ``kv_bytes`` hold (K and V, every layer), plus
     labkit's pad block: the ``num_blocks`` to give ``GPTConfig``."""
-    per = (2 * _pos_int(n_layer, "n_layer") * _pos_int(block_size, "block_size")
-           * _pos_int(n_head, "n_head") * _pos_int(head_dim, "head_dim")
-           * _pos_int(dtype_bytes, "dtype_bytes"))
+    per = 2
+    for name, v in (("n_layer", n_layer), ("block_size", block_size), ("n_head", n_head),
+                    ("head_dim", head_dim), ("dtype_bytes", dtype_bytes)):
+        per *= as_int(v, name, minimum=1)
     if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, (int, float)) or kv_bytes < per:
         raise ValueError(f"kv_bytes={kv_bytes!r} holds no block of {per} bytes; give more")
     return int(kv_bytes // per) + 1
