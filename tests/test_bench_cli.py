@@ -93,8 +93,9 @@ def test_targets_include_the_few_sizes_compile_record():
     rows = evaluate_targets({"small": d}, None, {**few, "cudagraph_skips": []})
     got = {r["target"]: r["pass"] for r in rows if "torch.compile" in r["target"]}
     # only the first compiled size is scored: batch 8 was a dynamic-shape recompile
-    assert got == {"dispatcher faster than torch.compile at batch 1 (4-layer; compile "
-                   "static-shaped, no CUDA graph skipped)": False}
+    assert got == {"dispatcher faster than torch.compile at batch 1 (4-layer, compile record, "
+                   "dispatcher with device metadata; compile static-shaped, no CUDA graph "
+                   "skipped)": False}
     skipped = {**few, "cudagraph_skips": ["cudagraph_skips"]}
     assert not any("torch.compile" in r["target"]
                    for r in evaluate_targets({"small": d}, None, skipped))

@@ -50,6 +50,17 @@ def load(eager_tput, full_tput, rates=(10.0, 100.0)) -> dict:
     return {"modes": ["eager", "full"], "rates": list(rates), "points": pts}
 
 
+def test_served_line_says_how_long_a_run_took_against_its_arrivals():
+    rec = copy.deepcopy(FULL)
+    rec["metrics"].update(completed=2400, total_output=174791, duration_s=124.07)
+    assert ls.served_line("serve_2min_full", rec) == (
+        "serve_2min_full (full): 2400 requests, 174,791 tokens served in 124.1 s")
+    assert ls.served_line("serve_2min_full", rec, 124.04).endswith(
+        "served in 124.1 s for 124.0 s of arrivals (+0.0 s after the last arrival)")
+    with pytest.raises(Exception, match="metrics"):
+        ls.served_line("bad", {**rec, "metrics": None})
+
+
 def test_mode_rows_show_medians_with_spread():
     rows = ls.mode_rows({"serve_eager": EAGER, "serve_full": FULL})
     assert rows[0]["TPOT p50 ms"] == "8.00 (7.00–9.00)" and rows[0]["runs"] == "3"

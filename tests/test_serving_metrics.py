@@ -202,6 +202,28 @@ def test_labkit_serve_writes_a_record(tmp_path, capsys):
     assert all(s.runtime == "FULL" for s in rec.steps)
 
 
+def test_labkit_serve_no_timeline_keeps_metrics_and_drops_the_lists(tmp_path, capsys):
+    from labkit.measure.serve import drop_timeline
+
+    base = ["serve", "--trace", str(_tiny_trace(tmp_path)), "--preset", "test", "--max-batch",
+            "2", "--clock", "sim", "--device", "cpu"]
+    paths = []
+    for extra, out in (([], "full"), (["--no-timeline"], "small")):
+        assert main(base + extra + ["--out", str(tmp_path / out)]) == 0
+        paths.append(Path(capsys.readouterr().out.strip().splitlines()[-1]))
+    full, small = (load_result(p) for p in paths)
+    assert small.data["requests"] == [] and small.data["steps"] == []
+    assert small.params["keep_timeline"] is False and "keep_timeline" not in full.params
+    assert small.data["metrics"] == full.data["metrics"]
+    assert small.data["windows"] == full.data["windows"]
+    assert len(small.data["per_request"]["ttft"]) == 3
+    # the same transformation on the full record's data gives the small record's data
+    assert drop_timeline(full.data) == small.data and full.data["requests"]
+    assert drop_timeline(small.data) == small.data
+    with pytest.raises(ValueError, match="needs the data of a serve record"):
+        drop_timeline({"metrics": {}})
+
+
 @pytest.mark.parametrize("args, match", [
     (["--mode", "fast"], "--mode"),
     (["--sizes", "1,x"], "--sizes"),

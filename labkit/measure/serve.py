@@ -109,9 +109,22 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
            "metrics": run_metrics(data["requests"], data["steps"]),
            "windows": step_windows(data["steps"], window_s),
            "breaker_trips_s": trips[0], "repeats": every, "spread": spread(every)}
-    if not keep_timeline:
-        out["per_request"] = per_request_ms(data["requests"])
-        out["requests"], out["steps"] = [], []
+    return out if keep_timeline else drop_timeline(out)
+
+
+def drop_timeline(data: dict[str, Any]) -> dict[str, Any]:
+    """A serve record's data without its per-token and per-step lists (``requests`` and
+    ``steps`` emptied; each request's TTFT, TPOT and E2EL kept in ``per_request``, ms): what
+    ``keep_timeline=False`` stores. The metrics, windows and repeats were computed from the
+    full lists and stay as they are. Returns a new dict; ``data`` is not changed."""
+    if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
+        raise ValueError("drop_timeline needs the data of a serve record (a dict with a "
+                         "'requests' list); load the file with labkit.measure.results.load_result")
+    if not data["requests"] and "per_request" in data:
+        return dict(data)  # already without its timeline
+    out = dict(data)
+    out["per_request"] = per_request_ms(data["requests"])
+    out["requests"], out["steps"] = [], []
     return out
 
 

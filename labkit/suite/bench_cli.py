@@ -95,7 +95,9 @@ def compile_targets(*compile_records: Any) -> list[dict]:
         c, d = (rec.times.get(m, [None] * (i + 1))[i] for m in ("compile", "dispatcher"))
         if c is not None and d is not None:
             c, d = c.median, d.median
-            out.append({"target": f"{COMPILE_TARGET} at batch {b} (4-layer; compile "
+            src = ("compile record, dispatcher with device metadata" if kind is Compile
+                   else "decode record, dispatcher with host metadata")
+            out.append({"target": f"{COMPILE_TARGET} at batch {b} (4-layer, {src}; compile "
                                   "static-shaped, no CUDA graph skipped)",
                         "value": d / c, "pass": d < c})
     return out

@@ -171,7 +171,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             dtype=args.dtype, max_batch=args.max_batch, kv_layout=args.layout,
             num_blocks=args.num_blocks, capture_sizes=args.sizes, seed=args.seed,
             clock=args.clock, decode_ms=args.decode_ms, max_requests=args.requests,
-            window_s=args.window, breaker=breaker, name=args.name, out_root=Path(args.out))
+            window_s=args.window, breaker=breaker, name=args.name, out_root=Path(args.out),
+            keep_timeline=not args.no_timeline)
     except (ValueError, TypeError, RuntimeError) as exc:  # a bad value: say which, one line
         print(f"labkit serve: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_USAGE
@@ -346,6 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--breaker-cooldown", type=_positive_float, default=1.0,
                     help="seconds eager after a trip (default 1)")
     sv.add_argument("--name", default=None, help="record name serve_<name> (default the mode)")
+    sv.add_argument("--no-timeline", action="store_true",
+                    help="leave each token's and step's time out of the record (metrics, "
+                         "windows and per-request TTFT/TPOT/E2EL stay): small files for long "
+                         "traces")
     sv.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
     sv.add_argument("--record", action="store_true",
                     help="measure every serving reference record (GPU) with its default "

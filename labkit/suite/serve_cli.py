@@ -23,8 +23,11 @@ def run_serve(*, trace: str, mode: str, preset_name: str, device: str | None, dt
               max_batch: int, kv_layout: str, num_blocks: int | None,
               capture_sizes: Sequence[int] | None, seed: int, clock: str, decode_ms: float,
               max_requests: int | None, window_s: float, breaker: dict | None, name: str | None,
-              out_root: str | os.PathLike[str]) -> tuple[Path, dict]:
-    """Serve ``trace`` and save the record; returns the record's path and data."""
+              out_root: str | os.PathLike[str], keep_timeline: bool = True
+              ) -> tuple[Path, dict]:
+    """Serve ``trace`` and save the record; returns the record's path and data.
+    ``keep_timeline=False``: leave every token's and step's time out of the file (a long trace
+    makes a file of tens of MB otherwise); the metrics and windows are computed first."""
     # bad settings or a bad trace fail here, before the progress bar or any folder
     check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
                   kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
@@ -35,13 +38,16 @@ def run_serve(*, trace: str, mode: str, preset_name: str, device: str | None, dt
                                max_batch=max_batch, kv_layout=kv_layout, num_blocks=num_blocks,
                                capture_sizes=capture_sizes, seed=seed, clock=clock,
                                decode_ms=decode_ms, max_requests=max_requests,
-                               window_s=window_s, breaker=breaker, progress=bar.update)
+                               window_s=window_s, breaker=breaker, keep_timeline=keep_timeline,
+                               progress=bar.update)
     data["trace"] = str(trace)
     params = {"trace": str(trace), "mode": mode, "preset": preset_name, "dtype": dtype,
               "max_batch": max_batch, "kv_layout": kv_layout, "num_blocks": num_blocks,
               "capture_sizes": list(capture_sizes) if capture_sizes else None, "seed": seed,
               "clock": clock, "decode_ms": decode_ms, "max_requests": max_requests,
               "window_s": window_s, "breaker": breaker}
+    if not keep_timeline:
+        params["keep_timeline"] = False
     record = f"serve_{name or mode}"
     run = new_run_dir(f"serve-{mode}", root=out_root)
     return save_result(record, data, params, run), data

@@ -17,7 +17,7 @@ from labkit.measure.records import Serve, ServeLoad, view
 from labkit.teach.lessons import record_data
 
 __all__ = ["metric", "spread_of", "mode_rows", "ratio", "capacity", "load_rows", "tpot_of",
-           "ttft_of", "HEADLINE"]
+           "ttft_of", "served_line", "HEADLINE"]
 
 #: (column, dotted metric key) of the mode table
 HEADLINE: tuple[tuple[str, str], ...] = (
@@ -82,6 +82,21 @@ def mode_rows(records: Mapping[str, Any]) -> list[dict[str, str]]:
         row["eager fallbacks"] = str(m.get("eager_fallbacks", 0))
         rows.append(row)
     return rows
+
+
+def served_line(name: str, record: Any, arrivals_s: float | None = None) -> str:
+    """One line of a serve record: requests completed, tokens and the time the run took to
+    serve them (its ``duration_s``, from the first arrival to the last token), against the
+    span of the trace's arrivals when given: did the mode keep up with the traffic?"""
+    d = record_data(record)
+    view(d, Serve)
+    m = d["metrics"]
+    line = (f"{name} ({d['mode']}): {m['completed']} requests, {m['total_output']:,} tokens "
+            f"served in {m['duration_s']:.1f} s")
+    if arrivals_s:
+        line += (f" for {arrivals_s:.1f} s of arrivals ({m['duration_s'] - arrivals_s:+.1f} s "
+                 f"after the last arrival)")
+    return line
 
 
 def ratio(numerator: Any, denominator: Any, key: str) -> dict[str, float | None]:
