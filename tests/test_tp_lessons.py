@@ -92,6 +92,14 @@ def test_tp_table_crossover_and_split():
         lt.methods_recorded({}, ["tp2_graph"])
 
 
+def test_symm_step_sentence_compares_the_step_and_each_all_reduce_inside_it():
+    got = lt.symm_step_sentence(_decode(), n_layer=12)
+    # B=1: 500 / 700 = 0.714; per all-reduce (700-340)/24 = 15.0 NCCL vs (500-340)/24 = 6.7
+    assert "B=1: 0.714x (15.0 vs 6.7 µs per all-reduce)" in got
+    assert "B=64: 0.889x (10.0 vs 5.8 µs per all-reduce)" in got
+    assert lt.symm_step_sentence(_decode(symm=False), n_layer=12) is None
+
+
 def test_charts_build_from_the_records():
     ar = tpp.allreduce_chart(_allreduce(), subtitle="H200 x2")
     assert [t.name for t in ar.data] == ["NCCL, eager", "NCCL, in a CUDA graph",

@@ -201,6 +201,28 @@ def tp_sentence(record: Any) -> str:
     return f"With FULL graphs, TP=1 time / TP={n} time is {shown}: {where}."
 
 
+def symm_step_sentence(record: Any, n_layer: int) -> str | None:
+    """Does the faster all-reduce make the step faster? Per batch size: the TP=N graph step
+    with the symmetric-memory all-reduce over the same step with NCCL, and what one all-reduce
+    costs inside each step (step minus the no-op step, over the step's all-reduces).
+    ``None`` when the record has no symmetric-memory step."""
+    rec = view(record, TPDecode)
+    n_ar = allreduces_per_step(n_layer)
+    parts = []
+    for b in rec.batch_sizes:
+        symm, nccl = rec.at(rec.tp("graph_symm_mem"), b), rec.at(rec.tp("graph"), b)
+        noop = rec.at(rec.tp("graph_noop"), b)
+        if symm is None or nccl is None or noop is None:
+            continue
+        parts.append(f"B={b}: {symm / nccl:.3f}x ({(nccl - noop) / n_ar:.1f} vs "
+                     f"{(symm - noop) / n_ar:.1f} µs per all-reduce)")
+    if not parts:
+        return None
+    return (f"TP={rec.world_size} graph step with the symmetric-memory all-reduce over the same "
+            f"step with NCCL, and one all-reduce inside the step (NCCL vs symmetric memory): "
+            + "; ".join(parts) + ".")
+
+
 def methods_recorded(rec: TPAllReduce | TPDecode, methods: Sequence[str]) -> list[str]:
     """Those of ``methods`` with at least one measured value in the typed record ``rec``."""
     if not isinstance(rec, (TPAllReduce, TPDecode)):
