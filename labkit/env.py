@@ -126,6 +126,42 @@ def _nvidia_smi(index: int = 0) -> dict[str, Any] | None:
     }
 
 
+def _gpu_processes() -> int | None:
+    """Compute processes on this host's GPUs, every GPU (nvidia-smi lists them by host PID,
+    this process included once it has used CUDA), or None without nvidia-smi."""
+    out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
+    if out is None:
+        return None
+    return len({p.strip() for p in out.splitlines() if p.strip().isdigit()})
+
+
+def _load_avg() -> float | None:
+    """The host's 1-minute load average (runnable processes), or None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
+def contention_warning(rec: dict[str, Any]) -> str | None:
+    """A warning when an :func:`environment_record` shows that the host was not idle: another
+    process on one of its GPUs, or a load average above 3/4 of the cores. ``None`` otherwise.
+    Host-bound timings (eager steps, the dispatcher, torch.compile) suffer first; a graph
+    replay much less."""
+    parts = []
+    procs, own = rec.get("gpu_processes"), 1 if rec.get("used_cuda") else 0
+    if isinstance(procs, int) and procs > own:
+        parts.append(f"{procs - own} other process(es) were using a GPU of this host")
+    load, cores = rec.get("load_avg_1m"), rec.get("cpu_count")
+    if isinstance(load, (int, float)) and cores and load > 0.75 * cores:
+        parts.append(f"the load average was {load:.1f} on {cores} cores")
+    if not parts:
+        return None
+    return ("not an idle machine: " + " and ".join(parts) + "; host-bound timings (eager, the "
+            "dispatcher, torch.compile) may read slower than on an idle one. Compare ratios "
+            "measured in one run.")
+
+
 def _cpu_model() -> str | None:
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
@@ -177,9 +213,11 @@ def environment_record() -> dict[str, Any]:
     """The facts a measurement depends on, as a JSON-ready dict.
 
     Keys: ``tier, gpu_name, gpu_count, driver, cuda, torch, python, platform, cpu, cpu_count,
-    clocks, git_commit, git_dirty, labkit, date``. ``clocks`` is
-    ``{"sm_mhz", "mem_mhz", "sm_max_mhz", "mem_max_mhz"}`` (current and maximum, MHz) of GPU 0
-    from nvidia-smi. Items that cannot be read are ``None``.
+    load_avg_1m, gpu_processes, used_cuda, clocks, git_commit, git_dirty, labkit, date``.
+    ``clocks`` is ``{"sm_mhz", "mem_mhz", "sm_max_mhz", "mem_max_mhz"}`` (current and maximum,
+    MHz) of GPU 0 from nvidia-smi. ``gpu_processes`` counts the compute processes on every GPU
+    of the host (``used_cuda``: whether this process is one of them), ``load_avg_1m`` is the
+    host's load: :func:`contention_warning` reads both. Items that cannot be read are ``None``.
     """
     torch = _torch()
     cuda_ok = _cuda_available()
@@ -216,6 +254,9 @@ def environment_record() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "load_avg_1m": _load_avg(),
+        "gpu_processes": _gpu_processes() if smi else None,
+        "used_cuda": bool(cuda_ok and torch.cuda.is_initialized()),
         "clocks": smi["clocks"] if smi else None,
         "git_commit": commit,
         "git_dirty": dirty,
@@ -276,4 +317,7 @@ def format_record(rec: dict[str, Any]) -> str:
     else:
         lines.append("commit: not in a git checkout")
     lines.append(f"date: {show(rec.get('date'))}")
+    warning = contention_warning(rec)
+    if warning:
+        lines.append(f"note: {warning}")
     return "\n".join(lines)

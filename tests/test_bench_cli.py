@@ -135,6 +135,25 @@ def test_summarize_bench_reads_the_run_through_the_records(tmp_path):
     assert any("compile static-shaped" in t.target for t in bench.targets)
 
 
+def test_contention_lines_name_the_records_of_a_busy_host(tmp_path):
+    import json
+    import shutil
+
+    from labkit.measure.results import reference_dir
+    from labkit.suite.bench_cli import contention_lines
+
+    res = tmp_path / "results"
+    res.mkdir()
+    for name in ("decode_small", "decode_gpt2"):
+        shutil.copy(reference_dir("h200") / f"{name}.json", res / f"{name}.json")
+    assert contention_lines(tmp_path) == []  # these references hold no contention facts
+    raw = json.loads((res / "decode_gpt2.json").read_text())
+    raw["env"].update(gpu_processes=2, used_cuda=True)
+    (res / "decode_gpt2.json").write_text(json.dumps(raw))
+    lines = contention_lines(tmp_path)
+    assert len(lines) == 1 and lines[0].startswith("[labkit bench] decode_gpt2: not an idle")
+
+
 def test_engine_targets():
     small = _decode([1000, 1200], [170, 200], [174, 210])  # 1.024 and 1.05 over replay
     gpt2 = _decode([4000, 4100], [650, 700], [660, 710])

@@ -13,7 +13,8 @@ from labkit import __version__, env
 
 EXPECTED_KEYS = {
     "tier", "gpu_name", "gpu_count", "driver", "cuda", "torch", "python", "platform", "cpu",
-    "cpu_count", "clocks", "git_commit", "git_dirty", "labkit", "date",
+    "cpu_count", "load_avg_1m", "gpu_processes", "used_cuda", "clocks", "git_commit",
+    "git_dirty", "labkit", "date",
 }
 
 
@@ -144,3 +145,37 @@ def test_format_record_gpu():
 def test_format_record_tolerates_missing_fields():
     text = env.format_record({"tier": "cpu"})
     assert "tier: cpu" in text and "not in a git checkout" in text
+
+
+def test_gpu_processes_counts_distinct_pids_and_invents_nothing(monkeypatch):
+    monkeypatch.setattr(env, "_run", lambda cmd, **kw: "4242\n4243\n4242\n")
+    assert env._gpu_processes() == 2
+    monkeypatch.setattr(env, "_run", lambda cmd, **kw: "")
+    assert env._gpu_processes() == 0
+    monkeypatch.setattr(env, "_run", lambda cmd, **kw: None)  # no nvidia-smi
+    assert env._gpu_processes() is None
+
+
+@pytest.mark.parametrize("rec, want", [
+    ({"gpu_processes": 1, "used_cuda": True, "load_avg_1m": 1.0, "cpu_count": 16}, None),
+    ({"gpu_processes": 0, "used_cuda": False, "load_avg_1m": 0.2, "cpu_count": 2}, None),
+    ({"gpu_processes": None, "load_avg_1m": None, "cpu_count": None}, None),
+    ({"gpu_processes": 2, "used_cuda": True, "load_avg_1m": 1.0, "cpu_count": 32},
+     "1 other process(es) were using a GPU of this host"),
+    ({"gpu_processes": 1, "used_cuda": False, "load_avg_1m": 13.0, "cpu_count": 16},
+     "1 other process(es) were using a GPU of this host and the load average was 13.0 on 16"),
+])
+def test_contention_warning(rec, want):
+    got = env.contention_warning(rec)
+    if want is None:
+        assert got is None
+    else:
+        assert want in got and "Compare ratios" in got
+
+
+def test_format_record_carries_the_contention_note():
+    rec = {"tier": "gpu", "gpu_name": "NVIDIA H200", "gpu_count": 2, "gpu_processes": 2,
+           "used_cuda": True, "cpu_count": 32, "load_avg_1m": 1.0, "date": "2026-11-30"}
+    assert "note: not an idle machine: 1 other process(es)" in env.format_record(rec)
+    assert "note:" not in env.format_record({**rec, "gpu_processes": 1})
+

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from labkit.env import contention_warning
 from labkit.measure import bench, records, roofline
 from labkit.measure.pitfalls import run_all_pitfalls
 from labkit.measure.records import Bench, Compile, Decode, PoolMemory, view
@@ -234,6 +235,17 @@ def summarize_bench(run: Path, failed: list[str] | None = None,
     return path, gate
 
 
+def contention_lines(run: Path) -> list[str]:
+    """One line per record of run folder ``run`` whose environment shows a busy host
+    (:func:`labkit.env.contention_warning`): its host-bound columns deserve suspicion."""
+    out = []
+    for p in sorted((run / "results").glob("*.json")):
+        warning = contention_warning(load_result(p).env)
+        if warning:
+            out.append(f"[labkit bench] {p.stem}: {warning}")
+    return out
+
+
 def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
     """Run the benchmark on the GPU; print and save the table. Returns an exit code.
 
@@ -277,6 +289,8 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     print(format_rows(targets))
     if failed:
         print("FAILED measurements:", ", ".join(failed))
+    for line in contention_lines(run):
+        print(line)
     print(f"\nsaved: {run}")
     return 0 if all(gate.values()) and not failed else 1
 

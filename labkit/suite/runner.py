@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from labkit import envvars
-from labkit.env import environment_record, hardware_tier
+from labkit.env import contention_warning, environment_record, hardware_tier
 from labkit.measure.results import new_folder, to_jsonable, write_text_atomic
 from labkit.suite.engine import (RUN_FILE, SWEEP_FILE, NotebookResult, SuiteError, display_path,
                                  execute_notebook, find_notebooks)
@@ -366,6 +366,9 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
     }
     run_json = run_dir / RUN_FILE
     _write_json(run_json, record)
+    busy = contention_warning(record["env"]) if tier == "gpu" else None
+    if busy:  # the GPU tier's timings are what a busy host distorts
+        print(f"labkit run: note: {busy}", file=sys.stderr)
 
     results: list[NotebookResult] = []
     notes: list[str] = []
