@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from labkit.checks import as_int
 
 Layout = Literal["slot", "paged"]
 LAYOUTS: tuple[str, ...] = ("slot", "paged")
@@ -357,3 +359,34 @@ def make_cache(layout: str, layers: int, max_batch: int, max_seq: int, heads: in
     if layout == "paged":
         return PagedKVCache(layers, max_batch, max_seq, heads, head_dim, dtype, **options)
     raise ValueError(f"kv layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+class CacheConfig(Protocol):
+    """What :func:`cache_for_config` reads from a model config (a ``labkit.model.GPTConfig``)."""
+
+    kv_layout: str
+    n_layer: int
+    max_batch: int
+    max_seq: int
+    n_head: int
+    block_size: int
+    num_blocks: int | None
+
+    @property
+    def head_dim(self) -> int: ...
+
+
+def cache_for_config(cfg: CacheConfig, heads: int | None = None) -> KVCache:
+    """The float32 cache a model with config ``cfg`` decodes into, on the CPU (the model moves
+    it with ``.to``): ``cfg.kv_layout``, one layer per block, ``max_batch`` slots of
+    ``max_seq`` positions, ``heads`` heads (default ``cfg.n_head``; a tensor-parallel rank
+    passes its share) of ``cfg.head_dim``; a paged cache takes ``cfg.block_size`` and
+    ``cfg.num_blocks``."""
+    if heads is not None:
+        heads = as_int(heads, "heads", minimum=1, maximum=cfg.n_head,
+                       fix=f"give the heads this cache holds, 1 to n_head={cfg.n_head}")
+    options = ({"block_size": cfg.block_size, "num_blocks": cfg.num_blocks}
+               if cfg.kv_layout == "paged" else {})
+    return make_cache(cfg.kv_layout, cfg.n_layer, cfg.max_batch, cfg.max_seq,
+                      cfg.n_head if heads is None else heads, cfg.head_dim, torch.float32,
+                      **options)

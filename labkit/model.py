@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.checks import as_int
-from labkit.kvcache import LAYOUTS, KVCache, StepMeta, make_cache
+from labkit.kvcache import LAYOUTS, KVCache, StepMeta, cache_for_config
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -267,10 +267,7 @@ class TinyGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        options = ({"block_size": cfg.block_size, "num_blocks": cfg.num_blocks}
-                   if cfg.kv_layout == "paged" else {})
-        self.cache = make_cache(cfg.kv_layout, cfg.n_layer, cfg.max_batch, cfg.max_seq,
-                                cfg.n_head, cfg.head_dim, torch.float32, **options)
+        self.cache = cache_for_config(cfg)
         self.register_buffer("_arange", torch.arange(cfg.max_seq), persistent=False)
         self.apply(self._init)
         self.to(cfg.torch_dtype)

@@ -59,7 +59,7 @@ from torch import nn
 
 from labkit.checks import as_int
 from labkit.dispatch import PaddingDispatcher
-from labkit.kvcache import make_cache
+from labkit.kvcache import cache_for_config
 from labkit.model import Block, GPTConfig, TinyGPT, as_device, build_model, generate
 
 AllReduceKind = Literal["process_group", "symm_mem"]
@@ -261,10 +261,7 @@ class TensorParallelGPT(TinyGPT):
                                     for b in full.blocks)
         self.ln_f = copy.deepcopy(full.ln_f)
         self.lm_head = copy.deepcopy(full.lm_head)  # replicated: see the module docstring
-        options = ({"block_size": cfg.block_size, "num_blocks": cfg.num_blocks}
-                   if cfg.kv_layout == "paged" else {})
-        self.cache = make_cache(cfg.kv_layout, cfg.n_layer, cfg.max_batch, cfg.max_seq,
-                                self.tp_heads, cfg.head_dim, torch.float32, **options)
+        self.cache = cache_for_config(cfg, heads=self.tp_heads)
         self.register_buffer("_arange", torch.arange(cfg.max_seq), persistent=False)
         self.to(cfg.torch_dtype)
         self.to(dev)

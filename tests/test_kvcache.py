@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from labkit.kvcache import PAD_BLOCK, BlockAllocator, CacheFullError, PagedKVCache, make_cache
+from labkit.kvcache import (PAD_BLOCK, BlockAllocator, CacheFullError, PagedKVCache,
+                            SlotKVCache, cache_for_config, make_cache)
 from labkit.model import build_model, generate, preset
 
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11]]
@@ -130,6 +131,23 @@ def test_make_cache_refuses_bad_layouts_and_block_sizes():
         PagedKVCache(1, 2, 10, 1, 4, block_size=4)
     with pytest.raises(ValueError, match="kv_layout"):
         preset("test", kv_layout="ring")
+
+
+def test_cache_for_config_follows_the_config():
+    slot = cache_for_config(preset("test", max_batch=3))
+    cfg = preset("test", max_batch=3)
+    assert isinstance(slot, SlotKVCache)
+    assert tuple(slot.k.shape) == (cfg.n_layer, 4, cfg.max_seq, cfg.n_head, cfg.head_dim)
+    assert slot.k.dtype == torch.float32
+    pcfg = preset("test", kv_layout="paged", block_size=8, num_blocks=9)
+    paged = cache_for_config(pcfg, heads=1)
+    assert isinstance(paged, PagedKVCache)
+    assert tuple(paged.k.shape) == (pcfg.n_layer, 9, 8, 1, pcfg.head_dim)
+    for bad in (0, cfg.n_head + 1):
+        with pytest.raises(ValueError, match="heads"):
+            cache_for_config(cfg, heads=bad)
+    with pytest.raises(TypeError, match="heads"):
+        cache_for_config(cfg, heads=1.5)
 
 
 # ----------------------------------------------------------------------------- on the GPU

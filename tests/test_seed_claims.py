@@ -133,6 +133,32 @@ def test_missing_records_are_untested():
     assert got["001-circuit-breaker"] == "untested"
 
 
+@pytest.mark.parametrize("check, reason", [
+    (sc.check_pointer_rebinding, "no pitfalls record"),
+    (sc.check_conditional_nodes, "no multistep record"),
+    (sc.check_paged_zero_copy, "no paged record"),
+    (sc.check_launch_cost_zero, "no launch_overhead record"),
+    (sc.check_graph_pool_class, "no pool_memory record"),
+    (sc.check_piecewise_meaning, "no modes record"),
+    (sc.check_compiled_capture, "no roofline record"),
+    (sc.check_autocast_capture, "no pitfalls record"),
+])
+def test_a_check_without_its_record_is_untested_and_names_it(check, reason):
+    a = check({"unrelated": {}})
+    assert (a.verdict, a.evidence, a.explanation) == ("untested", {}, reason)
+
+
+def test_a_check_finds_its_record_by_prefix_and_the_pitfall_by_case(refs):
+    other = {"multistep_small": refs["multistep_gpt2"]}
+    assert sc.check_conditional_nodes(other).evidence["record"] == "multistep_small"
+    no_cases = {**refs["pitfalls"], "pitfalls": []}
+    for check, case in ((sc.check_pointer_rebinding, "input_rebound"),
+                        (sc.check_autocast_capture, "autocast")):
+        a = check({"pitfalls": no_cases})
+        assert a.verdict == "untested"
+        assert a.explanation == f"the pitfalls record has no {case} case"
+
+
 def test_seed_rows_have_the_columns(rows):
     table = sc.seed_rows(list(rows.values()))
     assert [list(r) for r in table][0] == ["claim", "seed", "verdict", "evidence", "why"]

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from labkit.teach import serving_claims as sc
+from labkit.teach import claims, serving_claims as sc
 from labkit.teach.lessons import serving as ls
 from labkit.teach.plots import serving as ps
 
@@ -132,6 +132,26 @@ def test_breaker_verdicts():
     assert get(never).verdict == "false" and "never tripped" in get(never).explanation
     rows = sc.evaluate_serving({"serve_capped": off, "serve_breaker": worse})
     assert [r["verdict"] for r in rows] == ["untested", "untested", "false"]
+
+
+def test_a_serving_claim_without_its_record_is_untested_and_names_it():
+    off = serve("full", metrics(50, 2.0, 9.0, 300, 1000, 10, hit=0.6))
+    rows = {r["id"]: r for r in sc.evaluate_serving({"serve_capped": off, "serve_eager": EAGER,
+                                                     "serve_full": None})}
+    for cid, missing in (("001-breaker", ["serve_breaker"]),
+                         ("001-p99", ["serve_full"]),          # None counts as missing
+                         ("001-qps", ["serving_load_gpt2"])):
+        r = rows[cid]
+        assert r["verdict"] == "untested" and r["evidence"] == {"missing": missing}
+        assert all(m in r["explanation"] for m in missing)
+
+
+def test_serving_rows_are_the_shared_claims_evaluation():
+    recs = {"serve_eager": EAGER, "serve_full": FULL}
+    rows = sc.evaluate_serving(recs)
+    assert rows == [claims.evaluate(c, recs) for c in sc.SERVING_CLAIMS]
+    assert rows[0]["verdict"] == sc.check_p99(recs).verdict == "depends"
+    assert rows[0]["origin"] == sc.ORIGIN and rows[0]["records"] == ["serve_eager", "serve_full"]
 
 
 def test_charts_build():

@@ -17,6 +17,7 @@ their evaluation are :mod:`labkit.teach.claims`' own.
 
 from __future__ import annotations
 
+from functools import wraps
 from typing import Any, Callable, Mapping, Sequence
 
 from labkit.measure.records import (Dispatcher, LaunchOverhead, Modes, Multistep, Paged,
@@ -48,17 +49,49 @@ def _first(records: Mapping[str, Any], prefix: str, prefer: str) -> tuple[str, A
     return (names[0], records[names[0]]) if names else None
 
 
+class _Missing(Exception):
+    """A record, or a case in it, that a check needs is not there: the claim is untested."""
+
+
+def _needed(records: Mapping[str, Any], name: str, prefix: str | None = None) -> tuple[str, Any]:
+    """The record a check needs: ``name``, else (with ``prefix``) the first record whose name
+    starts with ``prefix``; :class:`_Missing` ("no <kind> record") when there is none."""
+    if name in records:
+        return name, records[name]
+    found = _first(records, prefix, name) if prefix is not None else None
+    if found is None:
+        raise _Missing(f"no {(prefix or name).rstrip('_')} record")
+    return found
+
+
+def _pitfall(records: Mapping[str, Any], case: str) -> dict:
+    """The details of pitfall ``case`` in the ``pitfalls`` record (:class:`_Missing` when the
+    record or the case is not there)."""
+    pits = view(_needed(records, "pitfalls")[1], Pitfalls).by_name()
+    if case not in pits:
+        raise _Missing(f"the pitfalls record has no {case} case")
+    return pits[case].details
+
+
+def _untested_when_missing(check: Callable[[Mapping[str, Any]], Assessment]
+                           ) -> Callable[[Mapping[str, Any]], Assessment]:
+    """``check``, answering ``untested`` (with the reason) where a record it needs is missing."""
+    @wraps(check)
+    def run(records: Mapping[str, Any]) -> Assessment:
+        try:
+            return check(records)
+        except _Missing as missing:
+            return Assessment("untested", {}, str(missing))
+    return run
+
+
 # ---------------------------------------------------------------------------- seed 002
 
 
+@_untested_when_missing
 def check_pointer_rebinding(records: Mapping[str, Any]) -> Assessment:
     """A rebound input is not seen by replay (the ``input_rebound`` pitfall)."""
-    if "pitfalls" not in records:
-        return Assessment("untested", {}, "no pitfalls record")
-    pits = view(records["pitfalls"], Pitfalls).by_name()
-    if "input_rebound" not in pits:
-        return Assessment("untested", {}, "the pitfalls record has no input_rebound case")
-    d = pits["input_rebound"].details
+    d = _pitfall(records, "input_rebound")
     ignored = d.get("stale") == d.get("previous_step") and d.get("stale") != d.get("expected")
     ev = {"expected": d.get("expected"), "replay_returned": d.get("stale"),
           "captured_input_ptr": d.get("captured_input_ptr"), "rebound_ptr": d.get("rebound_ptr"),
@@ -74,13 +107,11 @@ def check_pointer_rebinding(records: Mapping[str, Any]) -> Assessment:
         ("gave the expected values)." if ev["copy_in_fixed"] else "was not recorded).")))
 
 
+@_untested_when_missing
 def check_conditional_nodes(records: Mapping[str, Any]) -> Assessment:
     """Conditional (IF / WHILE) graph nodes for varying lengths: what this PyTorch offers,
     from the ``conditional`` section of a ``multistep_<preset>`` record (notebook 12)."""
-    found = _first(records, "multistep_", "multistep_gpt2")
-    if found is None:
-        return Assessment("untested", {}, "no multistep record")
-    name, rec = found
+    name, rec = _needed(records, "multistep_gpt2", "multistep_")
     support = view(rec, Multistep).conditional
     if not support:
         return Assessment("untested", {"record": name}, "the record has no conditional probe")
@@ -95,12 +126,10 @@ def check_conditional_nodes(records: Mapping[str, Any]) -> Assessment:
         "by conditional nodes."))
 
 
+@_untested_when_missing
 def check_paged_zero_copy(records: Mapping[str, Any]) -> Assessment:
     """PagedAttention "prefetch / zero-copy": what the paged record and vLLM's kernel show."""
-    found = _first(records, "paged_", "paged_gpt2")
-    if found is None:
-        return Assessment("untested", {}, "no paged record")
-    name, rec = found
+    name, rec = _needed(records, "paged_gpt2", "paged_")
     d = view(rec, Paged)
     run = d.runs[-1]
     b = d.batch_sizes[-1]
@@ -128,11 +157,10 @@ def check_introduced_version(records: Mapping[str, Any]) -> Assessment:
         "that is long before a v0.17.1. Which release first shipped it is not confirmed here."))
 
 
+@_untested_when_missing
 def check_launch_cost_zero(records: Mapping[str, Any]) -> Assessment:
     """Launch cost "goes to zero": GPU time per graph node vs per eager kernel."""
-    if "launch_overhead" not in records:
-        return Assessment("untested", {}, "no launch_overhead record")
-    d = view(records["launch_overhead"], LaunchOverhead)
+    d = view(_needed(records, "launch_overhead")[1], LaunchOverhead)
     node, eager = d.gpu_per_graph_node, d.gpu_per_eager_kernel
     host = d.host_per_launch
     if node is None or eager is None:
@@ -164,12 +192,10 @@ def check_mode_switch(records: Mapping[str, Any]) -> Assessment:
         "confirmed here says whether a launch enters the kernel."))
 
 
+@_untested_when_missing
 def check_graph_pool_class(records: Mapping[str, Any]) -> Assessment:
     """The ``GraphPool`` class and its sharing: PyTorch's API, pool_memory, pool_overwrite."""
-    found = _first(records, "pool_memory_", "pool_memory_gpt2")
-    if found is None:
-        return Assessment("untested", {}, "no pool_memory record")
-    name, rec = found
+    name, rec = _needed(records, "pool_memory_gpt2", "pool_memory_")
     pm = view(rec, PoolMemory)
     ev = {"record": name, "api": "torch.cuda.graph_pool_handle(), torch.cuda.graph(pool=...), "
           "CUDAGraph.pool()", "graph_pool_class_in_torch": False,
@@ -195,12 +221,10 @@ def check_circuit_breaker(records: Mapping[str, Any]) -> Assessment:
     return check_breaker(records)
 
 
+@_untested_when_missing
 def check_piecewise_meaning(records: Mapping[str, Any]) -> Assessment:
     """"piecewise" means capture the attention? vLLM's PIECEWISE leaves attention eager."""
-    found = _first(records, "modes_", "modes_gpt2")
-    if found is None:
-        return Assessment("untested", {}, "no modes record")
-    name, rec = found
+    name, rec = _needed(records, "modes_gpt2", "modes_")
     d = view(rec, Modes)
     need = {"piecewise", "full", "attention_only"}
     if not need <= set(d.methods):
@@ -217,12 +241,10 @@ def check_piecewise_meaning(records: Mapping[str, Any]) -> Assessment:
         "close to eager."))
 
 
+@_untested_when_missing
 def check_compiled_capture(records: Mapping[str, Any]) -> Assessment:
     """Capture of a compiled model: the roofline record's compile columns (notebook 08/12)."""
-    found = _first(records, "roofline_", "roofline_small")
-    if found is None:
-        return Assessment("untested", {}, "no roofline record")
-    name, rec = found
+    name, rec = _needed(records, "roofline_small", "roofline_")
     d = view(rec, Roofline)
     cols = [m for m in ("compile_manual_graph", "compile_reduce_overhead") if m in d.methods]
     if not cols or "graph" not in d.methods:
@@ -242,14 +264,10 @@ def check_compiled_capture(records: Mapping[str, Any]) -> Assessment:
         "graphs; compile_manual_graph is the compiled function captured by hand."))
 
 
+@_untested_when_missing
 def check_autocast_capture(records: Mapping[str, Any]) -> Assessment:
     """Autocast during capture: the ``autocast`` pitfall (notebook 07)."""
-    if "pitfalls" not in records:
-        return Assessment("untested", {}, "no pitfalls record")
-    pits = view(records["pitfalls"], Pitfalls).by_name()
-    if "autocast" not in pits:
-        return Assessment("untested", {}, "the pitfalls record has no autocast case")
-    d = pits["autocast"].details
+    d = _pitfall(records, "autocast")
     ev = {k: d.get(k) for k in ("cache_on_stale", "cache_on_max_abs_diff", "cache_off_stale",
                                 "cache_off_correct")}
     if not d.get("cache_on_stale"):

@@ -13,14 +13,16 @@ turns graphs off when the hit rate collapses. Each check reads records only:
   breaker (``serve_capped``, ``serve_breaker``).
 
 Verdicts are those of :mod:`labkit.teach.claims` (``holds``, ``partly``, ``false``,
-``depends``, ``untested``). The only numbers typed in here are the seed's and the tolerances.
+``depends``, ``untested``), and so is the evaluation (:func:`evaluate_serving` runs
+:func:`labkit.teach.claims.evaluate`: a claim whose records are missing is ``untested``, with
+the missing records named). The only numbers typed in here are the seed's and the tolerances.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from labkit.teach.claims import Assessment, Claim
+from labkit.teach.claims import Assessment, Claim, evaluate
 from labkit.teach.lessons.serving import capacity, ratio
 
 #: seed 001's figures: P99 latency without and with graphs (ms) and the QPS factor
@@ -31,6 +33,8 @@ FACTOR_TOL = 0.2
 #: the breaker "helps" when it cuts TPOT p99 by more than this share without losing throughput
 BREAKER_GAIN = 0.05
 P99_KEYS = ("ttft_ms.p99", "tpot_ms.p99", "e2el_ms.p99")
+#: where the claims come from (a claim's ``origin``)
+ORIGIN = "seed 001, as quoted in issue 12 (the article is not stored here)"
 
 
 def check_p99(records: Mapping[str, Any]) -> Assessment:
@@ -130,23 +134,20 @@ def check_breaker(records: Mapping[str, Any]) -> Assessment:
 SERVING_CLAIMS: tuple[Claim, ...] = (
     Claim("001-p99", "CUDA graphs cut P99 latency from 210 ms to 43 ms",
           "eager vs padded graphs on the same trace, P99 of TTFT / TPOT / E2EL",
-          ("serve_eager", "serve_full"), check_p99,
+          ("serve_eager", "serve_full"), check_p99, origin=ORIGIN,
           context="seed 001; the article does not say which latency its P99 is"),
     Claim("001-qps", "CUDA graphs give 3.2x the QPS",
           "most requests/s served on the latency–load curve, graphs vs eager",
-          ("serving_load_gpt2",), check_qps, context="seed 001"),
+          ("serving_load_gpt2",), check_qps, context="seed 001", origin=ORIGIN),
     Claim("001-breaker", "a circuit breaker that turns graphs off when the hit rate collapses "
           "keeps latency safe", "bursty trace with graph misses, breaker off vs on",
-          ("serve_capped", "serve_breaker"), check_breaker, context="seed 001"),
+          ("serve_capped", "serve_breaker"), check_breaker, context="seed 001",
+          origin=ORIGIN),
 )
 
 
 def evaluate_serving(records: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per :data:`SERVING_CLAIMS` entry: id, claim, verdict, explanation."""
-    out = []
-    for c in SERVING_CLAIMS:
-        a = c.check(records)
-        out.append({"id": c.id, "claim": c.claim, "measurement": c.measurement,
-                    "verdict": a.verdict, "explanation": a.explanation,
-                    "evidence": a.evidence})
-    return out
+    """One row per :data:`SERVING_CLAIMS` entry, as :func:`labkit.teach.claims.evaluate`
+    gives it (id, claim, measurement, records, verdict, evidence, explanation ...): a claim
+    whose records are missing from ``records`` is ``untested``, its explanation naming them."""
+    return [evaluate(c, records) for c in SERVING_CLAIMS]
