@@ -27,10 +27,10 @@ import torch
 from labkit.checks import as_bool, as_int
 from labkit.fused import step_function
 from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
-from labkit.model import (TinyGPT, check_positions, check_slots, check_step_shapes,
-                          check_token_ids)
+from labkit.model import TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_piecewise_graphs, piecewise_step
 from labkit.sizes import padding_table
+from labkit.step_checks import check_positions, check_slots, check_step_shapes, check_token_ids
 
 #: staging buffers for host metadata: how many steps the host may run ahead of the GPU
 STAGING_RING = 4

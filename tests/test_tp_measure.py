@@ -192,7 +192,7 @@ def one_gloo_rank():
 def fake_symm_mem(monkeypatch, one_gloo_rank):
     import importlib
 
-    import labkit.measure.tp as mtp
+    import labkit.measure.tp.allreduce as mtp  # the module whose _symm_buffer asks
     import labkit.tp as ltp
 
     sm = importlib.import_module("torch.distributed._symmetric_memory")

@@ -23,22 +23,27 @@ in mechanism or only under a condition), ``false`` (the measurements contradict 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+
 from labkit.measure import records as rk
 from labkit.measure.bench import measure_decode, measure_pool_memory
 from labkit.measure.pitfalls import run_all_pitfalls
 from labkit.measure.records import Decode, Pitfalls, PoolMemory, view
 from labkit.measure.results import Result, default_run_dir, load_result, provenance_line
 from labkit.teach.notebook import measure_or_reference
+from labkit.teach.verdicts import (CANNOT, SEED_ORIGIN, VERDICTS, Assessment, Claim, describe,
+                                   verdict_counts, verdict_rows)
 
-#: the verdict of a claim that no record or primary source in reach can decide
-CANNOT = "cannot be checked here"
-VERDICTS = ("holds", "partly", "false", "depends", "untested", CANNOT)
-
-#: where every claim below comes from (the articles' texts are not in this repository)
-SEED_ORIGIN = ("one of the three seed articles on CUDA Graphs in vLLM this suite was built to "
-               "test (not stored in this repository; quoted as notebook 09 quotes it)")
+__all__ = [
+    "ARTICLE_NAMES", "CLAIMED_SPEEDUP", "CLAIMS", "MEMORY_TOL", "MIB", "VLLM_CUDAGRAPH_NAMES",
+    "check_engine_args", "check_largest_first", "check_offsets_not_addresses",
+    "check_replay_speedup", "check_shared_pool_max", "claim", "evaluate", "evaluate_all",
+    "gather_records", "model_size_shrink", "needed_records", "pool_record_from_mib",
+    "record_specs", "saved_in_run", "vllm_option_names",
+    # from labkit.teach.verdicts, imported from here as they always were
+    "CANNOT", "SEED_ORIGIN", "VERDICTS", "Assessment", "Claim", "describe", "verdict_counts",
+    "verdict_rows",
+]
 
 #: the article's figure for "replay is 5–8x faster than eager"
 CLAIMED_SPEEDUP = (5.0, 8.0)
@@ -64,35 +69,6 @@ ARTICLE_NAMES: dict[str, str] = {
     "cuda_graph_batch_sizes": "a TensorRT-LLM setting, not vLLM's",
     "graph_pool_size": "no such argument anywhere: the pool is not pre-sized, it grows",
 }
-
-
-@dataclass
-class Assessment:
-    """A verdict with the numbers behind it and a sentence that uses them."""
-
-    verdict: str
-    evidence: dict
-    explanation: str
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One claim: its text, what it is checked against, and the check."""
-
-    id: str
-    claim: str
-    measurement: str
-    records: tuple[str, ...]
-    check: Callable[[Mapping[str, dict]], Assessment]
-    context: str = ""
-    any_of: bool = False          # True: one of ``records`` is enough
-    sources: tuple[str, ...] = field(default_factory=tuple)
-    quote: str = ""               # the article's words, as this repository quotes them
-    origin: str = SEED_ORIGIN     # where the claim comes from
 
 
 def _data(rec: Any) -> dict:
@@ -494,27 +470,6 @@ def evaluate_all(records: Mapping[str, Any], claims: Sequence[Claim] | None = No
     return [evaluate(c, records) for c in (claims or CLAIMS)]
 
 
-def verdict_rows(results: Sequence[dict]) -> list[dict]:
-    """Table rows: claim, verdict, the evidence in one sentence, what it was checked against."""
-    return [{"claim": r["claim"], "verdict": r["verdict"], "evidence": r["explanation"],
-             "checked against": ", ".join(r["records"]) or "vLLM source"} for r in results]
-
-
-def describe(result: dict) -> str:
-    """Plain text of one evaluated claim: the claim, its verdict, the evidence sentence and
-    what real systems do."""
-    lines = [f"CLAIM    : {result['claim']}"]
-    if result.get("quote"):
-        lines.append(f"QUOTED   : \"{result['quote']}\" ({result.get('origin') or SEED_ORIGIN})")
-    lines += [f"VERDICT  : {result['verdict'].upper()}",
-              f"MEASURED : {result['measurement']}"
-              + (f" (records: {', '.join(result['records'])})" if result["records"] else ""),
-              f"EVIDENCE : {result['explanation']}"]
-    if result.get("context"):
-        lines.append(f"CONTEXT  : {result['context']}")
-    return "\n".join(lines)
-
-
 def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Sequence[float],
                          smallest_first_mib: Sequence[float], preset: str = "synthetic") -> dict:
     """A ``pool_memory_<preset>``-shaped record from MiB figures, for exercises and tests:
@@ -538,14 +493,6 @@ def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Se
             "largest_private_bytes": max(b(private_mib[k]) for k in sizes),
             "shared_largest_first": shared(largest_first_mib, sizes[::-1]),
             "shared_smallest_first": shared(smallest_first_mib, sizes)}
-
-
-def verdict_counts(results: Sequence[dict]) -> dict[str, int]:
-    """How many claims got each verdict."""
-    out = {v: 0 for v in VERDICTS}
-    for r in results:
-        out[r["verdict"]] += 1
-    return {k: v for k, v in out.items() if v}
 
 
 # ---------------------------------------------------------------------------- gathering records

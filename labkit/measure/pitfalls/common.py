@@ -1,0 +1,107 @@
+"""The rules the pitfalls break and the helpers every demonstration shares: the CUDA check,
+the error text of an exception (paths cut), clean-up after a capture, a raw
+``torch.cuda.graph`` capture, and the JSON-ready dict each pitfall returns."""
+
+from __future__ import annotations
+
+import gc
+import re
+from typing import Any, Callable
+
+import torch
+
+# the rules the pitfalls break, by key; the quiz in labkit.teach.lessons.pitfalls uses the keys
+RULES: dict[str, str] = {
+    "host_sync": "no host synchronisation inside the captured code",
+    "dynamic_shape": "every shape is fixed at capture; no data-dependent shapes",
+    "output_overwritten": "a graph's output is a static buffer: the next replay overwrites it",
+    "input_rebound": "new inputs are copied INTO the captured input tensors, never rebound",
+    "rng": "only device-side randomness is redrawn at replay; host randomness is baked in",
+    "autocast": "a cast made before capture is not redone at replay: autocast's weight cache "
+                "bakes the warm-up's copy into the graph",
+}
+
+PITFALL_NAMES = ("host_sync", "dynamic_shape", "output_overwritten", "input_rebound", "rng",
+                 "autocast")
+
+
+def _require_cuda(device: str | torch.device) -> torch.device:
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(
+            "this pitfall is shown live on a CUDA GPU (torch.cuda.is_available() is "
+            f"{torch.cuda.is_available()}, device {device}); on CPU load the recorded "
+            "'pitfalls' reference instead (labkit.teach.notebook.measure_or_reference)")
+    return device
+
+
+def _err_text(exc: BaseException, limit: int = 1200) -> str:
+    """``Type: message`` of an exception and of the exceptions it was raised during (C++ stack
+    traces cut), innermost first."""
+    chain, seen, e = [], set(), exc
+    while e is not None and id(e) not in seen:
+        chain.append(e)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    text = "\n  then: ".join(f"{type(e).__name__}: {e}" for e in reversed(chain))
+    boilerplate = ("frame #", "Exception raised from", "Search for `cuda", "CUDA kernel errors "
+                   "might", "For debugging consider", "Compile with `TORCH_USE_CUDA_DSA`")
+    lines = [ln for ln in text.splitlines() if ln.strip()
+             and not ln.lstrip().startswith(boilerplate)]
+    text = _strip_paths("\n".join(lines).strip())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+_PATH_RE = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-]+)+[/\\]([\w.\-]+\.pyi?)")
+
+
+def _strip_paths(text: str) -> str:
+    """Replace absolute file paths in error texts and tracebacks by the file's name, so a
+    record says ``demos.py`` and not where the package happened to be installed."""
+    return _PATH_RE.sub(r"\1", text)
+
+
+def _cleanup() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _device_ok(device: torch.device) -> bool:
+    """True when the device still runs work after a failed capture."""
+    try:
+        t = torch.ones(4, device=device)
+        return float((t + 1).sum().item()) == 8.0
+    except Exception:  # noqa: BLE001 - a broken context is exactly what we report
+        return False
+
+
+def raw_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> str | None:
+    """Capture ``fn(*inputs)`` with plain ``torch.cuda.graph`` (no labkit checks) and return the
+    error text PyTorch/CUDA give, or ``None`` when the capture went through."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # eager warm-up outside capture, as the docs say
+        fn(*inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    err = None
+    try:
+        with torch.cuda.graph(graph, stream=stream):
+            fn(*inputs)
+    except Exception as exc:  # noqa: BLE001 - the point is to show it
+        err = _err_text(exc)
+    del graph
+    try:
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        err = (err or "") + f"\n(after the failed capture: {_err_text(exc)})"
+    _cleanup()
+    return err
+
+
+def _result(name: str, what: str, error: str, fix: str, fixed_ok: bool, **details: Any) -> dict:
+    return {"name": name, "rule": RULES[name], "what": what, "error": error, "fix": fix,
+            "fixed_ok": bool(fixed_ok), "details": details}

@@ -1,0 +1,104 @@
+"""What one rank collects and how the ranks agree: :class:`_Rank` (times, checks, errors;
+agreement over a gloo control group; rank 0's partial file) and the small helpers every
+part uses."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from labkit.launch import rank_device
+from labkit.timing import Stats, time_cuda, time_host
+
+
+def _noop(x: torch.Tensor) -> torch.Tensor:
+    """The all-reduce replaced by nothing: the step's compute alone."""
+    return x
+
+
+def _say(rank: int, text: str) -> None:
+    if rank == 0:
+        print(f"[labkit tp rank 0] {text}", flush=True)
+
+
+def _time(fn: Callable[[], object], device: torch.device, repeats: int, inner: int) -> Stats:
+    """GPU time per call (CUDA events) on CUDA, host time per call on CPU."""
+    if device.type == "cuda":
+        return time_cuda(fn, warmup=3, repeats=repeats, inner=inner)
+    return time_host(fn, warmup=1, repeats=repeats, inner=inner)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for the record, the last frames for the log."""
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return f"{type(exc).__name__}: {exc}".strip()[:600] + " | " + "".join(tb[-3:])[-900:]
+
+
+class _Rank:
+    """What one rank collects: times, checks, errors; agreement over a gloo control group."""
+
+    def __init__(self, rank: int, world_size: int, spec: dict) -> None:
+        self.rank, self.world_size, self.spec = rank, world_size, spec
+        self.device = rank_device()
+        self.backend = dist.get_backend()
+        self.ctrl = dist.new_group(backend="gloo") if self.backend != "gloo" else None
+        self.symm_handles: list[Any] = []
+        self.out: dict[str, Any] = {"rank": rank, "world_size": world_size,
+                                    "backend": self.backend, "times": {}, "checks": {},
+                                    "errors": {}, "skipped": {}, "parts_s": {},
+                                    "notes": []}
+        if self.device.type == "cuda":
+            self.out["device"] = torch.cuda.get_device_name(self.device)
+        else:
+            self.out["device"] = "cpu"
+
+    def agree(self, ok: bool) -> list[bool]:
+        """Every rank's ``ok`` (a gloo all-gather: works while NCCL is wedged or busy)."""
+        flags: list[Any] = [None] * self.world_size
+        dist.all_gather_object(flags, bool(ok), group=self.ctrl)
+        return [bool(f) for f in flags]
+
+    def gather(self, value: Any) -> list[Any]:
+        got: list[Any] = [None] * self.world_size
+        dist.all_gather_object(got, value, group=self.ctrl)
+        return got
+
+    def barrier(self) -> None:
+        """Line the ranks up on the host (between attempts only, never inside one)."""
+        dist.barrier(group=self.ctrl)
+
+    def attempt(self, key: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``; an exception is recorded as ``errors[key]`` (``None`` returned). Every
+        rank then learns whether any rank failed: a failure elsewhere is recorded too."""
+        value, ok = None, True
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - recorded, the next measurement runs
+            ok = False
+            self.out["errors"][key] = _reason(exc)
+            _say(self.rank, f"{key} failed: {type(exc).__name__}: {exc}")
+            if self.device.type == "cuda":
+                try:
+                    torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001 - a broken context stays broken
+                    pass
+        flags = self.agree(ok)
+        if ok and not all(flags):
+            bad = [r for r, f in enumerate(flags) if not f]
+            self.out["errors"][key] = f"failed on rank(s) {bad}"
+            value = None
+        return value
+
+    def save_partial(self) -> None:
+        path = self.spec.get("partial")
+        if self.rank != 0 or not path:
+            return
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(self.out, f)
+        os.replace(tmp, path)
