@@ -48,9 +48,9 @@ from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, _pool_segments, _stats, make_model, \
     random_prompts, token_agreement
 from labkit.measure.results import save_result
-from labkit.model import TinyGPT, generate
+from labkit.model import TinyGPT
 from labkit.multistep import capture_multistep, multistep_decode
-from labkit.timing import Stats, time_cuda, time_cuda_interleaved
+from labkit.timing import time_cuda, time_cuda_interleaved
 
 __all__ = ["Runner", "STEP_VARIANTS", "DEFAULT_VARIANTS", "captured_step_variant",
            "copy_bandwidth", "matmul_rate", "profile_call", "measure_roofline",
