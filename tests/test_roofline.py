@@ -437,3 +437,12 @@ def test_cache_copy_sentence():
     assert "2,300 µs more" in s and f"{want:,.0f} µs at the measured bandwidth" in s
     rows = {r["variant"]: r for r in lr.compile_rows(rec)}
     assert rows[lr.variant_label("compile_full_cache")]["cache slots"] == 64
+
+
+def test_exercise_choices_have_their_answer():
+    from labkit.teach.lessons import roofline as lr
+
+    assert lr.FLOOR_ANSWER in lr.FLOOR_CHOICES
+    assert lr.LIFETIME_ANSWER in lr.LIFETIME_CHOICES
+    assert "alive" in lr.LIFETIME_CHOICES[lr.LIFETIME_ANSWER]
+

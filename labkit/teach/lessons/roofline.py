@@ -344,3 +344,14 @@ FLOOR_CHOICES: dict[str, str] = {
     "d": "a larger max_seq for the KV cache",
 }
 FLOOR_ANSWER = "b"
+
+#: exercise 12.4: a captured step object caches buffers; after capture its replays read garbage
+LIFETIME_CHOICES: dict[str, str] = {
+    "a": "call torch.cuda.synchronize() before every replay",
+    "b": "keep the step object alive for as long as the graph (store it with the graph)",
+    "c": "capture into a private memory pool instead of a shared one",
+    "d": "clone the graph's output after every replay",
+}
+#: the buffers were made during warm-up, in the ordinary pool: once their owner is freed, the
+#: next eager tensor may take their bytes whatever pool the graph uses (so c does not help)
+LIFETIME_ANSWER = "b"
