@@ -156,3 +156,18 @@ def test_error_texts_carry_file_names_not_machine_paths():
     text = 'Stack trace: File "/home/me/src/labkit/measure/pitfalls.py", line 22, in f'
     assert pitfalls._strip_paths(text) == 'Stack trace: File "pitfalls.py", line 22, in f'
     assert pitfalls._strip_paths("ratio 1/2, a/b") == "ratio 1/2, a/b"
+
+
+def test_labkit_capture_error_returns_the_refusal_or_says_none_came(monkeypatch):
+    from labkit.graphs import CaptureError
+    from labkit.measure.pitfalls import common
+
+    def refuse(fn, *inputs):
+        raise CaptureError("no host synchronisation", "stay on the device")
+
+    monkeypatch.setattr(common, "capture_callable", refuse)
+    msg, cls = common.labkit_capture_error(lambda t: t, torch.ones(2))
+    assert cls == "CaptureError" and "no host synchronisation" in msg and "fix:" in msg
+    monkeypatch.setattr(common, "capture_callable", lambda fn, *inputs: object())
+    assert common.labkit_capture_error(lambda t: t, torch.ones(2)) == (
+        "no error (unexpected: the capture went through)", None)

@@ -1,6 +1,6 @@
 """The rules the pitfalls break and the helpers every demonstration shares: the CUDA check,
-the error text of an exception (paths cut), clean-up after a capture, a raw
-``torch.cuda.graph`` capture, and the JSON-ready dict each pitfall returns."""
+the error text of an exception (paths cut), clean-up after a capture, a capture through
+labkit and a raw ``torch.cuda.graph`` capture, and the JSON-ready dict each pitfall returns."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import re
 from typing import Any, Callable
 
 import torch
+
+from labkit.graphs import CaptureError, capture_callable
 
 # the rules the pitfalls break, by key; the quiz in labkit.teach.lessons.pitfalls uses the keys
 RULES: dict[str, str] = {
@@ -75,6 +77,19 @@ def _device_ok(device: torch.device) -> bool:
         return float((t + 1).sum().item()) == 8.0
     except Exception:  # noqa: BLE001 - a broken context is exactly what we report
         return False
+
+
+def labkit_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple[str, str | None]:
+    """Capture ``fn(*inputs)`` with labkit's :func:`labkit.graphs.capture_callable` and return
+    the :class:`~labkit.graphs.CaptureError` it raises as ``(message, class name)``, or
+    ``("no error (unexpected: the capture went through)", None)``; cleans up after."""
+    try:
+        capture_callable(fn, *inputs)
+        error, err_class = "no error (unexpected: the capture went through)", None
+    except CaptureError as exc:
+        error, err_class = str(exc), type(exc).__name__
+    _cleanup()
+    return error, err_class
 
 
 def raw_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> str | None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 from labkit.dispatch import PaddingDispatcher
-from labkit.graphs import CaptureError, capture_callable
+from labkit.graphs import capture_callable
 from labkit.measure.pitfalls.common import (_cleanup, _device_ok, _err_text, _require_cuda,
-                                            _result, raw_capture_error)
+                                            _result, labkit_capture_error, raw_capture_error)
 from labkit.model import build_model, preset
 
 
@@ -31,12 +31,7 @@ def pitfall_host_sync(device: str | torch.device = "cuda") -> dict:
     def good(t: torch.Tensor) -> torch.Tensor:
         return t / t.max()          # the maximum stays a device tensor
 
-    try:
-        capture_callable(bad, x)
-        error, err_class = "no error (unexpected: the capture went through)", None
-    except CaptureError as exc:
-        error, err_class = str(exc), type(exc).__name__
-    _cleanup()
+    error, err_class = labkit_capture_error(bad, x)
     raw = raw_capture_error(bad, x)
     device_ok = _device_ok(dev)
 
@@ -74,12 +69,7 @@ def pitfall_dynamic_shape(device: str | torch.device = "cuda") -> dict:
     def good(t: torch.Tensor) -> torch.Tensor:
         return torch.where(t > 0, t, torch.zeros_like(t)).sum()   # shape fixed at 8
 
-    try:
-        capture_callable(bad, x)
-        error, err_class = "no error (unexpected: the capture went through)", None
-    except CaptureError as exc:
-        error, err_class = str(exc), type(exc).__name__
-    _cleanup()
+    error, err_class = labkit_capture_error(bad, x)
     nonzero_raw = raw_capture_error(lambda t: torch.nonzero(t > 0), x)
     device_ok = _device_ok(dev)
 
