@@ -156,11 +156,16 @@ def comm_split(record: Any, graph: bool = True) -> list[dict]:
     return rows
 
 
-def per_allreduce_us(record: Any, batch: int, n_layer: int) -> float | None:
+def per_allreduce_us(record: Any, batch: int, n_layer: int,
+                     suffix: str = "graph") -> float | None:
     """Communication µs per all-reduce inside the graph at ``batch``: the step's
-    communication divided by the all-reduces of a step."""
-    comm = view(record, TPDecode).comm_us(batch)
-    return None if comm is None else comm / allreduces_per_step(n_layer)
+    communication (the ``tp<N>_<suffix>`` step, default the NCCL graph, minus the same graph
+    with no-op all-reduces) divided by the all-reduces of a step."""
+    rec = view(record, TPDecode)
+    step, noop = rec.at(rec.tp(suffix), batch), rec.at(rec.tp("graph_noop"), batch)
+    if step is None or noop is None:
+        return None
+    return (step - noop) / allreduces_per_step(n_layer)
 
 
 def _fmt(v: float | None, unit: str = "µs") -> str:
@@ -207,15 +212,15 @@ def symm_step_sentence(record: Any, n_layer: int) -> str | None:
     costs inside each step (step minus the no-op step, over the step's all-reduces).
     ``None`` when the record has no symmetric-memory step."""
     rec = view(record, TPDecode)
-    n_ar = allreduces_per_step(n_layer)
     parts = []
     for b in rec.batch_sizes:
         symm, nccl = rec.at(rec.tp("graph_symm_mem"), b), rec.at(rec.tp("graph"), b)
-        noop = rec.at(rec.tp("graph_noop"), b)
-        if symm is None or nccl is None or noop is None:
+        per_nccl = per_allreduce_us(rec, b, n_layer)
+        per_symm = per_allreduce_us(rec, b, n_layer, "graph_symm_mem")
+        if per_nccl is None or per_symm is None:
             continue
-        parts.append(f"B={b}: {symm / nccl:.3f}x ({(nccl - noop) / n_ar:.1f} vs "
-                     f"{(symm - noop) / n_ar:.1f} µs per all-reduce)")
+        parts.append(f"B={b}: {symm / nccl:.3f}x ({per_nccl:.1f} vs {per_symm:.1f} µs per "
+                     "all-reduce)")
     if not parts:
         return None
     return (f"TP={rec.world_size} graph step with the symmetric-memory all-reduce over the same "
