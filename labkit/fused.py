@@ -10,8 +10,8 @@ What is fused, per layer (the kernels one layer launches on CUDA)::
 
     1 layer_norm                  LN1
     2 GEMM + bias epilogue        QKV in one cuBLASLt call (torch.addmm with a 1-D bias)
-    3 index_put                   k and v into the cache together (one indexed copy)
-    4 attention                   memory-efficient kernel reading the cache in place
+    3 index_copy_                 k and v into the cache together (one indexed copy)
+    4 attention                   FlashAttention or memory-efficient kernel, cache read in place
     5 GEMM, beta=1                out-projection added onto the residual (addmm_ in place)
     6 layer_norm                  LN2
     7 GEMM + bias + GELU epilogue MLP up-projection (torch._addmm_activation)
@@ -20,10 +20,22 @@ What is fused, per layer (the kernels one layer launches on CUDA)::
 
 versus 12 to 15 in the readable step (linears whose bias is a separate copy at batch 1, a GELU,
 two residual adds, two cache writes). Per step add: 2 embedding gathers and their sum, the
-first layer's bias add, 2 metadata kernels, 2 that gather the biases (below), final LayerNorm
-and output head: ``9 L + 10`` kernels (gpt2, L = 12: 118; small, L = 4: 46), when cuBLAS runs
-each GEMM as one kernel (it may add a split-K reduction for some shapes; count them with
-:func:`labkit.measure.opcount.op_counts`).
+first layer's bias add, 3 metadata kernels (key offsets, lengths, write index), 2 that gather
+the biases (below), final LayerNorm and output head: ``9 L + 11`` kernels (gpt2, L = 12: 119;
+small, L = 4: 47), when cuBLAS runs each GEMM as one kernel. It does not: for the 12-layer
+model's MLP down-projection at small batches it picks a split-K kernel plus a reduction
+kernel (12 more). Forbidding split-K (``torch.backends.cuda.matmul.
+allow_bf16_reduced_precision_reduction = (False, False)``, which needs the cuBLASLt backend)
+leaves one kernel per GEMM but a far slower one (measured on an H200: more than twice the
+whole step), so labkit keeps cuBLAS's choice. Count them with
+:func:`labkit.measure.opcount.op_counts`.
+
+Attention (``attention=``): ``"efficient"`` is PyTorch's memory-efficient kernel, the
+readable step's; ``"flash"`` is FlashAttention 2's variable-length kernel over the same
+in-place offsets (bf16/fp16 only); ``"auto"`` (default) takes flash when the dtype allows
+and the batch is small (``batch * heads <= FLASH_MAX_ROW_HEADS``), the efficient kernel
+otherwise: on an H200 flash was the faster of the two for few (row, head) pairs and the
+slower for many (the ``fused_*`` and ``roofline_*`` records hold the resulting step times).
 
 The residual stream and its biases. GPT-2's out-projection and MLP down-projection have
 biases; folding the residual add into the GEMM (``beta=1``, ``C`` = the residual) leaves the
@@ -61,10 +73,17 @@ import torch
 import torch.nn.functional as F
 
 from labkit.checks import as_int
-from labkit.kvcache import SlotKVCache, StepMeta
+from labkit.kvcache import AttentionKernel, SlotKVCache, StepMeta, flash_supported
 from labkit.model import TinyGPT, generate
 
 STEPS: tuple[str, ...] = ("readable", "fused")
+#: ``attention=`` choices of :class:`FusedStep`
+ATTENTION: tuple[str, ...] = ("auto", "flash", "efficient")
+#: ``"auto"`` attention takes FlashAttention up to this many (row, head) pairs per step. On an
+#: H200 (torch 2.11, bf16, context 64-128) flash was faster for the 12-layer model at batch 1
+#: and 8 (12 and 96 pairs) and slower at 32 and 64 (384, 768); for the 4-layer model (4 heads)
+#: faster up to batch 64 (256 pairs).
+FLASH_MAX_ROW_HEADS = 256
 
 
 class DecodeStep(Protocol):
@@ -85,9 +104,12 @@ class FusedStep:
     ``model.decode_step``. ``gelu_epilogue``: use ``torch._addmm_activation`` for the MLP's
     up-projection (bias and tanh-GELU in the GEMM's epilogue); ``None`` = on CUDA when torch
     has it (on CPU torch's version applies the exact, not the tanh, GELU: plain ops there).
+    ``attention``: ``"auto"``, ``"flash"`` or ``"efficient"`` (the module docstring;
+    :meth:`attention_kernel` says which one a batch size gets).
     """
 
-    def __init__(self, model: TinyGPT, *, gelu_epilogue: bool | None = None) -> None:
+    def __init__(self, model: TinyGPT, *, gelu_epilogue: bool | None = None,
+                 attention: str = "auto") -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -96,8 +118,17 @@ class FusedStep:
         if gelu_epilogue and not _has_gelu_epilogue():
             raise RuntimeError("gelu_epilogue=True needs torch._addmm_activation, which this "
                                f"torch {torch.__version__} lacks; pass gelu_epilogue=None")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {list(ATTENTION)}, got {attention!r}")
+        if attention == "flash" and not flash_supported(model.cfg.torch_dtype,
+                                                        model.cfg.head_dim):
+            raise ValueError(f"attention='flash' needs a bf16 or fp16 model with head_dim a "
+                             f"multiple of 8 up to 256; this one is {model.cfg.dtype} with "
+                             f"head_dim {model.cfg.head_dim}: use attention='auto' or "
+                             "'efficient'")
         self.model = model
         self.gelu_epilogue = gelu_epilogue
+        self.attention = attention
         cfg = model.cfg
         self._zero = torch.zeros(cfg.d_model, dtype=cfg.torch_dtype, device=model.device)
         # (max_batch + 2,) int32 0, 1, 2, ...: query_start of a batch of B is its first B + 1
@@ -133,10 +164,19 @@ class FusedStep:
         w = self.model.tok_emb.weight
         return self._zero.device != w.device or self._zero.dtype != w.dtype
 
+    def attention_kernel(self, batch: int) -> AttentionKernel:
+        """The attention kernel a step of ``batch`` rows uses (see ``attention=``)."""
+        if self.attention != "auto":
+            return self.attention  # type: ignore[return-value]
+        cfg = self.model.cfg
+        small = batch * cfg.n_head <= FLASH_MAX_ROW_HEADS
+        return "flash" if small and flash_supported(cfg.torch_dtype, cfg.head_dim) \
+            else "efficient"
+
     def _meta(self, positions: torch.Tensor, rows: torch.Tensor) -> StepMeta:
-        """The step's cache metadata in 2 kernels (slot layout): key starts into a per-size
-        buffer whose last entry (the end of the cache) is filled once, and ``pos + 1``.
-        ``query_start`` is a slice of a constant."""
+        """The step's cache metadata in 3 kernels (slot layout): key starts into a per-size
+        buffer whose last entry (the end of the cache) is filled once, ``pos + 1`` and the
+        write index. ``query_start`` is a slice of a constant."""
         cache = self.model.cache
         b = positions.shape[0]
         key_start = self._key_start.get(b)
@@ -149,9 +189,8 @@ class FusedStep:
         torch.mul(rows, cache.max_seq, out=key_start[:b])
         seq_lens = torch.empty(b, dtype=torch.int32, device=positions.device)
         torch.add(positions, 1, out=seq_lens)
-        write_index = None if isinstance(cache, SlotKVCache) else cache.write_index(positions,
-                                                                                     rows)
-        return StepMeta(positions=positions, rows=rows, write_index=write_index,
+        return StepMeta(positions=positions, rows=rows,
+                        write_index=cache.write_index(positions, rows),
                         seq_lens=seq_lens, key_start=key_start,
                         query_start=self._arange32[:b + 1])
 
@@ -165,6 +204,13 @@ class FusedStep:
             pieces.append(blocks[i - 1].fc_out.bias if i > 0 else z)
             pieces.append(blocks[i].proj.bias if i < len(blocks) else z)
         return torch.stack(pieces).view(len(blocks) + 1, 2, -1).cumsum(1)
+
+    def _attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
+                kernel: AttentionKernel) -> torch.Tensor:
+        cache = self.model.cache
+        if kernel == "flash" and isinstance(cache, SlotKVCache):  # read in place, by flash
+            return cache.attend(layer, q, meta, kernel="flash")
+        return cache.attend(layer, q, meta)
 
     def _up(self, h: torch.Tensor, fc: torch.nn.Linear) -> torch.Tensor:
         use = self.gelu_epilogue
@@ -181,6 +227,7 @@ class FusedStep:
         b, d, h, hd = tokens.shape[0], cfg.d_model, cfg.n_head, cfg.head_dim
         rows = max(b, 2)  # cuBLASLt fuses bias and GELU only for GEMMs of >= 2 rows
         meta = self._meta(positions, slots)
+        kernel = self.attention_kernel(b)
         pairs = self._bias_pairs()
         x = torch.add(F.embedding(tokens, m.tok_emb.weight),
                       F.embedding(positions, m.pos_emb.weight))            # (B, D)
@@ -189,7 +236,7 @@ class FusedStep:
             a = F.layer_norm(s[0], (d,), blk.ln1.weight, blk.ln1.bias, blk.ln1.eps)
             qkv = torch.addmm(blk.qkv.bias, a, blk.qkv.weight.t()).view(rows, 3, h, hd)[:b]
             m.cache.write_kv(i, qkv[:, 1:].transpose(0, 1), meta)
-            y = m.cache.attend(i, qkv[:, 0], meta).reshape(b, d)
+            y = self._attend(i, qkv[:, 0], meta, kernel).reshape(b, d)
             mid = s[1]                                                      # x + b_proj
             mid[:b].addmm_(y, blk.proj.weight.t())
             g = self._up(F.layer_norm(mid, (d,), blk.ln2.weight, blk.ln2.bias, blk.ln2.eps),
@@ -205,10 +252,11 @@ class FusedStep:
         return torch.mm(x, m.lm_head.weight.t(), out=out)
 
 
-def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None) -> FusedStep:
+def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None,
+                    attention: str = "auto") -> FusedStep:
     """The fused decode step of ``model``: a callable with the signature of
     ``model.decode_step`` (see :class:`FusedStep`)."""
-    return FusedStep(model, gelu_epilogue=gelu_epilogue)
+    return FusedStep(model, gelu_epilogue=gelu_epilogue, attention=attention)
 
 
 def step_function(model: TinyGPT, step: str | Callable = "readable") -> Callable:

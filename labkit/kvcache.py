@@ -24,8 +24,10 @@ How the cache is read (no copy of a whole row per layer):
   ``(slots * max_seq, heads, head_dim)``, each row's keys starting at ``slot * max_seq``
   (``cu_seqlens_k``) and ``pos + 1`` of them used (``seqlen_k``). Measured on an H200 (torch
   2.11): capture-safe, equal to the gathered reference (bitwise in float32), in bf16 and
-  float32. vLLM and SGLang use paged-attention kernels driven by block tables instead
-  (FlashAttention / FlashInfer backends).
+  float32. The fused step (:mod:`labkit.fused`) may read it with FlashAttention 2's
+  variable-length kernel instead (``aten::_flash_attention_forward``, the same offsets as
+  ``cu_seqlens_k`` and ``seqused_k``; bf16/fp16 only). vLLM and SGLang use paged-attention
+  kernels driven by block tables instead (FlashAttention / FlashInfer backends).
 * paged layout, and every layout on CPU: the plain-math reference -- the row's keys are
   gathered (through the block table when paged) and attended with a mask. Paging in plain
   PyTorch buys memory, not speed: reading blocks in place needs a kernel that takes a block
@@ -50,6 +52,17 @@ LAYOUTS: tuple[str, ...] = ("slot", "paged")
 PAD_BLOCK = 0
 
 
+AttentionKernel = Literal["efficient", "flash"]
+ATTENTION_KERNELS: tuple[str, ...] = ("efficient", "flash")
+
+
+def flash_supported(dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether PyTorch's FlashAttention kernel takes queries of ``dtype`` and ``head_dim``
+    (fp16/bf16, head_dim a multiple of 8 up to 256; the memory-efficient kernel also takes
+    float32)."""
+    return dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256
+
+
 class CacheFullError(RuntimeError):
     """No free block is left in the paged cache's pool."""
 
@@ -62,14 +75,12 @@ class StepMeta:
     slot of each row; ``write_index`` (B,) int64: flat index of the row's new k/v in the
     layer's cache viewed as ``(-1, heads, head_dim)``; ``seq_lens`` (B,) int32: ``pos + 1``;
     ``key_start`` (B+1,) int32: flat index of each row's first key (slot layout; the last entry
-    is the end of the cache); ``query_start`` (B+1,) int32: ``0..B``. The fused step
-    (:mod:`labkit.fused`) leaves ``write_index`` ``None`` in the slot layout, whose
-    :meth:`SlotKVCache.write_kv` indexes by (slot, position) instead.
+    is the end of the cache); ``query_start`` (B+1,) int32: ``0..B``.
     """
 
     positions: torch.Tensor
     rows: torch.Tensor
-    write_index: torch.Tensor | None
+    write_index: torch.Tensor
     seq_lens: torch.Tensor
     key_start: torch.Tensor
     query_start: torch.Tensor
@@ -205,7 +216,10 @@ class KVCache(nn.Module):
     def write_kv(self, layer: int, kv: torch.Tensor, meta: StepMeta) -> None:
         """Store this step's keys and values, ``kv`` ``(2, B, heads, head_dim)`` (any strides,
         e.g. a transposed view of the QKV output), with ONE indexed copy: the fused step's
-        cache write (:mod:`labkit.fused`). Same result as :meth:`write`."""
+        cache write (:mod:`labkit.fused`). Same result as :meth:`write`. (``index_copy_`` by
+        the flat ``write_index``, not ``index_put_`` by (slot, position): the latter's kernel
+        was the slower of the two on an H200, by more than the one kernel that computes
+        ``write_index``.)"""
         self.flat_kv(layer).index_copy_(1, meta.write_index, kv)
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta) -> torch.Tensor:
@@ -242,7 +256,8 @@ class SlotKVCache(KVCache):
         self.in_place = in_place
 
     def write_index(self, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        return rows * self.max_seq + positions
+        """``rows * max_seq + positions`` in one kernel."""
+        return torch.add(positions, rows, alpha=self.max_seq)
 
     def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = (self.max_batch + 1) * self.max_seq
@@ -252,21 +267,27 @@ class SlotKVCache(KVCache):
     def gathered(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer][rows], self.v[layer][rows]
 
-    def write_kv(self, layer: int, kv: torch.Tensor, meta: StepMeta) -> None:
-        """One ``index_put_`` by (slot, position): no ``write_index`` needed, so the fused
-        step's metadata skips that kernel (``meta.write_index`` may be ``None``)."""
-        # torch.ops form: the Python method refuses None (the untouched k/v dimension)
-        torch.ops.aten.index_put_(self.kv[:, layer], [None, meta.rows, meta.positions], kv)
-
-    def attend(self, layer: int, q: torch.Tensor, meta: StepMeta) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
+               kernel: AttentionKernel = "efficient") -> torch.Tensor:
+        """Attention read in place on CUDA: ``kernel`` ``"efficient"`` (PyTorch's
+        memory-efficient kernel, any dtype) or ``"flash"`` (FlashAttention 2's variable-length
+        kernel, bf16/fp16 only: :func:`flash_supported`); the gathered reference on CPU, or
+        when the cache is not read in place, or when the kernel does not take this query."""
+        if kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"kernel must be one of {list(ATTENTION_KERNELS)}, got {kernel!r}")
         if not (self.in_place and q.is_cuda and self.head_dim % 8 == 0):
             # the memory-efficient kernel wants head_dim a multiple of 8: else the reference
             return super().attend(layer, q, meta)
         kf, vf = self.flat(layer)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if kernel == "flash" and flash_supported(q.dtype, self.head_dim):
+            # cu_seqlens_k = each row's first key, seqused_k = how many of them it attends
+            return torch.ops.aten._flash_attention_forward(
+                q, kf, vf, meta.query_start, meta.key_start, 1, self.max_seq, 0.0, False,
+                False, scale=scale, seqused_k=meta.seq_lens)[0]
         out = torch.ops.aten._efficient_attention_forward(
             q[None], kf[None], vf[None], None, meta.query_start, meta.key_start, 1,
-            self.max_seq, 0.0, 0, False, scale=1.0 / math.sqrt(self.head_dim),
-            seqlen_k=meta.seq_lens)[0]
+            self.max_seq, 0.0, 0, False, scale=scale, seqlen_k=meta.seq_lens)[0]
         return out[0]
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from labkit.dispatch import PaddingDispatcher
-from labkit.fused import STEPS, agreement, make_fused_step, step_function
+from labkit.fused import ATTENTION, FLASH_MAX_ROW_HEADS, STEPS, agreement, \
+    make_fused_step, step_function
 from labkit.kvcache import SlotKVCache
 from labkit.measure import records as R
 from labkit.measure.fused_bench import measure_fused
@@ -132,6 +133,30 @@ def test_gelu_epilogue_option_is_checked():
         make_fused_step(_model(), gelu_epilogue="on")
 
 
+def test_attention_option_is_checked_and_auto_picks_by_dtype_and_size():
+    with pytest.raises(ValueError, match="attention must be one of"):
+        make_fused_step(_model(), attention="fast")
+    with pytest.raises(ValueError, match="needs a bf16 or fp16 model"):
+        make_fused_step(_model(), attention="flash")  # float32: flash does not take it
+    assert make_fused_step(_model()).attention_kernel(1) == "efficient"  # float32
+    half = make_fused_step(_model(dtype="bfloat16"))  # test preset: 2 heads of 16
+    assert ATTENTION == ("auto", "flash", "efficient")
+    assert half.attention_kernel(FLASH_MAX_ROW_HEADS // 2) == "flash"
+    assert half.attention_kernel(FLASH_MAX_ROW_HEADS // 2 + 1) == "efficient"
+    assert make_fused_step(_model(dtype="bfloat16"), attention="efficient"
+                           ).attention_kernel(1) == "efficient"
+    assert make_fused_step(_model(dtype="bfloat16"), attention="flash"
+                           ).attention_kernel(10**6) == "flash"
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_flash_choice_on_cpu_falls_back_to_the_reference(layout):
+    m = _model(layout, dtype="bfloat16")
+    prompts = PROMPTS[:3]
+    ref = generate(m, prompts, 6, step_fn=make_fused_step(m, attention="efficient"))
+    assert generate(m, prompts, 6, step_fn=make_fused_step(m, attention="flash")) == ref
+
+
 @pytest.mark.parametrize("mode", ["FULL", "NONE"])
 def test_dispatcher_runs_the_fused_step(mode):
     m = _model()
@@ -173,7 +198,7 @@ def test_cpu_op_count_fused_issues_fewer_operations():
     assert readable["addmm"] == 4 * layers and readable["index_copy_"] == 2 * layers
     # the fused step: QKV and MLP-up addmm, two GEMMs onto the residual, one cache write
     assert fewer["addmm"] == 2 * layers and fewer["addmm_"] == 2 * layers
-    assert fewer["index_put_"] == layers and "index_copy_" not in fewer
+    assert fewer["index_copy_"] == layers and "index_put_" not in fewer
     assert fewer["native_layer_norm"] == readable["native_layer_norm"] == 2 * layers + 1
     assert sum(fewer.values()) < sum(readable.values())
     assert not any(n in fewer for n in ("view", "empty", "transpose"))  # no kernel of their own
@@ -336,8 +361,37 @@ def test_fused_step_launches_fewer_gpu_kernels():
     readable = op_counts(lambda: m.decode_step(t, p, s, check=False), device="cuda")
     fewer = op_counts(lambda: fused(t, p, s, check=False), device="cuda")
     assert sum(fewer.values()) < sum(readable.values())
-    # 9 per layer + 10 per step by design; cuBLAS may add a split-K reduction per GEMM
-    assert sum(fewer.values()) <= 9 * m.cfg.n_layer + 10 + 4 * m.cfg.n_layer + 1
+    # 9 per layer + 11 per step by design; cuBLAS may add a split-K reduction per GEMM
+    assert sum(fewer.values()) <= 9 * m.cfg.n_layer + 11 + 4 * m.cfg.n_layer + 1
+    assert any("flash" in name for name in fewer)  # batch 1, bf16: auto picks flash
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bs", [1, 8, 64])
+def test_flash_and_efficient_attention_agree_on_the_gpu(bs):
+    """Both in-place kernels over the same cache offsets: bf16 logits close, the cache the
+    same, and graphs of either replay equal to their eager step."""
+    from labkit.graphs import capture_decode_graphs
+
+    m = _cuda_model("small", dtype="bfloat16", max_batch=64)
+    t = torch.arange(bs, device="cuda") * 11 % m.cfg.vocab_size
+    p = (torch.arange(bs, device="cuda") * 5) % 100 + 3
+    s = torch.randperm(m.cfg.max_batch, device="cuda")[:bs]
+    out = {}
+    for kernel in ("flash", "efficient"):
+        m.reset_cache()
+        step = make_fused_step(m, attention=kernel)
+        out[kernel] = step(t, p, s, check=False).float()
+        kv = m.cache.kv.clone()
+        gs = capture_decode_graphs(m, [bs], step=step, progress=False)
+        try:
+            m.reset_cache()
+            gs.copy_inputs(t, p, s)
+            assert torch.equal(gs.replay(bs)[:bs].float(), out[kernel])
+            assert torch.equal(m.cache.kv, kv)
+        finally:
+            gs.release()
+    torch.testing.assert_close(out["flash"], out["efficient"], rtol=0.05, atol=0.05)
 
 
 @pytest.mark.gpu
@@ -378,3 +432,32 @@ def test_lessons_read_the_fused_record():
     assert rows[0]["readable_us"] == 250.0 and rows[-1]["fused_us"] == 236.0
     steps = lf.step_rows(d)
     assert steps[0]["fused_kernel_us"] == 236.0 and steps[0]["fused_gaps_us"] == 364.0
+
+
+def test_time_groups_sort_a_steps_kernels_by_kind():
+    from labkit.teach.lessons import fused as lf
+
+    d = copy.deepcopy(FUSED_DATA)
+    assert lf.time_groups(d) == []  # no per-kernel times recorded
+    d["ops"]["fused"] = {"void pytorch_flash::flash_fwd_kernel<64>(p)": 12,
+                         "nvjet_sm90_tst_64x8_bias_TNT": 24,
+                         "void cublasLt::splitKreduce_kernel<32>(p)": 12,
+                         "void at::native::vectorized_layer_norm_kernel<bf16>(p)": 25,
+                         "void at::native::index_elementwise_kernel<index_copy_kernel_impl>": 12,
+                         "void at::native::vectorized_elementwise_kernel<add>(p)": 14}
+    d["op_us"] = {"fused": {"void pytorch_flash::flash_fwd_kernel<64>(p)": 80.0,
+                            "nvjet_sm90_tst_64x8_bias_TNT": 100.0,
+                            "void cublasLt::splitKreduce_kernel<32>(p)": 20.0,
+                            "void at::native::vectorized_layer_norm_kernel<bf16>(p)": 75.0,
+                            "void at::native::index_elementwise_kernel<index_copy_kernel_impl>":
+                                25.0,
+                            "void at::native::vectorized_elementwise_kernel<add>(p)": 20.0}}
+    d["ops_total"]["fused"] = [99, 99]
+    rows = lf.time_groups(d)
+    kinds = [r["kind"] for r in rows]
+    assert kinds == ["GEMM (cuBLAS) and split-K reduction", "attention", "LayerNorm",
+                     "cache write", lf.OTHER_GROUP, "total"]
+    assert rows[0] == {"kind": kinds[0], "kernels": 36, "us": 120.0, "share": 0.375}
+    assert rows[-1] == {"kind": "total", "kernels": 99, "us": 320.0, "share": 1.0}
+    assert lf.kernel_group("fmha_cutlassF_bf16_aligned") == "attention"
+    assert lf.kernel_group("indexSelectSmallIndex") == "embedding gathers"

@@ -4,6 +4,8 @@
   kernels whose short names coincide are added up), total last;
 * :func:`step_rows`: per batch size, replay time and GPU operations of both steps (and,
   where recorded, the summed kernel time of an eager step and what a replay spends beyond it);
+* :func:`time_groups`: where one eager step's GPU time goes, by kind of kernel (GEMMs,
+  attention, LayerNorm, cache write, ...), per step;
 * :func:`sentences`: what the record says against the issue's targets (:data:`TARGETS`).
 """
 
@@ -18,6 +20,48 @@ from labkit.teach.lessons.trace import short_name
 #: targets for the fused step at batch 1 (H200, bf16): replay µs and GPU operations per step
 TARGETS: dict[str, dict[str, float]] = {"gpt2": {"step_us": 550.0, "ops": 120},
                                         "small": {"step_us": 140.0}}
+
+
+#: kinds of kernel, matched in order against the lower-cased profiler name
+KERNEL_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("attention", "fmha", "flash")),
+    ("GEMM (cuBLAS) and split-K reduction", ("gemm", "gemv", "nvjet", "xmma", "splitk", "cublas")),
+    ("LayerNorm", ("layer_norm",)),
+    ("cache write", ("index_copy", "index_put")),
+    ("embedding gathers", ("indexselect", "index_select", "embedding")),
+)
+OTHER_GROUP = "elementwise adds and metadata"
+
+
+def kernel_group(name: str) -> str:
+    """The kind of a profiler kernel name (:data:`KERNEL_GROUPS`, else :data:`OTHER_GROUP`)."""
+    low = name.lower()
+    for group, keys in KERNEL_GROUPS:
+        if any(k in low for k in keys):
+            return group
+    return OTHER_GROUP
+
+
+def time_groups(record: Any, step: str = "fused") -> list[dict]:
+    """Rows ``{"kind", "kernels", "us", "share"}``: GPU operations and summed GPU µs of one
+    eager ``step`` at the record's ``count_batch``, by :func:`kernel_group`, largest first,
+    then ``"total"``. Empty when the record holds no per-kernel times."""
+    rec = view(record, Fused)
+    us, counts = rec.op_us.get(step, {}), rec.ops.get(step, {})
+    if not us:
+        return []
+    groups: dict[str, list[float]] = {}
+    for name, t in us.items():
+        g = groups.setdefault(kernel_group(name), [0, 0.0])
+        g[0] += int(counts.get(name, 0))
+        g[1] += float(t)
+    total = sum(g[1] for g in groups.values())
+    rows = [{"kind": k, "kernels": int(n), "us": round(t, 1),
+             "share": round(t / total, 3) if total else 0.0}
+            for k, (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])]
+    rows.append({"kind": "total", "kernels": sum(int(g[0]) for g in groups.values()),
+                 "us": round(total, 1), "share": 1.0 if total else 0.0})
+    return rows
 
 
 def _short(counts: dict[str, float], limit: int) -> dict[str, float]:
