@@ -459,5 +459,11 @@ def test_time_groups_sort_a_steps_kernels_by_kind():
                      "cache write", lf.OTHER_GROUP, "total"]
     assert rows[0] == {"kind": kinds[0], "kernels": 36, "us": 120.0, "share": 0.375}
     assert rows[-1] == {"kind": "total", "kernels": 99, "us": 320.0, "share": 1.0}
+    assert lf.largest_kind_choice(d) == "b"
+    d["op_us"]["fused"]["void pytorch_flash::flash_fwd_kernel<64>(p)"] = 500.0
+    d["op_us"]["fused"]["void at::native::vectorized_layer_norm_kernel<bf16>(p)"] = 0.5
+    assert lf.largest_kind_choice(d) == "a"
+    assert lf.largest_kind_choice(FUSED_DATA) is None  # no kernel times recorded
+    assert set(lf.TIME_CHOICES.values()) <= {g for g, _ in lf.KERNEL_GROUPS}
     assert lf.kernel_group("fmha_cutlassF_bf16_aligned") == "attention"
     assert lf.kernel_group("indexSelectSmallIndex") == "embedding gathers"

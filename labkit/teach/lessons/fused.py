@@ -6,7 +6,9 @@
   where recorded, the summed kernel time of an eager step and what a replay spends beyond it);
 * :func:`time_groups`: where one eager step's GPU time goes, by kind of kernel (GEMMs,
   attention, LayerNorm, cache write, ...), per step;
-* :func:`sentences`: what the record says against the issue's targets (:data:`TARGETS`).
+* :func:`sentences`: what the record says against the issue's targets (:data:`TARGETS`);
+* :data:`TIME_CHOICES`, :func:`largest_kind_choice`: exercise 8.4 (which kind of kernel takes
+  the largest share of the fused step's time), answered from the record.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ KERNEL_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embedding gathers", ("indexselect", "index_select", "embedding")),
 )
 OTHER_GROUP = "elementwise adds and metadata"
+
+
+#: exercise 8.4: the kinds a learner chooses among (letters -> :data:`KERNEL_GROUPS` names)
+TIME_CHOICES: dict[str, str] = {"a": "attention", "b": "GEMM (cuBLAS) and split-K reduction",
+                                "c": "LayerNorm", "d": "cache write"}
 
 
 def kernel_group(name: str) -> str:
@@ -62,6 +69,17 @@ def time_groups(record: Any, step: str = "fused") -> list[dict]:
     rows.append({"kind": "total", "kernels": sum(int(g[0]) for g in groups.values()),
                  "us": round(total, 1), "share": 1.0 if total else 0.0})
     return rows
+
+
+def largest_kind_choice(record: Any, step: str = "fused") -> str | None:
+    """The letter of :data:`TIME_CHOICES` naming the kind with the largest share of ``step``'s
+    GPU time in ``record`` (:func:`time_groups`); ``None`` when the record holds no per-kernel
+    times or the largest kind is none of the choices."""
+    rows = time_groups(record, step)
+    if not rows:
+        return None
+    top = rows[0]["kind"]
+    return next((k for k, v in TIME_CHOICES.items() if v == top), None)
 
 
 def _short(counts: dict[str, float], limit: int) -> dict[str, float]:
