@@ -37,6 +37,16 @@ and the batch is small (``batch * heads <= FLASH_MAX_ROW_HEADS``), the efficient
 otherwise: on an H200 flash was the faster of the two for few (row, head) pairs and the
 slower for many (the ``fused_*`` and ``roofline_*`` records hold the resulting step times).
 
+Branches in the graph (``branches=``). The step's first kernels do not depend on each other:
+the bias pairs and the metadata (5 kernels) need only the parameters and the positions and
+slots, the embeddings (3 kernels) only the tokens and positions. While a graph is captured
+(``branches=None``, the default) the pairs and the metadata run on a side stream, forked from
+the capturing stream and joined back through events before their first reader; the capture
+turns that into parallel branches of the graph, so those kernels leave the step's critical
+path. Eager calls stay on one stream (a second stream costs host time there and saves
+nothing the host does not already hide); ``branches=True`` forces the fork in eager calls
+too, with ``record_stream`` so the caching allocator keeps the side stream's tensors alive.
+
 The residual stream and its biases. GPT-2's out-projection and MLP down-projection have
 biases; folding the residual add into the GEMM (``beta=1``, ``C`` = the residual) leaves the
 bias to add. So the stream is kept as TWO rows ``s = [x, x + b_proj]``: row 0 feeds LN1, row
@@ -105,11 +115,13 @@ class FusedStep:
     up-projection (bias and tanh-GELU in the GEMM's epilogue); ``None`` = on CUDA when torch
     has it (on CPU torch's version applies the exact, not the tanh, GELU: plain ops there).
     ``attention``: ``"auto"``, ``"flash"`` or ``"efficient"`` (the module docstring;
-    :meth:`attention_kernel` says which one a batch size gets).
+    :meth:`attention_kernel` says which one a batch size gets). ``branches``: compute the
+    step's metadata and bias pairs on a side stream, beside the embeddings (module
+    docstring); ``None`` = only while a CUDA graph is being captured.
     """
 
     def __init__(self, model: TinyGPT, *, gelu_epilogue: bool | None = None,
-                 attention: str = "auto") -> None:
+                 attention: str = "auto", branches: bool | None = None) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -118,6 +130,8 @@ class FusedStep:
         if gelu_epilogue and not _has_gelu_epilogue():
             raise RuntimeError("gelu_epilogue=True needs torch._addmm_activation, which this "
                                f"torch {torch.__version__} lacks; pass gelu_epilogue=None")
+        if branches is not None and not isinstance(branches, bool):
+            raise TypeError(f"branches must be True, False or None, got {branches!r}")
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {list(ATTENTION)}, got {attention!r}")
         if attention == "flash" and not flash_supported(model.cfg.torch_dtype,
@@ -129,6 +143,8 @@ class FusedStep:
         self.model = model
         self.gelu_epilogue = gelu_epilogue
         self.attention = attention
+        self.branches = branches
+        self._side: torch.cuda.Stream | None = None
         cfg = model.cfg
         self._zero = torch.zeros(cfg.d_model, dtype=cfg.torch_dtype, device=model.device)
         # (max_batch + 2,) int32 0, 1, 2, ...: query_start of a batch of B is its first B + 1
@@ -205,6 +221,27 @@ class FusedStep:
             pieces.append(blocks[i].proj.bias if i < len(blocks) else z)
         return torch.stack(pieces).view(len(blocks) + 1, 2, -1).cumsum(1)
 
+    def _fork(self, tokens: torch.Tensor):
+        """``(main, side, pairs_done, meta_done)`` when this step branches (``branches``),
+        else ``None``."""
+        use = self.branches
+        if use is None:
+            use = tokens.is_cuda and torch.cuda.is_current_stream_capturing()
+        if not (use and tokens.is_cuda):
+            return None
+        if self._side is None or self._side.device != tokens.device:
+            self._side = torch.cuda.Stream(device=tokens.device)
+        main = torch.cuda.current_stream(tokens.device)
+        self._side.wait_stream(main)  # the inputs were written on the main stream
+        return main, self._side, torch.cuda.Event(), torch.cuda.Event()
+
+    @staticmethod
+    def _keep_for(stream: torch.cuda.Stream, pairs: torch.Tensor, meta: StepMeta) -> None:
+        """Eager branches: the side stream's tensors are used on ``stream`` too, so the
+        caching allocator must not hand them out again before ``stream`` is done."""
+        for t in (pairs, meta.seq_lens, meta.write_index):
+            t.record_stream(stream)
+
     def _attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
                 kernel: AttentionKernel) -> torch.Tensor:
         cache = self.model.cache
@@ -226,15 +263,29 @@ class FusedStep:
         cfg = m.cfg
         b, d, h, hd = tokens.shape[0], cfg.d_model, cfg.n_head, cfg.head_dim
         rows = max(b, 2)  # cuBLASLt fuses bias and GELU only for GEMMs of >= 2 rows
-        meta = self._meta(positions, slots)
         kernel = self.attention_kernel(b)
-        pairs = self._bias_pairs()
+        fork = self._fork(tokens)
+        if fork is None:
+            meta, pairs = self._meta(positions, slots), self._bias_pairs()
+        else:  # bias pairs, then metadata, on the side stream; the embeddings meanwhile here
+            main, side, pairs_done, meta_done = fork
+            with torch.cuda.stream(side):
+                pairs = self._bias_pairs()
+                pairs_done.record(side)
+                meta = self._meta(positions, slots)
+                meta_done.record(side)
         x = torch.add(F.embedding(tokens, m.tok_emb.weight),
                       F.embedding(positions, m.pos_emb.weight))            # (B, D)
+        if fork is not None:
+            main.wait_event(pairs_done)
         s = torch.add(x, pairs[0, :, None].expand(2, rows, d))             # (2, R, D)
         for i, blk in enumerate(m.blocks):
             a = F.layer_norm(s[0], (d,), blk.ln1.weight, blk.ln1.bias, blk.ln1.eps)
             qkv = torch.addmm(blk.qkv.bias, a, blk.qkv.weight.t()).view(rows, 3, h, hd)[:b]
+            if fork is not None and i == 0:
+                main.wait_event(meta_done)  # the side stream rejoins before its first reader
+                if not torch.cuda.is_current_stream_capturing():
+                    self._keep_for(main, pairs, meta)
             m.cache.write_kv(i, qkv[:, 1:].transpose(0, 1), meta)
             y = self._attend(i, qkv[:, 0], meta, kernel).reshape(b, d)
             mid = s[1]                                                      # x + b_proj
@@ -253,10 +304,11 @@ class FusedStep:
 
 
 def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None,
-                    attention: str = "auto") -> FusedStep:
+                    attention: str = "auto", branches: bool | None = None) -> FusedStep:
     """The fused decode step of ``model``: a callable with the signature of
     ``model.decode_step`` (see :class:`FusedStep`)."""
-    return FusedStep(model, gelu_epilogue=gelu_epilogue, attention=attention)
+    return FusedStep(model, gelu_epilogue=gelu_epilogue, attention=attention,
+                     branches=branches)
 
 
 def step_function(model: TinyGPT, step: str | Callable = "readable") -> Callable:

@@ -133,6 +133,16 @@ def test_gelu_epilogue_option_is_checked():
         make_fused_step(_model(), gelu_epilogue="on")
 
 
+def test_branches_option_is_checked_and_changes_nothing_on_cpu():
+    with pytest.raises(TypeError, match="branches must be True, False or None"):
+        make_fused_step(_model(), branches="yes")
+    m = _model()
+    t, p, s = _step_inputs(3)
+    want = make_fused_step(m, branches=False)(t, p, s)
+    m.reset_cache()
+    assert torch.equal(make_fused_step(m, branches=True)(t, p, s), want)  # no stream on CPU
+
+
 def test_attention_option_is_checked_and_auto_picks_by_dtype_and_size():
     with pytest.raises(ValueError, match="attention must be one of"):
         make_fused_step(_model(), attention="fast")
@@ -364,6 +374,37 @@ def test_fused_step_launches_fewer_gpu_kernels():
     # 9 per layer + 11 per step by design; cuBLAS may add a split-K reduction per GEMM
     assert sum(fewer.values()) <= 9 * m.cfg.n_layer + 11 + 4 * m.cfg.n_layer + 1
     assert any("flash" in name for name in fewer)  # batch 1, bf16: auto picks flash
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bs", [1, 8])
+def test_branched_step_equals_the_one_stream_step_eager_and_in_a_graph(bs):
+    """The side stream (bias pairs, metadata) changes no value: eager with branches=True,
+    and a graph captured with the default (branched while capturing), both bit-equal to the
+    one-stream eager step; repeated eager branched calls keep their tensors valid."""
+    from labkit.graphs import capture_decode_graphs
+
+    m = _cuda_model("small", dtype="bfloat16", max_batch=8)
+    t = torch.arange(bs, device="cuda") * 13 % m.cfg.vocab_size
+    p = torch.arange(bs, device="cuda") * 7 + 5
+    s = torch.arange(bs, device="cuda")
+    want = make_fused_step(m, branches=False)(t, p, s, check=False).clone()
+    kv = m.cache.kv.clone()
+    branched = make_fused_step(m, branches=True)
+    for _ in range(3):
+        m.reset_cache()
+        junk = torch.randn(4096, device="cuda")  # allocator traffic between calls
+        assert torch.equal(branched(t, p, s, check=False), want)
+        del junk
+    assert torch.equal(m.cache.kv, kv)
+    gs = capture_decode_graphs(m, [bs], step="fused", progress=False)
+    try:
+        m.reset_cache()
+        gs.copy_inputs(t, p, s)
+        assert torch.equal(gs.replay(bs)[:bs], want)
+        assert torch.equal(m.cache.kv, kv)
+    finally:
+        gs.release()
 
 
 @pytest.mark.gpu
