@@ -83,7 +83,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.checks import as_int
-from labkit.kvcache import AttentionKernel, SlotKVCache, StepMeta, flash_supported
+from labkit.kvcache import AttentionKernel, StepMeta, flash_supported
 from labkit.model import TinyGPT, generate
 
 STEPS: tuple[str, ...] = ("readable", "fused")
@@ -242,13 +242,6 @@ class FusedStep:
         for t in (pairs, meta.seq_lens, meta.write_index):
             t.record_stream(stream)
 
-    def _attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
-                kernel: AttentionKernel) -> torch.Tensor:
-        cache = self.model.cache
-        if kernel == "flash" and isinstance(cache, SlotKVCache):  # read in place, by flash
-            return cache.attend(layer, q, meta, kernel="flash")
-        return cache.attend(layer, q, meta)
-
     def _up(self, h: torch.Tensor, fc: torch.nn.Linear) -> torch.Tensor:
         use = self.gelu_epilogue
         if use is None:
@@ -287,7 +280,7 @@ class FusedStep:
                 if not torch.cuda.is_current_stream_capturing():
                     self._keep_for(main, pairs, meta)
             m.cache.write_kv(i, qkv[:, 1:].transpose(0, 1), meta)
-            y = self._attend(i, qkv[:, 0], meta, kernel).reshape(b, d)
+            y = m.cache.attend(i, qkv[:, 0], meta, kernel).reshape(b, d)
             mid = s[1]                                                      # x + b_proj
             mid[:b].addmm_(y, blk.proj.weight.t())
             g = self._up(F.layer_norm(mid, (d,), blk.ln2.weight, blk.ln2.bias, blk.ln2.eps),

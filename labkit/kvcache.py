@@ -63,6 +63,11 @@ def flash_supported(dtype: torch.dtype, head_dim: int) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256
 
 
+def _check_kernel(kernel: object) -> None:
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"kernel must be one of {list(ATTENTION_KERNELS)}, got {kernel!r}")
+
+
 class CacheFullError(RuntimeError):
     """No free block is left in the paged cache's pool."""
 
@@ -222,9 +227,12 @@ class KVCache(nn.Module):
         ``write_index``.)"""
         self.flat_kv(layer).index_copy_(1, meta.write_index, kv)
 
-    def attend(self, layer: int, q: torch.Tensor, meta: StepMeta) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
+               kernel: AttentionKernel = "efficient") -> torch.Tensor:
         """Attention of each row's query ``(B, heads, head_dim)`` over its positions
-        ``0..pos``; returns ``(B, heads, head_dim)``. Plain math over gathered rows."""
+        ``0..pos``; returns ``(B, heads, head_dim)``. Plain math over gathered rows; a cache
+        read in place (:meth:`SlotKVCache.attend`) runs ``kernel`` instead."""
+        _check_kernel(kernel)
         keys, values = self.gathered(layer, meta.rows)  # (B, T, H, hd)
         mask = (self._arange[None, :] <= meta.positions[:, None])[:, None, None, :]
         y = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2),
@@ -273,11 +281,10 @@ class SlotKVCache(KVCache):
         memory-efficient kernel, any dtype) or ``"flash"`` (FlashAttention 2's variable-length
         kernel, bf16/fp16 only: :func:`flash_supported`); the gathered reference on CPU, or
         when the cache is not read in place, or when the kernel does not take this query."""
-        if kernel not in ATTENTION_KERNELS:
-            raise ValueError(f"kernel must be one of {list(ATTENTION_KERNELS)}, got {kernel!r}")
+        _check_kernel(kernel)
         if not (self.in_place and q.is_cuda and self.head_dim % 8 == 0):
             # the memory-efficient kernel wants head_dim a multiple of 8: else the reference
-            return super().attend(layer, q, meta)
+            return super().attend(layer, q, meta, kernel)
         kf, vf = self.flat(layer)
         scale = 1.0 / math.sqrt(self.head_dim)
         if kernel == "flash" and flash_supported(q.dtype, self.head_dim):

@@ -193,3 +193,13 @@ def test_paged_equals_slot_tokens_on_gpu():
     b = build_model(preset("small", max_batch=8, max_seq=64, vocab_size=4096,
                            kv_layout="paged"), "cuda")
     assert generate(a, prompts, 20) == generate(b, prompts, 20)
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_attend_refuses_an_unknown_kernel_in_every_layout(layout):
+    options = {"block_size": 4} if layout == "paged" else {}
+    cache = make_cache(layout, 1, 2, 8, 2, 4, torch.float32, **options)
+    meta = cache.step_meta(torch.tensor([0]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        cache.attend(0, torch.zeros(1, 2, 4), meta, kernel="fast")
+    assert cache.attend(0, torch.zeros(1, 2, 4), meta, kernel="flash").shape == (1, 2, 4)
