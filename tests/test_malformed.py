@@ -417,7 +417,7 @@ def test_padding_functions_refuse_bad_sizes(bad, bs, max_bs):
        bad_int(1, none_ok=True), st.one_of(NOT_NUMBER, st.floats(max_value=-0.01)))
 def test_size_list_helpers_refuse_bad_arguments(max_size, target, max_sizes, byte_count):
     dist = {1: 2, 3: 1}
-    refused(lambda: sizes.vllm_default_sizes(max_size), "max_size")
+    refused(lambda: sizes.vllm_default_sizes(max_size), "max_capture_size")
     refused(lambda: sizes.sglang_default_sizes(max_size), "max_bs")
     refused(lambda: sizes.coverage_sizes(dist, target), "target")
     refused(lambda: sizes.coverage_sizes(dist, 0.9, max_sizes=max_sizes), "max_sizes")

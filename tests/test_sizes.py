@@ -102,7 +102,7 @@ def test_expected_step_cost():
 # -------------------------------------------------------------------------- default size lists
 
 def test_vllm_and_sglang_default_lists():
-    v1 = vllm_default_sizes()
+    v1 = vllm_default_sizes(512)
     assert len(v1) == 51 and v1[:5] == [1, 2, 4, 8, 16] and v1[-3:] == [480, 496, 512]
     assert 248 in v1 and 256 in v1 and 264 not in v1 and 272 in v1
     assert vllm_default_sizes(256)[-2:] == [248, 256]
@@ -110,8 +110,8 @@ def test_vllm_and_sglang_default_lists():
     v0 = vllm_v0_sizes()
     assert len(v0) == 35 and v0[:4] == [1, 2, 4, 8] and v0[-1] == 256
     assert all(b % 8 == 0 for b in v0[3:])
-    sg = sglang_default_sizes()
-    assert sg[:6] == [1, 2, 4, 8, 16, 24] and sg[-1] == 160 and len(sg) == 23
+    sg = sglang_default_sizes(256)          # SGLang 0.5.6 adds 12 and goes on in steps of 8
+    assert sg[:7] == [1, 2, 4, 8, 12, 16, 24] and sg[-1] == 256 and len(sg) == 36
     assert sglang_default_sizes(100)[-1] == 96
     for lst in (v1, v0, sg):
         assert lst == sorted(set(lst))

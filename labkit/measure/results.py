@@ -59,6 +59,8 @@ class Result:
     env: dict
     schema: int
     created: str
+    #: True when loaded from ``data/reference/`` (:func:`load_reference`), not measured here
+    reference: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def record(self) -> Any:
@@ -358,7 +360,7 @@ def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
             "To create it, run `labkit run` on a machine with that GPU, then "
             f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/."
         )
-    return load_result(path)
+    return dataclasses.replace(load_result(path), reference=True)
 
 
 def gpus_used(data: dict) -> int:

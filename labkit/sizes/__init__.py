@@ -9,8 +9,10 @@ holds the pieces notebook 06 uses, one module per job, all imported from ``labki
   :func:`load_trace` (the shipped request-size traces);
 * padding (:mod:`~labkit.sizes.padding`): :func:`padded_size`, :func:`padding_table`,
   :func:`expected_padding`, :func:`expected_step_cost`;
-* size lists (:mod:`~labkit.sizes.lists`): the defaults of real engines
-  (:func:`vllm_default_sizes`, :func:`vllm_v0_sizes`, :func:`sglang_default_sizes`) and the
+* engines (:mod:`~labkit.sizes.engines`): the one versioned table of real engines' CUDA-graph
+  defaults (vLLM 0.13.0, SGLang 0.5.6: capture sizes, modes, speculative rounding, memory
+  budgets), with :func:`vllm_default_sizes` and :func:`sglang_default_sizes` from it;
+* size lists (:mod:`~labkit.sizes.lists`): vLLM V0's list (:func:`vllm_v0_sizes`) and the
   coverage heuristic (:func:`coverage_sizes`);
 * graph memory (:mod:`~labkit.sizes.memory`): :func:`linear_memory`, :func:`set_memory`;
 * the exact optimum under a size count and a memory budget (:mod:`~labkit.sizes.optimal`:
@@ -26,8 +28,10 @@ Pure Python and numpy: nothing here imports torch.
 from __future__ import annotations
 
 from labkit.sizes.distribution import DistLike, load_trace, to_distribution, trace_path
-from labkit.sizes.lists import (coverage_sizes, sglang_default_sizes, vllm_default_sizes,
-                                vllm_v0_sizes)
+from labkit.sizes.engines import SGLANG_VERSION, VLLM_VERSION
+from labkit.sizes.engines import sglang_default_capture_sizes as sglang_default_sizes
+from labkit.sizes.engines import vllm_default_capture_sizes as vllm_default_sizes
+from labkit.sizes.lists import coverage_sizes, vllm_v0_sizes
 from labkit.sizes.memory import MemoryModel, Pool, linear_memory, set_memory
 from labkit.sizes.optimal import ParetoPoint, brute_force_optimal, optimal_sizes, pareto_front
 from labkit.sizes.padding import (PaddingReport, expected_padding, expected_step_cost,
@@ -35,7 +39,7 @@ from labkit.sizes.padding import (PaddingReport, expected_padding, expected_step
 from labkit.sizes.problem import CostModel
 
 __all__ = [
-    "PaddingReport", "ParetoPoint", "brute_force_optimal", "coverage_sizes", "expected_padding",
+    "SGLANG_VERSION", "VLLM_VERSION", "PaddingReport", "ParetoPoint", "brute_force_optimal", "coverage_sizes", "expected_padding",
     "expected_step_cost", "linear_memory", "load_trace", "optimal_sizes", "padded_size",
     "padding_table", "pareto_front", "set_memory", "sglang_default_sizes", "to_distribution",
     "trace_path", "vllm_default_sizes", "vllm_v0_sizes",

@@ -1,5 +1,6 @@
-"""Capture-size lists: the defaults of real engines (vLLM V1 and V0, SGLang) and the coverage
-heuristic (a power-of-two ladder up to a quantile). Part of :mod:`labkit.sizes`.
+"""Capture-size lists: vLLM V0's fixed list and the coverage heuristic (a power-of-two ladder
+up to a quantile). Part of :mod:`labkit.sizes`; the versioned defaults of vLLM V1 and SGLang
+are in :mod:`labkit.sizes.engines`.
 """
 
 from __future__ import annotations
@@ -8,30 +9,11 @@ from labkit.checks import as_int, as_number
 from labkit.sizes.distribution import DistLike, _as_batch_size, to_distribution
 
 
-def vllm_default_sizes(max_size: int = 512) -> list[int]:
-    """vLLM V1 default capture sizes: ``[1, 2, 4] + range(8, 256, 8) + range(256, max+1, 16)``,
-    kept ``<= max_size`` (source: ``vllm/config/compilation.py``, where newer versions build it
-    in ``vllm/config/vllm.py``; the default ``max_cudagraph_capture_size`` is
-    ``min(max_num_seqs * 2, 512)``).
-    """
-    max_size = _as_batch_size(max_size, "max_size")
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
-    return [s for s in sizes if s <= max_size]
-
-
 def vllm_v0_sizes() -> list[int]:
     """vLLM V0 ``_BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in range(1, 33)]`` (1..256;
-    source: ``vllm/worker/model_runner.py``)."""
+    source: ``vllm/worker/model_runner.py``). The V1 and SGLang defaults, by version, are in
+    :mod:`labkit.sizes.engines`."""
     return [1, 2, 4] + [8 * i for i in range(1, 33)]
-
-
-def sglang_default_sizes(max_bs: int = 160) -> list[int]:
-    """SGLang default capture sizes ``[1, 2, 4, 8] + range(16, 161, 8)``, kept ``<= max_bs``
-    (source: ``python/sglang/srt/model_executor/cuda_graph_runner.py``; ``--cuda-graph-max-bs``
-    caps the list, and some versions add larger sizes on GPUs with more than 96 GB).
-    """
-    max_bs = _as_batch_size(max_bs, "max_bs")
-    return [s for s in [1, 2, 4, 8] + list(range(16, 161, 8)) if s <= max_bs]
 
 
 def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None = None) -> list[int]:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from labkit import __version__, envvars
 from labkit.env import hardware_tier
 from labkit.measure.results import load_reference, load_result, provenance_line, save_result
+from labkit.teach import statements
 from labkit.teach.plots import register_template
 
 
@@ -39,6 +40,21 @@ class NotebookContext:
     def too_few_gpus(self) -> bool:
         """A GPU machine with fewer GPUs than the notebook needs (it then shows references)."""
         return self.tier == "gpu" and self.gpus_here < self.gpus_needed
+
+    def state(self, statement: str, holds: Any, shows: str = "", *, about: Any = None) -> bool:
+        """A statement check (:mod:`labkit.teach.statements`): ``holds`` is the statement as
+        code, ``shows`` what the record shows. ``about``: the record(s) it reads; a recorded
+        reference among them makes a false statement raise, records measured here make it
+        print what this GPU shows. Without ``about`` the tier decides (CPU: recorded)."""
+        recorded = statements.is_reference(about)
+        if recorded is None:
+            recorded = not self.live
+        return statements.check(statement, holds, shows, recorded=recorded)
+
+    @staticmethod
+    def say(template: str, /, **values: Any) -> None:
+        """Markdown with numbers from a record filled in (:func:`labkit.teach.statements.say`)."""
+        statements.say(template, **values)
 
 
 def configure_plotly() -> str:

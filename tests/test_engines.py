@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.teach.lessons import engine_settings as es
+from labkit.sizes import engines as es
 
 # vLLM 0.13.0: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)
 VLLM_512 = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
