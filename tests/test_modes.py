@@ -8,9 +8,7 @@ import copy
 import pytest
 import torch
 
-from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records as R
-from labkit.model import build_model, preset
 from labkit.teach.lessons import modes as lm
 from labkit.teach.plots import modes as pm
 
@@ -83,44 +81,50 @@ def test_graph_launches_per_mode():
     assert lm.graph_launches("PIECEWISE", 4) == 5 and lm.graph_launches("NONE", 4) == 0
     with pytest.raises(ValueError, match="unknown mode 'HALF'"):
         lm.graph_launches("HALF", 4)
-    with pytest.raises(ValueError, match="n_layer must be an int >= 1"):
+    with pytest.raises(ValueError, match="n_layer must be >= 1"):
         lm.graph_launches("FULL", 0)
 
 
-def test_decide_rule_matches_the_dispatcher():
-    model = build_model(preset("test", max_batch=40), "cpu", seed=0)
-    sizes = [1, 2, 4, 8, 16, 32]
-    disp = PaddingDispatcher(model, sizes, mode="eager", cudagraph_mode="FULL_AND_PIECEWISE",
-                             full_max_size=8)
-    batches = list(range(1, 41))
-    by_hand = lm.decide_rows(lambda b: lm.decide_full_and_piecewise(b, sizes, 8), batches)
-    assert by_hand == lm.decide_rows(disp.decide, batches)
-    rows = {r["batch"]: r for r in by_hand}
-    assert (rows[5]["runtime mode"], rows[5]["rows computed"], rows[5]["padded rows"]) == \
-        ("FULL", 8, 3)
-    assert rows[9]["runtime mode"] == "PIECEWISE" and rows[9]["rows computed"] == 16
-    assert rows[33]["runtime mode"] == "NONE" and rows[33]["padded rows"] == 0
-    with pytest.raises(ValueError, match="batch size must be an int >= 1"):
-        lm.decide_full_and_piecewise(0, sizes, 8)
+SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
-def test_summary_rows_and_findings():
-    s = lm.summary(record())
-    assert s["modes"] == list(lm.MODES)
-    assert s["pool_mib"] == {"eager": None, "piecewise": 3.0, "full": 2.0, "attention_only": 1.0}
+@pytest.mark.parametrize("lens, q, mode, want", [
+    ([1] * 8, 1, "FULL_AND_PIECEWISE", ("FULL", 8)),           # uniform decode
+    ([1] * 5, 1, "FULL_AND_PIECEWISE", ("FULL", 8)),           # padded up
+    ([1, 1, 1, 100], 1, "FULL_AND_PIECEWISE", ("PIECEWISE", 128)),   # mixed
+    ([1] * 160, 1, "FULL_AND_PIECEWISE", ("NONE", 160)),       # above the largest size
+    ([4] * 4, 4, "FULL_AND_PIECEWISE", ("FULL", 16)),          # speculative verify, 1 + 3
+    ([1] * 4, 4, "FULL_AND_PIECEWISE", ("PIECEWISE", 4)),      # not 1 + k each: not uniform
+    ([1] * 8, 1, "FULL_DECODE_ONLY", ("FULL", 8)),
+    ([1, 1, 100], 1, "FULL_DECODE_ONLY", ("NONE", 102)),
+    ([1, 1, 100], 1, "FULL", ("FULL", 128)),
+    ([1] * 8, 1, "PIECEWISE", ("PIECEWISE", 8)),
+    ([1] * 8, 1, "NONE", ("NONE", 8)),
+])
+def test_vllm_runtime_mode_follows_the_dispatcher_rule(lens, q, mode, want):
+    assert lm.vllm_runtime_mode(lens, SIZES, max_num_seqs=256, decode_query_len=q,
+                                cudagraph_mode=mode) == want
+
+
+def test_vllm_runtime_mode_full_keys_stop_at_max_num_seqs_times_query_len():
+    # FULL keys exist for capture sizes up to decode_query_len * max_num_seqs only
+    assert lm.vllm_runtime_mode([1] * 5, SIZES, max_num_seqs=6) == ("PIECEWISE", 8)
+    assert lm.vllm_runtime_mode([1] * 6, [1, 2, 4, 6, 8], max_num_seqs=6) == ("FULL", 6)
+    with pytest.raises(ValueError, match="max_num_seqs=4 requests, got 5"):
+        lm.vllm_runtime_mode([1] * 5, SIZES, max_num_seqs=4)
+    with pytest.raises(ValueError, match="unknown cudagraph_mode 'HALF'"):
+        lm.vllm_runtime_mode([1], SIZES, max_num_seqs=4, cudagraph_mode="HALF")
+
+
+def test_mode_rows():
+    assert lm.modes_of(record()) == list(lm.MODES)
     rows = lm.mode_rows(record())
     assert len(rows) == 8
     full64 = next(r for r in rows if r["mode"] == "FULL" and r["batch"] == 64)
-    assert full64["step (µs, median)"] == 300.0 and full64["× vs eager"] == 3.0
-    text = lm.findings(record())
-    assert text[0].startswith("batch 1: eager (NONE) 800 µs") and "2.00× the time of FULL" in \
-        text[0] and "1.75× the time of PIECEWISE" in text[0]
-    assert "PIECEWISE 5" in text[2] and "FULL 1" in text[2]
-    assert "PIECEWISE 3.0 MiB" in text[3]
-    assert text[-1] == "every mode's greedy tokens equal eager tokens."
-    bad = record()
-    bad["checks"]["full_tokens_equal_eager"] = False
-    assert "full_tokens_equal_eager" in lm.findings(bad)[-1]
+    assert full64["step (µs, median)"] == 300 and full64["× vs eager"] == 3.0
+    assert full64["graph launches / step"] == 1 and full64["pool (MiB)"] == 2.0
+    eager = next(r for r in rows if r["mode"] == "eager (NONE)")
+    assert eager["pool (MiB)"] is None and eager["launches counted"] == 0
 
 
 # ----------------------------------------------------------------------------- charts
@@ -133,14 +137,6 @@ def test_step_time_bars():
     assert "4.0×" in fig.data[2].text[0]
     with pytest.raises(KeyError, match="no mode"):
         pm.step_time_bars(record(), modes=["paged"])
-
-
-def test_launch_and_pool_bars():
-    fig = pm.launches_bars(record(), subtitle="")
-    assert list(fig.data[0].y) == [0, 5, 1, 4]
-    assert fig.data[0].text[1] == "5 (profiler: 5)"
-    fig = pm.pool_bars(record(), subtitle="")
-    assert list(fig.data[0].y) == [0, 3.0, 2.0, 1.0] and fig.data[0].text[0] == "no pool"
 
 
 # ----------------------------------------------------------------------------- on a GPU
@@ -168,7 +164,6 @@ def test_a_saved_result_feeds_the_helpers_and_charts(tmp_path):
 
     res = load_result(save_result("modes_small", record(), {"preset": "small"}, tmp_path))
     assert isinstance(res.record, R.Modes)
-    assert lm.summary(res)["graphs_per_step"]["full"] == 1
-    assert lm.findings(res) == lm.findings(record())
+    assert lm.mode_rows(res) == lm.mode_rows(record())
     fig = pm.step_time_bars(res)
     assert "4 layers" in fig.layout.title.text

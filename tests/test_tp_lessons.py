@@ -39,65 +39,42 @@ def _decode(symm: bool = True) -> TPDecode:
 
 def test_split_arithmetic():
     assert lt.allreduces_per_step(12) == 24
-    assert lt.allreduce_bytes(8, 768) == 12288 == lt.TARGET_BYTES
+    assert lt.allreduces_per_step(12, vocab_parallel_embedding=True) == 25
+    assert lt.DECODE_BYTES == 8 * 768 * 2
     assert lt.shard_shapes(768, 12, 2) == {"qkv": (1152, 768), "proj": (768, 384),
                                            "fc": (1536, 768), "fc_out": (768, 1536)}
     with pytest.raises(ValueError, match="n_head=12 is not divisible by world_size=5"):
         lt.shard_shapes(768, 12, 5)
     with pytest.raises(ValueError, match="n_layer"):
         lt.allreduces_per_step(0)
-    with pytest.raises(ValueError, match="batch"):
-        lt.allreduce_bytes(0, 768)
 
 
-def test_allreduce_rows_ratio_and_sentence():
-    rec = _allreduce()
-    rows = lt.allreduce_rows(rec)
-    assert rows[1] == {"size_kb": 12.0, "pg_eager": 50, "pg_graph": 20, "one_shot_eager": None,
-                       "one_shot_graph": 6}
-    assert lt.graph_over_eager(rec) == pytest.approx(0.4)
-    assert lt.graph_over_eager(rec, kind="one_shot") is None
-    assert lt.fastest_allreduce(rec, 12288) == ("one_shot_graph", 6)
-    assert lt.fastest_allreduce(rec, 999) is None
-    text = lt.allreduce_sentence(rec)
-    assert text.startswith("At 12 KB an all-reduce over 2 ranks took 50.0 µs eager with NCCL "
-                           "and 20.0 µs inside a CUDA graph (0.40x of eager: the target is at "
-                           "most 0.5x, met)")
-    assert "one-shot kernel in a graph took 6.0 µs" in text
+def test_versus_compares_two_methods_and_never_calls_them_interleaved():
+    d = lt.versus(_allreduce(), "pg_graph", "pg_eager", 12288)
+    assert (d.a, d.b) == (20, 50) and d.ratio == pytest.approx(0.4)
+    assert d.separated and not d.interleaved and d.word == "untested (not interleaved)"
+    step = lt.versus(_decode(), "tp2_graph_noop", "tp1_graph", 8)
+    assert step.ratio == pytest.approx(410 / 700) and step.runs == 5
+    with pytest.raises(ValueError):
+        lt.versus(_decode(), "tp2_graph", "tp1_graph", 3)       # no batch 3 recorded
 
 
 def test_tp_table_crossover_and_split():
     rec = _decode()
     rows = lt.tp_table(rec)
     assert [r["batch"] for r in rows] == [1, 8, 64]
-    assert rows[0]["speedup_graph"] == pytest.approx(600 / 700)
-    assert rows[1]["speedup_graph"] == pytest.approx(700 / 650)
-    assert rows[2]["speedup_graph_symm_mem"] == pytest.approx(1400 / 800)
+    assert rows[0]["TP=1 / TP=2, graph"] == round(600 / 700, 2)
+    assert rows[1]["TP=1 / TP=2, graph"] == round(700 / 650, 2)
+    assert rows[0]["TP=2 graph (µs)"] == 700 and rows[0]["TP=2 graph, no-op all-reduce (µs)"] == 340
+    assert lt.tp_table(_decode(symm=False))[0]["TP=2 graph, symm_mem all-reduce (µs)"] is None
     assert lt.crossover(rec) == 8
     assert lt.crossover(rec, "graph_symm_mem") == 1
     assert lt.crossover(rec, "eager") is None
     split = lt.comm_split(rec)
     assert split[0] == {"batch": 1, "step_us": 700, "compute_us": 340, "comm_us": 360,
                         "comm_share": pytest.approx(360 / 700)}
-    assert lt.per_allreduce_us(rec, 1, 12) == pytest.approx(15.0)
-    assert lt.tp_sentence(rec) == ("With FULL graphs, TP=1 time / TP=2 time is B=1: 0.86x, "
-                                   "B=8: 1.08x, B=64: 1.56x: TP=2 pays from batch 8 on.")
-    shown = lt.tp_table_display(rec)[0]
-    assert shown["batch"] == "1" and shown["TP=2 graph (µs)"] == "700"
-    assert shown["TP=2 / TP=1 speed-up, graph"] == "0.86x"
     assert lt.decode_label("tp2_graph_noop") == "TP=2 graph, no-op all-reduce"
-    assert lt.methods_recorded(_decode(symm=False), ["tp2_graph", "tp2_graph_symm_mem"]) == \
-        ["tp2_graph"]
-    with pytest.raises(TypeError, match="TPAllReduce or TPDecode"):
-        lt.methods_recorded({}, ["tp2_graph"])
-
-
-def test_symm_step_sentence_compares_the_step_and_each_all_reduce_inside_it():
-    got = lt.symm_step_sentence(_decode(), n_layer=12)
-    # B=1: 500 / 700 = 0.714; per all-reduce (700-340)/24 = 15.0 NCCL vs (500-340)/24 = 6.7
-    assert "B=1: 0.714x (15.0 vs 6.7 µs per all-reduce)" in got
-    assert "B=64: 0.889x (10.0 vs 5.8 µs per all-reduce)" in got
-    assert lt.symm_step_sentence(_decode(symm=False), n_layer=12) is None
+    assert lt.decode_label("tp1_eager") == "TP=1 eager"
 
 
 def test_charts_build_from_the_records():
