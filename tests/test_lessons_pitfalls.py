@@ -39,27 +39,9 @@ def test_summary_rows_and_by_name():
     assert [r["pitfall"] for r in rows] == ["host_sync", "rng"]
     assert rows[0]["what happened"] == "CUDA graph capture failed: host synchronisation"
     assert rows[0]["fixed"] == "yes" and rows[1]["fixed"] == "NO"
+    assert rows[1]["what happened"] == ""
     assert set(pitfalls.by_name(rec)) == {"host_sync", "rng"}
     with pytest.raises(SchemaError, match="'data.pitfalls' is missing"):
         pitfalls.by_name({"x": 1})
     with pytest.raises(SchemaError, match="fixed_ok"):
         pitfalls.summary_rows({"pitfalls": [{"name": "rng", "fixed_ok": "yes"}]})
-
-
-def test_describe_has_error_and_fix():
-    text = pitfalls.describe(_fake_record()["pitfalls"][0], source="recorded")
-    assert "host synchronisation" in text and "fix  : f" in text and "fixed: yes" in text
-    assert "[recorded]" in text.splitlines()[0]
-
-
-def test_describe_addresses():
-    seg = {"segment_base": 0x7F0000000000, "offset_in_segment": 512}
-    addr = {"replay_output_ptrs": [0x7F0000000200] * 2, "identical_across_replays": True,
-            "graphs": [{"graph": "A", "input_ptr": 1, "output_ptr": 0x7F0000000200,
-                        "output_segment": seg, "pool_id": [0, 1]}],
-            "ordinary_tensor_ptr": 2, "kernel_args": None}
-    text = pitfalls.describe_addresses(addr)
-    assert "0x7f0000000200, 0x7f0000000200  (identical)" in text
-    assert "segment 0x7f0000000000 + 512 bytes, pool (0, 1)" in text
-    assert "not read" in text
-    assert "not available" in pitfalls.describe_addresses({"error": "x"})

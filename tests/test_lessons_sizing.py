@@ -1,9 +1,11 @@
-"""labkit.teach.lessons.sizing (cost models from records, size lists) and labkit.teach.plots.sizes."""
+"""labkit.teach.lessons.sizing (cost models and rows from records, size lists), the cost-model
+math in labkit.sizes.fit, and labkit.teach.plots.sizes."""
 
 from __future__ import annotations
 
 import pytest
 
+from labkit.sizes import Interpolated, isotonic, linear_fit
 from labkit.teach.lessons import sizing as ls
 
 MiB = 2**20
@@ -32,13 +34,14 @@ def disp_record() -> dict:
 
 
 def test_linear_fit_exact_line():
-    fit = ls.linear_fit([1, 2, 3], [5, 7, 9])
+    fit = linear_fit([1, 2, 3], [5, 7, 9])
     assert (fit.a, fit.b, fit.r2, fit.n) == (pytest.approx(3), pytest.approx(2), 1.0, 3)
     assert fit(10) == pytest.approx(23)
+    assert linear_fit([1, 2, 3], [5, 7, 9], floor=6)(0) == 6
     with pytest.raises(ValueError):
-        ls.linear_fit([1, 1], [2, 3])
+        linear_fit([1, 1], [2, 3])
     with pytest.raises(ValueError):
-        ls.linear_fit([1, 2], [2])
+        linear_fit([1, 2], [2])
 
 
 def test_memory_model_and_residual():
@@ -51,54 +54,60 @@ def test_memory_model_and_residual():
 
 
 def test_interpolated_inside_and_outside():
-    f = ls.Interpolated((1, 3, 5), (10, 30, 40))
+    f = Interpolated((1, 3, 5), (10, 30, 40))
     assert f(1) == 10 and f(2) == 20 and f(4) == 35
     assert f(7) == pytest.approx(50)        # extrapolated from the last two points
     assert f(0) == pytest.approx(0)
-    assert f.measured(5) and not f.measured(6)
-    assert ls.Interpolated((2,), (7,))(100) == 7
+    assert (f.lo, f.hi) == (1, 5)
+    assert Interpolated((2,), (7,))(100) == 7
     with pytest.raises(ValueError):
-        ls.Interpolated((3, 1), (1, 2))
+        Interpolated((3, 1), (1, 2))
 
 
 def test_isotonic():
-    assert ls.isotonic([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
-    assert ls.isotonic([5, 1, 1]) == [pytest.approx(7 / 3)] * 3
-    assert ls.isotonic([1, 2, 3]) == [1, 2, 3]
-    assert ls.isotonic([]) == []
+    assert isotonic([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
+    assert isotonic([5, 1, 1]) == [pytest.approx(7 / 3)] * 3
+    assert isotonic([1, 2, 3]) == [1, 2, 3]
+    assert isotonic([]) == []
 
 
 def test_monotone_time_model():
     rec = disp_record()
     rec["times"]["graph_exact"][2] = stats(11)   # a noisy dip at batch 3
-    raw = ls.step_time_model_from_record(rec, monotone=False)
-    mono = ls.step_time_model_from_record(rec)
+    raw = ls.time_model(rec, monotone=False)
+    mono = ls.time_model(rec)
     assert raw.ys == (11, 12, 11, 14)
     assert mono.ys == (11, 11.5, 11.5, 14)
 
 
 def test_time_models_from_record():
-    step = ls.step_time_model_from_record(disp_record())
+    step = ls.time_model(disp_record())
     assert step.xs == (1, 2, 3, 4) and step(4) == 14
-    eager = ls.eager_time_model_from_record(disp_record())
+    eager = ls.time_model(disp_record(), "eager")
     assert eager(5) == pytest.approx(150)
-    with pytest.raises(ValueError, match="dispatcher"):
-        ls.step_time_model_from_record({})
+    with pytest.raises(ValueError, match="compile"):
+        ls.time_model(disp_record(), "compile")
 
 
-def test_dispatcher_rows_and_overhead():
-    rows = ls.dispatcher_overhead_rows(disp_record())
-    assert [r["batch size"] for r in rows] == [1, 2, 4]
-    assert all(r["overhead (µs)"] == 4 for r in rows)
+def test_dispatcher_rows():
     table = ls.dispatcher_rows(disp_record())
-    assert table[4]["padded to"] == "eager" and table[4]["exact graph (µs)"] == "—"
+    assert [r["padded to"] for r in table] == [1, 2, 4, 4, "eager", "eager"]
+    assert table[4]["exact graph (µs)"] == "—" and table[4]["dispatcher (µs)"] == 161
+    assert table[0]["eager (µs)"] == 110 and table[0]["exact graph (µs)"] == 11
 
 
-def test_parse_and_short_list():
-    assert ls.parse_sizes("8, 1 2;4,4") == [1, 2, 4, 8]
-    for bad in ("", "1,x", "0"):
-        with pytest.raises(ValueError):
-            ls.parse_sizes(bad)
+def test_overhead_rows_from_a_bench_record():
+    bench = {"rows": [{"model": "small", "batch": 1, "graph_us": 170.04, "dispatcher_us": 204.0,
+                       "dispatcher_over_graph": 204.0 / 170.04},
+                      {"model": "gpt2", "batch": 8, "eager_us": 4000.0}],
+             "targets": [], "pool": []}
+    (row,) = ls.overhead_rows(bench)
+    assert (row["model"], row["batch"], row["bare replay (µs)"], row["extra (µs)"]) == \
+        ("small", 1, 170.0, 34.0)
+    assert row["dispatcher / replay"] == 1.2
+
+
+def test_short_list():
     assert ls.short_list([1, 2, 3]) == "1, 2, 3"
     assert ls.short_list(list(range(1, 20)), head=3) == "1, 2, 3, … 19"
 
@@ -112,23 +121,9 @@ def test_size_set_rows():
     assert pow2["hit rate (%)"] == 100.0
     assert pow2["expected step (µs)"] == pytest.approx(0.5 * 11 + 0.5 * 14)
     assert pow2["graph memory (MiB)"] == 104.0
-
-
-def test_best_under_budget():
-    from labkit.sizes import ParetoPoint
-
-    front = [ParetoPoint(1, (8,), 10.0, 5.0), ParetoPoint(2, (4, 8), 20.0, 3.0),
-             ParetoPoint(3, (2, 4, 8), 30.0, 2.0)]
-    assert ls.best_under_budget(front, 25).sizes == (4, 8)
-    assert ls.best_under_budget(front, 5) is None
-
-
-def test_draw_batch_sizes_is_seeded_and_capped():
-    a = ls.draw_batch_sizes([1, 5, 9, 200], 50, seed=3, max_bs=10)
-    assert a == ls.draw_batch_sizes([1, 5, 9, 200], 50, seed=3, max_bs=10)
-    assert set(a) <= {1, 5, 9}
-    with pytest.raises(ValueError):
-        ls.draw_batch_sizes([20], 3, max_bs=10)
+    private = ls.size_set_rows(dist, {"pow2": [1, 2, 4]}, memory=lambda s: s * MiB,
+                               pool="private")
+    assert private[0]["graph memory (MiB)"] == 7.0
 
 
 def test_plots_sizes():

@@ -33,7 +33,7 @@ def record() -> dict:
 def test_step_times_traces_and_marks():
     fig = pd.step_times(record(), subtitle="prov")
     names = [t.name for t in fig.data]
-    assert len(names) == 3
+    assert len(names) == 3 and "a capture of its own" in names[1]
     graph = fig.data[1]
     assert list(graph.x) == [1, 2, 3, 4]          # None entries dropped
     assert list(graph.y) == [11, 12, 13, 14]
@@ -43,26 +43,6 @@ def test_step_times_traces_and_marks():
     assert sorted(s.x0 for s in vlines) == [1, 2, 4]
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert len(rects) == 1 and rects[0].x0 == 4      # eager-fallback region
-
-
-def test_tokens_per_s():
-    fig = pd.tokens_per_s(record())
-    assert list(fig.data[2].y) == pytest.approx([b * 1e6 / t for b, t in
-                                                 zip([1, 2, 3, 4, 5], DISP_US)])
-    assert fig.data[0].error_y.array is None
-
-
-def test_dispatcher_overhead_only_unpadded_sizes():
-    fig = pd.dispatcher_overhead(record())
-    assert list(fig.data[0].x) == ["1", "2", "4"]
-    assert list(fig.data[0].y) == [5, 5, 5]
-
-
-def test_dispatcher_overhead_needs_data():
-    rec = record()
-    rec["padded_to"] = [None] * 5
-    with pytest.raises(ValueError, match="no batch size"):
-        pd.dispatcher_overhead(rec)
 
 
 def test_padding_table_chart():

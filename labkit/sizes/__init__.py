@@ -15,6 +15,8 @@ holds the pieces notebook 06 uses, one module per job, all imported from ``labki
 * size lists (:mod:`~labkit.sizes.lists`): vLLM V0's list (:func:`vllm_v0_sizes`) and the
   coverage heuristic (:func:`coverage_sizes`);
 * graph memory (:mod:`~labkit.sizes.memory`): :func:`linear_memory`, :func:`set_memory`;
+* cost models from measurements (:mod:`~labkit.sizes.fit`): :func:`linear_fit`,
+  :class:`Interpolated` (piecewise linear), :func:`isotonic` (made non-decreasing);
 * the exact optimum under a size count and a memory budget (:mod:`~labkit.sizes.optimal`:
   :func:`optimal_sizes`, checked against :func:`brute_force_optimal`), plus the memory/cost
   Pareto front (:func:`pareto_front`); the problem they solve is built in
@@ -31,6 +33,7 @@ from labkit.sizes.distribution import DistLike, load_trace, to_distribution, tra
 from labkit.sizes.engines import SGLANG_VERSION, VLLM_VERSION
 from labkit.sizes.engines import sglang_default_capture_sizes as sglang_default_sizes
 from labkit.sizes.engines import vllm_default_capture_sizes as vllm_default_sizes
+from labkit.sizes.fit import Interpolated, LinearFit, isotonic, linear_fit
 from labkit.sizes.lists import coverage_sizes, vllm_v0_sizes
 from labkit.sizes.memory import MemoryModel, Pool, linear_memory, set_memory
 from labkit.sizes.optimal import ParetoPoint, brute_force_optimal, optimal_sizes, pareto_front
@@ -39,10 +42,12 @@ from labkit.sizes.padding import (PaddingReport, expected_padding, expected_step
 from labkit.sizes.problem import CostModel
 
 __all__ = [
-    "SGLANG_VERSION", "VLLM_VERSION", "PaddingReport", "ParetoPoint", "brute_force_optimal", "coverage_sizes", "expected_padding",
-    "expected_step_cost", "linear_memory", "load_trace", "optimal_sizes", "padded_size",
-    "padding_table", "pareto_front", "set_memory", "sglang_default_sizes", "to_distribution",
-    "trace_path", "vllm_default_sizes", "vllm_v0_sizes",
+    "SGLANG_VERSION", "VLLM_VERSION", "Interpolated", "LinearFit", "PaddingReport",
+    "ParetoPoint", "brute_force_optimal", "coverage_sizes", "expected_padding",
+    "expected_step_cost", "isotonic", "linear_fit", "linear_memory", "load_trace",
+    "optimal_sizes", "padded_size", "padding_table", "pareto_front", "set_memory",
+    "sglang_default_sizes", "to_distribution", "trace_path", "vllm_default_sizes",
+    "vllm_v0_sizes",
     # the type aliases of the signatures above
     "CostModel", "DistLike", "MemoryModel", "Pool",
 ]

@@ -1,19 +1,13 @@
-"""Charts for choosing capture sizes (notebook 06).
-
-* :func:`trace_histogram` — how often each decode batch size occurs, with one strip per
-  capture-size list underneath (coverage heuristic, vLLM / SGLang defaults, optimum ...);
-* :func:`pareto_chart` — graph memory vs expected step time of the Pareto-optimal size sets,
-  with the chosen point (and named lists, for comparison) highlighted.
-"""
+"""Charts for choosing capture sizes (notebook 06): a trace's batch sizes with the capture-size
+lists underneath, and graph memory vs expected step time of the Pareto-optimal size sets."""
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from labkit.teach.plots import COLORS, TEMPLATE, register_template
+from labkit.teach.plots import COLORS, base_layout, register_template
 
 MiB = 2**20
-# one colour per named size list, in order of appearance
 SET_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#1f77b4", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -28,28 +22,23 @@ def trace_histogram(dist: Mapping[int, float], capture_sets: Mapping[str, Sequen
 
     if not dist:
         raise ValueError("empty distribution; pass labkit.sizes.to_distribution(trace)")
-    sets = dict(capture_sets or {})
-    xs = sorted(dist)
-    hi = max_x or max(xs + [max(s) for s in sets.values() if s] or [1])
+    sets, xs = dict(capture_sets or {}), sorted(dist)
+    hi = max_x or max(xs + [max(s) for s in sets.values() if s])
     rows = 2 if sets else 1
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        row_heights=[0.7, 0.3][:rows] if rows == 2 else [1.0])
-    fig.add_trace(go.Bar(x=xs, y=[100 * dist[x] for x in xs], name="share of steps",
-                         marker_color=COLORS["cpu"], showlegend=False,
-                         hovertemplate="batch %{x}: %{y:.2f}% of steps<extra></extra>"),
-                  row=1, col=1)
+                        row_heights=[0.7, 0.3] if sets else [1.0])
+    fig.add_trace(go.Bar(x=xs, y=[100 * dist[x] for x in xs], marker_color=COLORS["cpu"],
+                         showlegend=False,
+                         hovertemplate="batch %{x}: %{y:.2f}% of steps<extra></extra>"), 1, 1)
     for i, (name, sizes) in enumerate(sets.items()):
         shown = [s for s in sorted(sizes) if s <= hi]
-        fig.add_trace(go.Scatter(x=shown, y=[name] * len(shown), mode="markers",
+        fig.add_trace(go.Scatter(x=shown, y=[name] * len(shown), mode="markers", showlegend=False,
                                  marker=dict(symbol="line-ns-open", size=14, line_width=2,
                                              color=SET_COLORS[i % len(SET_COLORS)]),
-                                 name=f"{name} ({len(sizes)} sizes)", showlegend=False,
                                  hovertemplate=f"{name}: capture size %{{x}}<extra></extra>"),
-                      row=2, col=1)
-    text = title if not subtitle else f"{title}<br><sup>{subtitle}</sup>"
-    fig.update_layout(title=dict(text=text), template=TEMPLATE, bargap=0.1,
-                      height=420 + 30 * len(sets))
-    fig.update_yaxes(title_text="% of decode steps", row=1, col=1)
+                      2, 1)
+    base_layout(fig, title, "", "% of decode steps", subtitle=subtitle)
+    fig.update_layout(bargap=0.1, height=420 + 30 * len(sets))
     fig.update_xaxes(range=[0, hi + 1])
     fig.update_xaxes(title_text="batch size (rows per decode step)", row=rows, col=1)
     if sets:
@@ -61,38 +50,32 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
                  | None = None, budget: float | None = None,
                  title: str = "Graph memory vs expected decode step time",
                  subtitle: str = "", cost_unit: str = "µs"):
-    """The Pareto front (``labkit.sizes.ParetoPoint`` list: ``memory`` bytes,
-    ``expected_cost``) as a step line; ``chosen`` (a point) as a star; ``named`` extra points
-    ``{label: (memory bytes, cost)}`` (e.g. the coverage heuristic, engine defaults);
-    ``budget`` (bytes) as a vertical line."""
+    """The Pareto front (``labkit.sizes.ParetoPoint`` list) as a step line; ``chosen`` (a
+    point) as a star; ``named`` points ``{label: (bytes, cost)}``; ``budget`` (bytes) a line."""
     register_template()
     import plotly.graph_objects as go
 
     if not front:
         raise ValueError("empty Pareto front; compute it with labkit.sizes.pareto_front")
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(
+    fig = go.Figure(go.Scatter(
         x=[p.memory / MiB for p in front], y=[p.expected_cost for p in front],
         mode="lines+markers", line_shape="hv", name="Pareto front (optimal sets)",
         line=dict(color=COLORS["graph"]), marker=dict(size=7),
         text=[f"k={p.k}: {list(p.sizes)}" for p in front],
-        hovertemplate="%{text}<br>%{x:.1f} MiB, %{y:.1f} " + cost_unit + "<extra></extra>"))
+        hovertemplate="%{text}<br>%{x:.2f} MiB, %{y:.1f} " + cost_unit + "<extra></extra>"))
     for i, (name, (mem, cost)) in enumerate((named or {}).items()):
         fig.add_trace(go.Scatter(x=[mem / MiB], y=[cost], mode="markers+text", name=name,
                                  text=[name], textposition="top center",
                                  marker=dict(size=11, symbol="diamond",
                                              color=SET_COLORS[i % len(SET_COLORS)])))
     if chosen is not None:
-        fig.add_trace(go.Scatter(
-            x=[chosen.memory / MiB], y=[chosen.expected_cost], mode="markers",
-            name=f"chosen: {list(chosen.sizes)}",
-            marker=dict(size=20, symbol="star", color=COLORS["dispatcher"],
-                        line=dict(color="black", width=1))))
+        fig.add_trace(go.Scatter(x=[chosen.memory / MiB], y=[chosen.expected_cost],
+                                 mode="markers", name=f"chosen: {list(chosen.sizes)}",
+                                 marker=dict(size=20, symbol="star", color=COLORS["dispatcher"],
+                                             line=dict(color="black", width=1))))
     if budget is not None:
         fig.add_vline(x=budget / MiB, line_dash="dash", line_color="#444",
                       annotation_text="memory budget", annotation_position="bottom right")
-    text = title if not subtitle else f"{title}<br><sup>{subtitle}</sup>"
-    fig.update_layout(title=dict(text=text), template=TEMPLATE,
-                      xaxis_title="graph memory (MiB)",
-                      yaxis_title=f"expected step time ({cost_unit})", margin=dict(t=110))
-    return fig
+    fig.update_layout(margin=dict(t=110))
+    return base_layout(fig, title, "graph memory (MiB)", f"expected step time ({cost_unit})",
+                       subtitle=subtitle)
