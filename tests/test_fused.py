@@ -450,29 +450,61 @@ def test_measure_fused_on_the_gpu():
 # ----------------------------------------------------------------------------- lessons
 
 
+def test_measure_fused_samples_both_steps_in_turn_on_cpu(monkeypatch):
+    """The timing logic of measure_fused on the CPU: a stand-in for the GPU parts; both steps'
+    replays go to one interleaved timing call per batch size and the record says so."""
+    from types import SimpleNamespace
+
+    from labkit.measure import fused_bench as fb
+    from labkit.timing import Stats
+
+    calls: list[tuple[int, tuple[str, ...]]] = []
+
+    class Dispatcher(PaddingDispatcher):  # eager on the CPU, with a replay of its own
+        def __init__(self, model, sizes, **kw):
+            super().__init__(model, sizes, **kw)
+            self.graphs = SimpleNamespace(release=lambda: None, replay=lambda b: self._step_fn(
+                self._tokens[:b], self._positions[:b], self._slots[:b], check=False))
+
+    def interleaved(fns, **kw):
+        calls.append((kw["repeats"], tuple(fns)))
+        for _ in range(kw["repeats"]):
+            for fn in fns.values():
+                fn()
+        return {name: Stats.from_samples([10.0 * (i + 1)]) for i, name in enumerate(fns)}
+
+    monkeypatch.setattr(fb, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(fb, "_free", lambda: None)
+    monkeypatch.setattr(fb, "make_model", lambda name, max_batch, dtype: build_model(
+        preset(name, max_batch=max_batch, dtype="float32"), "cpu", seed=0))
+    monkeypatch.setattr(fb, "PaddingDispatcher", Dispatcher)
+    monkeypatch.setattr(fb, "gpu_op_profile", lambda fn: (fn(), {"k": {"count": 3, "us": 1.5}})[1])
+    monkeypatch.setattr(fb, "time_cuda_interleaved", interleaved)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in")
+    data = measure_fused("test", batch_sizes=(1, 2), repeats=2, inner=1, new_tokens=2)
+    assert calls == [(2, STEPS), (2, STEPS)]          # one call per batch size, both steps
+    rec = R.parse("fused_test", data)
+    assert data["interleaved"] is True and rec.median_us("fused") == [20.0, 20.0]
+    assert rec.checks["graph_tokens_equal_eager"] is True
+
+
 def test_lessons_read_the_fused_record():
+    from labkit.teach.lessons import fairness
     from labkit.teach.lessons import fused as lf
 
     d = copy.deepcopy(FUSED_DATA)
-    d["ops"]["readable"] = {"void gemv2T_kernel_val<int, 128>(params)": 60, "void gemv2T_kernel_val"
-                            "<int, 64>(params)": 40, "ln": 125}
-    rows = lf.kernel_rows(d)
-    assert rows[0] == {"name": "ln", "readable": 125, "fused": 48, "change": -77}
-    assert {"name": "gemv2T_kernel_val", "readable": 100, "fused": 0, "change": -100} in rows
-    assert rows[-1]["readable"] == 225 and rows[-1]["fused"] == 118
-    steps = lf.step_rows(d)
-    assert steps[0]["fused/readable"] == pytest.approx(0.75) and steps[1]["fused_ops"] == 118
-    text = " ".join(lf.sentences(d))
-    assert "420 µs fused" in text and "9.8 per layer" in text
-    assert "<= 550 µs at batch 1: 420 µs, met" in text and "<= 120 GPU operations" in text
-    d["times"]["fused"][0] = _stats(600.0)
-    assert "NOT met" in " ".join(lf.sentences(d))
-    d["op_us"] = {"readable": {"ln": 250.0}, "fused": {"ln": 96.0, "gemm": 140.0}}
+    rows = lf.step_rows(d)
+    assert [(r["batch"], r["step"]) for r in rows] == [(1, "readable"), (1, "fused"),
+                                                      (8, "readable"), (8, "fused")]
+    assert rows[1] == {"batch": 1, "step": "fused", "replay (µs)": 420.0, "GPU ops": 118,
+                       "kernel time (µs)": None, "gaps (µs)": None}
     d["kernel_us"] = {"readable": [400.0, 450.0], "fused": [236.0, 300.0]}
-    rows = lf.kernel_rows(d)
-    assert rows[0]["readable_us"] == 250.0 and rows[-1]["fused_us"] == 236.0
-    steps = lf.step_rows(d)
-    assert steps[0]["fused_kernel_us"] == 236.0 and steps[0]["fused_gaps_us"] == 364.0
+    rows = lf.step_rows(d)
+    assert rows[1]["kernel time (µs)"] == 236.0 and rows[1]["gaps (µs)"] == 184.0
+    # a record without the interleaved field was timed one step after the other
+    assert fairness.compare(d, "fused", "readable", 1).word == "untested (not interleaved)"
+    d["interleaved"] = True
+    assert fairness.compare(d, "fused", "readable", 1).word == "a lower"
 
 
 def test_time_groups_sort_a_steps_kernels_by_kind():
@@ -500,11 +532,7 @@ def test_time_groups_sort_a_steps_kernels_by_kind():
                      "cache write", lf.OTHER_GROUP, "total"]
     assert rows[0] == {"kind": kinds[0], "kernels": 36, "us": 120.0, "share": 0.375}
     assert rows[-1] == {"kind": "total", "kernels": 99, "us": 320.0, "share": 1.0}
-    assert lf.largest_kind_choice(d) == "b"
     d["op_us"]["fused"]["void pytorch_flash::flash_fwd_kernel<64>(p)"] = 500.0
-    d["op_us"]["fused"]["void at::native::vectorized_layer_norm_kernel<bf16>(p)"] = 0.5
-    assert lf.largest_kind_choice(d) == "a"
-    assert lf.largest_kind_choice(FUSED_DATA) is None  # no kernel times recorded
-    assert set(lf.TIME_CHOICES.values()) <= {g for g, _ in lf.KERNEL_GROUPS}
+    assert lf.time_groups(d)[0]["kind"] == "attention"
     assert lf.kernel_group("fmha_cutlassF_bf16_aligned") == "attention"
     assert lf.kernel_group("indexSelectSmallIndex") == "embedding gathers"

@@ -2,7 +2,8 @@
 
 Correct before fast: every function checks that graph (or dispatcher, or compiled) tokens
 equal eager tokens for the same inputs before it times anything, and records the result
-under ``checks``. Times are CUDA-event medians after warm-up (:func:`labkit.timing.time_cuda`).
+under ``checks``. Times are CUDA-event medians after warm-up, the methods of one record sampled
+in turn (:func:`labkit.timing.time_cuda_interleaved`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from labkit.measure import records
 from labkit.measure.opcount import op_counts
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
-from labkit.timing import (Stats, launch_bound_sweep, launch_overhead, time_cuda,
-                           time_cuda_interleaved)
+from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda_interleaved
 
 
 def _need_cuda(what: str) -> None:
@@ -378,7 +378,16 @@ def measure_dispatcher(preset_name: str,
 
 def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
                     dtype: str = "bfloat16", repeats: int = 30, inner: int = 10) -> dict:
-    """Record ``compile_<preset>``: manual graphs vs ``torch.compile(mode='reduce-overhead')``."""
+    """Record ``compile_<preset>``: manual graphs vs ``torch.compile(mode='reduce-overhead')``.
+
+    What each column times, per call: ``eager`` the readable step; ``graph`` a bare replay
+    (inputs already in the static buffers, logits left in the static buffer); ``dispatcher``
+    one copy of the inputs in, the replay and a copy of the logits out; ``compile`` the
+    compiled step (Dynamo's guards, CUDA Graph Trees copying the non-static inputs into their
+    placeholders, the replay, the outputs re-wrapped in the trees' pool). At each batch size
+    the four are sampled in turn (:func:`labkit.timing.time_cuda_interleaved`), so a change of
+    GPU clock reaches all of them alike; the record says so with ``interleaved: True``
+    (records made before that field timed one method after another)."""
     _need_cuda("measure_compile")
     batch_sizes = sorted(set(int(b) for b in batch_sizes))
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
@@ -397,8 +406,9 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
                "graph": lambda: disp.graphs.replay(b),
                "dispatcher": lambda: disp.step(t, p, s, check=False),
                "compile": lambda: compiled(t, p, s)}
-        for m, fn in fns.items():
-            times[m].append(_stats(time_cuda(fn, warmup=5, repeats=repeats, inner=inner)))
+        got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
+        for m in times:
+            times[m].append(_stats(got[m]))
     t, p, s = step_inputs(model, 1)
     kernels = {"eager": count_step_ops(model),
                "compile": _count_compiled_kernels(model, t, p, s)}
@@ -408,6 +418,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
         "dtype": dtype,
         "batch_sizes": batch_sizes,
         "times": times,
+        "interleaved": True,
         "compile_s": compile_s,
         "capture_s": capture_s,
         "memory": {"graph_pool_bytes": graph_pool, "compile_pool_bytes": compile_pool},

@@ -7,9 +7,11 @@ Correct before fast, in this order, per preset:
    check ``fused_tokens_equal_readable_float32``;
 2. bf16: the agreement of the fused step with the readable one (share of equal greedy tokens,
    largest logit difference of one step: :func:`labkit.fused.agreement`);
-3. bf16, one padding dispatcher per step in FULL mode (one graph per batch size, the same
-   static buffers): graph tokens equal eager tokens of the same step, then one replay per
-   batch size timed with :func:`labkit.timing.time_cuda`;
+3. bf16, one padding dispatcher per step in FULL mode (one graph per batch size): graph
+   tokens equal eager tokens of the same step; then, per batch size, the two steps' replays
+   sampled in turn (:func:`labkit.timing.time_cuda_interleaved`, so a change of GPU clock
+   reaches both alike; the record says ``interleaved: True``, records made before that
+   field timed one step after the other);
 4. the GPU operations of one eager step by kernel name, with their summed GPU time
    (:func:`labkit.measure.opcount.gpu_op_profile`), per batch size: ``kernel_us`` (the GPU
    busy time of a step) next to the replay time says how much of a step is gaps between
@@ -35,7 +37,7 @@ from labkit.measure.bench import _free, _need_cuda, _stats, make_model, random_p
 from labkit.measure.opcount import gpu_op_profile
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT, generate
-from labkit.timing import time_cuda
+from labkit.timing import time_cuda_interleaved
 
 STEPS = records.FUSED_STEPS
 
@@ -83,40 +85,47 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
     agree = agreement(model, random_prompts(model, max(batch_sizes)), new_tokens)
     checks["fused_token_agreement"] = agree.fraction
-    times: dict[str, list] = {}
+    times: dict[str, list] = {step: [] for step in STEPS}
     ops: dict[str, dict[str, int]] = {}
     totals: dict[str, list[int]] = {}
     op_us: dict[str, dict[str, float]] = {}
     kernel_us: dict[str, list[float]] = {}
     count_batch = batch_sizes[0]
-    for step in STEPS:
-        fn = _step_fn(model, step)
-        prof = {}
-        for b in batch_sizes:
-            t, p, s = step_inputs(model, b)
-            prof[b] = gpu_op_profile(lambda: fn(t, p, s, check=False))
-        ops[step] = {k: int(v["count"]) for k, v in prof[count_batch].items()}
-        op_us[step] = {k: round(v["us"], 3) for k, v in prof[count_batch].items()}
-        totals[step] = [int(sum(v["count"] for v in prof[b].values())) for b in batch_sizes]
-        kernel_us[step] = [round(sum(v["us"] for v in prof[b].values()), 3)
-                           for b in batch_sizes]
-        disp = PaddingDispatcher(model, batch_sizes, cudagraph_mode="FULL", step=step,
-                                 progress=False)
-        try:
-            checks[f"graph_tokens_equal_eager.{step}"] = all(
-                _same_tokens(model, fn, disp.step, b, new_tokens) for b in batch_sizes)
-            col = []
+    disps: dict[str, PaddingDispatcher] = {}
+    try:
+        for step in STEPS:
+            fn = _step_fn(model, step)
+            prof = {}
             for b in batch_sizes:
-                disp.load_inputs(*step_inputs(model, b))
-                col.append(_stats(time_cuda(lambda: disp.graphs.replay(b), warmup=5,
-                                            repeats=repeats, inner=inner)))
-            times[step] = col
-        finally:
+                t, p, s = step_inputs(model, b)
+                prof[b] = gpu_op_profile(lambda: fn(t, p, s, check=False))
+            ops[step] = {k: int(v["count"]) for k, v in prof[count_batch].items()}
+            op_us[step] = {k: round(v["us"], 3) for k, v in prof[count_batch].items()}
+            totals[step] = [int(sum(v["count"] for v in prof[b].values())) for b in batch_sizes]
+            kernel_us[step] = [round(sum(v["us"] for v in prof[b].values()), 3)
+                               for b in batch_sizes]
+            disps[step] = PaddingDispatcher(model, batch_sizes, cudagraph_mode="FULL", step=step,
+                                            progress=False)
+            checks[f"graph_tokens_equal_eager.{step}"] = all(
+                _same_tokens(model, fn, disps[step].step, b, new_tokens) for b in batch_sizes)
+        for b in batch_sizes:
+            inputs = step_inputs(model, b)
+            for disp in disps.values():
+                disp.load_inputs(*inputs)
+            got = time_cuda_interleaved(
+                {step: (lambda d=disp, b=b: d.graphs.replay(b)) for step, disp in disps.items()},
+                warmup=5, repeats=repeats, inner=inner)
+            for step in STEPS:
+                times[step].append(_stats(got[step]))
+    finally:
+        for disp in disps.values():
             disp.release()
+        disps.clear()
     checks["graph_tokens_equal_eager"] = all(checks[f"graph_tokens_equal_eager.{s}"]
                                              for s in STEPS)
     data = {"preset": preset_name, "dtype": dtype, "n_layer": model.cfg.n_layer,
-            "batch_sizes": batch_sizes, "times": times, "count_batch": count_batch,
+            "batch_sizes": batch_sizes, "times": times, "interleaved": True,
+            "count_batch": count_batch,
             "ops": ops, "ops_total": totals, "op_us": op_us, "kernel_us": kernel_us,
             "agreement": agree.to_dict(), "checks": checks,
             "device": torch.cuda.get_device_name()}

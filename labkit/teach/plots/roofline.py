@@ -1,10 +1,5 @@
-"""Charts of notebook 12: decode-step time against the bandwidth floor per batch size
-(``roofline_<preset>``), the bytes a step moves (from a config, no GPU needed), and N decode
-steps per graph against one-step graphs (``multistep_<preset>``).
-
-Inputs are records (a :class:`labkit.measure.results.Result` or its ``data`` dict); a Result's
-provenance becomes the subtitle unless ``subtitle`` is given.
-"""
+"""Charts of notebook 12: step time against the floor (``roofline_<preset>``) and N decode
+steps per graph (``multistep_<preset>``); a Result's provenance is the default subtitle."""
 
 from __future__ import annotations
 
@@ -16,25 +11,19 @@ from labkit.teach.lessons import roofline as lr
 from labkit.teach.plots import color
 from labkit.teach.plots.timing import finish, stats_error_bars
 
-#: one colour per step variant (eager and graph keep the suite's colours)
-VARIANT_COLORS: dict[str, str] = {
-    "eager": color("eager"), "graph": color("graph"), "fused": "#17becf",
-    "compile_reduce_overhead": color("compile"), "compile_manual_graph": "#e377c2",
-}
-MULTISTEP_COLORS: dict[str, str] = {"host_sync": color("eager"), "one_step_graphs": color("graph"),
-                                    "multistep": "#2ca02c"}
-FLOOR_COLOR = "#444444"
-
-
-def _sub(record: Any, subtitle: str | None) -> str:
-    return record_provenance(record) if subtitle is None else subtitle
+#: colours of the step variants and the multi-step ways not in the suite's palette
+COLORS = {"fused": "#17becf", "compile_reduce_overhead": color("compile"),
+          "compile_manual_graph": "#e377c2", "host_sync": color("eager"),
+          "one_step_graphs": color("graph"), "multistep": "#2ca02c"}
+MULTISTEP = {"host_sync": "one-step graph, tokens to the host and back each step",
+             "one_step_graphs": "one-step graph, argmax fed back on the device",
+             "multistep": "{n} steps in one graph"}
 
 
 def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
                 subtitle: str | None = None):
-    """Median step time per batch size (log–log), one line per variant with p10–p90 whiskers,
-    and the floor (bytes / measured copy bandwidth, or the compute floor where larger) as a
-    dashed line."""
+    """Median step time per batch size (log–log, p10–p90 whiskers), one line per variant,
+    and the floor (bytes / measured copy bandwidth, or the compute floor) dashed."""
     import plotly.graph_objects as go
 
     r = view(record, Roofline)
@@ -44,52 +33,32 @@ def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
         raise KeyError(f"the roofline record has no variant(s) {missing}; it has {r.methods}")
     fig = go.Figure()
     for v in variants:
-        xs = [b for b, t in zip(r.batch_sizes, r.median_us(v)) if t is not None]
-        st = [s for s in r.times[v] if s is not None]
-        fig.add_trace(go.Scatter(x=xs, y=[s.median for s in st], name=lr.variant_label(v),
-                                 mode="lines+markers",
-                                 line=dict(color=VARIANT_COLORS.get(v, "#17becf")),
-                                 error_y=stats_error_bars(st)))
+        pts = [(b, s) for b, s in zip(r.batch_sizes, r.times[v]) if s is not None]
+        fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s.median for _, s in pts],
+                                 name=lr.variant_label(v), mode="lines+markers",
+                                 line=dict(color=COLORS.get(v, color(v))),
+                                 error_y=stats_error_bars([s for _, s in pts])))
     fig.add_trace(go.Scatter(x=r.batch_sizes, y=r.roofline_us(), mode="lines",
                              name=f"floor ({r.bandwidth_gbps / 1000:.2f} TB/s copy bandwidth)",
-                             line=dict(color=FLOOR_COLOR, dash="dash")))
-    return finish(fig, f"Decode step against its floor ({r.preset}, {r.config['n_layer']} "
-                  f"layers, {r.context} positions per row)", "batch size",
-                  "µs per step (median)", subtitle=_sub(record, subtitle), log_x=True,
-                  log_y=True)
-
-
-def bytes_chart(cfg: Any, batch_sizes: Sequence[int], context: int, *, title: str = ""):
-    """Stacked bars: MB one step moves per batch size, weights vs KV read vs the rest
-    (:func:`labkit.teach.lessons.roofline.bytes_rows`); runs anywhere, no record needed."""
-    import plotly.graph_objects as go
-
-    rows = lr.bytes_rows(cfg, batch_sizes, context)
-    cats = [str(r["batch"]) for r in rows]
-    fig = go.Figure()
-    for key, col in (("weights (MB)", color("graph")), ("KV read (MB)", "#ff7f0e"),
-                     ("logits + KV write + embeddings (MB)", "#7f7f7f")):
-        fig.add_trace(go.Bar(x=cats, y=[r[key] for r in rows], name=key.replace(" (MB)", ""),
-                             marker_color=col))
-    fig.update_layout(barmode="stack")
-    return finish(fig, title or f"Bytes one decode step moves ({context} positions per row)",
-                  "batch size", "MB per step")
+                             line=dict(color="#444444", dash="dash")))
+    return finish(fig, f"Decode step against its floor ({r.preset}, {r.config['n_layer']} layers,"
+                  f" {r.context} positions per row)", "batch size", "µs per step (median)",
+                  subtitle=record_provenance(record) if subtitle is None else subtitle,
+                  log_x=True, log_y=True)
 
 
 def multistep_chart(record: Any, *, subtitle: str | None = None):
-    """µs per decode step (one token per row) per batch size: a host round trip per step,
-    one-step graphs fed on the device, N steps in one graph."""
+    """µs per decode step per batch size for each way of running N steps."""
     import plotly.graph_objects as go
 
     m = view(record, Multistep)
-    cats = [str(b) for b in m.batch_sizes]
     fig = go.Figure()
     for k in m.methods:
-        fig.add_trace(go.Bar(x=cats, y=m.median_us(k),
-                             name=lr.MULTISTEP_LABELS.get(k, k).replace("N steps",
-                                                                        f"{m.n_steps} steps"),
-                             marker_color=MULTISTEP_COLORS.get(k, "#444444"),
+        fig.add_trace(go.Bar(x=[str(b) for b in m.batch_sizes], y=m.median_us(k),
+                             name=MULTISTEP.get(k, k).format(n=m.n_steps),
+                             marker_color=COLORS.get(k, color(k)),
                              error_y=stats_error_bars(m.times[k])))
     fig.update_layout(barmode="group")
     return finish(fig, f"{m.n_steps} decode steps: per-step time ({m.preset})", "batch size",
-                  "µs per step (median)", subtitle=_sub(record, subtitle))
+                  "µs per step (median)",
+                  subtitle=record_provenance(record) if subtitle is None else subtitle)
