@@ -167,3 +167,56 @@ def test_a_saved_result_feeds_the_helpers_and_charts(tmp_path):
     assert lm.mode_rows(res) == lm.mode_rows(record())
     fig = pm.step_time_bars(res)
     assert "4 layers" in fig.layout.title.text
+
+
+def test_measure_modes_samples_every_mode_in_turn(monkeypatch):
+    """The GPU parts stood in for on the CPU: every mode is built before any is timed, each
+    batch size is one interleaved timing call over all four modes, and the record says so;
+    graph launches are counted only after the timings."""
+    from types import SimpleNamespace
+
+    from labkit.measure import modes as mm
+    from labkit.model import build_model, preset as make_preset
+    from labkit.timing import Stats
+
+    events: list = []
+
+    class Dispatcher:
+        def __init__(self, model, sizes, **kw):
+            self.model, self.graphs, self.pieces = model, None, None
+
+        def step(self, t, p, s, check=True):
+            return self.model.decode_step(t, p, s)
+
+        def release(self):
+            events.append("release")
+
+    def interleaved(fns, **kw):
+        events.append(("timed", tuple(fns)))
+        for fn in fns.values():
+            fn()
+        return {name: Stats.from_samples([float(i + 1)]) for i, name in enumerate(fns)}
+
+    attention_only = SimpleNamespace(step=lambda t, p, s: None, graphs_per_step=lambda: 8,
+                                     pool_id=lambda: (0, 1),
+                                     release=lambda: events.append("release"))
+    monkeypatch.setattr(mm, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(mm, "_free", lambda: None)
+    monkeypatch.setattr(mm, "_timed_capture", lambda build: (build(), 0.5))
+    monkeypatch.setattr(mm, "make_model", lambda name, max_batch, dtype: build_model(
+        make_preset(name, max_batch=max_batch), "cpu", seed=0))
+    monkeypatch.setattr(mm, "PaddingDispatcher", Dispatcher)
+    monkeypatch.setattr(mm, "capture_attention_only", lambda model, sizes: attention_only)
+    monkeypatch.setattr(mm, "pool_reserved_bytes", lambda pool: 1 << 21)
+    monkeypatch.setattr(mm, "tokens_match", lambda model, step, b: True)
+    monkeypatch.setattr(mm, "count_step_ops", lambda model: 30)
+    monkeypatch.setattr(mm, "count_graph_launches",
+                        lambda fn: events.append("counted") or 1)
+    monkeypatch.setattr(mm, "time_cuda_interleaved", interleaved)
+    data = mm.measure_modes("test", batch_sizes=(1, 2), repeats=2, inner=1)
+    timed = [e for e in events if isinstance(e, tuple)]
+    assert timed == [("timed", mm.MODES)] * 2
+    assert events.index("counted") > max(i for i, e in enumerate(events) if isinstance(e, tuple))
+    assert events.count("release") == len(mm.MODES)
+    assert data["interleaved"] is True
+    assert [data["times"][m][0]["median"] for m in mm.MODES] == [1.0, 2.0, 3.0, 4.0]

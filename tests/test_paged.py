@@ -206,3 +206,54 @@ def test_measure_paged_on_the_gpu():
     assert rec.checks["paged_tokens_equal_slot_gather"] is True
     assert rec.checks["graph_tokens_equal_eager"] is True
     assert rec.run(128).cache_bytes["slot"] == 2 * rec.run(64).cache_bytes["slot"]
+
+
+def test_measure_paged_samples_the_three_layouts_in_turn(monkeypatch):
+    """The GPU parts stood in for on the CPU: at each max_seq and batch size the three layouts
+    are one interleaved timing call, paged rows hold their blocks while timed and give them
+    back, and the record says it was interleaved."""
+    from types import SimpleNamespace
+
+    import labkit.measure.paged as mp
+    from labkit.model import build_model, preset as make_preset
+    from labkit.timing import Stats
+
+    calls: list = []
+
+    class Dispatcher:
+        def __init__(self, model, sizes, **kw):
+            self.model = model
+            self.graphs = SimpleNamespace(replay=lambda b: None)
+
+        def step(self, t, p, s, check=True):
+            return self.model.decode_step(t, p, s)
+
+        def load_inputs(self, t, p, s):
+            if self.model.cache.layout == "paged":  # the timed rows own room for their position
+                assert all(self.model.cache.capacity(x) > y for x, y in zip(s.tolist(), p.tolist()))
+
+        def release(self):
+            pass
+
+    def interleaved(fns, **kw):
+        calls.append(tuple(fns))
+        for fn in fns.values():
+            fn()
+        return {name: Stats.from_samples([float(i + 1)]) for i, name in enumerate(fns)}
+
+    def build(name, layout, *, max_batch, max_seq, block_size, dtype):
+        return build_model(make_preset(name, max_batch=max_batch, max_seq=max_seq,
+                                       kv_layout=layout, block_size=block_size), "cpu", seed=0)
+
+    monkeypatch.setattr(mp, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(mp, "_free", lambda: None)
+    monkeypatch.setattr(mp, "_build", build)
+    monkeypatch.setattr(mp, "PaddingDispatcher", Dispatcher)
+    monkeypatch.setattr(mp, "tokens_match", lambda model, step, b: True)
+    monkeypatch.setattr(mp, "time_cuda_interleaved", interleaved)
+    monkeypatch.setattr(mp.torch.cuda, "get_device_name", lambda *a: "stand-in")
+    data = measure_paged("test", batch_sizes=(1, 2), max_seqs=(32,), block_size=8, repeats=2,
+                         inner=1, new_tokens=2)
+    assert calls == [("slot_in_place", "slot_gather", "paged")] * 2
+    assert data["interleaved"] is True
+    assert data["runs"][0]["times"]["paged"][0]["median"] == 3.0

@@ -27,7 +27,7 @@ from labkit.measure import records
 from labkit.measure.bench import (_free, _need_cuda, _stats, count_step_ops,
                                   make_model, step_inputs, tokens_match)
 from labkit.model import TinyGPT, attention
-from labkit.timing import time_cuda
+from labkit.timing import time_cuda_interleaved
 
 #: the modes a ``modes_<preset>`` record times, in chart order
 MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
@@ -156,21 +156,27 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     ``PIECEWISE`` and ``FULL`` (each through a :class:`PaddingDispatcher` of that
     ``cudagraph_mode``) and of the attention-only variant; graph launches per step, GPU
     operations per eager step (batch 1), pool bytes and capture seconds per mode, and whether
-    every mode's greedy tokens equal eager tokens."""
+    every mode's greedy tokens equal eager tokens.
+
+    All four are built first and, at each batch size, sampled in turn
+    (:func:`labkit.timing.time_cuda_interleaved`; the record says ``interleaved: True``), so a
+    change of GPU clock or host load reaches every mode alike; graph launches are counted with
+    the profiler only after every timing (a profiler session slows the host's launches for
+    the rest of the process)."""
     _need_cuda("measure_modes")
     batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
     n_layer = model.cfg.n_layer
-    times: dict[str, list] = {m: [] for m in MODES}
     graphs_per_step: dict[str, int] = {}
     pool_bytes: dict[str, int | None] = {}
     capture_s: dict[str, float] = {}
     checks: dict[str, bool] = {}
-    counted: dict[str, int] = {}
+    runners: dict[str, Any] = {}
+    steps: dict[str, Any] = {}
     for mode in MODES:
         if mode == "attention_only":
             runner, secs = _timed_capture(lambda: capture_attention_only(model, batch_sizes))
-            step = runner.step
+            steps[mode] = runner.step
             graphs_per_step[mode] = runner.graphs_per_step()
             pool_bytes[mode] = pool_reserved_bytes(runner.pool_id())
         else:
@@ -181,19 +187,27 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
             def step(t, p, s, _d=runner):
                 return _d.step(t, p, s, check=False)
+            steps[mode] = step
+        runners[mode] = runner
         capture_s[mode] = secs
-        t1, p1, s1 = step_inputs(model, batch_sizes[0])
-        counted[mode] = count_graph_launches(lambda: step(t1, p1, s1))
         if mode != "eager":
-            checks[f"{mode}_tokens_equal_eager"] = all(tokens_match(model, step, b)
+            checks[f"{mode}_tokens_equal_eager"] = all(tokens_match(model, steps[mode], b)
                                                        for b in batch_sizes)
-        for b in batch_sizes:
-            t, p, s = step_inputs(model, b)
-            times[mode].append(_stats(time_cuda(lambda: step(t, p, s), warmup=5,
-                                                repeats=repeats, inner=inner)))
+    times: dict[str, list] = {m: [] for m in MODES}
+    for b in batch_sizes:
+        t, p, s = step_inputs(model, b)
+        got = time_cuda_interleaved(
+            {m: (lambda f=steps[m]: f(t, p, s)) for m in MODES}, warmup=5, repeats=repeats,
+            inner=inner)
+        for m in MODES:
+            times[m].append(_stats(got[m]))
+    t1, p1, s1 = step_inputs(model, batch_sizes[0])
+    counted = {m: count_graph_launches(lambda f=steps[m]: f(t1, p1, s1)) for m in MODES}
+    for runner in runners.values():
         runner.release()
-        runner = step = None  # drop references before freeing
-        _free()
+    runners = steps = {}  # drop references before freeing
+    runner = None
+    _free()
     gpu_ops = count_step_ops(model)
     out = {
         "preset": preset_name,
@@ -202,6 +216,7 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         "n_layer": n_layer,
         "batch_sizes": batch_sizes,
         "times": times,
+        "interleaved": True,
         "tokens_per_s": {m: [records.tokens_per_s(b, x["median"])
                              for b, x in zip(batch_sizes, ts)] for m, ts in times.items()},
         "graphs_per_step": graphs_per_step,

@@ -25,7 +25,7 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.measure.bench import _free, _need_cuda, _stats, random_prompts, step_inputs, \
     tokens_match
 from labkit.model import TinyGPT, build_model, generate, preset
-from labkit.timing import time_cuda
+from labkit.timing import time_cuda_interleaved
 
 LAYOUTS = ("slot_in_place", "slot_gather", "paged")
 
@@ -37,28 +37,39 @@ def _build(preset_name: str, layout: str, *, max_batch: int, max_seq: int, block
     return build_model(cfg, "cuda", seed=0)
 
 
-def _time_layout(model: TinyGPT, batch_sizes: Sequence[int], repeats: int, inner: int
-                 ) -> tuple[list[dict], bool]:
-    """Capture the step at ``batch_sizes``, check graph tokens = eager tokens, and time one
-    replay per size (the timed rows reserve their blocks first when the cache is paged)."""
+def _capture_layout(model: TinyGPT, batch_sizes: Sequence[int]
+                    ) -> tuple[PaddingDispatcher, bool]:
+    """Capture the step at ``batch_sizes`` and check graph tokens = eager tokens (with the
+    cache path the model has now: a graph keeps the path it was captured with)."""
     disp = PaddingDispatcher(model, batch_sizes, progress=False)
-    try:
-        ok = all(tokens_match(model, disp.step, b) for b in batch_sizes)
-        times = []
-        for b in batch_sizes:
-            t, p, s = step_inputs(model, b)
-            for slot, pos in zip(s.tolist(), p.tolist()):
-                model.cache.reserve(slot, pos + 1)
-            try:
+    return disp, all(tokens_match(model, disp.step, b) for b in batch_sizes)
+
+
+def _time_layouts(layouts: dict[str, tuple[TinyGPT, PaddingDispatcher]],
+                  batch_sizes: Sequence[int], repeats: int, inner: int) -> dict[str, list[dict]]:
+    """One replay per size of every layout, the layouts sampled in turn at each batch size
+    (:func:`labkit.timing.time_cuda_interleaved`); a paged cache reserves the timed rows'
+    blocks first and gives them back after."""
+    times: dict[str, list[dict]] = {name: [] for name in layouts}
+    for b in batch_sizes:
+        fns, reserved = {}, {}
+        try:
+            for name, (model, disp) in layouts.items():
+                t, p, s = step_inputs(model, b)
+                if id(model) not in reserved:  # two layouts may share one model's cache
+                    reserved[id(model)] = (model, s.tolist())
+                    for slot, pos in zip(s.tolist(), p.tolist()):
+                        model.cache.reserve(slot, pos + 1)
                 disp.load_inputs(t, p, s)
-                times.append(_stats(time_cuda(lambda: disp.graphs.replay(b), warmup=5,
-                                              repeats=repeats, inner=inner)))
-            finally:
-                for slot in s.tolist():
+                fns[name] = lambda d=disp: d.graphs.replay(b)
+            got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
+        finally:
+            for model, slots in reserved.values():
+                for slot in slots:
                     model.cache.release(slot)
-        return times, ok
-    finally:
-        disp.release()
+        for name in layouts:
+            times[name].append(_stats(got[name]))
+    return times
 
 
 def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
@@ -85,21 +96,17 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     max_batch = max(batch_sizes)
     runs, checks = [], {}
     for max_seq in max_seqs:
-        times: dict[str, list[dict]] = {}
         slot = _build(preset_name, "slot", max_batch=max_batch, max_seq=max_seq,
                       block_size=block_size, dtype=dtype)
         prompts = random_prompts(slot, max_batch)
         slot.cache.in_place = True
         in_place_tokens = generate(slot, prompts, new_tokens)
-        times["slot_in_place"], checks[f"graph_tokens_equal_eager.slot_in_place.{max_seq}"] = \
-            _time_layout(slot, batch_sizes, repeats, inner)
+        in_place, checks[f"graph_tokens_equal_eager.slot_in_place.{max_seq}"] = \
+            _capture_layout(slot, batch_sizes)
         slot.cache.in_place = False
         gather_tokens = generate(slot, prompts, new_tokens)
-        times["slot_gather"], checks[f"graph_tokens_equal_eager.slot_gather.{max_seq}"] = \
-            _time_layout(slot, batch_sizes, repeats, inner)
-        slot_bytes = slot.cache.nbytes()
-        slot = None
-        _free()
+        gather, checks[f"graph_tokens_equal_eager.slot_gather.{max_seq}"] = \
+            _capture_layout(slot, batch_sizes)
         paged = _build(preset_name, "paged", max_batch=max_batch, max_seq=max_seq,
                        block_size=block_size, dtype=dtype)
         paged_tokens = generate(paged, prompts, new_tokens)
@@ -107,14 +114,21 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
         pairs = [(a, b) for r, g in zip(in_place_tokens, paged_tokens) for a, b in zip(r, g)]
         checks[f"paged_token_agreement_slot_in_place.{max_seq}"] = \
             sum(a == b for a, b in pairs) / len(pairs)
-        times["paged"], checks[f"graph_tokens_equal_eager.paged.{max_seq}"] = \
-            _time_layout(paged, batch_sizes, repeats, inner)
+        paged_disp, checks[f"graph_tokens_equal_eager.paged.{max_seq}"] = \
+            _capture_layout(paged, batch_sizes)
+        layouts = {"slot_in_place": (slot, in_place), "slot_gather": (slot, gather),
+                   "paged": (paged, paged_disp)}
+        try:
+            times = _time_layouts(layouts, batch_sizes, repeats, inner)
+        finally:
+            for _, disp in layouts.values():
+                disp.release()
         cache = paged.cache
         block_bytes = cache.nbytes() // cache.num_blocks
         runs.append({"max_seq": max_seq, "times": times,
-                     "cache_bytes": {"slot": slot_bytes, "paged_pool": cache.nbytes(),
+                     "cache_bytes": {"slot": slot.cache.nbytes(), "paged_pool": cache.nbytes(),
                                      "per_block": block_bytes}})
-        paged = cache = None
+        slot = paged = cache = layouts = in_place = gather = paged_disp = None
         _free()
     checks["paged_tokens_equal_slot_gather"] = all(
         v for k, v in checks.items() if k.startswith("paged_tokens_equal_slot_gather."))
@@ -122,4 +136,5 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
         v for k, v in checks.items() if k.startswith("graph_tokens_equal_eager."))
     return {"preset": preset_name, "dtype": dtype, "block_size": block_size,
             "batch_sizes": batch_sizes, "max_seqs": max_seqs,
-            "device": torch.cuda.get_device_name(), "runs": runs, "checks": checks}
+            "device": torch.cuda.get_device_name(), "runs": runs, "checks": checks,
+            "interleaved": True}
