@@ -90,20 +90,16 @@ def test_kv_cache_bytes_matches_the_model(name, over):
     assert ld.kv_cache_bytes(cfg) == build_model(cfg).cache_bytes()
 
 
-def test_tokens_per_s():
-    assert ld.tokens_per_s(8, 1000.0) == pytest.approx(8000.0)
-    with pytest.raises(ValueError):
-        ld.tokens_per_s(1, 0)
-
-
 def test_decode_rows():
     bss = [1, 8]
-    rec = {"preset": "small", "batch_sizes": bss,
+    rec = {"preset": "small", "batch_sizes": bss, "kernels_per_step": 50,
            "times": {"eager": [S(1000.0), S(1100.0)], "graph": [S(100.0), S(200.0)]},
            "speedup_vs_eager": {"eager": [1.0, 1.0], "graph": [10.0, 5.5]}}
     rows = ld.decode_rows(rec)
     assert rows[1] == {"batch": 8, "eager µs": 1100.0, "eager tok/s": 7273, "graph µs": 200.0,
-                       "graph tok/s": 40000, "graph speed-up": 5.5}
+                       "graph tok/s": 40000, "graph speed-up": 5.5, "eager µs per GPU op": 22.0}
+    assert list(ld.decode_rows(rec, ["graph"])[0]) == ["batch", "graph µs", "graph tok/s",
+                                                       "graph speed-up", "eager µs per GPU op"]
 
 
 def test_what_if_line():

@@ -1,8 +1,8 @@
-"""Pure helpers: decode regime from the launch sweep, and trace vs CUDA-event timings."""
+"""Pure helpers: decode regime from the launch sweep."""
 
 import pytest
 
-from labkit.teach.lessons import regime, trace
+from labkit.teach.lessons import regime
 
 
 def _st(m):
@@ -45,32 +45,6 @@ def test_regime_rejects_bad_input():
     with pytest.raises(ValueError, match="no graph column"):
         regime.sweep_bandwidth({**_lo(), "sweep": [{"numel": 1, "eager": _st(1.0),
                                                     "graph": None}]})
-
-
-def _method(starts, dur, cpu):
-    ev = [{"lane": "GPU", "name": "k", "start_us": s, "dur_us": dur} for s in starts]
-    ev += [{"lane": "CPU", "name": n, "start_us": s, "dur_us": d} for n, s, d in cpu]
-    return {"events": ev, "step_us": 100.0}
-
-
-def test_trace_vs_events():
-    graph = _method([600, 605, 700, 705], 2.0,
-                    [("cudaGraphLaunch", 0, 600.0), ("cudaGraphLaunch", 610, 90.0)])
-    eager = _method([0, 50, 100, 150], 1.0, [("cudaLaunchKernel", s, 8.0) for s in (0, 50, 100, 150)])
-    stats = {"median": 10.0, "p10": 9.0, "p90": 12.0}
-    rows = trace.trace_vs_events({"eager": eager, "graph": graph},
-                                 {"times": {"eager": [stats], "graph": [stats]}})
-    g = rows["graph"]
-    assert (g["steps"], g["first_launch_us"], g["later_launch_us"]) == (2, 600.0, 90.0)
-    assert (g["gpu_span_us"], g["gpu_busy_us"]) == (7.0, 4.0)
-    assert rows["eager"]["steps"] == 1 and rows["eager"]["gpu_span_us"] == 151.0
-    text = " ".join(trace.describe_trace_vs_events(rows))
-    assert "600 µs" in text and "p90 12" in text
-
-
-def test_step_spans_rejects_uneven_split():
-    with pytest.raises(ValueError, match="params.steps"):
-        trace.step_spans(_method([0, 1, 2], 1.0, []), 2)
 
 
 def test_choices_and_noise():

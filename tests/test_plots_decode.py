@@ -1,4 +1,4 @@
-"""labkit.teach.plots.decode: step time, tokens/s and speed-up charts of decode records."""
+"""labkit.teach.plots.decode: step time charts of decode records."""
 
 from __future__ import annotations
 
@@ -35,32 +35,6 @@ def test_step_time_chart_bars_per_method():
         dp.step_time_chart(decode(), methods=["compile"])
 
 
-def test_tokens_per_s_chart_uses_the_record():
-    fig = dp.tokens_per_s_chart(decode(), methods=["graph"])
-    assert len(fig.data) == 1
-    assert fig.data[0].y[1] == pytest.approx(8e6 / 190.0)
-
-
-def test_speedup_chart_one_record_or_several_presets():
-    fig = dp.speedup_chart(decode())
-    assert len(fig.data) == 1 and fig.data[0].name == "small"
-    assert fig.data[0].y[0] == pytest.approx(1200 / 170)
-    both = dp.speedup_chart({"small": decode(), "gpt2": decode("gpt2", graph=(600, 700, 900))})
-    assert [t.name for t in both.data] == ["small", "gpt2"]
-    assert both.data[1].y[0] == pytest.approx(2.0)
-    assert any(s.y0 == 1 for s in both.layout.shapes)  # the eager = 1x line
-    with pytest.raises(KeyError, match="dispatcher"):
-        dp.speedup_chart(decode(), method="dispatcher")
-
-
-def test_speedup_subtitle_joins_provenance_once():
-    env = {"tier": "gpu", "gpu_name": "NVIDIA H200", "torch": "2.11.0"}
-    a = Result("decode_small", decode(), {}, env, 1, "2026-01-02T00:00:00")
-    b = Result("decode_gpt2", decode("gpt2"), {}, env, 1, "2026-01-02T00:00:00")
-    fig = dp.speedup_chart({"small": a, "gpt2": b})
-    assert fig.layout.title.text.count("NVIDIA H200") == 1
-
-
 def test_eager_step_chart_with_live_cpu_times():
     env = {"tier": "gpu", "gpu_name": "NVIDIA H200"}
     rec = Result("decode_small", decode(), {}, env, 1, "2026-01-02")
@@ -69,3 +43,12 @@ def test_eager_step_chart_with_live_cpu_times():
     assert fig.data[0].name == "NVIDIA H200 eager, small"
     assert "CPU" in fig.data[1].name and list(fig.data[1].y) == [9000.0, 9500.0]
     assert list(fig.layout.xaxis.categoryarray) == ["1", "2", "8", "64"]
+
+
+def test_eager_step_chart_subtitle_joins_provenance_once():
+    env = {"tier": "gpu", "gpu_name": "NVIDIA H200", "torch": "2.11.0"}
+    a = Result("decode_small", decode(), {}, env, 1, "2026-01-02T00:00:00")
+    b = Result("decode_gpt2", decode("gpt2"), {}, env, 1, "2026-01-02T00:00:00")
+    fig = dp.eager_step_chart({"small": a, "gpt2": b})
+    assert fig.layout.title.text.count("NVIDIA H200") == 1
+    assert [t.name for t in fig.data] == ["NVIDIA H200 eager, small", "NVIDIA H200 eager, gpt2"]

@@ -1,147 +1,150 @@
-"""A CPU stand-in for a captured CUDA graph, for the pitfall exercises on machines without a GPU.
+"""CPU stand-ins for captured CUDA graphs (they model what a graph reads and writes, not its
+speed): :data:`standin_cuda` holds the names of ``torch.cuda`` a hand-written capture uses,
+:func:`graph_api` picks it or the real ``torch.cuda``, :class:`SimulatedGraph` wraps one function.
 
-:class:`SimulatedGraph` keeps the two properties of a graph that the input and output pitfalls
-depend on (it reads the tensors it was captured with, and writes into one static output); the
-real demonstrations are in :mod:`labkit.measure.pitfalls`.
-
-:data:`standin_cuda` mirrors the part of ``torch.cuda`` that a hand-written capture uses
-(``CUDAGraph``, ``graph``, ``Stream``, ``stream``, ``current_stream``) so that notebook 03's
-capture exercise runs on a CPU; :func:`graph_api` picks it or the real ``torch.cuda``.
-"""
+Capture runs the body once and records each aten op with the memory it read and wrote; replay
+runs the ops again on that memory. A tensor the capture creates gets a block of the graph's
+**pool**, as in PyTorch's caching allocator (``c10/cuda/CUDACachingAllocator.cpp``): once no
+tensor uses the block it is free, though the graph still writes it on every replay, and a later
+capture into the pool gets the best-fitting free block, the same storage (equal ``data_ptr()``).
+Simplified: a block is a whole storage (never split or merged, no rounding, no segments, no
+streams)."""
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+_BLOCKS: Any = weakref.WeakValueDictionary()  # address of every live block -> its pool
 
 
-class SimulatedGraph:
-    """A CPU stand-in for a captured graph (for exercises without a GPU).
+class Pool:
+    """Stand-in for a graph memory pool (``graph_pool_handle()``): its ``blocks``."""
 
-    It keeps the two properties the input/output pitfalls depend on: replay reads the very
-    tensors it was "captured" with (a real graph reads their addresses), and it writes into
-    one static output tensor, returned by every replay. Nothing is faster: it is a model of
-    the semantics, not of the performance.
-    """
+    def __init__(self) -> None:
+        self.blocks: list[torch.UntypedStorage] = []
 
-    def __init__(self, fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> None:
-        for i, t in enumerate(inputs):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"input {i} must be a tensor allocated before capture, got "
-                                f"{type(t).__name__}")
-        self.fn = fn
-        self.inputs = tuple(inputs)
-        self.output = fn(*self.inputs).clone()
-
-    def replay(self) -> torch.Tensor:
-        """Recompute from the captured inputs into the static output; return the output."""
-        with torch.no_grad():
-            self.output.copy_(self.fn(*self.inputs))
-        return self.output
+    def take(self, nbytes: int) -> torch.UntypedStorage:
+        """The smallest free block (its one use is the pool's) of ``nbytes`` or more, or a new
+        one."""
+        free = [b for b in self.blocks
+                if b.nbytes() >= nbytes and torch._C._storage_Use_Count(b._cdata) == 1]
+        if not free:
+            free = [torch.UntypedStorage(nbytes)]
+            self.blocks.append(free[0])
+            _BLOCKS[free[0].data_ptr()] = self
+        return min(free, key=lambda b: b.nbytes())
 
 
-# ------------------------------------------------------- a stand-in for torch.cuda's graph API
+class _Ref:
+    """Where a tensor on a block lies: the tape keeps this (a graph keeps addresses), not the
+    tensor, so a tensor dropped during capture frees its block."""
 
+    def __init__(self, t: torch.Tensor) -> None:
+        self.at = (t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+        self.dtype = t.dtype
 
-class _Stream:
-    """Stand-in for ``torch.cuda.Stream``: CPU work is in order, so waiting is a no-op."""
-
-    def wait_stream(self, other: "_Stream") -> None:
-        """Order this stream after ``other`` (nothing to do on the CPU)."""
+    def tensor(self) -> torch.Tensor:
+        return torch.empty(0, dtype=self.dtype).set_(*self.at)
 
 
 class _Recorder(TorchDispatchMode):
-    """Records every aten op run inside it, with the tensors it read and wrote."""
-
-    def __init__(self, tape: list) -> None:
+    def __init__(self, tape: list, pool: Pool) -> None:
         super().__init__()
-        self.tape = tape
+        self.tape, self.pool = tape, pool
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        self.tape.append((func, args, kwargs, out))
-        return out
+        leaves, spec = tree_flatten(func(*args, **kwargs))
+        read = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                if isinstance(t, torch.Tensor)}
+        made = []
+        for i, t in enumerate(leaves):  # a new, non-empty storage: move it onto a block
+            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() \
+                    and t.untyped_storage().data_ptr() not in read:
+                block = self.pool.take(t.untyped_storage().nbytes())
+                leaves[i] = torch.empty(0, dtype=t.dtype).set_(
+                    block, t.storage_offset(), t.size(), t.stride()).copy_(t)
+                made.append((i, _Ref(leaves[i])))
+        ref = lambda t: _Ref(t) if isinstance(t, torch.Tensor) and (  # noqa: E731
+            t.untyped_storage().data_ptr() in _BLOCKS) else t
+        self.tape.append((func, tree_map(ref, args), tree_map(ref, kwargs), made))
+        return tree_unflatten(leaves, spec)
 
 
 class StandInGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph`` on the CPU, with the same static-buffer semantics.
-
-    Capture (:func:`graph`) runs the body once and records each operation with the very
-    tensors it read and wrote; :meth:`replay` runs the recorded operations again on those
-    tensors. So, as with a real graph, a replay reads the static inputs captured (rebinding a
-    Python name to a new tensor is not seen; ``copy_`` into the static tensor is) and writes
-    into the same outputs, and it returns ``None``. Nothing is faster: it models what a graph
-    reads and writes, not its speed.
-    """
+    """Stand-in for ``torch.cuda.CUDAGraph``: :meth:`replay` (returns ``None``) reruns the
+    captured ops on the captured memory: it reads the static inputs (``copy_`` into them is
+    seen, rebinding a name is not) and writes the same outputs and pool blocks."""
 
     def __init__(self) -> None:
         self._tape: list = []
+        self._pool: Pool | None = None
         self.captured = False
 
+    def pool(self) -> Pool | None:
+        """This graph's pool (``None`` before capture), to capture another graph into it."""
+        return self._pool
+
     def replay(self) -> None:
-        """Run the recorded operations again on the captured tensors (returns ``None``)."""
         if not self.captured:
             raise RuntimeError("replay() before capture: capture the graph first with "
                                "`with graph(g): ...`")
-        remap: dict[int, Any] = {}
-
-        def sub(x: Any) -> Any:
-            return remap.get(id(x), x) if isinstance(x, torch.Tensor) else x
-
         with torch.no_grad():
-            for func, args, kwargs, out in self._tape:
-                new = func(*tree_map(sub, args), **tree_map(sub, kwargs))
-                old_leaves, new_leaves = tree_flatten(out)[0], tree_flatten(new)[0]
-                for o, n in zip(old_leaves, new_leaves):
-                    if isinstance(o, torch.Tensor) and o is not n:
-                        remap[id(o)] = n
+            for func, args, kwargs, made in self._tape:
+                live = lambda x: x.tensor() if isinstance(x, _Ref) else x  # noqa: E731
+                leaves = tree_flatten(func(*tree_map(live, args), **tree_map(live, kwargs)))[0]
+                for i, ref in made:
+                    ref.tensor().copy_(leaves[i])
 
 
 @contextmanager
-def graph(g: StandInGraph, pool: Any = None, stream: Any = None) -> Iterator[None]:
-    """Stand-in for ``torch.cuda.graph(g)``: record the body's operations into ``g``."""
-    if not isinstance(g, StandInGraph):
-        raise TypeError(f"graph() needs a StandInGraph, got {type(g).__name__}; make one with "
-                        "CUDAGraph()")
-    if g.captured:
-        raise RuntimeError("this graph is already captured; make a new CUDAGraph() to capture "
-                           "again")
-    with _Recorder(g._tape):
+def graph(g: StandInGraph, pool: Pool | None = None, stream: Any = None) -> Iterator[None]:
+    """Stand-in for ``torch.cuda.graph(g, pool=..., stream=...)``: record the body into ``g``;
+    the tensors it creates come from ``pool`` (default: a new, private one)."""
+    if not isinstance(g, StandInGraph) or g.captured:
+        raise RuntimeError(f"graph() needs a new CUDAGraph(), got {g!r} (a graph already "
+                           "captured cannot be captured again)")
+    if not isinstance(pool, (Pool, type(None))):
+        raise TypeError(f"pool must come from graph_pool_handle() or g.pool(), got {pool!r}")
+    g._pool = pool or Pool()
+    with _Recorder(g._tape, g._pool):
         yield
     g.captured = True
 
 
-@contextmanager
-def stream(s: _Stream) -> Iterator[None]:
-    """Stand-in for ``torch.cuda.stream(s)``: run the body (in order, on the CPU)."""
-    yield
+class SimulatedGraph:
+    """``fn(*inputs)`` captured: ``replay()`` recomputes it from ``.inputs`` into ``.output``."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> None:
+        bad = [i for i, t in enumerate(inputs) if not isinstance(t, torch.Tensor)]
+        if bad:
+            raise TypeError(f"input {bad[0]} must be a tensor allocated before capture")
+        self.inputs, self._graph = tuple(inputs), StandInGraph()
+        with torch.no_grad(), graph(self._graph):
+            self.output = fn(*self.inputs).clone()
+
+    def replay(self) -> torch.Tensor:
+        self._graph.replay()
+        return self.output
 
 
-_CURRENT = _Stream()
-
-
-def current_stream() -> _Stream:
-    """Stand-in for ``torch.cuda.current_stream()``."""
-    return _CURRENT
-
-
-#: the names the capture exercise uses, as ``torch.cuda`` spells them
-standin_cuda = SimpleNamespace(CUDAGraph=StandInGraph, graph=graph, Stream=_Stream,
-                               stream=stream, current_stream=current_stream)
+_STREAM = SimpleNamespace(wait_stream=lambda other: None)  # CPU work runs in order
+#: the names a hand-written capture uses, as ``torch.cuda`` spells them
+standin_cuda = SimpleNamespace(CUDAGraph=StandInGraph, graph=graph, graph_pool_handle=Pool,
+                               Stream=lambda: _STREAM, current_stream=lambda: _STREAM,
+                               stream=contextmanager(lambda s: iter([None])))
 
 
 def graph_api(device: str | torch.device) -> Any:
-    """``torch.cuda`` on a CUDA device, else the CPU stand-in :data:`standin_cuda`
-    (``CUDAGraph``, ``graph``, ``Stream``, ``stream``, ``current_stream``)."""
+    """``torch.cuda`` on a CUDA device, else the CPU stand-in :data:`standin_cuda`."""
     kind = torch.device(device).type
-    if kind == "cuda":
-        return torch.cuda
-    if kind == "cpu":
-        return standin_cuda
-    raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if kind not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    return torch.cuda if kind == "cuda" else standin_cuda

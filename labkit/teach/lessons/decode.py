@@ -1,6 +1,6 @@
-"""Decode-step helpers for notebooks 00–03: KV cache size, tokens per second and record
-tables. The live runs (eager timing, op counting, the cached-versus-full check, the copy-in
-replay step) are in :mod:`labkit.measure.lesson_runs`."""
+"""Decode-step numbers for notebooks 00–03: the KV cache's size, and a decode record's table
+with the host time per GPU operation beside every speed-up (an eager step is host-bound: its
+time, and every speed-up over it, follows the host CPU)."""
 
 from __future__ import annotations
 
@@ -21,30 +21,20 @@ def kv_cache_bytes(cfg: GPTConfig) -> int:
             * element)
 
 
-def tokens_per_s(batch_size: int, step_us: float) -> float:
-    """Decode throughput: every step produces one token per row."""
-    if step_us <= 0:
-        raise ValueError(f"step time must be > 0 µs, got {step_us}")
-    return batch_size * 1e6 / step_us
-
-
 def decode_rows(record: Any, methods: Sequence[str] | None = None) -> list[dict]:
-    """One row per batch size of a ``decode_<preset>`` record: median step time (µs),
-    tokens/s and speed-up over eager of each method, ready for :func:`labkit.teach.plots.table`."""
+    """One row per batch size of a ``decode_<preset>`` record, rounded for a table: median µs
+    and tokens/s of each method, speed-up over eager, and ``eager µs per GPU op`` (the eager
+    step over its recorded GPU operations: the host time behind each launch)."""
     dec = view(record, Decode)
-    methods = list(methods or dec.methods)
-    has_eager = "eager" in dec.methods
-    cols = {m: (dec.median_us(m), dec.tokens_per_s(m),
-                dec.speedup_vs_eager(m) if has_eager else [None] * len(dec.batch_sizes))
-            for m in methods}
+    eager = dec.median_us("eager") if "eager" in dec.methods else None
     rows = []
     for i, bs in enumerate(dec.batch_sizes):
         row: dict = {"batch": bs}
-        for m in methods:
-            t, tps, sp = (col[i] for col in cols[m])
-            row[f"{m} µs"] = None if t is None else round(t, 1)
-            row[f"{m} tok/s"] = None if tps is None else round(tps)
-            if m != "eager":
-                row[f"{m} speed-up"] = None if sp is None else round(sp, 2)
+        for m, t in ((m, dec.median_us(m)[i]) for m in methods or dec.methods):
+            row.update({f"{m} µs": t and round(t, 1), f"{m} tok/s": t and round(bs * 1e6 / t)})
+            if m != "eager" and eager is not None:
+                row[f"{m} speed-up"] = t and round(eager[i] / t, 2)
+        if eager is not None and dec.kernels_per_step:
+            row["eager µs per GPU op"] = round(eager[i] / dec.kernels_per_step, 1)
         rows.append(row)
     return rows
