@@ -15,6 +15,7 @@ from labkit import stepcost
 from labkit.conditional import conditional_support, if_node_demo
 from labkit.measure import records as R
 from labkit.measure import roofline as mr
+from labkit.teach.lessons import fairness
 from labkit.measure.results import SchemaError, load_result, save_result
 from labkit.model import build_model, generate, preset
 from labkit.multistep import capture_multistep, multistep_decode, single_steps
@@ -435,3 +436,25 @@ def test_measure_multistep_assembles_a_valid_record_on_cpu(cpu_measure, monkeypa
     assert rec.checks["multistep_tokens_equal_single_steps"] is True
     assert rec.median_us("multistep") == [pytest.approx(2.0 / 3)] * 2
     assert set(rec.conditional["if_node_demo"]) == {"ok", "values", "error"}
+
+
+def test_measure_roofline_samples_the_static_graph_columns_in_turn(cpu_measure, monkeypatch,
+                                                                     tmp_path):
+    from labkit.timing import Stats
+
+    calls = []
+
+    def interleaved(fns, **kw):
+        calls.append(tuple(fns))
+        return {k: (f(), Stats.from_samples([i + 1.0, i + 1.1, i + 1.2]))[1]
+                for i, (k, f) in enumerate(fns.items())}
+
+    monkeypatch.setattr(mr, "time_cuda_interleaved", interleaved)
+    data = mr.measure_roofline("test", batch_sizes=[1, 2], compile_sizes=[1], context=8,
+                               max_seq=32, variants=["eager", "graph", "compile_reduce_overhead"],
+                               repeats=2, inner=1)
+    assert calls == [("eager", "graph")] * 2
+    assert data["interleaved"] == ["eager", "graph"]
+    rec = load_result(save_result("roofline_test", data, {}, tmp_path))
+    assert fairness.compare(rec, "graph", "eager", 1).word == "a higher"
+    assert not fairness.interleaved(rec, columns=("graph", "compile_reduce_overhead"))

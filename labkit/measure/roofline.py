@@ -328,7 +328,11 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
     """Record ``roofline_<preset>``: bandwidth, matmul rate, and the decode step per variant
     and batch size, every row attending to ``context`` positions. Compiled variants run only
     at ``compile_sizes``. A variant that fails is recorded with its error and no times (the
-    record still saves); token checks run before timing."""
+    record still saves); token checks run before timing. The static-graph variants (eager,
+    graph, fused, ...) are built together and sampled in turn at each batch size
+    (:func:`labkit.timing.time_cuda_interleaved`); the torch.compile variants, each of which
+    resets Dynamo, are timed one after another. ``interleaved`` names the columns that were
+    sampled in turn; every profile runs after every timing."""
     variants = list(variants)
     sizes, csizes = _check_args(batch_sizes, variants, compile_sizes, context, max_seq)
     _need_cuda("measure_roofline")
@@ -338,16 +342,17 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
     small = None
     if set(variants) & set(SMALL_CACHE):  # the same seeded weights, a cache of csizes rows
         small = make_model(preset_name, max_batch=max(csizes), dtype=dtype, max_seq=max_seq)
-    times: dict[str, list] = {}
+    times: dict[str, list] = {name: [None] * len(sizes) for name in variants}
     info: dict[str, dict] = {}
     checks: dict[str, bool | float] = {}
     check_sizes = sorted({sizes[0], sizes[-1], *[b for b in (8,) if b in sizes]})
-    for name in variants:
+
+    def build(name: str) -> tuple[Runner | None, list[int]]:
+        """The variant's runner with its tokens checked (``None`` and the error recorded in
+        ``info`` if it fails), and the sizes it runs at."""
         vmodel = small if name in SMALL_CACHE else model
         run_sizes = (csizes[:1] if name == "compile_full_cache" else
                      csizes if name in COMPILED else sizes)
-        times[name] = [None] * len(sizes)
-        runner = None
         try:
             runner = STEP_VARIANTS[name](vmodel, run_sizes)
             run_sizes = runner.sizes or run_sizes
@@ -356,18 +361,23 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                             for b in run_sizes if b in check_sizes or name in COMPILED)
                 checks[f"{name}_tokens_equal_eager"] = agree == 1.0
                 checks[f"{name}_token_agreement"] = agree
-            for i, b in enumerate(sizes):
-                if b in run_sizes:
-                    fn = runner.prepare(b, *_inputs(vmodel, b, context))
-                    times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
-                                                      inner=inner))
-            # profiled only after this variant's timings: after a profiler session the host was
-            # seen launching kernels slower for the rest of the process (eager goes first)
-            b0 = run_sizes[0]
-            runner.info.update(profile_call(runner.prepare(b0, *_inputs(vmodel, b0, context))),
-                               profiled_batch=b0)
-            info[name] = {**runner.info, "sizes": run_sizes, "error": None}
+            return runner, run_sizes
         except Exception as exc:  # noqa: BLE001 - recorded: one failing column keeps the rest
+            info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            return None, run_sizes
+
+    def finish(name: str, runner: Runner | None, run_sizes: list[int]) -> None:
+        """Profile one call (after every timing: a profiler session was seen slowing the
+        host's launches for the rest of the process), record the info, release."""
+        vmodel = small if name in SMALL_CACHE else model
+        try:
+            if runner is not None and name not in info:
+                b0 = run_sizes[0]
+                runner.info.update(profile_call(runner.prepare(b0, *_inputs(vmodel, b0,
+                                                                            context))),
+                                   profiled_batch=b0)
+                info[name] = {**runner.info, "sizes": run_sizes, "error": None}
+        except Exception as exc:  # noqa: BLE001
             info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         finally:
             info.setdefault(name, {"sizes": run_sizes, "error": "interrupted"})
@@ -375,11 +385,49 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
             if runner is not None:
                 runner.release()
             _free()
+
+    # the static-graph columns live together and are sampled in turn at each batch size; a
+    # torch.compile column resets Dynamo when it is built, so those are built and timed one
+    # after another (the record names the columns that were interleaved)
+    together = [n for n in variants if n not in COMPILED]
+    built = {n: build(n) for n in together}
+    try:
+        for i, b in enumerate(sizes):
+            fns = {n: r.prepare(b, *_inputs(small if n in SMALL_CACHE else model, b, context))
+                   for n, (r, rs) in built.items() if r is not None and b in rs}
+            try:
+                got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
+            except Exception as exc:  # noqa: BLE001 - recorded, the other columns go on
+                for n in fns:
+                    info[n] = {"sizes": built[n][1], "error": f"{type(exc).__name__}: {exc}"[:2000]}
+                    built[n][0].release()
+                    built[n] = (None, built[n][1])
+                continue
+            for n, st in got.items():
+                times[n][i] = _stats(st)
+    finally:
+        for n, (r, rs) in built.items():
+            finish(n, r, rs)
+    for name in (n for n in variants if n in COMPILED):
+        runner, run_sizes = build(name)
+        vmodel = small if name in SMALL_CACHE else model
+        try:
+            if runner is not None:
+                for i, b in enumerate(sizes):
+                    if b in run_sizes:
+                        fn = runner.prepare(b, *_inputs(vmodel, b, context))
+                        times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
+                                                          inner=inner))
+        except Exception as exc:  # noqa: BLE001
+            info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        finally:
+            finish(name, runner, run_sizes)
     out = {
         "preset": preset_name, "dtype": dtype, "config": model.cfg.to_dict(),
         "context": int(context), "batch_sizes": sizes, "compile_sizes": csizes,
         "bandwidth": bandwidth, "matmul": matmul, "times": times, "variants": info,
         "checks": checks,
+        "interleaved": [n for n in together if any(t is not None for t in times[n])],
     }
     model = small = None  # drop references before freeing
     _free()
@@ -457,7 +505,7 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         _free()
     checks["multistep_tokens_equal_single_steps"] = all(equal)
     out = {"preset": preset_name, "dtype": dtype, "batch_sizes": sizes, "n_steps": n_steps,
-           "times": times, "checks": checks,
+           "times": times, "checks": checks, "interleaved": True,
            "tokens_per_s": {m: [records.tokens_per_s(b, st["median"]) for b, st in
                                 zip(sizes, ts)] for m, ts in times.items()},
            "conditional": {**conditional_support(), "if_node_demo": if_node_demo_isolated()}}

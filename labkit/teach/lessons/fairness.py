@@ -27,17 +27,23 @@ def fair_compile_size(record: Any) -> int | None:
     return int(sizes[0]) if sizes else None
 
 
-def interleaved(record: Any, default: bool = False) -> bool:
-    """The record's ``interleaved`` flag; ``default`` for a record made before the field."""
-    return bool(getattr(record, "data", record).get("interleaved", default))
+def interleaved(record: Any, default: bool = False, columns: tuple[str, ...] = ()) -> bool:
+    """Whether the record's columns (``columns``: those compared; all when empty) were sampled
+    in turn: its ``interleaved`` field is ``True``/``False`` for the whole record or a list of
+    the columns that were; ``default`` for a record made before the field."""
+    flag = getattr(record, "data", record).get("interleaved", default)
+    if isinstance(flag, list):
+        return bool(columns) and all(c in flag for c in columns)
+    return bool(flag)
 
 
 def compare(record: Any, a: str, b: str, batch: int, *, default: bool = False) -> Difference:
     """Column ``a`` against ``b`` of a timed record at ``batch``
-    (:func:`labkit.teach.verdicts.compare_stats`, interleaved as :func:`interleaved` says)."""
+    (:func:`labkit.teach.verdicts.compare_stats`, interleaved as :func:`interleaved` says for
+    these two columns)."""
     d = getattr(record, "data", record)
     i = list(d["batch_sizes"]).index(batch)
     sa, sb = d["times"][a][i], d["times"][b][i]
     if sa is None or sb is None:
         raise KeyError(f"{a!r} or {b!r} was not timed at batch {batch}")
-    return compare_stats(sa, sb, interleaved=interleaved(record, default))
+    return compare_stats(sa, sb, interleaved=interleaved(record, default, (a, b)))

@@ -18,7 +18,8 @@ VARIANT_LABELS = {"eager": "eager", "graph": "FULL graph (labkit capture)",
                   "compile_manual_graph": "torch.compile kernels + labkit capture",
                   "compile_full_cache": "torch.compile reduce-overhead, cache of every batch size"}
 #: ``measure_multistep`` samples its three ways in turn since commit 4a71390, which made both
-#: references (data/reference/h200/PROVENANCE.md); its records carry no ``interleaved`` field
+#: references (data/reference/h200/PROVENANCE.md); records from before it wrote an
+#: ``interleaved`` field carry none, so that is the default for a multistep record
 MULTISTEP_INTERLEAVED = True
 
 
