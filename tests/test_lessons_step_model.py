@@ -32,8 +32,6 @@ def test_model_vs_decode_records_uses_their_values():
         assert r["eager_model_us"] == pytest.approx(max(d["kernels_per_step"] * host, gpu))
         assert r["eager_measured_us"] == eager
         assert r["measured_over_model"] == pytest.approx(eager / r["eager_model_us"])
-    text = launch.describe_model_rows("small", rows)
-    assert text.count("\n") == len(rows) - 1 and "measured" in text
 
 
 def test_model_vs_bench_record():
