@@ -32,11 +32,12 @@ def test_record_helpers():
     assert median(Stats(2.0, 1.0, 3.0, 2.0, 3)) == 2.0
 
 
-def test_expected_times():
-    assert launch.expected_eager_step_us(68, 6.8) == pytest.approx(462.4)
+def test_expected_replay():
     assert launch.expected_replay_us(200, 0.84) == pytest.approx(168.0)
     with pytest.raises(ValueError, match="n_kernels"):
-        launch.expected_eager_step_us(-1, 6.8)
+        launch.expected_replay_us(-1, 0.84)
+    with pytest.raises(ValueError, match="gpu_per_node_us"):
+        launch.expected_replay_us(10, float("nan"))
 
 
 def test_crossover_and_sweep_rows():

@@ -1,23 +1,15 @@
 """ipywidgets helpers: :func:`explore` redraws what a render function returns (a figure, text,
-or a list of those) whenever a control changes; :func:`slider_plot` is its one-slider form.
-Sliders redraw on release. Widgets need a live kernel: show the default view as a static
-figure too, and tag widget cells ``nbval-ignore-output``."""
+or a list) whenever a control changes; sliders redraw on release. Widgets need a live kernel:
+show the default view as a static figure too, and tag widget cells ``nbval-ignore-output``."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
 
-def _widgets():
-    try:
-        import ipywidgets
-    except ImportError as exc:  # pragma: no cover - ipywidgets is a dependency
-        raise ImportError("labkit.teach.widgets needs ipywidgets: pip install 'ipywidgets>=8.1'"
-                          ) from exc
-    return ipywidgets
+def _common(**kw) -> dict:
+    import ipywidgets as w  # a dependency; imported when a widget is made
 
-
-def _common(w, **kw) -> dict:
     return dict(continuous_update=False, style={"description_width": "initial"},
                 layout=w.Layout(width="600px"), **kw)
 
@@ -33,31 +25,34 @@ def pow2_label(n: int, *, show_value: bool = True) -> str:
 def choice_slider(values: Sequence[Any], *, description: str = "", value: Any = None,
                   fmt: Callable[[Any], str] = str):
     """A slider over a fixed list of ``values``, labelled by ``fmt``."""
-    w, values = _widgets(), list(values)
+    import ipywidgets as w
+
+    values = list(values)
     if not values:
         raise ValueError("choice_slider needs at least one value")
     if value is not None and value not in values:
         raise ValueError(f"value {value!r} is not one of the slider's values {values}")
     return w.SelectionSlider(options=[(fmt(v), v) for v in values], **_common(
-        w, value=values[0] if value is None else value, description=description))
+        value=values[0] if value is None else value, description=description))
 
 
 def number_slider(low: float, high: float, *, step: float | None = None,
                   value: float | None = None, description: str = ""):
     """An integer slider when ``low``, ``high`` and ``step`` are ints, else a float slider."""
-    w, value = _widgets(), low if value is None else value
+    import ipywidgets as w
+
+    value = low if value is None else value
     if high < low:
         raise ValueError(f"slider range is empty: low={low} > high={high}")
     if not low <= value <= high:
         raise ValueError(f"value {value} lies outside [{low}, {high}]")
-    kw = _common(w, min=low, max=high, value=value, description=description)
+    kw = _common(min=low, max=high, value=value, description=description)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high, step or 1)):
         return w.IntSlider(step=step or 1, **kw)
     return w.FloatSlider(step=step or (high - low) / 100, **kw)
 
 
 def _append(out: Any, item: Any) -> None:
-    """Append a render result to an Output widget: text as stdout, else as display data."""
     if isinstance(item, (list, tuple)):
         for x in item:
             _append(out, x)
@@ -68,11 +63,11 @@ def _append(out: Any, item: Any) -> None:
 
 
 def explore(render: Callable[..., Any], controls: Mapping[str, Any]):
-    """Controls above an output area showing ``render(**{name: control.value})``, now and
-    after every change. Results are *appended* to the Output widget's state, not shown inside
-    ``with out:``, which headless runners (papermill, nbval) echo back to the kernel and can
-    stall. Returns the ``VBox`` (end the cell with it), with ``update``, ``controls``, ``output``."""
-    w = _widgets()
+    """Controls above an output showing ``render(**{name: control.value})``, now and on every
+    change; appended to the Output's state, not shown ``with out:`` (headless runners echo that
+    back and can stall). Returns the ``VBox``, with ``update``, ``controls`` and ``output``."""
+    import ipywidgets as w
+
     if not controls:
         raise ValueError("explore needs at least one control, e.g. {'numel': choice_slider(...)}")
     out = w.Output()
@@ -88,9 +83,3 @@ def explore(render: Callable[..., Any], controls: Mapping[str, Any]):
     update()
     return box
 
-
-def slider_plot(render: Callable[[Any], Any], values: Sequence[Any], *, name: str = "value",
-                description: str = "", value: Any = None, fmt: Callable[[Any], str] = str):
-    """One :func:`choice_slider` over ``values`` driving ``render(value)`` (:func:`explore`)."""
-    slider = choice_slider(values, description=description or name, value=value, fmt=fmt)
-    return explore(lambda **kw: render(kw[name]), {name: slider})

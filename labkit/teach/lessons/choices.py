@@ -1,5 +1,4 @@
-"""The option of a multiple choice closest to a measured ratio, so that a "predict, then check
-against the record" exercise checks itself."""
+"""The option of a multiple choice closest to a measured ratio (self-checking predictions)."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from typing import Mapping
 
 
 def closest_choice(value: float, options: Mapping[str, float]) -> str:
-    """The key of ``options`` whose value lies closest to ``value`` on a log scale (2× off
-    counts the same above and below)."""
+    """The key of ``options`` whose value lies closest to ``value`` on a log scale."""
     if not options:
         raise ValueError("options must name at least one choice, got none")
     for key, v in [("value", value), *options.items()]:

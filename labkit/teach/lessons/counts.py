@@ -1,9 +1,5 @@
-"""GPU operations per decode step, read the same way everywhere (notebooks 01–03, 08, 10).
-
-Every record that counts them counts with ``labkit.measure.bench.count_step_ops``
-(:data:`labkit.measure.records.GPU_OPS_COUNTED` says what that includes): the field is
-``kernels_per_step`` (an int in ``decode_<preset>``; ``{"eager", "compile"}`` in
-``compile_<preset>``) or ``gpu_ops_per_step`` (``modes_<preset>``)."""
+"""GPU operations per decode step, as ``labkit.measure.bench.count_step_ops`` counts them
+(:data:`labkit.measure.records.GPU_OPS_COUNTED`), read one way (notebooks 01–03, 08, 10)."""
 
 from __future__ import annotations
 
@@ -13,12 +9,14 @@ from labkit.teach.lessons import record_data
 
 
 def gpu_ops_per_step(record: Any, method: str = "eager") -> int:
-    """The recorded GPU operations per decode step of ``method`` (``eager`` or ``compile``)."""
+    """GPU operations per step of ``method`` (``eager`` or ``compile``): ``kernels_per_step``
+    (an int in ``decode_``, per method in ``compile_`` records) or ``gpu_ops_per_step``."""
     if method not in ("eager", "compile"):
         raise ValueError(f"method must be one of ['compile', 'eager'], got {method!r}")
     d = record_data(record)
     value = d.get("kernels_per_step", d.get("gpu_ops_per_step"))
-    value = value.get(method) if isinstance(value, Mapping) else value if method == "eager" else None
+    if isinstance(value, Mapping) or method != "eager":
+        value = value.get(method) if isinstance(value, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{getattr(record, 'name', 'the record')} holds no GPU operation count "
                          f"for method {method!r} (fields kernels_per_step / gpu_ops_per_step); "

@@ -1,9 +1,5 @@
-"""Launching a decode step's kernels vs reading its weights (notebooks 00 and 01).
-
-Measured (``launch_overhead``, ``decode_<preset>``): host µs per launch, GPU µs per graph
-node, the sweep's bandwidth, the recorded models' GPU operations per step. Computed: weight
-bytes of a shape. Estimated: the operations of a shape no record holds, from a per-layer fit
-through two recorded models (GPT-2-style layers: an order of magnitude for other layers)."""
+"""Launching a decode step's kernels vs reading its weights at batch 1 (notebooks 00, 01); a shape
+no record holds gets its count from a per-layer fit through two GPT-2-style models (an estimate)."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ from labkit.teach.lessons.launch import sweep_rows
 #: the published Llama-2-7B shape (Touvron et al. 2023): 32 layers, width 4096, SwiGLU MLP
 LLAMA2_7B = {"name": "Llama-2-7B shape", "n_layer": 32, "d_model": 4096, "d_ff": 11008,
              "vocab_size": 32000, "gated": True}
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def sweep_bandwidth(record: Any) -> float:
@@ -31,9 +26,9 @@ def sweep_bandwidth(record: Any) -> float:
 
 def weight_bytes(n_layer: int, d_model: int, vocab_size: int, *, d_ff: int | None = None,
                  bytes_per_param: int = 2, gated: bool = False) -> int:
-    """Bytes of the matrices one decode step reads: per layer attention (``4 d²``) and MLP
-    (``2 d·d_ff``, ``3 d·d_ff`` gated), plus the output head (``vocab × d``); embeddings,
-    norms and biases left out (small)."""
+    """Bytes of the matrices a decode step reads: per layer attention ``4 d²`` and MLP
+    ``2 d·d_ff`` (``3 d·d_ff`` gated), plus the head ``vocab × d`` (embeddings, norms, biases
+    left out)."""
     d_ff = 4 * d_model if d_ff is None else d_ff
     for name, v in (("n_layer", n_layer), ("d_model", d_model), ("vocab_size", vocab_size),
                     ("d_ff", d_ff), ("bytes_per_param", bytes_per_param)):
@@ -45,36 +40,33 @@ def weight_bytes(n_layer: int, d_model: int, vocab_size: int, *, d_ff: int | Non
 
 def regime_rows(launch_record: Any, decodes: Mapping[str, Any],
                 big: Mapping[str, Any] | None = LLAMA2_7B) -> list[dict]:
-    """Launching vs reading the weights at batch 1: a row per ``decodes`` record, then one for
-    the bfloat16 shape ``big`` (``name``, ``n_layer``, ``d_model``, ``d_ff``, ``vocab_size``,
-    ``gated``) whose operations are fitted per layer through the first two records. Row:
-    ``name``, ``kernels``, ``counted`` (False: estimated), ``per_layer``, ``weight_bytes``,
-    ``launch_us`` (kernels × host µs per launch), ``read_us`` (weights at the sweep's
-    bandwidth), ``floor_us`` (read + kernels × GPU µs per graph node: the least a replay can
-    take) and ``read_share`` (of that floor)."""
+    """A row per ``decodes`` record (its count and config), then one for the bfloat16 shape
+    ``big`` with its count fitted per layer through the first two: ``name``, ``kernels``,
+    ``counted``, ``per_layer``, ``weight_bytes``, ``launch_us`` (× host µs per launch),
+    ``read_us`` (at the sweep's bandwidth), ``floor_us`` (read + a graph node per kernel: the
+    least a replay can take) and ``read_share`` (of that floor)."""
     lo = view(launch_record, LaunchOverhead)
-    host, node, bw = median(lo.host_per_launch), median(lo.gpu_per_graph_node), \
-        sweep_bandwidth(launch_record)
-    shapes = []
+    host, node = median(lo.host_per_launch), median(lo.gpu_per_graph_node)
+    bw, shapes = sweep_bandwidth(launch_record), []
     for name, rec in decodes.items():
         c = record_data(rec)["config"]
-        shapes.append([name, gpu_ops_per_step(rec), True, None,
-                       dict(n_layer=c["n_layer"], d_model=c["d_model"],
-                            vocab_size=c["vocab_size"], bytes_per_param=BYTES[c["dtype"]])])
+        shapes.append([name, gpu_ops_per_step(rec), None, dict(
+            n_layer=c["n_layer"], d_model=c["d_model"], vocab_size=c["vocab_size"],
+            bytes_per_param={"float32": 4}.get(c["dtype"], 2))])
     if big is not None:
-        (_, k1, _, _, s1), (_, k2, _, _, s2) = shapes[:2]
+        (_, k1, _, s1), (_, k2, _, s2) = shapes[:2]
         if s1["n_layer"] == s2["n_layer"]:
             raise ValueError("fitting operations per layer needs two records of different "
                              f"layer counts, got {s1['n_layer']} and {s2['n_layer']}")
         per = (k2 - k1) / (s2["n_layer"] - s1["n_layer"])
         shape = {k: v for k, v in big.items() if k != "name"}
         shapes.append([big.get("name", "shape"), k1 + per * (shape["n_layer"] - s1["n_layer"]),
-                       False, per, shape])
+                       per, shape])
     rows = []
-    for name, k, counted, per, shape in shapes:
+    for name, k, per, shape in shapes:
         wb = weight_bytes(**shape)
         read = wb / bw * 1e6
-        rows.append({"name": name, "kernels": k, "counted": counted, "per_layer": per,
+        rows.append({"name": name, "kernels": k, "counted": per is None, "per_layer": per,
                      "weight_bytes": wb, "launch_us": k * host, "read_us": read,
                      "floor_us": read + k * node, "read_share": read / (read + k * node)})
     return rows

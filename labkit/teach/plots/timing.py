@@ -1,6 +1,5 @@
-"""Charts of launch overhead: cost bars, the work-per-kernel sweep, CPU/GPU timelines, from
-``launch_overhead`` and ``timeline_<preset>`` records (a Result or its data); a Result's
-provenance is the subtitle unless ``subtitle`` is given."""
+"""Charts of ``launch_overhead`` and ``timeline_<preset>`` records (a Result or its data): cost
+bars, the work-per-kernel sweep, CPU/GPU timelines; a Result's provenance is the subtitle."""
 
 from __future__ import annotations
 
@@ -13,11 +12,10 @@ from labkit.teach.lessons.trace import short_name
 from labkit.teach.plots import base_layout, color, label, register_template
 from labkit.teach.widgets import pow2_label
 
-#: (record key, bar label) of the launch_overhead figures, in display order
-OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"), ("launch_sync", "launch<br>+ sync"),
+OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"),
+                 ("launch_sync", "launch<br>+ sync"),
                  ("gpu_per_eager_kernel", "GPU time per<br>eager kernel"),
                  ("gpu_per_graph_node", "GPU time per<br>graph node")]
-LANE_LABELS = {"CPU": "CPU launches", "GPU": "GPU kernels"}
 
 
 def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
@@ -38,14 +36,9 @@ def stats_error_bars(stats: Sequence[Any]) -> dict:
                 arrayminus=[x - low if None not in (low, x) else 0 for low, x in zip(lo, m)])
 
 
-def _sub(record: Any, subtitle: str | None) -> str:
-    return record_provenance(record) if subtitle is None else subtitle
-
-
 def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None = None):
-    """Bars of a ``launch_overhead`` record's launch costs (median, p10–p90; missing figures
-    left out); ``cpu``: a live CPU :class:`labkit.timing.LaunchOverhead` (or dict), a grey bar
-    of PyTorch's per-op dispatch cost (no kernel launch, not a GPU number)."""
+    """Launch costs (median, p10–p90; missing ones left out); ``cpu``: a live CPU
+    :class:`labkit.timing.LaunchOverhead` (or dict), a grey bar of PyTorch's dispatch cost."""
     import plotly.graph_objects as go
 
     data = view(record, LaunchOverhead)
@@ -64,13 +57,13 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
                             insidetextanchor="middle") for n, c, bs in traces])
     fig.update_layout(barmode="group", showlegend=cpu is not None)
     return finish(fig, "What one kernel launch costs", "", "µs (median, p10–p90)",
-                  subtitle=_sub(record, subtitle))
+                  subtitle=record_provenance(record) if subtitle is None else subtitle)
 
 
 def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float = MEET_RATIO,
                 subtitle: str | None = None):
-    """Time per kernel vs elements per kernel, eager and graph replay, log–log; a star where
-    eager meets graph (within ``meet_ratio``), a ring at the point nearest ``highlight``."""
+    """Time per kernel vs elements per kernel, eager and replay, log–log; a star where they
+    meet (within ``meet_ratio``), a ring at the point nearest ``highlight``."""
     import plotly.graph_objects as go
 
     sweep = sweep_rows(record)
@@ -97,25 +90,23 @@ def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float 
         p = point_at(sweep, highlight)
         ys = [y for y in (p["eager_us"], p["graph_us"]) if y is not None]
         fig.add_trace(go.Scatter(x=[p["numel"]] * len(ys), y=ys, mode="markers",
-                                 name="selected size", marker=dict(
-                                     symbol="circle-open", size=20, line=dict(width=3),
-                                     color="#ff7f0e")))
+                                 name="selected size", marker=dict(symbol="circle-open", size=20,
+                                                                   color="#ff7f0e")))
     fig.update_xaxes(tickvals=[p["numel"] for p in sweep],
                      ticktext=[pow2_label(p["numel"], show_value=False) for p in sweep])
     return finish(fig, "Work per kernel: when does the launch stop mattering?",
                   "elements per kernel (float32, x.mul_)", "µs per kernel (median)",
-                  subtitle=_sub(record, subtitle), log_x=True, log_y=True)
+                  subtitle=record_provenance(record) if subtitle is None else subtitle,
+                  log_x=True, log_y=True)
 
 
 def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
                    subtitle: str | None = None, title: str | None = None):
-    """CPU launches and GPU kernels on one time axis, two lanes per method (eager above
-    graph), one bar per profiler event (hover: name and duration)."""
+    """CPU launches and GPU kernels on one time axis, two lanes per method, a bar per event."""
     import plotly.graph_objects as go
 
     data = view(record, Timeline)
-    missing = [m for m in methods if m not in data.methods]
-    if missing:
+    if missing := [m for m in methods if m not in data.methods]:
         raise KeyError(f"the timeline record has no method(s) {missing}; it has "
                        f"{sorted(data.methods)}")
     fig, order = go.Figure(), []
@@ -123,7 +114,7 @@ def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
         step, c = data[method].step_us, color(method)
         for lane in ("CPU", "GPU"):
             evs = [e for e in data[method].events if e.lane == lane]
-            y = f"{label(method)} · {LANE_LABELS[lane]}" + (
+            y = f"{label(method)} · {lane} {'launches' if lane == 'CPU' else 'kernels'}" + (
                 f"<br><sup>step {step:,.0f} µs</sup>" if step and lane == "GPU" else "")
             order.append(y)
             fig.add_trace(go.Bar(
@@ -137,4 +128,5 @@ def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
                       showlegend=False)
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
     return finish(fig, title or "Decode steps on a timeline: CPU launches vs GPU kernels",
-                  "time (µs from the first event)", "", subtitle=_sub(record, subtitle))
+                  "time (µs from the first event)", "",
+                  subtitle=record_provenance(record) if subtitle is None else subtitle)
