@@ -32,40 +32,39 @@ def test_record_helpers():
     assert median(Stats(2.0, 1.0, 3.0, 2.0, 3)) == 2.0
 
 
-def test_expected_times():
-    assert launch.expected_eager_step_us(68, 6.8) == pytest.approx(462.4)
+def test_expected_replay():
     assert launch.expected_replay_us(200, 0.84) == pytest.approx(168.0)
     with pytest.raises(ValueError, match="n_kernels"):
-        launch.expected_eager_step_us(-1, 6.8)
+        launch.expected_replay_us(-1, 0.84)
+    with pytest.raises(ValueError, match="gpu_per_node_us"):
+        launch.expected_replay_us(10, float("nan"))
 
 
-def test_crossover_and_verdicts():
+def test_crossover_and_sweep_rows():
     assert launch.crossover_numel(SWEEP) == 2**20
     assert launch.crossover_numel(SWEEP, meet_ratio=1.01) == 2**24
     assert launch.crossover_numel({"device": "cuda", "n_kernels": 200, "sweep": SWEEP}) == 2**20
     assert launch.crossover_numel([{"numel": 1, "eager": S(5), "graph": None}]) is None
     with pytest.raises(ValueError, match="meet_ratio"):
         launch.crossover_numel(SWEEP, meet_ratio=0.5)
-    assert launch.verdict(SWEEP[1]) == "launch-bound"
-    assert launch.verdict(SWEEP[2]) == "bandwidth-bound"
-    assert launch.verdict({"numel": 1, "eager": S(5), "graph": None}) == "unknown"
+    rows = launch.sweep_rows(SWEEP)
+    assert [r["numel"] for r in rows] == [1, 2**20, 2**24]
+    assert [r["verdict"] for r in rows] == ["launch-bound", "bandwidth-bound", "bandwidth-bound"]
+    assert rows[0]["ratio"] == pytest.approx(7.0 / 0.8)
+    assert rows[2]["gbs"] == pytest.approx(2**24 * 8 / 40e-6 / 1e9)
+    assert rows[2]["mb"] == pytest.approx(2**24 * 8 / 1e6)
+    none = launch.sweep_rows([{"numel": 1, "eager": S(5), "graph": None}])[0]
+    assert none["verdict"] == "unknown" and none["gbs"] is None and none["ratio"] is None
     assert launch.point_at(SWEEP, 3)["numel"] == 1
     assert launch.point_at(SWEEP, 2**23)["numel"] == 2**24
-    assert "launch-bound" in launch.describe_point(SWEEP[1])
-    assert "GB/s" in launch.describe_point(SWEEP[2])
-    assert launch.bandwidth_gbs(2**24, 40.0) == pytest.approx(2**24 * 8 / 40e-6 / 1e9)
+    with pytest.raises(ValueError, match="numel >= 1"):
+        launch.point_at(SWEEP, 0)
 
 
 def test_sweep_accepts_timing_workpoints():
     pts = [WorkPoint(1, Stats(7, 7, 7, 7, 1), Stats(1, 1, 1, 1, 1)),
            WorkPoint(8, Stats(2, 2, 2, 2, 1), Stats(2, 2, 2, 2, 1))]
     assert launch.crossover_numel(pts) == 8
-
-
-def test_describe_overhead_marks_missing():
-    text = launch.describe_overhead({"device": "cpu", "host_per_launch": S(5.0),
-                                     "launch_sync": None, "n_kernels": 200, "sweep": []})
-    assert "5.00 µs" in text and "n/a" in text
 
 
 def test_timeline_stats_union_of_gpu_intervals():
@@ -101,10 +100,3 @@ def test_decode_rows():
     assert list(ld.decode_rows(rec, ["graph"])[0]) == ["batch", "graph µs", "graph tok/s",
                                                        "graph speed-up", "eager µs per GPU op"]
 
-
-def test_what_if_line():
-    text = launch.what_if(68, 6.8, 120.0)         # host issue 462 µs > GPU 120 µs
-    assert "462" in text and "host-bound" in text and "3.9×" in text
-    text = launch.what_if(10, 1.0, 300.0)         # host issue 10 µs < GPU 300 µs
-    assert "eager ≈ 300" in text and "GPU-bound" in text and "1.0×" in text
-    assert "speed-up" not in launch.what_if(10, 5.0, 0.0)

@@ -107,25 +107,25 @@ def test_strict_mode_fails_a_broken_solution_and_passes_the_right_one(tmp_path, 
     path = tmp_path / "00_setup.ipynb"
     shutil.copy(SOLUTIONS / path.name, path)
     nb = read(path)
-    cell = next(c for c in nb.cells if '"0.2 KV cache bytes"' in c.source)
-    line = next(ln for ln in cell.source.splitlines() if ln.startswith("answer_test = "))
-    cell.source = cell.source.replace(line, line.replace("# solution", "+ 1  # broken"))
-    assert "+ 1  # broken" in cell.source
+    cell = next(c for c in nb.cells if '"0.3 find the bug: the KV-cache formula"' in c.source)
+    line = next(ln for ln in cell.source.splitlines() if ln.strip().startswith("slots = "))
+    cell.source = cell.source.replace(line, "    slots = cfg.max_batch  # broken: no scratch slot")
+    assert "# broken" in cell.source
     with pytest.raises(CellExecutionError) as info:
         execute(nb, tmp_path)
     msg = str(info.value)
     assert "StrictExerciseError" in msg
-    found = re.search(r"exercise '0\.2 KV cache bytes', check 'test model \(float32\)': "
-                      r"expected (\d+), got (\d+)", msg)
+    found = re.search(r"exercise '0\.3 find the bug: the KV-cache formula', check 'test model "
+                      r"\(float32\)': expected (\d+), got (\d+)", msg)
     assert found, msg[-2000:]
-    assert int(found.group(2)) == int(found.group(1)) + 1
+    assert int(found.group(2)) * 9 == int(found.group(1)) * 8  # 8 of the test model's 9 slots
 
     good = read(path)                             # the unbroken copy
     execute(good, tmp_path)
     text = "".join(o.get("text", "") for c in good.cells if c.cell_type == "code"
                    for o in c.outputs if o.get("output_type") == "stream")
-    assert "[PASS] 0.2 KV cache bytes: test model (float32)" in text
-    assert "[TODO]" not in text and "0.2 KV cache bytes: 2/2 checks passed" in text
+    assert "[PASS] 0.3 find the bug: the KV-cache formula: test model (float32)" in text
+    assert "[TODO]" not in text and "0.3 find the bug: the KV-cache formula: 3/3 checks" in text
 
 
 # ---------------------------------------------------------------------------- CI wiring

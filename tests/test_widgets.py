@@ -66,13 +66,6 @@ def test_explore_needs_controls():
         widgets.explore(lambda: None, {})
 
 
-def test_slider_plot_passes_the_value():
-    seen = []
-    box = widgets.slider_plot(seen.append, [10, 20], name="numel")
-    box.controls["numel"].value = 20
-    assert seen == [10, 20]
-
-
 def test_append_adds_figures_text_and_lists_to_the_widget_state():
     import plotly.graph_objects as go
 

@@ -1,104 +1,72 @@
-"""When is decode launch-bound, and when bound by weight bandwidth? (notebooks 00 and 01)
-
-Pure arithmetic over the ``launch_overhead`` record's work-per-kernel sweep: the bandwidth
-the largest swept kernel reached, the bytes a kernel must move before its own GPU time
-exceeds the host's launch time (the crossover), and what both mean for a whole decode step
-whose weights are read once per step. A step is launch-bound when launching its kernels takes
-longer than reading its weights; graph replay removes the launches but not the reads.
-"""
+"""Launching a decode step's kernels vs reading its weights at batch 1 (notebooks 00, 01); a shape
+no record holds gets its count from a per-layer fit through two GPT-2-style models (an estimate)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from labkit.measure.records import LaunchOverhead, view
-from labkit.teach.lessons import median
-from labkit.teach.lessons.launch import SWEEP_BYTES_PER_ELEMENT, _sweep
+from labkit.teach.lessons import median, record_data
+from labkit.teach.lessons.counts import gpu_ops_per_step
+from labkit.teach.lessons.launch import sweep_rows
 
-
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    return float(value)
+#: the published Llama-2-7B shape (Touvron et al. 2023): 32 layers, width 4096, SwiGLU MLP
+LLAMA2_7B = {"name": "Llama-2-7B shape", "n_layer": 32, "d_model": 4096, "d_ff": 11008,
+             "vocab_size": 32000, "gated": True}
 
 
 def sweep_bandwidth(record: Any) -> float:
-    """Bytes per second the largest kernel of the sweep moved when replayed from a graph
-    (``numel × 8 bytes / graph median``): the memory bandwidth a big kernel reaches."""
-    points = [p for p in _sweep(record) if median(p.get("graph"))]
-    if not points:
+    """Bytes/s the sweep's largest kernel moved when replayed from a graph."""
+    rows = [r for r in sweep_rows(record) if r["gbs"]]
+    if not rows:
         raise ValueError("the launch_overhead record has no graph column in its sweep "
                          "(it was measured without CUDA); use the H200 reference record")
-    big = points[-1]
-    return big["numel"] * SWEEP_BYTES_PER_ELEMENT / (median(big["graph"]) * 1e-6)
-
-
-def host_launch_us(record: Any) -> float:
-    """Median host time per launch (µs) of the ``launch_overhead`` record."""
-    return _positive("host_per_launch median", median(view(record, LaunchOverhead)
-                                                       .host_per_launch))
-
-
-def first_gpu_bound_point(record: Any) -> dict | None:
-    """The first sweep point whose GPU time per kernel (graph median) is at least the host
-    time per launch: from there on a kernel runs longer than its launch takes."""
-    host = host_launch_us(record)
-    return next((p for p in _sweep(record)
-                 if median(p.get("graph")) is not None and median(p["graph"]) >= host), None)
-
-
-def hiding_bytes(record: Any) -> float:
-    """Bytes a kernel must move at the sweep's bandwidth to take as long on the GPU as one
-    launch takes on the host: ``host time per launch × bandwidth``."""
-    return host_launch_us(record) * 1e-6 * sweep_bandwidth(record)
+    return rows[-1]["gbs"] * 1e9
 
 
 def weight_bytes(n_layer: int, d_model: int, vocab_size: int, *, d_ff: int | None = None,
                  bytes_per_param: int = 2, gated: bool = False) -> int:
-    """Bytes of the matrices a decode step reads once: per layer the attention projections
-    (``4 d²``) and the MLP (``2 d·d_ff``, ``3 d·d_ff`` when ``gated`` as in Llama), plus the
-    output head (``vocab × d``). Embedding rows, norms and biases are left out (small)."""
+    """Bytes of the matrices a decode step reads: per layer attention ``4 d²`` and MLP
+    ``2 d·d_ff`` (``3 d·d_ff`` gated), plus the head ``vocab × d`` (embeddings, norms, biases
+    left out)."""
+    d_ff = 4 * d_model if d_ff is None else d_ff
     for name, v in (("n_layer", n_layer), ("d_model", d_model), ("vocab_size", vocab_size),
-                    ("bytes_per_param", bytes_per_param)):
-        _positive(name, v)
-    d_ff = 4 * d_model if d_ff is None else int(_positive("d_ff", d_ff))
-    per_layer = 4 * d_model * d_model + (3 if gated else 2) * d_model * d_ff
-    return int((n_layer * per_layer + vocab_size * d_model) * bytes_per_param)
+                    ("d_ff", d_ff), ("bytes_per_param", bytes_per_param)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} must be a number > 0, got {v!r}")
+    return int((n_layer * (4 * d_model ** 2 + (3 if gated else 2) * d_model * d_ff)
+                + vocab_size * d_model) * bytes_per_param)
 
 
-def kernels_per_layer(k_small: int, layers_small: int, k_big: int, layers_big: int
-                      ) -> tuple[float, float]:
-    """Fit ``kernels = per_layer × layers + fixed`` through two models' counts:
-    ``(per_layer, fixed)``."""
-    if layers_big == layers_small:
-        raise ValueError("the two models must have different layer counts to fit kernels per "
-                         f"layer, got {layers_small} and {layers_big}")
-    per = (k_big - k_small) / (layers_big - layers_small)
-    return per, k_small - per * layers_small
-
-
-def step_regime(n_bytes: float, n_kernels: float, launch_us: float, bandwidth: float
-                ) -> dict[str, float | str]:
-    """Compare launching ``n_kernels`` (``launch_us`` each) with reading ``n_bytes`` at
-    ``bandwidth`` bytes/s. Returns ``launch_us``, ``read_us`` and ``bound``
-    (``"launch-bound"`` or ``"weight-bandwidth-bound"``)."""
-    launch = _positive("n_kernels", n_kernels) * _positive("launch_us", launch_us)
-    read = _positive("n_bytes", n_bytes) / _positive("bandwidth", bandwidth) * 1e6
-    return {"launch_us": launch, "read_us": read,
-            "bound": "launch-bound" if launch > read else "weight-bandwidth-bound"}
-
-
-def describe_regime(name: str, row: Mapping[str, Any]) -> str:
-    """One line: which of launching and reading the weights takes longer for ``name``."""
-    return (f"{name}: launching its kernels {row['launch_us']:,.0f} µs vs reading its weights "
-            f"{row['read_us']:,.0f} µs → {row['bound']}")
-
-
-def replay_floor_us(n_bytes: float, n_kernels: float, node_us: float, bandwidth: float
-                    ) -> dict[str, float]:
-    """The least a graph replay of the step can take: reading ``n_bytes`` at ``bandwidth``
-    plus ``n_kernels`` graph nodes of ``node_us`` each. Returns ``floor_us`` and
-    ``read_share`` (the part of it spent reading weights)."""
-    read = _positive("n_bytes", n_bytes) / _positive("bandwidth", bandwidth) * 1e6
-    nodes = _positive("n_kernels", n_kernels) * _positive("node_us", node_us)
-    return {"floor_us": read + nodes, "read_share": read / (read + nodes)}
+def regime_rows(launch_record: Any, decodes: Mapping[str, Any],
+                big: Mapping[str, Any] | None = LLAMA2_7B) -> list[dict]:
+    """A row per ``decodes`` record (its count and config), then one for the bfloat16 shape
+    ``big`` with its count fitted per layer through the first two: ``name``, ``kernels``,
+    ``counted``, ``per_layer``, ``weight_bytes``, ``launch_us`` (× host µs per launch),
+    ``read_us`` (at the sweep's bandwidth), ``floor_us`` (read + a graph node per kernel: the
+    least a replay can take) and ``read_share`` (of that floor)."""
+    lo = view(launch_record, LaunchOverhead)
+    host, node = median(lo.host_per_launch), median(lo.gpu_per_graph_node)
+    bw, shapes = sweep_bandwidth(launch_record), []
+    for name, rec in decodes.items():
+        c = record_data(rec)["config"]
+        shapes.append([name, gpu_ops_per_step(rec), None, dict(
+            n_layer=c["n_layer"], d_model=c["d_model"], vocab_size=c["vocab_size"],
+            bytes_per_param={"float32": 4}.get(c["dtype"], 2))])
+    if big is not None:
+        (_, k1, _, s1), (_, k2, _, s2) = shapes[:2]
+        if s1["n_layer"] == s2["n_layer"]:
+            raise ValueError("fitting operations per layer needs two records of different "
+                             f"layer counts, got {s1['n_layer']} and {s2['n_layer']}")
+        per = (k2 - k1) / (s2["n_layer"] - s1["n_layer"])
+        shape = {k: v for k, v in big.items() if k != "name"}
+        shapes.append([big.get("name", "shape"), k1 + per * (shape["n_layer"] - s1["n_layer"]),
+                       per, shape])
+    rows = []
+    for name, k, per, shape in shapes:
+        wb = weight_bytes(**shape)
+        read = wb / bw * 1e6
+        rows.append({"name": name, "kernels": k, "counted": per is None, "per_layer": per,
+                     "weight_bytes": wb, "launch_us": k * host, "read_us": read,
+                     "floor_us": read + k * node, "read_share": read / (read + k * node)})
+    return rows
