@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit.measure import records
-from labkit.measure.results import SchemaError, load_result
+from labkit.measure.results import SchemaError, load_reference, load_result
 from labkit.measure.serve import check_serving, measure_interleaved, measure_serving, spread
 from labkit.measure.serve_load import check_rates, load_trace, measure_load_curve
 from labkit.measure import serve_record
@@ -127,6 +127,8 @@ def test_load_curve_on_the_simulated_clock():
     rec = records.view(data, records.ServeLoad)
     assert [(p.mode, p.rate) for p in rec.points] == [("eager", 5.0), ("eager", 500.0),
                                                       ("full", 5.0), ("full", 500.0)]
+    assert rec.warmup_runs == 1    # a discarded run of the lowest rate's trace per mode
+    assert records.view(load_reference("serving_load_gpt2"), records.ServeLoad).warmup_runs == 0
     assert all(p.metrics["completed"] == 12 for p in rec.points)
     # on the simulated clock a step costs the same in every mode: the same schedule
     assert rec.series("eager", "ttft_ms.p99") == rec.series("full", "ttft_ms.p99")

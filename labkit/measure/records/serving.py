@@ -156,12 +156,15 @@ class ServeLoad:
     modes: list[str]
     rates: list[float]
     points: list[ServeLoadPoint]
+    #: whole runs each mode served and discarded before its first point (0 in older records)
+    warmup_runs: int = 0
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "ServeLoad":
         out = cls(modes=_req(d, "modes", where, _strs), rates=_req(d, "rates", where, _nums),
                   points=[ServeLoadPoint.from_data(p, f"{where}.points[{i}]")
-                          for i, p in enumerate(_req(d, "points", where, _list))])
+                          for i, p in enumerate(_req(d, "points", where, _list))],
+                  warmup_runs=_opt(d, "warmup_runs", where, _int, 0))
         for i, p in enumerate(out.points):
             if p.mode not in out.modes or p.rate not in out.rates:
                 raise _Fail(f"{where}.points[{i}]", f"has mode {p.mode!r} at rate {p.rate} "
