@@ -22,7 +22,8 @@ def test_vllm_default_sizes_follow_the_rule():
 def test_from_vllm_defaults_on_an_h200():
     s = es.from_vllm()  # max_num_seqs 1024, max_num_batched_tokens 8192, FULL_AND_PIECEWISE
     assert s.capture_sizes == tuple(VLLM_512) and s.max_capture_size == 512
-    assert s.cudagraph_mode == "FULL_AND_PIECEWISE" and s.mode == "piecewise"
+    # a decode step is a uniform decode batch: vLLM replays FULL graphs for it
+    assert s.cudagraph_mode == "FULL_AND_PIECEWISE" and s.mode == "full"
     assert s.full_max_size == 512 and s.max_batch == 1024
 
 
@@ -115,12 +116,23 @@ def test_sglang_speculative_list_and_pool_cut():
     assert es.from_sglang(disable_cuda_graph=True).mode == "eager"
 
 
-def test_dispatcher_kwargs_cut_at_labkit_max_batch():
+def test_dispatcher_kwargs_follow_vllms_batch_composition_rule():
+    # labkit decodes pure decode batches: FULL graphs at every size up to full_max_size
     assert es.from_vllm(max_num_seqs=16).dispatcher_kwargs(16) == {
-        "capture_sizes": [1, 2, 4, 8, 16], "cudagraph_mode": "FULL_AND_PIECEWISE",
-        "full_max_size": 16}
+        "capture_sizes": [1, 2, 4, 8, 16], "cudagraph_mode": "FULL"}
+    assert es.from_vllm().dispatcher_kwargs(64)["cudagraph_mode"] == "FULL"
     assert es.from_vllm(cudagraph_mode="FULL_DECODE_ONLY").dispatcher_kwargs(8) == {
         "capture_sizes": [1, 2, 4, 8], "cudagraph_mode": "FULL"}
+    # max_num_seqs 20 is no capture size: sizes 24..40 have no FULL decode key, so a decode
+    # batch padded there replays a PIECEWISE graph (FULL_AND_PIECEWISE) or runs eager
+    assert es.from_vllm(max_num_seqs=20).dispatcher_kwargs(64) == {
+        "capture_sizes": [1, 2, 4, 8, 16, 24, 32, 40], "cudagraph_mode": "FULL_AND_PIECEWISE",
+        "full_max_size": 16}
+    assert es.from_vllm(max_num_seqs=20, cudagraph_mode="FULL_DECODE_ONLY"
+                        ).dispatcher_kwargs(64) == {"capture_sizes": [1, 2, 4, 8, 16],
+                                                    "cudagraph_mode": "FULL"}
+    assert es.from_vllm(cudagraph_mode="PIECEWISE").dispatcher_kwargs(4) == {
+        "capture_sizes": [1, 2, 4], "cudagraph_mode": "PIECEWISE"}
     assert es.from_sglang().dispatcher_kwargs(12) == {"capture_sizes": [1, 2, 4, 8, 12],
                                                       "cudagraph_mode": "FULL"}
 
@@ -169,17 +181,3 @@ def test_budgets():
 def test_bad_settings_name_themselves(call, error, match):
     with pytest.raises(error, match=match):
         call()
-
-
-def test_table_rows_name_a_source_and_version():
-    rows = es.settings_rows()
-    names = " ".join(r["setting"] for r in rows)
-    for want in ("enforce_eager", "cudagraph_mode", "cudagraph_capture_sizes",
-                 "max_cudagraph_capture_size", "max_num_seqs", "gpu_memory_utilization",
-                 "--disable-cuda-graph", "--cuda-graph-max-bs", "--cuda-graph-bs",
-                 "--disable-cuda-graph-padding"):
-        assert want in names
-    for r in rows:
-        assert (es.VLLM_VERSION in r["source"]) or (es.SGLANG_VERSION in r["source"])
-        assert ".py" in r["source"]
-    assert "1 + k" in es.SPEC_DECODE_PADDING and "gpu_memory_utilization" in es.GRAPH_MEMORY

@@ -3,8 +3,8 @@ the real clock's token times are ordered, and every slot and block is free after
 
 import pytest
 
-from labkit.measure.records import ServeLoad, view
-from labkit.measure.serve import measure_serving
+from labkit.measure.records import Serve, ServeLoad, view
+from labkit.measure.serve import measure_interleaved, measure_serving
 from labkit.measure.serve_load import measure_load_curve
 from labkit.model import build_model, preset
 from labkit.serving import RealClock, ServingEngine, make_step_fn
@@ -68,3 +68,24 @@ def test_load_curve_on_gpu_and_breaker_record():
                           breaker={"window": 4, "threshold": 0.9, "cooldown_s": 0.05})
     assert brk["metrics"]["completed"] == len(TRACE)
     assert brk["breaker_trips_s"] == sorted(brk["breaker_trips_s"])
+
+
+def test_every_decode_step_is_timed_on_the_gpu():
+    data = measure_serving("small", TRACE, "full", device="cuda", max_batch=8,
+                           capture_sizes=[1, 2, 4, 8], dtype="bfloat16", repeats=2)
+    assert data["warmup_runs"] == 1
+    for m in data["repeats"]:
+        assert 0 < m["gpu_busy_s"] <= m["duration_s"]
+        assert 0 < m["gpu_busy_share"] <= 1
+        assert m["gpu_step_ms"]["median"] > 0
+    assert data["spread"]["gpu_busy_share"]["n"] == 2
+
+
+def test_interleaved_record_on_gpu():
+    data = measure_interleaved("small", TRACE, {"eager": {"mode": "eager"},
+                                                "full": {"mode": "full",
+                                                         "capture_sizes": [1, 2, 4, 8]}},
+                               device="cuda", max_batch=8, dtype="bfloat16", repeats=3)
+    rec = view(data, Serve)
+    assert rec.interleaved and len(rec.arms["full"].repeats) == 3
+    assert all("gpu_busy_share" in m for a in rec.arms.values() for m in a.repeats)

@@ -1,165 +1,154 @@
-"""Notebook 13's pure helpers on hand-made records: the mode table, ratios with the spread of
-repeated runs, capacity on a load curve, TPOT/TTFT from timestamps, seed 001's verdicts and the
+"""Notebook 13's pure helpers on hand-made records: per-run values and their comparison, the
+mode table, TPOT/TTFT from timestamps, seed 001's verdicts (weak evidence refused) and the
 charts."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from labkit.teach import claims, serving_claims as sc
+from labkit.measure.results import load_reference
 from labkit.teach.lessons import serving as ls
 from labkit.teach.plots import serving as ps
+from labkit.teach.verdicts import CANNOT
 
 
-def metrics(ttft99: float, tpot50: float, tpot99: float, e2el99: float, out: float,
-            req: float, hit: float = 1.0, waste: float = 0.0, fallbacks: int = 0) -> dict:
-    return {"completed": 10, "total_output": 100, "duration_s": 1.0,
-            "ttft_ms": {"mean": 1.0, "median": 1.0, "p90": 1.0, "p99": ttft99},
-            "tpot_ms": {"mean": tpot50, "median": tpot50, "p90": tpot99, "p99": tpot99},
-            "itl_ms": {"mean": 1.0, "median": 1.0, "p90": 1.0, "p99": tpot99},
-            "e2el_ms": {"mean": 1.0, "median": 1.0, "p90": 1.0, "p99": e2el99},
-            "output_throughput": out, "request_throughput": req, "steps": 5,
-            "graph_hit_rate": hit, "padded_waste": waste, "eager_fallbacks": fallbacks}
+def metrics(ttft50: float, tpot99: float, out: float, hit: float = 1.0,
+            busy: float | None = None) -> dict:
+    m = {"completed": 10, "total_output": 100, "duration_s": 1.0,
+         "ttft_ms": {"mean": ttft50, "median": ttft50, "p90": ttft50, "p99": 2 * ttft50},
+         "tpot_ms": {"mean": 1.0, "median": tpot99 / 2, "p90": tpot99, "p99": tpot99},
+         "itl_ms": {"mean": 1.0, "median": 1.0, "p90": 1.0, "p99": tpot99},
+         "e2el_ms": {"mean": 1.0, "median": 1.0, "p90": 1.0, "p99": 10 * tpot99},
+         "output_throughput": out, "request_throughput": out / 10, "steps": 5,
+         "graph_hit_rate": hit, "padded_waste": 0.1, "eager_fallbacks": 0}
+    if busy is not None:
+        m["gpu_busy_share"] = busy
+    return m
 
 
-def serve(mode: str, m: dict, repeats: list[dict] | None = None, *, breaker=None,
-          trips=()) -> dict:
-    return {"mode": mode, "trace": "t", "clock": "real", "preset": "gpt2", "requests": [],
-            "steps": [], "metrics": m, "repeats": repeats or [m], "breaker": breaker,
+def serve(mode: str, runs: list[dict], *, breaker=None, trips=()) -> dict:
+    return {"mode": mode, "trace": "t", "clock": "real", "requests": [], "steps": [],
+            "metrics": runs[0], "repeats": runs, "breaker": breaker,
             "breaker_trips_s": list(trips),
-            "windows": [{"start_s": 0.0, "steps": 3, "graph_hit_rate": m["graph_hit_rate"],
-                         "padded_waste": m["padded_waste"],
-                         "eager_fallbacks": m["eager_fallbacks"], "mean_batch": 4.0}]}
+            "windows": [{"start_s": 0.0, "steps": 3, "graph_hit_rate": runs[0]["graph_hit_rate"],
+                         "padded_waste": 0.1, "eager_fallbacks": 1, "mean_batch": 4.0}]}
 
 
-EAGER = serve("eager", metrics(100, 8.0, 20.0, 900, 1000, 10, hit=0.0, fallbacks=5),
-              [metrics(100, 8.0, 20.0, 900, 1000, 10), metrics(110, 9.0, 22.0, 950, 900, 9),
-               metrics(90, 7.0, 18.0, 850, 1100, 11)])
-FULL = serve("full", metrics(50, 1.0, 4.0, 300, 3000, 30, waste=0.1),
-             [metrics(50, 1.0, 4.0, 300, 3000, 30), metrics(55, 1.1, 5.0, 320, 2900, 29),
-              metrics(45, 0.9, 3.0, 280, 3100, 31)])
+def ab(arms: dict[str, dict]) -> dict:
+    first = next(iter(arms.values()))
+    return {**first, "interleaved": True, "warmup_runs": 1, "arms": arms,
+            "order": [list(arms)] * len(first["repeats"])}
 
 
-def load(eager_tput, full_tput, rates=(10.0, 100.0)) -> dict:
-    pts = []
-    for mode, tp in (("eager", eager_tput), ("full", full_tput)):
-        for r, t in zip(rates, tp):
-            pts.append({"mode": mode, "rate": r, "metrics": metrics(10, 1, 2, 3, 4, t)})
-    return {"modes": ["eager", "full"], "rates": list(rates), "points": pts}
+EAGER = serve("eager", [metrics(250, 24, 1100, 0.0), metrics(7, 6.5, 1360, 0.0),
+                        metrics(7, 5.1, 1360, 0.0)])
+FULL = serve("full", [metrics(6, 1.6, 1550), metrics(6, 1.5, 1540), metrics(10, 2.4, 1540)])
 
 
-def test_served_line_says_how_long_a_run_took_against_its_arrivals():
-    rec = copy.deepcopy(FULL)
-    rec["metrics"].update(completed=2400, total_output=174791, duration_s=124.07)
-    assert ls.served_line("serve_2min_full", rec) == (
-        "serve_2min_full (full): 2400 requests, 174,791 tokens served in 124.1 s")
-    assert ls.served_line("serve_2min_full", rec, 124.04).endswith(
-        "served in 124.1 s for 124.0 s of arrivals (+0.0 s after the last arrival)")
-    with pytest.raises(Exception, match="metrics"):
-        ls.served_line("bad", {**rec, "metrics": None})
+def test_runs_of_reads_every_recorded_run():
+    assert ls.runs_of(EAGER, "ttft_ms.median") == [250, 7, 7]
+    old = {**FULL, "repeats": []}      # an older record: its metrics are its one run
+    assert ls.runs_of(old, "tpot_ms.p99") == [1.6]
+    assert ls.runs_of(EAGER, "gpu_busy_share") == []
+
+
+def test_compare_refuses_separate_records_and_one_run():
+    d = ls.compare(FULL, EAGER, "tpot_ms.p99", interleaved=False)
+    assert d.word == "untested (not interleaved)" and d.ratio == pytest.approx(1.6 / 6.5)
+    assert ls.compare(FULL, EAGER, "tpot_ms.p99", interleaved=True).word == "a lower"
+    one = serve("full", [metrics(6, 1.6, 1550)])
+    assert ls.compare(one, EAGER, "tpot_ms.p99", interleaved=True).word == "untested (1 run)"
 
 
 def test_mode_rows_show_medians_with_spread():
     rows = ls.mode_rows({"serve_eager": EAGER, "serve_full": FULL})
-    assert rows[0]["TPOT p50 ms"] == "8.00 (7.00–9.00)" and rows[0]["runs"] == "3"
-    assert rows[1]["graph hit"] == "100%" and rows[1]["padded waste"] == "10.0%"
-    assert rows[0]["eager fallbacks"] == "5" and rows[0]["breaker"] == "off"
-    one = serve("full", metrics(50, 1.0, 4.0, 300, 3000, 30), breaker={"window": 4})
-    assert ls.mode_rows({"x": one})[0]["TPOT p50 ms"] == "1.00"
-    assert ls.mode_rows({"x": one})[0]["breaker"] == "on"
-
-
-def test_ratio_and_its_range():
-    r = ls.ratio(EAGER, FULL, "tpot_ms.median")
-    assert r["ratio"] == pytest.approx(8.0) and r["low"] == pytest.approx(7.0 / 1.1)
-    assert r["high"] == pytest.approx(9.0 / 0.9)
-    assert ls.ratio(EAGER, FULL, "nope.p99") == {"ratio": None, "low": None, "high": None}
-
-
-def test_capacity_and_saturation():
-    rec = load([9.0, 40.0], [10.0, 95.0])
-    assert ls.capacity(rec, "eager") == {"mode": "eager", "req_per_s": 40.0, "at_rate": 100.0,
-                                         "saturated": True}
-    assert ls.capacity(rec, "full")["saturated"] is False
-    with pytest.raises(ValueError, match="piecewise"):
-        ls.capacity(rec, "piecewise")
-    assert [r["served req/s"] for r in ls.load_rows(rec)] == ["9.00", "40.0", "10.0", "95.0"]
+    assert rows[0]["runs"] == "3" and rows[0]["TTFT p50 ms"] == "7.00 (7.00–250.00)"
+    assert rows[1]["TPOT p99 ms"] == "1.60 (1.50–2.40)" and rows[1]["breaker"] == "off"
+    assert rows[0]["graph hit"] == "0%" and rows[1]["padded waste"] == "10.0%"
 
 
 def test_tpot_and_ttft_from_timestamps():
     assert ls.tpot_of([1.0, 1.5, 2.5]) == pytest.approx(0.75)
-    assert ls.tpot_of([3.0]) is None
-    assert ls.ttft_of(0.5, [1.0, 2.0]) == pytest.approx(0.5)
+    assert ls.tpot_of([1.0]) is None
+    assert ls.ttft_of(0.25, [1.0, 2.0]) == pytest.approx(0.75)
     with pytest.raises(ValueError, match="no token"):
         ls.ttft_of(0.0, [])
 
 
-def test_p99_verdicts():
-    a = sc.check_p99({"serve_eager": EAGER, "serve_full": FULL})
-    # TTFT 2x, TPOT 5x, E2EL 3x against 4.9x: only TPOT reaches it
-    assert a.verdict == "depends" and "TPOT" in a.explanation
-    strong = copy.deepcopy(FULL)
-    for m in [strong["metrics"], *strong["repeats"]]:
-        m["ttft_ms"]["p99"], m["e2el_ms"]["p99"] = 10.0, 100.0
-    assert sc.check_p99({"serve_eager": EAGER, "serve_full": strong}).verdict == "holds"
-    assert sc.check_p99({"serve_eager": EAGER, "serve_full": EAGER}).verdict == "false"
-    assert sc.check_p99({"serve_eager": EAGER}).verdict == "untested"
+def test_breaker_verdict_refuses_one_run_and_separate_records():
+    off = serve("full", [metrics(393, 17.8, 966, 0.72)])
+    on = serve("full", [metrics(7.7, 5.4, 1170, 0.80)], breaker={"window": 32}, trips=[3.6])
+    a = ls.check_breaker({"serve_capped": off, "serve_breaker": on})
+    assert a.verdict == "untested (1 run)" and a.evidence["runs"] == 1
+    assert a.evidence["trips"] == 1 and not a.evidence["interleaved"]
+    assert a.evidence["hit_rate"] == {"off": 0.72, "on": 0.80}
 
 
-def test_qps_verdicts():
-    assert sc.check_qps({"serving_load_gpt2": load([9, 20], [10, 70])}).verdict == "holds"
-    assert sc.check_qps({"serving_load_gpt2": load([9, 20], [10, 40])}).verdict == "partly"
-    assert sc.check_qps({"serving_load_gpt2": load([9, 20], [10, 21])}).verdict == "false"
-    # graphs never saturated: only a lower bound
-    assert sc.check_qps({"serving_load_gpt2": load([9, 20], [10, 95])}).verdict == "holds"
-    assert sc.check_qps({"serving_load_gpt2": load([9, 20], [10, 40], rates=(10, 42))}
-                        ).verdict == "depends"
-    assert sc.check_qps({}).verdict == "untested"
+@pytest.mark.parametrize("on_tpot, trips, verdict", [
+    ([5.0, 5.2, 5.1], [1.0], "holds"),      # measurably lower TPOT p99, it tripped
+    ([9.0, 9.5, 9.2], [1.0], "false"),      # measurably higher
+    ([7.0, 8.5, 7.5], [1.0], "false"),      # inside the spread: no difference measured
+    ([5.0, 5.2, 5.1], [], "false"),         # lower, but it never tripped: not its doing
+])
+def test_breaker_verdict_on_interleaved_arms(on_tpot, trips, verdict):
+    off = serve("full", [metrics(7, v, 1000) for v in (8.0, 8.2, 7.9)])
+    on = serve("full", [metrics(7, v, 1000) for v in on_tpot], breaker={"window": 32},
+               trips=trips)
+    a = ls.check_breaker({"serve_breaker_ab": ab({"breaker off": off, "breaker on": on})})
+    assert a.verdict == verdict and a.evidence["interleaved"] and a.evidence["runs"] == 3
 
 
-def test_breaker_verdicts():
-    off = serve("full", metrics(50, 2.0, 9.0, 300, 1000, 10, hit=0.6))
-    worse = serve("full", metrics(50, 2.5, 9.5, 300, 950, 10, hit=0.4), breaker={"w": 1},
-                  trips=[0.5])
-    better = serve("full", metrics(50, 2.0, 6.0, 300, 1000, 10, hit=0.6), breaker={"w": 1},
-                   trips=[0.5])
-    never = serve("full", metrics(50, 2.0, 9.0, 300, 1000, 10, hit=0.6), breaker={"w": 1})
-    get = lambda on: sc.check_breaker({"serve_capped": off, "serve_breaker": on})  # noqa: E731
-    assert get(worse).verdict == "false" and "did not help" in get(worse).explanation
-    assert get(better).verdict == "holds"
-    assert get(never).verdict == "false" and "never tripped" in get(never).explanation
-    rows = sc.evaluate_serving({"serve_capped": off, "serve_breaker": worse})
-    assert [r["verdict"] for r in rows] == ["untested", "untested", "false"]
+def test_p99_claim_cannot_be_checked_and_graphs_alone_need_interleaving():
+    a = ls.check_graphs_p99({"serve_eager": EAGER, "serve_full": FULL})
+    assert a.verdict == CANNOT
+    assert set(a.evidence["graphs_alone_verdict"].values()) == {"untested (not interleaved)"}
+    a = ls.check_graphs_p99({"serve_graphs_ab": ab({"eager": EAGER, "full": FULL})})
+    assert a.verdict == CANNOT and a.evidence["interleaved"]
+    assert a.evidence["graphs_alone_verdict"]["tpot_ms.p99"] == "holds"
 
 
-def test_a_serving_claim_without_its_record_is_untested_and_names_it():
-    off = serve("full", metrics(50, 2.0, 9.0, 300, 1000, 10, hit=0.6))
-    rows = {r["id"]: r for r in sc.evaluate_serving({"serve_capped": off, "serve_eager": EAGER,
-                                                     "serve_full": None})}
-    for cid, missing in (("001-breaker", ["serve_breaker"]),
-                         ("001-p99", ["serve_full"]),          # None counts as missing
-                         ("001-qps", ["serving_load_gpt2"])):
-        r = rows[cid]
-        assert r["verdict"] == "untested" and r["evidence"] == {"missing": missing}
-        assert all(m in r["explanation"] for m in missing)
+def test_gpu_busy_claim_untested_until_recorded():
+    assert ls.check_gpu_busy({}).verdict == "untested (not recorded)"
+    assert ls.check_gpu_busy({"serve_eager": EAGER, "serve_full": FULL}).verdict == \
+        "untested (not recorded)"
+    e = serve("eager", [metrics(7, 6, 1000, 0.0, busy=b) for b in (0.60, 0.58, 0.61)])
+    f = serve("full", [metrics(6, 1.6, 1500, busy=b) for b in (0.30, 0.29, 0.33)])
+    assert ls.check_gpu_busy({"serve_graphs_ab": ab({"eager": e, "full": f})}).verdict == "false"
+    assert ls.check_gpu_busy({"serve_graphs_ab": ab({"eager": f, "full": e})}).verdict == "partly"
+    assert ls.check_gpu_busy({"serve_eager": e, "serve_full": f}).verdict == \
+        "untested (not interleaved)"
 
 
-def test_serving_rows_are_the_shared_claims_evaluation():
-    recs = {"serve_eager": EAGER, "serve_full": FULL}
-    rows = sc.evaluate_serving(recs)
-    assert rows == [claims.evaluate(c, recs) for c in sc.SERVING_CLAIMS]
-    assert rows[0]["verdict"] == sc.check_p99(recs).verdict == "depends"
-    assert rows[0]["origin"] == sc.ORIGIN and rows[0]["records"] == ["serve_eager", "serve_full"]
+def test_the_h200_references_give_untested_verdicts():
+    recs = {n: load_reference(n) for n in ("serve_eager", "serve_full", "serve_capped",
+                                           "serve_breaker")}
+    assert ls.check_breaker(recs).verdict == "untested (1 run)"
+    assert ls.check_gpu_busy(recs).verdict == "untested (not recorded)"
+    p99 = ls.check_graphs_p99(recs)
+    assert p99.verdict == CANNOT and not p99.evidence["interleaved"]
+    # serve_eager's first run is the cold one
+    ttft = ls.runs_of(recs["serve_eager"], "ttft_ms.median")
+    assert ttft[0] > 10 * max(ttft[1:])
+
+
+def test_load_rows():
+    pts = [{"mode": m, "rate": r, "metrics": metrics(10, 2, t)}
+           for m, tp in (("eager", (9, 20)), ("full", (10, 70))) for r, t in zip((10.0, 100.0), tp)]
+    rows = ls.load_rows({"modes": ["eager", "full"], "rates": [10.0, 100.0], "points": pts})
+    assert [(r["mode"], r["offered req/s"], r["served req/s"]) for r in rows] == [
+        ("eager", "10", "0.90"), ("eager", "100", "2.00"), ("full", "10", "1.00"),
+        ("full", "100", "7.00")]
 
 
 def test_charts_build():
-    fig = ps.latency_load_chart(load([9, 20], [10, 70]))
+    pts = [{"mode": m, "rate": r, "metrics": metrics(10, 2, t)}
+           for m, tp in (("eager", (9, 20)), ("full", (10, 70))) for r, t in zip((10.0, 100.0), tp)]
+    fig = ps.latency_load_chart({"modes": ["eager", "full"], "rates": [10.0, 100.0],
+                                 "points": pts})
     assert len(fig.data) == 5  # 2 modes x 2 panels + the diagonal
-    fig = ps.monitoring_chart({"eager": EAGER, "breaker": serve(
-        "full", metrics(1, 1, 1, 1, 1, 1), breaker={"w": 1}, trips=[0.1, 0.2])})
-    assert len(fig.data) == 7  # 3 panels x 2 runs + the trips
-    assert len(ps.percentile_bars({"e": EAGER, "f": FULL}).data) == 2
+    brk = serve("full", [metrics(1, 1, 1)], breaker={"w": 1}, trips=[0.1, 0.2])
+    assert len(ps.monitoring_chart({"eager": EAGER, "breaker": brk}).data) == 7
+    fig = ps.runs_chart({"e": EAGER, "f": FULL}, "ttft_ms.median")
+    assert [list(t.y) for t in fig.data] == [[250, 7, 7], [6, 6, 10]]
     with pytest.raises(ValueError, match="no runs"):
         ps.monitoring_chart({})

@@ -12,7 +12,7 @@ import pytest
 
 from labkit.measure import records
 from labkit.measure.results import SchemaError, load_result, save_result
-from labkit.measure.serving_metrics import run_metrics, step_windows, summarize
+from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows, summarize
 from labkit.suite.cli import main
 from labkit.traces import (
     TraceFormatError, TraceRequest, arrival_times, load_request_trace, request_trace, trace_csv,
@@ -82,6 +82,33 @@ def test_serve_record_kind_validates():
     del bad["requests"]
     with pytest.raises(SchemaError, match="data.requests"):
         records.parse("serve_x", bad)
+
+
+def test_gpu_busy_share_from_the_steps_gpu_times():
+    got = gpu_busy([2.0, 3.0, 5.0], duration_s=0.05)    # ms per step, a 50 ms run
+    assert got["gpu_busy_s"] == pytest.approx(0.010)
+    assert got["gpu_busy_share"] == pytest.approx(0.2)
+    assert got["gpu_step_ms"]["median"] == pytest.approx(3.0)
+    assert gpu_busy(None, 1.0) == {}                     # not timed (a CPU model)
+    assert gpu_busy([1.0], 0.0)["gpu_busy_share"] is None
+
+
+def test_serve_record_optional_fields_of_an_interleaved_record():
+    m = run_metrics(REQUESTS, STEPS)
+    arm = {"mode": "full", "breaker": None, "metrics": m, "repeats": [m, m], "windows": []}
+    data = {"mode": "full", "requests": [], "steps": [], "metrics": m, "repeats": [m, m],
+            "interleaved": True, "warmup_runs": 1,
+            "arms": {"off": arm, "on": {**arm, "breaker": {"window": 4}}}}
+    rec = records.parse("serve_breaker_ab", data)
+    assert rec.interleaved and rec.warmup_runs == 1 and list(rec.arms) == ["off", "on"]
+    assert rec.arms["on"].breaker == {"window": 4} and len(rec.arms["off"].repeats) == 2
+    old = records.parse("serve_full", {k: data[k] for k in ("mode", "requests", "steps",
+                                                            "metrics")})
+    assert not old.interleaved and old.arms == {} and old.warmup_runs == 0
+    with pytest.raises(SchemaError, match="two arms"):
+        records.parse("serve_x", {**data, "arms": {"off": arm}})
+    with pytest.raises(SchemaError, match=r"arms\['on'\].repeats"):
+        records.parse("serve_x", {**data, "arms": {"off": arm, "on": {**arm, "repeats": 3}}})
 
 
 def test_serve_record_saves_and_loads(tmp_path):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from labkit.measure import records
-from labkit.measure.results import SchemaError, load_result
-from labkit.measure.serve import check_serving, measure_serving, spread
+from labkit.measure.results import SchemaError, load_reference, load_result
+from labkit.measure.serve import check_serving, measure_interleaved, measure_serving, spread
 from labkit.measure.serve_load import check_rates, load_trace, measure_load_curve
 from labkit.measure import serve_record
 from labkit.suite import serve_cli
@@ -32,6 +32,75 @@ def test_repeats_keep_every_runs_metrics_and_their_spread():
     assert s["min"] == s["median"] == s["max"] == data["metrics"]["tpot_ms"]["median"]
     assert s["n"] == 3
     assert records.view(data, records.Serve).repeats == data["repeats"]
+
+
+def test_repeats_come_after_a_discarded_warm_up_run():
+    one = measure_serving("test", TRACE, "eager", device="cpu", max_batch=2, clock="sim")
+    three = measure_serving("test", TRACE, "eager", device="cpu", max_batch=2, clock="sim",
+                            repeats=3)
+    none = measure_serving("test", TRACE, "eager", device="cpu", max_batch=2, clock="sim",
+                           repeats=3, warmup_runs=0)
+    assert (one["warmup_runs"], three["warmup_runs"], none["warmup_runs"]) == (0, 1, 0)
+    assert len(three["repeats"]) == len(none["repeats"]) == 3
+    assert "gpu_busy_share" not in three["metrics"]    # CPU: the GPU was not timed
+    with pytest.raises(ValueError, match="warmup_runs"):
+        measure_serving("test", TRACE, "eager", device="cpu", clock="sim", warmup_runs=-1)
+
+
+BREAKER_ARMS = {"breaker off": {"mode": "full", "capture_sizes": [1]},
+                "breaker on": {"mode": "full", "capture_sizes": [1],
+                               "breaker": {"window": 1, "threshold": 1.0, "cooldown_s": 5.0}}}
+
+
+def test_interleaved_arms_alternate_after_a_warm_up_and_share_their_graphs(monkeypatch):
+    from labkit.measure import serve
+
+    built = []
+    real = serve.make_step_fn
+    monkeypatch.setattr(serve, "make_step_fn",
+                        lambda model, mode, sizes=None: built.append((mode, sizes)) or
+                        real(model, mode, sizes))
+    served = []
+    real_serve = serve._serve
+    monkeypatch.setattr(serve, "_serve", lambda *a, **k: served.append(k["breaker"]) or
+                        real_serve(*a, **k))
+    data = measure_interleaved("test", TRACE, BREAKER_ARMS, device="cpu", max_batch=2,
+                               clock="sim", repeats=3)
+    assert built == [("full", [1])]          # breaker off and on replay the same graphs
+    # the warm-up round (B A), then A B, B A, A B: every round reverses the one before
+    assert [b is not None for b in served] == [True, False, False, True, True, False,
+                                               False, True]
+    assert data["interleaved"] and data["warmup_runs"] == 1
+    assert data["order"] == [["breaker off", "breaker on"], ["breaker on", "breaker off"],
+                             ["breaker off", "breaker on"]]
+    rec = records.view(data, records.Serve)
+    assert rec.interleaved and list(rec.arms) == list(BREAKER_ARMS)
+    on, off = data["arms"]["breaker on"], data["arms"]["breaker off"]
+    assert len(on["repeats"]) == len(off["repeats"]) == 3
+    assert on["breaker_trips_s"] == [0.0] and off["breaker_trips_s"] == []
+    assert on["metrics"]["graph_hit_rate"] < off["metrics"]["graph_hit_rate"]
+    assert data["mode"] == "full" and data["metrics"] == off["metrics"]  # the first arm's
+
+
+@pytest.mark.parametrize("arms, match", [
+    ({"eager": {"mode": "eager"}}, "at least two arms"),
+    ({"a": {"mode": "eager"}, "b": {"sizes": [1]}}, "arm 'b'"),
+    ({"a": {"mode": "eager"}, "b": {"mode": "eager", "breaker": {"window": 2}}}, "breaker"),
+])
+def test_bad_arms_are_named(arms, match):
+    with pytest.raises(ValueError, match=match):
+        measure_interleaved("test", TRACE, arms, device="cpu", clock="sim")
+
+
+def test_the_interleaved_records_bind_to_their_measure_function():
+    for name, (func, params) in serve_record.INTERLEAVED.items():
+        assert serve_record.record_params(name) == params
+        kw = records.measure_kwargs(params)
+        inspect.signature(serve_record.MEASURES[func]).bind(**kw)
+        assert kw["repeats"] >= 3 and kw["warmup_runs"] >= 1 and kw["clock"] == "real"
+        for arm in kw["arms"].values():
+            check_serving(kw["preset_name"], arm["mode"], clock="real", dtype=kw["dtype"],
+                          max_batch=kw["max_batch"], breaker=arm.get("breaker"))
 
 
 def test_spread_of_hand_made_runs():
@@ -58,6 +127,8 @@ def test_load_curve_on_the_simulated_clock():
     rec = records.view(data, records.ServeLoad)
     assert [(p.mode, p.rate) for p in rec.points] == [("eager", 5.0), ("eager", 500.0),
                                                       ("full", 5.0), ("full", 500.0)]
+    assert rec.warmup_runs == 1    # a discarded run of the lowest rate's trace per mode
+    assert records.view(load_reference("serving_load_gpt2"), records.ServeLoad).warmup_runs == 0
     assert all(p.metrics["completed"] == 12 for p in rec.points)
     # on the simulated clock a step costs the same in every mode: the same schedule
     assert rec.series("eager", "ttft_ms.p99") == rec.series("full", "ttft_ms.p99")

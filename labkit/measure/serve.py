@@ -1,25 +1,32 @@
-"""Serve a request trace on the tiny GPT in one step mode and return a ``serve_<name>`` record.
+"""Serve a request trace on the tiny GPT and return the data of a ``serve_<name>`` record.
 
-:func:`measure_serving` builds the model and the step function (:mod:`labkit.serving`), runs
-the trace through the continuous-batching engine on a real or simulated clock, and returns the
-record's data: every request's token times, every decode step, the metrics of
-:func:`labkit.measure.serving_metrics.run_metrics` and the step series in windows.
+* :func:`measure_serving` builds the model and the step function (:mod:`labkit.serving`) once,
+  runs the trace through the continuous-batching engine on a real or simulated clock, and
+  returns every request's token times, every decode step, the metrics of
+  :func:`labkit.measure.serving_metrics.run_metrics` and the step series in windows.
+* :func:`measure_interleaved` serves one trace in several *arms* (step modes, circuit breaker
+  off and on) in one process, their runs alternating, so that two arms can be compared: the
+  data of a ``serve_<name>_ab`` record with ``interleaved: True`` and every arm's runs.
+
+Both discard ``warmup_runs`` whole runs first (the first run after capture is cold: lazy CUDA,
+cuBLAS and allocator set-up) and, on CUDA, time each decode step on the GPU with CUDA events
+(:class:`GpuBusy`): every run's metrics then hold ``gpu_busy_s`` and ``gpu_busy_share``.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from labkit.checks import as_int
-from labkit.measure.serving_metrics import run_metrics, step_windows
-from labkit.model import GPTConfig, build_model, preset
+from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows
+from labkit.model import GPTConfig, TinyGPT, build_model, preset
 from labkit.serving import (
     STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, breaker_settings,
-    eager_step, make_step_fn,
+    decide_of, eager_step, make_step_fn,
 )
 from labkit.traces import TraceRequest, load_request_trace
 
@@ -44,6 +51,84 @@ def check_serving(preset_name: str, mode: str, *, clock: str = "real", dtype: st
                   num_blocks=num_blocks)
 
 
+class GpuBusy:
+    """A step function whose calls are timed on the GPU: a CUDA event is recorded before and
+    after each decode step on the current stream (on a CPU model it times nothing). The span
+    between the two is the GPU time of the step, gaps between an eager step's kernels
+    included. ``decide`` is the wrapped step function's (the engine asks it how a batch runs)."""
+
+    def __init__(self, fn: Callable, device: torch.device | str) -> None:
+        self.fn, self.cuda = fn, torch.device(device).type == "cuda"
+        self.events: list[tuple[Any, Any]] = []
+
+    def decide(self, bs: int) -> tuple[str, int]:
+        return decide_of(self.fn, bs)
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor,
+                 slots: torch.Tensor) -> torch.Tensor:
+        if not self.cuda:
+            return self.fn(tokens, positions, slots)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = self.fn(tokens, positions, slots)
+        end.record()
+        self.events.append((start, end))
+        return out
+
+    def step_ms(self) -> list[float] | None:
+        """Each timed step's GPU span in ms (``None`` on a CPU model)."""
+        if not self.cuda:
+            return None
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in self.events]
+
+
+def _load(trace: Any, max_requests: int | None) -> list[TraceRequest]:
+    reqs = list(trace) if isinstance(trace, (list, tuple)) else load_request_trace(trace)
+    if max_requests is not None:
+        reqs = reqs[:as_int(max_requests, "max_requests", minimum=1,
+                            fix="serve at least one request")]
+    return reqs
+
+
+def _warm_counts(repeats: int, warmup_runs: int | None,
+                 warmup_requests: int) -> tuple[int, int, int]:
+    repeats = as_int(repeats, "repeats", minimum=1, fix="serve the trace at least once")
+    warm = (1 if repeats > 1 else 0) if warmup_runs is None else as_int(
+        warmup_runs, "warmup_runs", minimum=0, fix="give 0 (no warm-up run) or more runs")
+    return repeats, warm, as_int(warmup_requests, "warmup_requests", minimum=0,
+                                 fix="give 0 (no warm-up) or more requests")
+
+
+def _warm_up(model: TinyGPT, step: Callable, reqs: Sequence[TraceRequest], n: int,
+             seed: int) -> None:
+    """Serve the first ``n`` requests once, all at time 0 on a simulated clock (unrecorded)."""
+    if n:
+        warm = [TraceRequest(0.0, r.prompt_len, r.output_len) for r in reqs[:n]]
+        ServingEngine(model, step, clock=SimClock(0.0), seed=seed).run(warm)
+
+
+def _serve(model: TinyGPT, step: Callable, reqs: Sequence[TraceRequest], *, clock: str,
+           decode_ms: float, seed: int, breaker: dict | None,
+           progress: Callable[[int], None] | None = None) -> tuple[dict, dict, list[float]]:
+    """One run: (the run's data, its metrics with the GPU busy time, breaker trip times)."""
+    clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
+    fn = step if breaker is None else CircuitBreaker(step, eager_step(model), clk, **breaker)
+    timed = GpuBusy(fn, model.device)
+    run = ServingEngine(model, timed, clock=clk, seed=seed).run(reqs, progress=progress)
+    data = run.to_data()
+    m = run_metrics(data["requests"], data["steps"])
+    m.update(gpu_busy(timed.step_ms(), m["duration_s"]))
+    return data, m, [t - run.clock_start for t in getattr(fn, "trips", [])]
+
+
+def _release(steps: Mapping[Any, Callable]) -> None:
+    for step in steps.values():
+        release = getattr(step, "release", None)
+        if callable(release):
+            release()
+
+
 def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | Sequence[
                         TraceRequest] = "synthetic_requests_poisson", mode: str = "eager", *,
                     device: str | None = None, dtype: str = "float32", max_batch: int = 16,
@@ -52,7 +137,8 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                     clock: str = "real", decode_ms: float = 10.0,
                     max_requests: int | None = None, window_s: float = 1.0,
                     breaker: dict | None = None, repeats: int = 1, warmup_requests: int = 0,
-                    keep_timeline: bool = True, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                    warmup_runs: int | None = None, keep_timeline: bool = True,
+                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run ``trace`` (a name in ``data/traces``, a CSV path or a list of
     :class:`TraceRequest`) in step ``mode`` (:data:`labkit.serving.STEP_MODES`) and return the
     data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per decode step
@@ -60,56 +146,117 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
     ``threshold``, ``cooldown_s``) wraps the step function in a :class:`CircuitBreaker`.
 
     The model is built and the graphs captured once; ``warmup_requests`` first requests are
-    served once unrecorded (lazy CUDA and cuBLAS set-up), then the trace is served
-    ``repeats`` times. The record keeps the first recorded run's requests and steps, every
-    run's metrics in ``repeats`` and their spread (min, median, max) in ``spread``.
+    served once unrecorded, then ``warmup_runs`` whole runs of the trace are served and
+    discarded (default: one when ``repeats > 1``, none for a single run), then the trace is
+    served ``repeats`` times. The record keeps the first recorded run's requests and steps,
+    every run's metrics in ``repeats`` and their spread (min, median, max) in ``spread``.
     ``keep_timeline=False`` leaves the per-token and per-step lists out (``requests`` and
     ``steps`` empty; a small reference file) and keeps each request's TTFT, TPOT and E2EL in
     ``per_request`` (ms) besides the metrics and the windows."""
     cfg = check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
                         kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
-    repeats = as_int(repeats, "repeats", minimum=1, fix="serve the trace at least once")
-    warmup_requests = as_int(warmup_requests, "warmup_requests", minimum=0,
-                             fix="give 0 (no warm-up) or more requests")
-    reqs = list(trace) if isinstance(trace, (list, tuple)) else load_request_trace(trace)
-    if max_requests is not None:
-        reqs = reqs[:as_int(max_requests, "max_requests", minimum=1,
-                            fix="serve at least one request")]
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(cfg, dev, seed=seed)
-    graph_step = make_step_fn(model, mode, capture_sizes)
-    runs, trips = [], []
+    repeats, warm, warmup_requests = _warm_counts(repeats, warmup_runs, warmup_requests)
+    reqs = _load(trace, max_requests)
+    model = build_model(cfg, device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                        seed=seed)
+    step = make_step_fn(model, mode, capture_sizes)
+    runs = []
     try:
-        if warmup_requests:
-            warm = [TraceRequest(0.0, r.prompt_len, r.output_len)
-                    for r in reqs[:warmup_requests]]
-            ServingEngine(model, graph_step, clock=SimClock(0.0), seed=seed).run(warm)
-        for k in range(repeats):
-            clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
-            step = graph_step
-            if breaker is not None:
-                step = CircuitBreaker(graph_step, eager_step(model), clk, **breaker)
-            run = ServingEngine(model, step, clock=clk, seed=seed).run(
-                reqs, progress=progress if k == 0 else None)
-            runs.append(run)
-            trips.append([t - run.clock_start for t in getattr(step, "trips", [])])
+        _warm_up(model, step, reqs, warmup_requests, seed)
+        for k in range(warm + repeats):
+            runs.append(_serve(model, step, reqs, clock=clock, decode_ms=decode_ms, seed=seed,
+                               breaker=breaker, progress=progress if k == warm else None))
     finally:
-        release = getattr(graph_step, "release", None)
-        if callable(release):
-            release()
-    data = runs[0].to_data()
+        _release({0: step})
+    data, first, trips = runs[warm]
+    every = [m for _, m, _ in runs[warm:]]
     if clock == "real":  # microseconds are plenty; keeps a record file small
         data = round_times(data)
-    every = [run_metrics(d["requests"], d["steps"]) for d in (r.to_data() for r in runs)]
     trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
     out = {"mode": mode, "trace": str(trace_name), "clock": clock, "preset": preset_name,
            "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
            "kv_layout": kv_layout, "seed": seed, "breaker": breaker,
            "capture_sizes": None if capture_sizes is None else list(capture_sizes), **data,
-           "metrics": run_metrics(data["requests"], data["steps"]),
-           "windows": step_windows(data["steps"], window_s),
-           "breaker_trips_s": trips[0], "repeats": every, "spread": spread(every)}
+           "metrics": first, "windows": step_windows(data["steps"], window_s),
+           "breaker_trips_s": trips, "repeats": every, "spread": spread(every),
+           "warmup_runs": warm}
     return out if keep_timeline else drop_timeline(out)
+
+
+def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str] | Sequence[
+                            TraceRequest] = "synthetic_requests_poisson",
+                        arms: Mapping[str, Mapping[str, Any]] | None = None, *,
+                        device: str | None = None, dtype: str = "float32",
+                        max_batch: int = 16, seed: int = 0, clock: str = "real",
+                        decode_ms: float = 10.0, max_requests: int | None = None,
+                        window_s: float = 1.0, repeats: int = 3, warmup_requests: int = 0,
+                        warmup_runs: int = 1) -> dict[str, Any]:
+    """Serve ``trace`` in every arm of ``arms`` (label -> ``{"mode", "capture_sizes",
+    "breaker"}``; default eager vs ``full``) in one process and return the data of a
+    ``serve_<name>_ab`` record.
+
+    The model is built once and each distinct (mode, capture sizes) captured once, shared by
+    the arms that use it (breaker off and on replay the same graphs). Every arm first serves
+    ``warmup_requests`` requests and ``warmup_runs`` whole runs, discarded; then come
+    ``repeats`` rounds in which every arm serves the trace once, the order reversed every
+    other round (A B, B A, A B, ...), so that a drift of the host or the GPU clock hits every
+    arm alike. The record holds ``interleaved: True``, ``order`` (the arms of each round) and
+    per arm its settings, its first recorded run's metrics and windows, every run's metrics
+    in ``repeats`` and their ``spread``; its top-level fields are the first arm's, so it
+    reads as any serve record (without the timeline)."""
+    arms = dict(arms or {"eager": {"mode": "eager"}, "full": {"mode": "full"}})
+    if len(arms) < 2:
+        raise ValueError(f"arms: give at least two arms to interleave, got {list(arms)}")
+    for label, arm in arms.items():
+        bad = set(arm) - {"mode", "capture_sizes", "breaker"}
+        if bad or "mode" not in arm:
+            raise ValueError(f"arm {label!r}: give 'mode' and optionally 'capture_sizes' and "
+                             f"'breaker', got {sorted(arm)}")
+        cfg = check_serving(preset_name, arm["mode"], clock=clock, dtype=dtype,
+                            max_batch=max_batch, breaker=arm.get("breaker"))
+    repeats, warm, warmup_requests = _warm_counts(repeats, warmup_runs, warmup_requests)
+    reqs = _load(trace, max_requests)
+    model = build_model(cfg, device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                        seed=seed)
+
+    def key(arm: Mapping) -> tuple:
+        sizes = arm.get("capture_sizes")
+        return arm["mode"], None if sizes is None else tuple(sizes)
+
+    steps: dict[tuple, Callable] = {}
+    runs: dict[str, list] = {label: [] for label in arms}
+    labels, order = list(arms), []
+    try:
+        for label, arm in arms.items():
+            if key(arm) not in steps:
+                steps[key(arm)] = make_step_fn(model, arm["mode"], arm.get("capture_sizes"))
+                _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed)
+        for k in range(warm + repeats):
+            now = labels if (k - warm) % 2 == 0 else labels[::-1]
+            if k >= warm:
+                order.append(list(now))
+            for label in now:
+                got = _serve(model, steps[key(arms[label])], reqs, clock=clock,
+                             decode_ms=decode_ms, seed=seed, breaker=arms[label].get("breaker"))
+                if k >= warm:
+                    runs[label].append(got)
+    finally:
+        _release(steps)
+    out_arms = {}
+    for label, arm in arms.items():
+        data, first, trips = runs[label][0]
+        every = [m for _, m, _ in runs[label]]
+        sizes = arm.get("capture_sizes")
+        out_arms[label] = {"mode": arm["mode"], "breaker": arm.get("breaker"),
+                           "capture_sizes": None if sizes is None else list(sizes),
+                           "metrics": first, "windows": step_windows(data["steps"], window_s),
+                           "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
+    a = out_arms[labels[0]]
+    trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
+    return {"trace": str(trace_name), "clock": clock, "preset": preset_name,
+            "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
+            "kv_layout": "slot", "seed": seed, **a, "requests": [], "steps": [],
+            "interleaved": True, "warmup_runs": warm, "order": order, "arms": out_arms}
 
 
 def drop_timeline(data: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +293,7 @@ def per_request_ms(requests: Sequence[dict], digits: int = 3) -> dict[str, list[
 #: the headline metrics whose spread over repeated runs a record keeps
 SPREAD_KEYS: tuple[str, ...] = ("ttft_ms.median", "ttft_ms.p99", "tpot_ms.median",
                                 "tpot_ms.p99", "itl_ms.p99", "e2el_ms.p99",
-                                "output_throughput", "request_throughput")
+                                "output_throughput", "request_throughput", "gpu_busy_share")
 
 
 def metric(m: dict, key: str) -> float | None:

@@ -51,12 +51,14 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[str] = ("eager
                        dtype: str = "bfloat16", max_batch: int = 16,
                        capture_sizes: Sequence[int] | None = None, seed: int = 0,
                        trace_seed: int = 7, clock: str = "real", decode_ms: float = 10.0,
-                       warmup_requests: int = 8,
+                       warmup_requests: int = 8, warmup_runs: int = 1,
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Serve ``n_requests`` SYNTHETIC Poisson requests at each of ``rates`` (req/s) in each
     step mode of ``modes`` and return the data of a ``serving_load_<preset>`` record:
     ``points`` = one ``{"mode", "rate", "metrics"}`` per (mode, rate). The trace of a rate is
-    the same for every mode (``trace_seed``). ``progress(label)`` is called before each run."""
+    the same for every mode (``trace_seed``). Each mode first serves ``warmup_requests``
+    requests and ``warmup_runs`` whole runs of the lowest rate's trace, discarded (the first
+    run after capture is cold). ``progress(label)`` is called before each run."""
     modes = list(modes) if isinstance(modes, (list, tuple)) else []
     if not modes or len(set(modes)) != len(modes):
         raise ValueError("modes must be a non-empty list of distinct step modes, e.g. "
@@ -67,6 +69,8 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[str] = ("eager
     n_requests = as_int(n_requests, "n_requests", minimum=1, fix="serve at least one request")
     warmup_requests = as_int(warmup_requests, "warmup_requests", minimum=0,
                              fix="give 0 (no warm-up) or more requests")
+    warmup_runs = as_int(warmup_runs, "warmup_runs", minimum=0,
+                         fix="give 0 (no warm-up run) or more runs")
     cfg = cfgs[0]
     traces = {r: load_trace(r, n_requests, seed=trace_seed, max_seq=cfg.max_seq) for r in rates}
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -79,6 +83,9 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[str] = ("eager
                 warm = [TraceRequest(0.0, r.prompt_len, r.output_len)
                         for r in traces[rates[0]][:warmup_requests]]
                 ServingEngine(model, step, clock=SimClock(0.0), seed=seed).run(warm)
+            for _ in range(warmup_runs):
+                clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
+                ServingEngine(model, step, clock=clk, seed=seed).run(traces[rates[0]])
             for rate in rates:
                 if progress is not None:
                     progress(f"{mode} at {rate:g} req/s")
@@ -96,5 +103,5 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[str] = ("eager
             "max_batch": max_batch,
             "capture_sizes": None if capture_sizes is None else list(capture_sizes),
             "trace": {"arrivals": "poisson", "seed": trace_seed, **LENGTHS,
-                      "synthetic": True},
+                      "synthetic": True}, "warmup_runs": warmup_runs,
             "points": points}

@@ -5,33 +5,60 @@ The serving records (:data:`labkit.measure.records.SERVE_RECORDS`) are measured 
 :func:`labkit.measure.serve_load.measure_load_curve` with the parameters in
 :data:`labkit.measure.records.DEFAULTS`; notebook 13 (GPU tier) and ``labkit serve --record``
 both go through :func:`measure_record`, so a record's ``params`` are always its defaults.
+
+:data:`INTERLEAVED` holds the interleaved records (:func:`labkit.measure.serve.
+measure_interleaved`: arms served alternately in one process, after a discarded warm-up run),
+with their parameters, until they join ``DEFAULTS`` and ``SERVE_RECORDS``:
+``serve_graphs_ab`` (eager vs padded full graphs on the Poisson trace) and
+``serve_breaker_ab`` (the bursty trace with graph misses, circuit breaker off vs on).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 from labkit.measure import records
-from labkit.measure.serve import measure_serving
+from labkit.measure.serve import measure_interleaved, measure_serving
 from labkit.measure.serve_load import measure_load_curve
 
 #: the measurement functions of the serving records, by their name in ``DEFAULTS``
 MEASURES: dict[str, Callable[..., dict]] = {"measure_serving": measure_serving,
-                                            "measure_load_curve": measure_load_curve}
+                                            "measure_load_curve": measure_load_curve,
+                                            "measure_interleaved": measure_interleaved}
+
+_AB = {"preset": "gpt2", "dtype": "bfloat16", "max_batch": 16, "max_requests": 80, "seed": 0,
+       "clock": "real", "warmup_requests": 8, "warmup_runs": 1, "window_s": 0.5,
+       "repeats": 3}
+_CAPPED = {"mode": "full", "capture_sizes": [1, 2, 4, 8]}
+#: record name -> (measurement function, parameters) of the interleaved serving records
+INTERLEAVED: dict[str, tuple[str, dict]] = {
+    "serve_graphs_ab": ("measure_interleaved", {
+        **_AB, "trace": "synthetic_requests_poisson",
+        "arms": {"eager": {"mode": "eager"},
+                 "full": {"mode": "full", "capture_sizes": [1, 2, 4, 8, 16]}}}),
+    "serve_breaker_ab": ("measure_interleaved", {
+        **_AB, "trace": "synthetic_requests_bursty",
+        "arms": {"breaker off": _CAPPED,
+                 "breaker on": {**_CAPPED, "breaker": {"window": 32, "threshold": 0.5,
+                                                       "cooldown_s": 1.0}}}}),
+}
 
 
 def record_params(name: str) -> dict:
     """The default parameters of serving record ``name`` (a fresh copy); an unknown name
     raises listing the serving records."""
-    if name not in records.SERVE_RECORDS:
-        raise ValueError(f"{name!r} is not a serving record; choose from "
-                         f"{', '.join(records.SERVE_RECORDS)}")
-    return records.default_params(name)
+    if name in records.SERVE_RECORDS:
+        return records.default_params(name)
+    if name in INTERLEAVED:
+        return copy.deepcopy(INTERLEAVED[name][1])
+    raise ValueError(f"{name!r} is not a serving record; choose from "
+                     f"{', '.join([*records.SERVE_RECORDS, *INTERLEAVED])}")
 
 
 def measure_record(name: str) -> dict:
     """Measure serving record ``name`` with its default parameters and return its data
     (needs a GPU for the real clock to mean anything)."""
     params = record_params(name)
-    func = records.DEFAULTS[name][0]
+    func = (records.DEFAULTS[name] if name in records.SERVE_RECORDS else INTERLEAVED[name])[0]
     return MEASURES[func](**records.measure_kwargs(params))

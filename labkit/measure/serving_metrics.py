@@ -13,7 +13,8 @@ arrival time ``a``, token times ``t_0 .. t_{n-1}`` (seconds from the start of th
 
 Each latency is summarised by mean, median, P90 and P99 in milliseconds (NumPy's linear
 percentiles, as vLLM). Step-level series (graph hit rate, padded-row waste, eager fallbacks)
-are cut into windows of simulated or wall time. Pure functions of the run's data
+are cut into windows of simulated or wall time; :func:`gpu_busy` sums the decode steps' GPU
+time (CUDA events around each step) into the share of the run the GPU was busy. Pure functions of the run's data
 (``ServeRun.to_data()`` or a ``serve_<name>`` record's ``data``).
 """
 
@@ -24,7 +25,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["summarize", "latencies", "request_metrics", "step_windows", "run_metrics"]
+__all__ = ["summarize", "latencies", "request_metrics", "step_windows", "run_metrics",
+           "gpu_busy"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -110,3 +112,15 @@ def run_metrics(requests: Sequence[Any], steps: Sequence[Any]) -> dict[str, Any]
             "graph_hit_rate": hits / len(steps) if steps else 0.0,
             "padded_waste": (computed - rows) / computed if computed else 0.0,
             "eager_fallbacks": len(steps) - hits}
+
+
+def gpu_busy(step_ms: Sequence[float] | None, duration_s: float) -> dict[str, Any]:
+    """From each decode step's GPU time in ms (CUDA events before and after the step; ``None``
+    when it was not timed, on a CPU model): ``gpu_busy_s`` (their sum), ``gpu_busy_share``
+    (of ``duration_s``, the run's wall time; prefills are not timed, so it counts the decode
+    steps only) and ``gpu_step_ms`` (:func:`summarize` of the steps). ``{}`` when not timed."""
+    if step_ms is None:
+        return {}
+    busy = float(sum(step_ms)) / 1e3
+    return {"gpu_busy_s": busy, "gpu_busy_share": busy / duration_s if duration_s > 0 else None,
+            "gpu_step_ms": summarize([float(v) / 1e3 for v in step_ms])}

@@ -1,21 +1,17 @@
 """What the real engines' CUDA-graph settings mean in labkit's terms (pure; no torch).
 
-Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6** (each row of
-:data:`SETTINGS` names its file and function). The rules change between releases (vLLM
-0.11 capped the default at ``min(2 * max_num_seqs, 512)`` without the speculative factor;
-SGLang 0.5.2x renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``), so every
-helper here says which version it follows.
+Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names
+the file and function it follows. The rules change between releases (vLLM 0.11 capped the
+default at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x
+renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``), so every helper here says
+which version it follows. Notebook 13 explains each setting (its table of settings).
 
 * :func:`from_vllm` / :func:`from_sglang` turn an engine's settings into
   :class:`LabkitSettings`: the labkit step mode, the capture sizes the engine would capture
   (its default rule when none are given), how a batch is padded, and the budgets.
-* :func:`vllm_kv_budget`, :func:`sglang_kv_budget` and :func:`sglang_mem_fraction_static`
-  show where graph memory comes from: vLLM 0.13 sizes the KV cache from a profile run that
-  does not include the graphs (captured afterwards, out of the ``1 - gpu_memory_utilization``
-  headroom); SGLang reserves room for activations and graphs up front
-  (``mem_fraction_static``).
-* :data:`SPEC_DECODE_PADDING` says why speculative decoding pads by tokens (``1 + k`` per
-  request).
+* :func:`vllm_kv_budget`, :func:`sglang_kv_budget` and :func:`sglang_mem_fraction_static`:
+  where graph memory comes from (vLLM 0.13 captures the graphs after sizing the KV cache,
+  out of the ``1 - gpu_memory_utilization`` headroom; SGLang reserves room up front).
 """
 
 from __future__ import annotations
@@ -26,19 +22,13 @@ from typing import Sequence
 
 from labkit.checks import as_bool, as_int, as_size_list
 
-__all__ = ["VLLM_VERSION", "SGLANG_VERSION", "SettingRow", "SETTINGS", "LabkitSettings",
-           "vllm_default_capture_sizes", "vllm_spec_decode_sizes", "vllm_padded_size",
-           "from_vllm", "sglang_default_max_bs", "sglang_default_capture_sizes",
-           "from_sglang", "vllm_kv_budget", "sglang_mem_fraction_static",
-           "sglang_kv_budget", "labkit_num_blocks", "settings_rows", "SPEC_DECODE_PADDING",
-           "GRAPH_MEMORY"]
+__all__ = ["VLLM_VERSION", "SGLANG_VERSION", "LabkitSettings", "vllm_default_capture_sizes",
+           "vllm_spec_decode_sizes", "vllm_padded_size", "from_vllm", "sglang_default_max_bs",
+           "sglang_default_capture_sizes", "from_sglang", "vllm_kv_budget",
+           "sglang_mem_fraction_static", "sglang_kv_budget", "labkit_num_blocks"]
 
 VLLM_VERSION = "vLLM 0.13.0"
 SGLANG_VERSION = "SGLang 0.5.6"
-_VCFG = f"{VLLM_VERSION} vllm/config"
-_SARGS = f"{SGLANG_VERSION} python/sglang/srt/server_args.py"
-_SRUN = f"{SGLANG_VERSION} python/sglang/srt/model_executor/cuda_graph_runner.py"
-
 #: vLLM 0.13.0 defaults on a GPU with >= 70 GiB that is not an A100 (H100, H200), OpenAI
 #: server (``EngineArgs._set_default_args`` in vllm/engine/arg_utils.py)
 VLLM_DEFAULT_MAX_NUM_SEQS = 1024
@@ -47,103 +37,17 @@ VLLM_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 
 
 @dataclass(frozen=True)
-class SettingRow:
-    """One engine setting: what it is, its default, what it means in labkit, and where that
-    was read."""
-
-    engine: str
-    name: str
-    default: str
-    meaning: str
-    labkit: str
-    source: str
-
-
-SETTINGS: tuple[SettingRow, ...] = (
-    SettingRow("vLLM", "enforce_eager (--enforce-eager)", "False",
-               "no CUDA graphs at all: cudagraph_mode is set to NONE",
-               "mode 'eager' (model.decode_step every step)",
-               f"{_VCFG}/vllm.py VllmConfig.__post_init__ ('Cudagraph is disabled under "
-               "eager mode')"),
-    SettingRow("vLLM", "compilation_config.cudagraph_mode", "FULL_AND_PIECEWISE (-O2)",
-               "NONE, PIECEWISE (attention eager between captured pieces), FULL (whole step "
-               "captured), FULL_DECODE_ONLY (full graphs for decode batches, mixed batches "
-               "eager), FULL_AND_PIECEWISE (full graphs for uniform decode batches, piecewise "
-               "for the rest)",
-               "PaddingDispatcher(cudagraph_mode=...): NONE -> 'none'/'eager', PIECEWISE -> "
-               "'piecewise', FULL / FULL_DECODE_ONLY -> 'full' (labkit's prefill is always "
-               "eager), FULL_AND_PIECEWISE -> cudagraph_mode='FULL_AND_PIECEWISE' with "
-               "full_max_size",
-               f"{_VCFG}/compilation.py CUDAGraphMode; vllm.py OPTIMIZATION_LEVEL_02"),
-    SettingRow("vLLM", "compilation_config.cudagraph_capture_sizes "
-               "(--cudagraph-capture-sizes)", "None: the default rule",
-               "the token counts to capture; sorted, de-duplicated, those above "
-               "max_num_batched_tokens dropped",
-               "capture_sizes of the dispatcher (labkit counts rows = tokens at 1 token per "
-               "request)",
-               f"{_VCFG}/vllm.py VllmConfig._set_cudagraph_sizes"),
-    SettingRow("vLLM", "compilation_config.max_cudagraph_capture_size "
-               "(--max-cudagraph-capture-size)",
-               "min(max_num_seqs * (1 + k) * 2, 512), then at most max_num_batched_tokens",
-               "largest captured size; the default list is [1, 2, 4] + range(8, 256, 8) + "
-               "range(256, max + 1, 16); a larger batch runs without a graph",
-               "largest capture size; above it the dispatcher runs eager (an eager fallback)",
-               f"{_VCFG}/vllm.py VllmConfig._set_cudagraph_sizes"),
-    SettingRow("vLLM", "max_num_seqs (--max-num-seqs)",
-               "1024 on >= 70 GiB GPUs other than A100 (256 otherwise)",
-               "most requests in one step; sets the default largest capture size; full "
-               "decode graphs go up to max_num_seqs * (1 + k) tokens",
-               "max_batch (cache slots) = ServingEngine max_running",
-               f"{VLLM_VERSION} vllm/engine/arg_utils.py EngineArgs._set_default_args; "
-               "vllm/v1/worker/gpu_model_runner.py GPUModelRunner.capture_model"),
-    SettingRow("vLLM", "gpu_memory_utilization (--gpu-memory-utilization)", "0.9",
-               "share of the GPU's total memory vLLM may use; KV cache = that minus "
-               "weights, profiled activation peak and non-torch memory; the graphs are "
-               "captured after the KV cache is allocated and are not in that profile, so "
-               "they take from the remaining 1 - utilization",
-               "the KV budget: labkit sizes its cache explicitly (max_batch slots, or "
-               "num_blocks of a paged cache); graph pools come on top",
-               f"{VLLM_VERSION} vllm/config/cache.py CacheConfig; vllm/v1/worker/"
-               "gpu_worker.py Worker.determine_available_memory, compile_or_warm_up_model"),
-    SettingRow("SGLang", "--disable-cuda-graph", "False", "no CUDA graphs",
-               "mode 'eager'", f"{_SARGS} ServerArgs.add_cli_args"),
-    SettingRow("SGLang", "--cuda-graph-max-bs",
-               "by GPU memory: 8 (< 20 GiB), 24/80 (< 35 GiB, tp < 4 / >= 4), 32/160 "
-               "(< 60 GiB), 256/512 (< 160 GiB: H100, H200), 512 (larger), 160 (unknown)",
-               "largest captured batch (requests); also reserves cuda_graph_max_bs * 2 MiB "
-               "in mem_fraction_static",
-               "largest capture size; bigger batches run eager",
-               f"{_SARGS} ServerArgs._handle_gpu_memory_settings"),
-    SettingRow("SGLang", "--cuda-graph-bs", "None: the default rule",
-               "the batch sizes to capture (max_bs becomes their max); the default is "
-               "[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512, max + "
-               "1, 32), cut at max_bs; capture and replay pick a graph by bisect",
-               "capture_sizes",
-               f"{_SARGS} ServerArgs._generate_cuda_graph_batch_sizes; {_SRUN} "
-               "get_batch_sizes_to_capture, CudaGraphRunner.replay_prepare"),
-    SettingRow("SGLang", "--disable-cuda-graph-padding", "False",
-               "use a graph only when the batch size was captured exactly; then the "
-               "default list is every size 1..max_bs",
-               "mode 'exact' (graphs of every size, no padding) or a dispatcher whose "
-               "misses run eager",
-               f"{_SARGS} ServerArgs._generate_cuda_graph_batch_sizes; {_SRUN} "
-               "CudaGraphRunner.can_run"),
-)
-
-
-def settings_rows() -> list[dict[str, str]]:
-    """:data:`SETTINGS` as dicts (for a table)."""
-    return [{"engine": r.engine, "setting": r.name, "default": r.default,
-             "meaning": r.meaning, "labkit": r.labkit, "source": r.source} for r in SETTINGS]
-
-
-@dataclass(frozen=True)
 class LabkitSettings:
     """An engine's settings in labkit terms. ``capture_sizes`` count tokens per step (vLLM)
     or requests (SGLang); ``tokens_per_request`` is ``1 + k`` with ``k`` speculative
     tokens. ``padding``: a batch between two sizes runs the next larger graph; otherwise
-    only exact sizes use a graph. ``full_max_size``: largest size with a FULL graph when
-    the rest are piecewise."""
+    only exact sizes use a graph. ``mode``: the labkit step mode of a *decode* step.
+    ``full_max_size`` (vLLM's FULL_AND_PIECEWISE and FULL_DECODE_ONLY): the largest size with
+    a FULL graph for uniform decode batches (every request ``1 + k`` tokens), at most
+    ``max_num_seqs * (1 + k)`` tokens; vLLM picks the graph by the batch's composition
+    (``CudagraphDispatcher``): a uniform decode batch padded to at most this size replays a
+    FULL graph, a mixed prefill/decode batch (or a decode batch padded above it) a
+    PIECEWISE graph in FULL_AND_PIECEWISE, none in FULL_DECODE_ONLY."""
 
     engine: str
     mode: str
@@ -167,21 +71,29 @@ class LabkitSettings:
         return next((s for s in self.capture_sizes if s >= n), None)
 
     def dispatcher_kwargs(self, max_batch: int) -> dict | None:
-        """Keyword arguments of :class:`labkit.dispatch.PaddingDispatcher` that do the same
-        on a labkit model with ``max_batch`` slots (``capture_sizes`` cut at ``max_batch``,
-        ``cudagraph_mode``, ``full_max_size``); ``None``: run eager. labkit counts rows,
-        one token per request, so with ``tokens_per_request > 1`` the sizes are read as
-        token counts."""
+        """Keyword arguments of :class:`labkit.dispatch.PaddingDispatcher` that decode the
+        way this engine would on a labkit model with ``max_batch`` slots (``capture_sizes``
+        cut at ``max_batch``); ``None``: run eager. labkit's steps are pure decode batches
+        (prefill runs alone, eagerly), so vLLM's FULL_AND_PIECEWISE and FULL_DECODE_ONLY give
+        FULL graphs at every size up to ``full_max_size``; only where a size above it is
+        captured (``max_num_seqs`` not itself a capture size) does a decode batch padded
+        there replay a PIECEWISE graph (FULL_AND_PIECEWISE) or run eager (FULL_DECODE_ONLY).
+        labkit counts rows, one token per request, so with ``tokens_per_request > 1`` the
+        sizes are read as token counts."""
         max_batch = as_int(max_batch, "max_batch", minimum=1)
         sizes = [s for s in self.capture_sizes if s <= max_batch]
         if self.mode == "eager" or not sizes:
             return None
-        out: dict = {"capture_sizes": sizes, "cudagraph_mode": self.cudagraph_mode}
-        if self.cudagraph_mode == "FULL_DECODE_ONLY":
-            out["cudagraph_mode"] = "FULL"
-        elif self.cudagraph_mode == "FULL_AND_PIECEWISE":
-            out["full_max_size"] = min(self.full_max_size or sizes[-1], sizes[-1])
-        return out
+        mode = self.cudagraph_mode
+        if mode in ("PIECEWISE", "FULL"):
+            return {"capture_sizes": sizes, "cudagraph_mode": mode}
+        full = [s for s in sizes if s <= (self.full_max_size or 0)]
+        if mode == "FULL_DECODE_ONLY":
+            return {"capture_sizes": full, "cudagraph_mode": "FULL"} if full else None
+        if full == sizes or not full:
+            return {"capture_sizes": sizes, "cudagraph_mode": "FULL" if full else "PIECEWISE"}
+        return {"capture_sizes": sizes, "cudagraph_mode": "FULL_AND_PIECEWISE",
+                "full_max_size": full[-1]}
 
 
 # ----------------------------------------------------------------------------- vLLM
@@ -276,11 +188,11 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
     if mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
         full = [s for s in sizes if q <= s <= seqs * q]
         full_max = full[-1] if full else None
-        notes.append(f"FULL graphs for uniform decode steps up to {full_max} tokens"
-                     + ("; piecewise graphs for the other steps"
-                        if mode == "FULL_AND_PIECEWISE" else "; other steps eager"))
-    labkit_mode = {"PIECEWISE": "piecewise", "FULL": "full", "FULL_DECODE_ONLY": "full",
-                   "FULL_AND_PIECEWISE": "piecewise"}[mode]
+        notes.append(f"uniform decode steps: FULL graphs up to {full_max} tokens; mixed "
+                     "prefill/decode steps: "
+                     + ("PIECEWISE graphs" if mode == "FULL_AND_PIECEWISE" else "eager"))
+    # labkit decodes pure decode batches: FULL graphs in vLLM's FULL_AND_PIECEWISE too
+    labkit_mode = "piecewise" if mode == "PIECEWISE" else "full"
     return LabkitSettings("vLLM", labkit_mode, mode, tuple(sizes), sizes[-1], seqs, q, True,
                           full_max, tuple(notes))
 
@@ -435,37 +347,3 @@ def labkit_num_blocks(kv_bytes: float, *, n_layer: int, n_head: int, head_dim: i
     if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, (int, float)) or kv_bytes < per:
         raise ValueError(f"kv_bytes={kv_bytes!r} holds no block of {per} bytes; give more")
     return int(kv_bytes // per) + 1
-
-
-# ----------------------------------------------------------------------------- explanations
-
-GRAPH_MEMORY = (
-    "Where graph memory comes from. vLLM 0.13.0 (vllm/v1/worker/gpu_worker.py): "
-    "determine_available_memory runs a profile forward pass and gives the KV cache "
-    "gpu_memory_utilization x total memory minus weights, the activation peak and non-torch "
-    "memory; compile_or_warm_up_model captures the graphs afterwards "
-    "(GPUModelRunner.capture_model logs 'Graph capturing finished ..., took X GiB'), so the "
-    "graphs are not in that budget and live in the 1 - gpu_memory_utilization headroom (the "
-    "debug log suggests --kv-cache-memory values that count them). Later vLLM releases add an "
-    "optional estimate of graph memory to the profile (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, "
-    "off by default where it was read). SGLang 0.5.6 (server_args.py) reserves room first: "
-    "mem_fraction_static = (GPU - reserved) / GPU with reserved = activations for a "
-    "chunked prefill + cuda_graph_max_bs x 2 MiB + ..., and the KV pool gets "
-    "mem_fraction_static x GPU minus the weights. labkit sizes its cache explicitly "
-    "(max_batch slots or num_blocks) and the graph pools come on top: measure them with "
-    "labkit.graphs pool bytes (notebook 04).")
-
-SPEC_DECODE_PADDING = (
-    "Why speculative decoding pads by tokens. With k draft tokens, every request in a "
-    "verify step feeds 1 + k tokens (its last token and the k drafts) through the target "
-    "model, so a step of b requests is a batch of b x (1 + k) tokens. A CUDA graph is "
-    "captured for fixed tensor shapes, i.e. a fixed token count: vLLM 0.13.0 counts its "
-    "capture sizes in tokens, raises the default largest size to min(max_num_seqs x (1 + k) "
-    "x 2, 512) and, when decode steps get their own FULL graphs (FULL_AND_PIECEWISE, "
-    "FULL_DECODE_ONLY), rounds every size up to a multiple of 1 + k "
-    "(CompilationConfig.adjust_cudagraph_sizes_for_spec_decode, called from "
-    "GPUModelRunner._check_and_update_cudagraph_mode: 'num_speculative_tokens + 1 required "
-    "by spec-decode') so that a graph holds a whole number of requests; SGLang 0.5.6 "
-    "keys its graphs by request count and gives each num_tokens_per_bs = "
-    "speculative_num_draft_tokens tokens (CudaGraphRunner), with a denser default list for "
-    "speculative runs. A padded request is 1 + k padded tokens of work.")

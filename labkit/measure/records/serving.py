@@ -61,10 +61,35 @@ class ServeStep:
 
 
 @dataclass(frozen=True)
+class ServeArm:
+    """One arm of an interleaved ``serve_<name>_ab`` record: its step ``mode``, ``breaker``
+    settings (``None``: none), the metrics of its first recorded run and of every run
+    (``repeats``), measured alternately with the other arms."""
+
+    mode: str
+    breaker: dict | None
+    metrics: dict
+    repeats: list[dict]
+    windows: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_data(cls, v: Any, where: str) -> "ServeArm":
+        d = _dict(v, where)
+        brk = d.get("breaker")
+        return cls(mode=_req(d, "mode", where, _str),
+                   breaker=None if brk is None else _dict(brk, f"{where}.breaker"),
+                   metrics=_req(d, "metrics", where, _dict),
+                   repeats=[_dict(m, f"{where}.repeats[{i}]") for i, m in
+                            enumerate(_req(d, "repeats", where, _list))],
+                   windows=_opt(d, "windows", where, _list, []))
+
+
+@dataclass(frozen=True)
 class Serve:
     """``serve_<name>``: a continuous-batching run of a request trace (:mod:`labkit.serving`)
     in one step ``mode``: every request's token times, every decode step, and the metrics of
-    :func:`labkit.measure.serving_metrics.run_metrics` (TTFT/TPOT/ITL/E2EL in ms, ...)."""
+    :func:`labkit.measure.serving_metrics.run_metrics` (TTFT/TPOT/ITL/E2EL in ms, ...; on
+    CUDA since the GPU busy time was added, also ``gpu_busy_s`` and ``gpu_busy_share``)."""
 
     RECORD = "serve_<name>"  # the record name(s) of this kind
 
@@ -76,18 +101,33 @@ class Serve:
     metrics: dict
     #: every recorded run's metrics (``measure_serving(repeats=...)``); [] in older records
     repeats: list[dict] = field(default_factory=list)
+    #: whole runs served and discarded before the recorded ones (0 in older records)
+    warmup_runs: int = 0
+    #: True when the record's arms were measured alternately in one process
+    #: (:func:`labkit.measure.serve.measure_interleaved`); False in every other record
+    interleaved: bool = False
+    #: the arms of an interleaved record, by label ({} otherwise)
+    arms: dict[str, ServeArm] = field(default_factory=dict)
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "Serve":
-        return cls(mode=_req(d, "mode", where, _str), trace=_opt(d, "trace", where, _str, ""),
-                   clock=_opt(d, "clock", where, _str, ""),
-                   requests=[ServeRequest.from_data(r, f"{where}.requests[{i}]")
-                             for i, r in enumerate(_req(d, "requests", where, _list))],
-                   steps=[ServeStep.from_data(s, f"{where}.steps[{i}]")
-                          for i, s in enumerate(_req(d, "steps", where, _list))],
-                   metrics=_req(d, "metrics", where, _dict),
-                   repeats=[_dict(m, f"{where}.repeats[{i}]") for i, m in
-                            enumerate(_opt(d, "repeats", where, _list, []))])
+        out = cls(mode=_req(d, "mode", where, _str), trace=_opt(d, "trace", where, _str, ""),
+                  clock=_opt(d, "clock", where, _str, ""),
+                  requests=[ServeRequest.from_data(r, f"{where}.requests[{i}]")
+                            for i, r in enumerate(_req(d, "requests", where, _list))],
+                  steps=[ServeStep.from_data(s, f"{where}.steps[{i}]")
+                         for i, s in enumerate(_req(d, "steps", where, _list))],
+                  metrics=_req(d, "metrics", where, _dict),
+                  repeats=[_dict(m, f"{where}.repeats[{i}]") for i, m in
+                           enumerate(_opt(d, "repeats", where, _list, []))],
+                  warmup_runs=_opt(d, "warmup_runs", where, _int, 0),
+                  interleaved=_opt(d, "interleaved", where, _bool, False),
+                  arms={str(k): ServeArm.from_data(v, f"{where}.arms[{k!r}]") for k, v in
+                        _opt(d, "arms", where, _dict, {}).items()})
+        if out.interleaved and len(out.arms) < 2:
+            raise _Fail(f"{where}.arms", f"an interleaved record needs two arms or more, got "
+                        f"{list(out.arms)}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -116,12 +156,15 @@ class ServeLoad:
     modes: list[str]
     rates: list[float]
     points: list[ServeLoadPoint]
+    #: whole runs each mode served and discarded before its first point (0 in older records)
+    warmup_runs: int = 0
 
     @classmethod
     def from_data(cls, d: Mapping, where: str = "data") -> "ServeLoad":
         out = cls(modes=_req(d, "modes", where, _strs), rates=_req(d, "rates", where, _nums),
                   points=[ServeLoadPoint.from_data(p, f"{where}.points[{i}]")
-                          for i, p in enumerate(_req(d, "points", where, _list))])
+                          for i, p in enumerate(_req(d, "points", where, _list))],
+                  warmup_runs=_opt(d, "warmup_runs", where, _int, 0))
         for i, p in enumerate(out.points):
             if p.mode not in out.modes or p.rate not in out.rates:
                 raise _Fail(f"{where}.points[{i}]", f"has mode {p.mode!r} at rate {p.rate} "
