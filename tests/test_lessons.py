@@ -100,3 +100,18 @@ def test_decode_rows():
     assert list(ld.decode_rows(rec, ["graph"])[0]) == ["batch", "graph µs", "graph tok/s",
                                                        "graph speed-up", "eager µs per GPU op"]
 
+
+
+def test_the_overlap_model_of_notebook_03():
+    m = launch.step_model_us(100, 10.0, 300.0)
+    assert m == {"host_issue_us": 1000.0, "eager_us": 1000.0, "graph_us": 300.0,
+                 "speedup": pytest.approx(1000 / 300)}
+    assert launch.step_model_us(10, 10.0, 300.0)["eager_us"] == 300.0
+    with pytest.raises(ValueError, match="kernels"):
+        launch.step_model_us(-1, 1.0, 1.0)
+    from labkit.measure.results import load_reference
+
+    rows = launch.model_vs_measured(load_reference("decode_small"),
+                                    load_reference("launch_overhead"))
+    assert [r["batch"] for r in rows] == [1, 8, 64]
+    assert all(r["eager_measured_us"] >= r["eager_model_us"] for r in rows)

@@ -79,3 +79,35 @@ def timeline_stats(method: Mapping) -> dict:
             "span_us": span, "gpu_busy_us": busy, "step_us": method.get("step_us"),
             "gpu_idle_fraction": 1 - busy / span if span > 0 else float("nan")}
 
+
+
+def step_model_us(kernels: int, host_us: float, gpu_us: float) -> dict[str, float]:
+    """The overlap model of one step (notebook 03): the host issues ``kernels`` launches of
+    ``host_us`` each while the GPU runs ``gpu_us`` of work, so eager ≈ ``max(host issue,
+    GPU)``; a replay is one launch, ≈ ``gpu_us``."""
+    for name, v in (("kernels", kernels), ("host_us", host_us), ("gpu_us", gpu_us)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    host = float(kernels) * float(host_us)
+    eager = max(host, float(gpu_us))
+    return {"host_issue_us": host, "eager_us": eager, "graph_us": float(gpu_us),
+            "speedup": eager / gpu_us if gpu_us > 0 else float("nan")}
+
+
+def model_vs_measured(decode: Any, launch_record: Any) -> list[dict]:
+    """:func:`step_model_us` beside a ``decode_<preset>`` record, one row per batch size (host
+    µs per launch from ``launch_record``; the replayed step is the GPU time)."""
+    d = getattr(decode, "data", decode)
+    host_us = median(view(launch_record, LaunchOverhead).host_per_launch)
+    if host_us is None:
+        raise ValueError("the launch_overhead record has no host_per_launch median")
+    kernels = int(d["kernels_per_step"])
+    rows = []
+    for i, bs in enumerate(d["batch_sizes"]):
+        gpu, eager = median(d["times"]["graph"][i]), median(d["times"]["eager"][i])
+        m = step_model_us(kernels, host_us, gpu)
+        rows.append({"batch": bs, "kernels": kernels, "host_issue_us": m["host_issue_us"],
+                     "gpu_us": gpu, "eager_model_us": m["eager_us"], "eager_measured_us": eager,
+                     "measured_over_model": eager / m["eager_us"],
+                     "host_us_per_kernel_implied": eager / kernels})
+    return rows
