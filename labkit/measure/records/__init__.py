@@ -17,21 +17,20 @@ A new kind: a dataclass deriving from ``Kind`` (``_Timed`` for ``times[method]``
 
 from __future__ import annotations
 
-from labkit.measure.records.defaults import DEFAULTS, SERVE_RECORDS, default_params, \
-    measure_kwargs
-from labkit.measure.records.derived import GPU_OPS_COUNTED, GPU_OPS_SCOPE, ratio, speedup, \
-    tokens_per_s
+from labkit.measure.records.defaults import DEFAULTS, SERVE_RECORDS, default_params, measure_kwargs
+from labkit.measure.records.derived import (
+    GPU_OPS_COUNTED, GPU_OPS_SCOPE, ratio, speedup, tokens_per_s,
+)
 from labkit.measure.records.fields import Kind, parse_kind
 from labkit.measure.records.kinds import (
-    FUSED_STEPS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench, BenchPool,
-    BenchRow, BenchTarget, Compile, Decode, Dispatcher, DispatcherOverhead, Fused,
-    LaunchOverhead, Modes, Multistep, OverheadRun, OverwriteFix, Paged, PagedRun, Pitfall,
-    Pitfalls, PoolAtMaxSeq, PoolLayout, PoolMemory, PoolOverwrite, Roofline, RooflineVariant,
-    SweepPoint, Timeline, TimelineEvent, TimelineMethod, TPAllReduce, TPDecode, bench_row,
+    FUSED_STEPS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench, BenchPool, BenchRow,
+    BenchTarget, Compile, Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Modes,
+    Multistep, OverheadRun, OverwriteFix, Paged, PagedRun, Pitfall, Pitfalls, PoolAtMaxSeq,
+    PoolLayout, PoolMemory, PoolOverwrite, Roofline, RooflineVariant, SweepPoint, Timeline,
+    TimelineEvent, TimelineMethod, TPAllReduce, TPDecode, bench_row,
 )
 from labkit.measure.records.registry import KINDS, SchemaError, kind_of, parse, view
-from labkit.measure.records.serving import Serve, ServeLoad, ServeLoadPoint, ServeRequest, \
-    ServeStep
+from labkit.measure.records.serving import Serve, ServeLoad, ServeLoadPoint, ServeRequest, ServeStep
 from labkit.timing import Stats
 
 __all__ = [

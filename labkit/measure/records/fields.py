@@ -10,14 +10,15 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Callable, ClassVar, Literal, Mapping, TypeVar, Union
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal, TypeVar, Union
 
 from labkit.measure.records.derived import speedup, tokens_per_s
 from labkit.timing import Stats
 
 K = TypeVar("K")
 #: correctness checks: true/false, or a share (a token agreement)
-Checks = dict[str, Union[bool, float]]
+Checks = dict[str, bool | float]
 _EXPECT = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
            dict: "an object", list: "a list"}
 _MISSING = object()

@@ -5,13 +5,16 @@ Times in µs (every :class:`Stats`), memory in bytes (``*_bytes``), set-up work 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from labkit import stepcost
 from labkit.measure.records.derived import ratio, speedup
-from labkit.measure.records.fields import Checks, Kind, _fail, _Fail, _require, _same_length, \
-    _scalar, _Timed, parse_kind, parse_value, src
+from labkit.measure.records.fields import (
+    Checks, Kind, _Fail, _fail, _require, _same_length, _scalar, _Timed, parse_kind,
+    parse_value, src,
+)
 from labkit.timing import Stats
 
 Times = dict[str, list[Stats | None]]
@@ -110,7 +113,7 @@ class Timeline(Kind):
     methods: dict[str, TimelineMethod]
 
     @classmethod
-    def from_data(cls, data: Any, where: str = "data") -> "Timeline":
+    def from_data(cls, data: Any, where: str = "data") -> Timeline:
         if not data:
             raise _Fail(where, "must hold at least one method (e.g. 'eager')")
         return cls(parse_value(dict[str, TimelineMethod], data, where))

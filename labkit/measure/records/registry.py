@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from labkit.measure.records import kinds as k
+import labkit.measure.records.kinds as k
 from labkit.measure.records.fields import _Fail, _type_name
 from labkit.measure.records.serving import Serve, ServeLoad
 
