@@ -195,7 +195,7 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
     as_bool(check_sync, "check_sync")
-    _need_cuda("CUDA graphs need a CUDA GPU (torch.cuda.is_available() is False); on CPU run "
+    require_cuda("CUDA graphs need a CUDA GPU (torch.cuda.is_available() is False); on CPU run "
                "the callable eagerly instead")
     for i, t in enumerate(inputs):
         if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
@@ -205,7 +205,7 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
                              check_sync, label)
 
 
-def _need_cuda(message: str, model: TinyGPT | None = None) -> None:
+def require_cuda(message: str, model: TinyGPT | None = None) -> None:
     if not torch.cuda.is_available() or (model is not None and model.device.type != "cuda"):
         raise RuntimeError(message)
 
@@ -420,7 +420,7 @@ def capture_decode_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: PoolMod
     if step is not None and not callable(step):
         raise TypeError(f"step must be a decode step (model.decode_step, "
                         f"labkit.fused.make_fused_step(model), ...), got {step!r}")
-    _need_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
+    require_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                f"{model.device}); on CPU use eager decode_step", model)
     if batch is None:
         batch = new_batch(model, sizes[-1])

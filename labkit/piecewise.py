@@ -28,8 +28,8 @@ import torch
 
 from labkit.batch import StaticBatch
 from labkit.graphs import (
-    CapturedGraph, _need_cuda, capture_unchecked, check_capture, gc_frozen, new_batch,
-    progress_bar, release, release_after_failure,
+    CapturedGraph, capture_unchecked, check_capture, gc_frozen, new_batch,
+    progress_bar, release, release_after_failure, require_cuda,
 )
 from labkit.kvcache import StepMeta
 from labkit.model import TinyGPT, attention
@@ -127,7 +127,7 @@ def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any 
     modes."""
     checked = check_capture(model, sizes, "shared", "largest_first", warmup, progress,
                             check_sync)
-    _need_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
+    require_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                f"{model.device}); on CPU use piecewise_step", model)
     return capture_pieces(model, checked, batch or new_batch(model, checked[-1]), pool=pool,
                           warmup=warmup, progress=progress, check_sync=check_sync)

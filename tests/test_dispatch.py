@@ -317,3 +317,57 @@ def test_dispatcher_overhead_measurement_logic_on_cpu():
     assert run.checks == {"dispatcher_tokens_equal_eager": True, "same_logits_every_method": True}
     assert run.batch_sizes == [1, 4] and all(r is not None for r in run.over_replay("step_host"))
     assert (rec.repeats, rec.inner) == (2, 2)
+
+
+def _fake_capture(fn, inputs, pool, stream, warmup, check_sync, label=None):
+    """A stand-in for ``capture_unchecked`` on the CPU: the "graph" re-runs ``fn`` on the same
+    inputs and writes the results into the outputs of the first call, as a replay writes its
+    static outputs."""
+    from labkit.graphs import CapturedGraph
+
+    def into(static, new):
+        if isinstance(static, torch.Tensor):
+            static.copy_(new)
+        else:
+            for a, b in zip(static, new):
+                into(a, b)
+
+    output = fn(*inputs)
+
+    class Replay:
+        def replay(self):
+            into(output, fn(*inputs))
+
+    return CapturedGraph(Replay(), tuple(inputs), output, (0, 1), 0.0, 0.0, label, fn=fn)
+
+
+@pytest.mark.parametrize("mode, full_max", [("FULL", None), ("PIECEWISE", None),
+                                            ("FULL_AND_PIECEWISE", 2)])
+@pytest.mark.parametrize("copy", [True, False])
+def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max, copy):
+    """The capture=True paths on the CPU, with capture replaced by a recorder: the graphs read
+    the static batch and write its logits, tokens equal eager tokens with device and host
+    metadata, and a graph step's output is the static logits only with copy_outputs=False."""
+    import contextlib
+
+    import labkit.dispatch as D
+    import labkit.graphs as G
+    import labkit.piecewise as P
+
+    for mod in (G, P):
+        monkeypatch.setattr(mod, "capture_unchecked", _fake_capture)
+        monkeypatch.setattr(mod, "gc_frozen", contextlib.nullcontext)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
+    monkeypatch.setattr(D, "_check_capture_flag", lambda model, capture, mode: True)
+    m = build_model(preset("test", max_batch=8), seed=0)
+    prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11], [3, 3], [9]]
+    want = generate(m, prompts, 8)
+    d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode=mode, full_max_size=full_max,
+                          copy_outputs=copy)
+    assert (d.graphs is not None) == (mode != "PIECEWISE")
+    assert (d.pieces is not None) == ("PIECEWISE" in mode)
+    assert generate(m, prompts, 8, step_fn=d.step) == want
+    assert generate(m, prompts, 8, step_fn=lambda t, p, s: d.step(t, p.cpu(), s.cpu())) == want
+    out = d.step(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), torch.arange(3))
+    assert (out.data_ptr() == d.batch.logits.data_ptr()) is (not copy)

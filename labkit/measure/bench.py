@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -481,7 +481,7 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
     if device == "cuda":
         _need_cuda("measure_dispatcher_overhead")
     timer = timer or time_cuda_interleaved
-    sizes = sorted(set(int(b) for b in batch_sizes))
+    sizes = sorted({int(b) for b in batch_sizes})
     runs = []
     for name in presets:
         model = build_model(preset(name, max_batch=max(sizes), dtype=dtype), device, seed=0)
@@ -493,18 +493,7 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
         for b in sizes:
             t, p, s = step_inputs(model, b)
             host = tuple(x.cpu() for x in (t, p, s))
-            def copy_replay(inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
-                disp.batch.load(*inputs)
-                return graph.replay(b)
-
-            fns: dict[str, Callable[[], torch.Tensor]] = {
-                "replay": lambda: graph.replay(b),
-                "copy_replay": lambda: copy_replay((t, p, s)),
-                "stage_replay": lambda: copy_replay(host),
-                "step_device": lambda: disp.step(t, p, s, check=False),
-                "step_host": lambda: disp.step(*host),
-                "step_host_copy": lambda: disp.step(*host).clone(),
-            }
+            fns = _overhead_fns(disp, graph, b, (t, p, s), host)
             disp.batch.load(t, p, s)
             want = graph.replay(b)[:b].clone()  # every way computes these rows, same inputs
             for fn in fns.values():
@@ -518,3 +507,20 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
         if device == "cuda":
             _free()
     return {"dtype": dtype, "repeats": repeats, "inner": inner, "runs": runs}
+
+
+def _overhead_fns(disp: PaddingDispatcher, graph: Any, b: int,
+                  device: tuple[torch.Tensor, ...], host: tuple[torch.Tensor, ...]
+                  ) -> dict[str, Callable[[], torch.Tensor]]:
+    """The ways :func:`measure_dispatcher_overhead` runs one step of ``b`` rows."""
+
+    def copy_replay(inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        disp.batch.load(*inputs)
+        return graph.replay(b)  # type: ignore[no-any-return]
+
+    return {"replay": lambda: graph.replay(b),
+            "copy_replay": lambda: copy_replay(device),
+            "stage_replay": lambda: copy_replay(host),
+            "step_device": lambda: disp.step(*device, check=False),
+            "step_host": lambda: disp.step(*host),
+            "step_host_copy": lambda: disp.step(*host).clone()}
