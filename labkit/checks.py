@@ -12,7 +12,7 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["as_int", "as_number", "as_bool", "as_int_list", "as_size_list"]
+__all__ = ["as_bool", "as_int", "as_int_list", "as_number", "as_size_list"]
 
 
 def _kind(value: Any) -> str:
@@ -79,8 +79,7 @@ def as_size_list(values: Any, name: str, *, minimum: int = 1, maximum: int | Non
         raise ValueError(f"{name} must not be empty, got {values!r}; give at least one size"
                          f"{tail}")
     if distinct:
-        seen: set[int] = set()
-        dup = sorted({v for v in given if v in seen or seen.add(v)})
+        dup = sorted({v for v in given if given.count(v) > 1})
         if dup:
             raise ValueError(f"{name}: {dup} appear more than once in {given}; list each size "
                              "once (sorted(set(sizes)))")

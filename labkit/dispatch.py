@@ -1,43 +1,62 @@
-"""The padding dispatcher: serve any batch size from a few captured graphs.
+"""The padding dispatcher: serve any batch size from a few captured graphs, split as vLLM
+splits it: :class:`CudagraphDispatcher` only decides (vLLM's ``CudagraphDispatcher``,
+``vllm/v1/cudagraph_dispatcher.py``): from the batch's row count and a padding table, the
+:class:`Decision` (runtime mode, rows to compute), and it counts; it holds no tensors.
+:class:`labkit.batch.StaticBatch` owns and stages the static inputs (vLLM's ``InputBatch``).
+Runners compute the logits of the first ``rows`` rows of the static batch, one interface
+(``replay(rows)``, ``static``): :class:`labkit.graphs.GraphSet` (FULL),
+:class:`labkit.piecewise.PiecewiseGraphs` (PIECEWISE), :class:`EagerRunner` (NONE, and the CPU
+stand-in of both). :meth:`PaddingDispatcher.step`: check at the edge, decide, stage, run.
 
-For a batch of ``b`` rows it looks up the smallest captured size ``p >= b`` in a precomputed
-table, copies the inputs into persistent buffers, points the ``p - b`` padded rows at the
-model's scratch cache slot, replays graph ``p`` and returns the first ``b`` rows of logits.
-Batches above the largest captured size run eager (counted, never an error while the cache
-has room). On a machine without CUDA the same bucketing runs with eager execution, so the
-logic is tested everywhere.
-
-The capture mode follows vLLM's ``CUDAGraphMode`` (``vllm/config/compilation.py``): ``FULL``
-(one graph per size, attention inside), ``PIECEWISE`` (the step cut at attention, which runs
-eagerly between captured pieces: :mod:`labkit.piecewise`), ``FULL_AND_PIECEWISE`` (full graphs
-up to ``full_max_size``, pieces above) and ``NONE`` (eager). As vLLM's
-``CudagraphDispatcher`` (``vllm/v1/cudagraph_dispatcher.py``) does from a ``BatchDescriptor``,
-:meth:`PaddingDispatcher.decide` picks (runtime mode, padded size) for each batch from one
-key, the number of rows; an unknown key falls back to eager.
+Modes are vLLM's ``CUDAGraphMode`` (``vllm/config/compilation.py``): ``FULL`` (one graph per
+size, attention inside), ``PIECEWISE`` (attention eager between captured pieces:
+:mod:`labkit.piecewise`), ``FULL_AND_PIECEWISE`` (full graphs up to ``full_max_size``, pieces
+above), ``NONE`` (eager); a step's runtime mode is ``NONE``, ``PIECEWISE`` or ``FULL``.
+Batches above the largest size run eager (counted). Without CUDA the same decisions run
+eagerly (``capture=False``), so the logic is tested everywhere.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Sequence
+from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
 
+from labkit.batch import StaticBatch
 from labkit.checks import as_bool, as_int
-from labkit.fused import step_function
-from labkit.graphs import GraphSet, Order, PoolMode, capture_decode_graphs, check_capture_sizes
-from labkit.model import TinyGPT
-from labkit.piecewise import PiecewiseGraphs, capture_piecewise_graphs, piecewise_step
-from labkit.sizes import padding_table
-from labkit.step_checks import check_positions, check_slots, check_step_shapes, check_token_ids
+from labkit.fused import make_fused_step
+from labkit.graphs import GraphSet, Order, PoolMode, capture_full, check_capture, new_batch
+from labkit.model import Decode, TinyGPT
+from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
+from labkit.step_checks import Check, check_batch, check_capture_sizes, check_choice
 
-#: staging buffers for host metadata: how many steps the host may run ahead of the GPU
-STAGING_RING = 4
-
-Mode = Literal["graph", "eager"]
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE"]
-CUDAGRAPH_MODES: tuple[str, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
+CUDAGRAPH_MODES: tuple[CudagraphMode, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
+#: the mode of one step: a graph mode, or NONE (eager)
+RuntimeMode = Literal["NONE", "PIECEWISE", "FULL"]
+StepName = Literal["readable", "fused"]
+STEP_NAMES: tuple[StepName, ...] = ("readable", "fused")
+
+
+class Decision(NamedTuple):
+    """What one step runs: ``mode`` and the rows it computes (``padded``; for NONE the batch's
+    own rows). A tuple, so ``mode, padded = decide(b)`` reads as before. vLLM keys the same
+    decision by a ``BatchDescriptor(num_tokens, num_reqs, uniform)``; here a batch is uniform
+    decode, one token per request, and its row count is the whole key."""
+
+    mode: RuntimeMode
+    padded: int
+
+
+def padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
+    """``table[b]`` = smallest of the sorted, checked ``sizes`` that is >= ``b``, or 0 (eager),
+    for ``b`` in ``0..max_bs`` (``table[0]`` is 0: there is no empty step)."""
+    at = [bisect.bisect_left(sizes, b) for b in range(max_bs + 1)]
+    return [0] + [sizes[i] if i < len(sizes) else 0 for i in at[1:]]
 
 
 def build_padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
@@ -69,75 +88,122 @@ class DispatchCounters:
         total = self.padded_rows + self.real_rows
         return self.padded_rows / total if total else 0.0
 
-    def to_dict(self) -> dict:
+    def count(self, d: Decision, rows: int) -> None:
+        """Count one step of ``rows`` real rows that ran as ``d``."""
+        self.steps += 1
+        self.real_rows += rows
+        self.mode_steps[d.mode] = self.mode_steps.get(d.mode, 0) + 1
+        if d.mode == "NONE":
+            self.eager_fallbacks += 1
+        else:
+            self.graph_hits[d.padded] = self.graph_hits.get(d.padded, 0) + 1
+            self.padded_rows += d.padded - rows
+
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["graph_hits"] = {str(k): v for k, v in sorted(self.graph_hits.items())}
         d.update(hit_rate=self.hit_rate, waste=self.waste)
         return d
 
 
+class CudagraphDispatcher:
+    """The decision alone: which runtime mode and padded size each batch gets, and the counters.
+
+    Takes checked values (:class:`PaddingDispatcher` checks them): ``sizes`` sorted capture
+    sizes, ``max_batch`` the largest batch served, ``cudagraph_mode``, ``full_max_size`` (only
+    FULL_AND_PIECEWISE: full graphs up to it, pieces above)."""
+
+    def __init__(self, sizes: list[int], max_batch: int, cudagraph_mode: CudagraphMode = "FULL",
+                 full_max_size: int | None = None) -> None:
+        self.sizes, self.cudagraph_mode, self.full_max_size = sizes, cudagraph_mode, full_max_size
+        self.table = padding_table(sizes, max_batch)
+        limit = {"FULL": sizes[-1], "FULL_AND_PIECEWISE": full_max_size or 0}.get(cudagraph_mode, 0)
+        self.full_sizes = [b for b in sizes if b <= limit]
+        self.piecewise_sizes = [] if cudagraph_mode in ("FULL", "NONE") else [
+            b for b in sizes if b > limit]
+        self.counters = DispatchCounters()
+
+    def padded_size(self, bs: int) -> int | None:
+        """The graph size a batch of ``bs`` rows runs in, or ``None`` for eager."""
+        bs = as_int(bs, "batch size", minimum=1, fix="a decode step has at least one row")
+        return (self.table[bs] if bs < len(self.table) else 0) or None
+
+    def decide(self, bs: int) -> Decision:
+        """``Decision('FULL', p)``, ``('PIECEWISE', p)`` with ``p`` the padded size, or
+        ``('NONE', bs)`` (eager: above the largest size, or ``cudagraph_mode='NONE'``)."""
+        return self.dispatch(as_int(bs, "batch size", minimum=1,
+                                    fix="a decode step has at least one row"))
+
+    def dispatch(self, b: int) -> Decision:
+        """:meth:`decide` for a checked batch size ``b`` (at most ``max_batch``)."""
+        p = self.table[b] if b < len(self.table) else 0
+        if not p or self.cudagraph_mode == "NONE":
+            return Decision("NONE", b)
+        return Decision("FULL" if p in self.full_sizes else "PIECEWISE", p)
+
+    def describe(self) -> list[dict[str, int | None]]:
+        """The padding table as rows: batch size, padded size (None = eager), padded rows."""
+        return [{"batch": b, "padded_to": self.table[b] or None,
+                 "padded_rows": (self.table[b] - b) if self.table[b] else 0}
+                for b in range(1, len(self.table))]
+
+
+class Runner(Protocol):
+    """Computes the logits of the first ``rows`` rows of a static batch."""
+
+    static: bool  # True: the output is a buffer the next replay overwrites
+
+    def replay(self, rows: int) -> torch.Tensor: ...
+
+
+class EagerRunner:
+    """A runner that runs ``decode`` (or, ``piecewise``, the step cut at attention) eagerly on
+    the static batch: NONE, and the CPU stand-in of the graph modes."""
+
+    static = False
+
+    def __init__(self, model: TinyGPT, batch: StaticBatch, decode: Decode,
+                 piecewise: bool = False) -> None:
+        self.model, self.batch, self.decode, self.piecewise = model, batch, decode, piecewise
+
+    def replay(self, rows: int) -> torch.Tensor:
+        if self.piecewise:
+            return piecewise_step(self.model, *self.batch.view(rows))
+        return self.decode(*self.batch.view(rows))
+
+
 class PaddingDispatcher:
     """Route each decode step to the smallest captured graph that fits, padding the rest.
 
-    ``mode='graph'`` (default on CUDA) captures one graph per size; ``mode='eager'`` (default
-    on CPU) runs the same padded batches eagerly. ``copy_outputs=True`` returns a fresh
-    tensor each step; with ``False`` the result is a view of the graph's static output that
-    the next step overwrites (faster, but hold on to it at your own risk).
+    ``capture`` (``None``: on CUDA) captures the graphs; ``False`` runs the same padded batches
+    eagerly (``mode='graph'``/``'eager'`` is its deprecated spelling). ``copy_outputs=False``:
+    a graph step returns a view of the static logits that the next step overwrites (a copy
+    fewer). The checked path: every batch is checked on the host before anything is copied
+    (``check`` as in :mod:`labkit.step_checks`; ``True`` by default, so CUDA metadata costs one
+    ``.cpu()``, a host sync, per step); a bad batch raises and changes nothing (no buffer,
+    cache or counter). ``step='fused'``: the fused step of :mod:`labkit.fused` (FULL and NONE
+    only). ``graphs=``: a FULL :class:`GraphSet` of the same sizes and step, captured before;
+    the dispatcher stages into its static batch and never changes the set.
 
-    The checked path: every batch is checked on the host before anything is copied (one
-    entry per row, ids inside the vocabulary, positions in ``[0, max_seq)``, slots distinct
-    live slots, never the scratch slot). A bad batch raises ``ValueError``/``TypeError`` and
-    changes nothing: no buffer, cache or counter is touched. CPU metadata is always checked;
-    CUDA metadata costs one ``.cpu()`` of the three small tensors (a host sync) per step,
-    which ``check=False`` skips when the caller vouches for the batch (benchmarks timing the
-    replay path do this). :meth:`TinyGPT.decode_step` does not check CUDA tensors.
-
-    ``step='fused'`` runs (and captures) the fused decode step of :mod:`labkit.fused` instead
-    of the readable ``model.decode_step``: same cache, same logits contract, fewer kernels;
-    full graphs and eager only (piecewise capture cuts the readable step). Graphs passed in
-    with ``graphs=`` must have been captured with the same step.
-
-    Threads: a dispatcher may be shared by threads. One lock serialises the copy-in, the
-    replay and the copy-out of each step, and with ``copy_outputs=True`` every caller gets its
-    own tensor. With ``copy_outputs=False`` the returned view is overwritten by the next step,
-    so such a dispatcher belongs to the first thread that steps it and a step from any other
-    thread raises ``RuntimeError``. On CUDA, threads sharing a dispatcher must issue their
-    work on the same stream (the default one).
+    Threads: one lock serialises each step; with ``copy_outputs=True`` every caller gets its own
+    tensor, with ``False`` the first thread that steps it owns it (another's step raises). On
+    CUDA, threads sharing a dispatcher must use the same stream.
     """
 
-    def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *, mode: Mode | None = None,
-                 pool: PoolMode = "shared", order: Order = "largest_first",
-                 copy_outputs: bool = True, warmup: int = 3, progress: bool | None = None,
-                 graphs: GraphSet | None = None, cudagraph_mode: CudagraphMode = "FULL",
-                 full_max_size: int | None = None, step: str = "readable") -> None:
+    def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *,
+                 capture: bool | None = None, pool: PoolMode = "shared",
+                 order: Order = "largest_first", copy_outputs: bool = True, warmup: int = 3,
+                 progress: bool | None = None, graphs: GraphSet | None = None,
+                 cudagraph_mode: CudagraphMode = "FULL", full_max_size: int | None = None,
+                 step: StepName = "readable", mode: Literal["graph", "eager"] | None = None
+                 ) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
-        self.model = model
-        cfg = model.cfg
-        self.sizes = check_capture_sizes(capture_sizes, cfg.max_batch)
-        if mode is not None and mode not in ("graph", "eager"):
-            raise ValueError(f"mode must be 'graph', 'eager' or None (pick by device), got "
-                             f"{mode!r}")
-        if pool not in ("shared", "private"):
-            raise ValueError(f"pool must be 'shared' or 'private', got {pool!r}")
-        if order not in ("largest_first", "smallest_first"):
-            raise ValueError(f"order must be 'largest_first' or 'smallest_first', got {order!r}")
+        sizes = check_capture(model, capture_sizes, pool, order, warmup, progress, True)
+        capture = _check_capture_flag(model, capture, mode)
         self.copy_outputs = as_bool(copy_outputs, "copy_outputs")
-        warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
-        if progress is not None:
-            as_bool(progress, "progress")
-        if graphs is not None and not isinstance(graphs, GraphSet):
-            raise TypeError(f"graphs must be a GraphSet from capture_decode_graphs, got "
-                            f"{type(graphs).__name__}")
-        if mode is None:
-            mode = "graph" if model.device.type == "cuda" else "eager"
-        if mode == "graph" and model.device.type != "cuda":
-            raise RuntimeError(f"mode='graph' needs the model on a CUDA GPU (it is on "
-                               f"{model.device}); use mode='eager' to run the same bucketing")
-        if cudagraph_mode not in CUDAGRAPH_MODES:
-            raise ValueError(f"cudagraph_mode must be one of {list(CUDAGRAPH_MODES)}, got "
-                             f"{cudagraph_mode!r}")
+        check_choice(cudagraph_mode, "cudagraph_mode", CUDAGRAPH_MODES)
         if cudagraph_mode == "FULL_AND_PIECEWISE":
             if full_max_size is None:
                 raise ValueError("cudagraph_mode='FULL_AND_PIECEWISE' needs full_max_size: full "
@@ -146,255 +212,150 @@ class PaddingDispatcher:
                                    fix="give the largest size captured as a full graph")
         elif full_max_size is not None:
             raise ValueError("full_max_size only applies to cudagraph_mode='FULL_AND_PIECEWISE'")
-        if step not in ("readable", "fused"):
+        if step not in STEP_NAMES:
             raise ValueError(f"step must be 'readable' or 'fused' (labkit.fused), got {step!r}")
         if step != "readable" and cudagraph_mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
             raise ValueError(f"step={step!r} runs as one piece; piecewise capture cuts the "
                              "readable step at attention. Use cudagraph_mode='FULL' or 'NONE' "
                              "with the fused step, or step='readable' for piecewise graphs")
-        #: which decode step runs: 'readable' (model.decode_step) or 'fused'
-        self.step_name = step
-        self._step_fn = step_function(model, step)
-        self.cudagraph_mode: str = cudagraph_mode
-        self.full_max_size = full_max_size
-        full_sizes = {"FULL": self.sizes, "PIECEWISE": [], "NONE": [],
-                      "FULL_AND_PIECEWISE": [b for b in self.sizes
-                                             if b <= (full_max_size or 0)]}[cudagraph_mode]
-        self.full_sizes = full_sizes
-        self.piecewise_sizes = [] if cudagraph_mode in ("FULL", "NONE") else [
-            b for b in self.sizes if b not in full_sizes]
-        if graphs is not None and graphs.sizes != full_sizes:
-            raise ValueError(f"graphs were captured for {graphs.sizes}, not {full_sizes}; "
-                             "pass the same capture sizes")
-        self.mode: Mode = mode
-        self.table = build_padding_table(self.sizes, cfg.max_batch)
-        self.counters = DispatchCounters()
-        self._dirty = 0  # rows [0, _dirty) of the slot buffer may hold live slots
+        if graphs is not None and not isinstance(graphs, GraphSet):
+            raise TypeError(f"graphs must be a GraphSet from capture_decode_graphs, got "
+                            f"{type(graphs).__name__}")
+        if graphs is not None and (cudagraph_mode != "FULL" or not capture):
+            raise ValueError("pass captured graphs only with cudagraph_mode='FULL' and "
+                             "capture=True (mode='graph')")
+        if graphs is not None and graphs.sizes != sizes:
+            raise ValueError(f"graphs were captured for {graphs.sizes}, not {sizes}; pass the "
+                             "same capture sizes")
+        self.model, self.capture, self.step_name = model, capture, step
+        self.dispatcher = CudagraphDispatcher(sizes, model.cfg.max_batch, cudagraph_mode,
+                                              full_max_size)
+        #: the step every runner computes, unchecked (this class checks at its edge)
+        self._decode: Decode = model.decode if step == "readable" else \
+            make_fused_step(model).decode
         self._lock = threading.Lock()
         self._owner: int | None = None  # with copy_outputs=False: the one thread allowed
-        n, dev = self.sizes[-1], model.device
-        self.graphs: GraphSet | None = None
+        d = self.dispatcher
+        graphed = capture and bool(d.full_sizes or d.piecewise_sizes)
+        self.batch = graphs.batch if graphs is not None else (
+            new_batch(model, sizes[-1]) if graphed else StaticBatch(model))
+        self.graphs: GraphSet | None = graphs
         self.pieces: PiecewiseGraphs | None = None
-        self._inputs: torch.Tensor | None = None
-        if graphs is not None:
-            if cudagraph_mode != "FULL" or mode != "graph":
-                raise ValueError("pass captured graphs only with cudagraph_mode='FULL' and "
-                                 "mode='graph'")
-            self.graphs = graphs
-            if graphs.index is None:  # a GraphSet built by hand: one index buffer
-                graphs.index = torch.stack([graphs.positions, graphs.slots])
-                graphs.positions, graphs.slots = graphs.index[0], graphs.index[1]
-            self._tokens, self._index = graphs.tokens, graphs.index
-        else:  # one set of static inputs and one static logits buffer for every graph
-            # tokens, positions and slots are the three rows of one buffer, so that a batch
-            # whose metadata is on the host arrives in one copy
-            self._inputs = torch.zeros((3, n), dtype=torch.long, device=dev)
-            self._inputs[2].fill_(cfg.scratch_slot)
-            self._tokens, self._index = self._inputs[0], self._inputs[1:]
-            logits = (torch.empty((n, cfg.vocab_size), dtype=cfg.torch_dtype, device=dev)
-                      if mode == "graph" else None)
-            if mode == "graph" and full_sizes:
-                self.graphs = capture_decode_graphs(
-                    model, full_sizes, pool=pool, order=order, warmup=warmup,
-                    progress=progress, tokens=self._tokens, index=self._index, logits=logits,
-                    step=self._step_fn)
-            if mode == "graph" and self.piecewise_sizes:
-                shared = next(iter(self.graphs.graphs.values())).pool if self.graphs else None
-                self.pieces = capture_piecewise_graphs(
-                    model, self.piecewise_sizes, pool=shared, tokens=self._tokens,
-                    index=self._index, logits=logits, warmup=warmup, progress=progress)
-        self._positions, self._slots = self._index[0], self._index[1]
-        # host-side metadata: tokens, positions and slots are written into a staging buffer
-        # (pinned on CUDA) and reach the device in one non-blocking copy of the whole buffer.
-        # A ring of STAGING_RING buffers, each with an event that says when its last copy has
-        # read it, lets the host prepare the next steps while the GPU still runs earlier ones
-        # (with one buffer the host waited for the GPU every step: measured on the H200, that
-        # serialised host and GPU and doubled the step time of the small model).
-        pin = dev.type == "cuda"
-        ring = STAGING_RING
-        self._staging = [torch.zeros((3, n), dtype=torch.long, pin_memory=pin)
-                         for _ in range(ring)]
-        for st in self._staging:
-            st[2].fill_(cfg.scratch_slot)
-        self._staged = [torch.cuda.Event() if pin else None for _ in range(ring)]
-        self._staged_rows = [0] * ring  # rows [0, k) of each staging buffer hold live rows
-        self._ring_next = 0
-        self._foreach_copy = getattr(torch, "_foreach_copy_", None)
+        kw: dict[str, Any] = dict(warmup=warmup, progress=progress, check_sync=True)
+        if capture and graphs is None and d.full_sizes:
+            self.graphs = capture_full(model, d.full_sizes, self.batch, self._decode, pool=pool,
+                                       order=order, **kw)
+        if capture and d.piecewise_sizes:
+            shared = next(iter(self.graphs.graphs.values())).pool if self.graphs else None
+            self.pieces = capture_pieces(model, d.piecewise_sizes, self.batch, pool=shared,
+                                         **kw)
+        eager = EagerRunner(model, self.batch, self._decode)
+        self._runners: dict[RuntimeMode, Runner] = {
+            "NONE": eager, "FULL": self.graphs or eager,
+            "PIECEWISE": self.pieces or EagerRunner(model, self.batch, self._decode, True)}
 
-    # ------------------------------------------------------------------ lookup
+    # ------------------------------------------------------------------ the decision
+    @property
+    def mode(self) -> Literal["graph", "eager"]:
+        """Deprecated: ``'graph'`` when the dispatcher captured graphs, else ``'eager'``."""
+        return "graph" if self.capture else "eager"
+
+    # what the decision says, read through (vLLM's runner asks its dispatcher the same)
+    sizes = property(lambda self: self.dispatcher.sizes)
+    cudagraph_mode = property(lambda self: self.dispatcher.cudagraph_mode)
+    full_max_size = property(lambda self: self.dispatcher.full_max_size)
+    full_sizes = property(lambda self: self.dispatcher.full_sizes)
+    piecewise_sizes = property(lambda self: self.dispatcher.piecewise_sizes)
+    counters = property(lambda self: self.dispatcher.counters)
+
     def padded_size(self, bs: int) -> int | None:
         """The graph size a batch of ``bs`` rows runs in, or ``None`` for eager."""
-        bs = as_int(bs, "batch size", minimum=1, fix="a decode step has at least one row")
-        p = self.table[bs] if bs < len(self.table) else 0
-        return p or None
+        return self.dispatcher.padded_size(bs)
 
-    def decide(self, bs: int) -> tuple[str, int]:
-        """(runtime mode, rows computed) for a batch of ``bs`` rows: ``('FULL', p)``,
-        ``('PIECEWISE', p)`` with ``p`` the padded size, or ``('NONE', bs)`` (eager: above the
-        largest size, or ``cudagraph_mode='NONE'``)."""
-        p = self.padded_size(bs)
-        if p is None or self.cudagraph_mode == "NONE":
-            return "NONE", bs
-        return ("FULL" if p in self.full_sizes else "PIECEWISE"), p
+    def decide(self, bs: int) -> Decision:
+        """The :class:`Decision` for a batch of ``bs`` rows (:meth:`CudagraphDispatcher.decide`)."""
+        return self.dispatcher.decide(bs)
 
-    def describe(self) -> list[dict]:
-        """The padding table as rows: batch size, padded size (None = eager), padded rows."""
-        rows = []
-        for b in range(1, len(self.table)):
-            p = self.table[b] or None
-            rows.append({"batch": b, "padded_to": p, "padded_rows": (p - b) if p else 0})
-        return rows
+    def describe(self) -> list[dict[str, int | None]]:
+        return self.dispatcher.describe()
+
+    def runner(self, mode: RuntimeMode) -> Runner:
+        """The runner of runtime mode ``mode`` (graphs on CUDA, the eager stand-in without)."""
+        return self._runners[check_choice(mode, "mode", ("NONE", "PIECEWISE", "FULL"))]
 
     def reset_counters(self) -> None:
         with self._lock:
-            self.counters = DispatchCounters()
+            self.dispatcher.counters = DispatchCounters()
 
     # ------------------------------------------------------------------ the step
-    def _validate(self, tokens: torch.Tensor, positions: torch.Tensor,
-                  slots: torch.Tensor, check: bool) -> int:
-        """Check a batch on the host before anything is written; returns its size."""
-        m = self.model
-        cfg = m.cfg
-        as_bool(check, "check")
-        b = check_step_shapes(tokens, positions, slots, m.device, cfg.max_batch, host_ok=True)
-        host = (tokens, positions, slots)
-        if not check and any(t.device.type != "cpu" for t in host):
-            return b  # the caller vouches for CUDA metadata
-        tok, pos, slo = _host_lists(host)
-        check_token_ids(min(tok), max(tok), cfg.vocab_size)
-        check_positions(min(pos), max(pos), cfg.max_seq)
-        check_slots(slo, cfg.max_batch)
-        return b
-
-    def _load(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-              check: bool) -> int:
-        b = self._validate(tokens, positions, slots, check)
-        p = self.table[b]
-        if p == 0:
-            return 0
-        self._copy_in(tokens, positions, slots, b, p)
-        return p
-
-    def _copy_in(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                 b: int, p: int) -> None:
-        """Copy a checked batch of ``b`` rows into the static buffers, padded to ``p``."""
-        if positions.device.type == "cpu" and slots.device.type == "cpu":
-            self._load_host(tokens, positions, slots, b, p)
-            return
-        dst = (self._tokens[:b], self._positions[:b], self._slots[:b])
-        src = (tokens, positions, slots)
-        if (self._foreach_copy is not None and all(t.device == self._tokens.device for t in src)
-                and all(t.dtype == torch.long for t in src)):
-            self._foreach_copy(dst, src)
-        else:
-            for d, s in zip(dst, src):
-                d.copy_(s, non_blocking=True)
-        if self._dirty > b:  # rows a larger batch left behind must not point at live slots
-            self._slots[b:self._dirty].fill_(self.model.cfg.scratch_slot)
-        self._dirty = b
-
-    def _load_host(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                   b: int, p: int) -> None:
-        """Host metadata: fill the next staging buffer of the ring (rows past ``b``: token 0,
-        position 0, the scratch slot) and copy all of it in at once. Tokens on the host ride
-        in the same copy; tokens on the GPU (fed back from the last step's argmax) are copied
-        on their own."""
-        k = self._ring_next
-        self._ring_next = (k + 1) % len(self._staging)
-        st, event = self._staging[k], self._staged[k]
-        if event is not None:
-            event.synchronize()  # the copy that last read this buffer is done
-        host_tokens = tokens.device.type == "cpu" and self._inputs is not None
-        if host_tokens:
-            st[0, :b].copy_(tokens)
-        st[1, :b].copy_(positions)
-        st[2, :b].copy_(slots)
-        rows = self._staged_rows[k]
-        if rows > b:  # rows a larger batch left here: back to harmless values
-            st[:2, b:rows].zero_()
-            st[2, b:rows].fill_(self.model.cfg.scratch_slot)
-        self._staged_rows[k] = b
-        n = st.shape[1]
-        if host_tokens:
-            self._inputs[:, :n].copy_(st, non_blocking=True)  # one copy: tokens and metadata
-        else:
-            self._index[:, :n].copy_(st[1:], non_blocking=True)
-            self._tokens[:b].copy_(tokens, non_blocking=True)
-        if event is not None:
-            event.record()
-        self._dirty = b  # every device row past b now holds harmless values
+    def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               check: Check) -> int:
+        cfg = self.model.cfg
+        return check_batch(tokens, positions, slots, device=self.model.device,
+                           vocab_size=cfg.vocab_size, max_batch=cfg.max_batch,
+                           max_seq=cfg.max_seq, check=check, host_ok=True, who="the dispatcher")
 
     def load_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
-                    slots: torch.Tensor, *, check: bool = True) -> int:
-        """Copy a batch into the persistent buffers, point padded rows at the scratch slot,
-        and return the padded size (0 when the batch is above the largest graph). The batch
-        is checked first (see the class docstring); a bad one raises and copies nothing."""
+                    slots: torch.Tensor, *, check: Check = True) -> int:
+        """Check a batch, copy it into the static batch (padded rows: the pad row) and return
+        the padded size (0 when the batch is above the largest graph). A bad batch raises and
+        copies nothing."""
         with self._lock:
-            return self._load(tokens, positions, slots, check)
+            b = self._check(tokens, positions, slots, check)
+            p = self.dispatcher.table[b]
+            if p:
+                self.batch.load(tokens, positions, slots)
+            return p
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor,
-             slots: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
+             check: Check = True) -> torch.Tensor:
         """Logits ``(b, V)`` for one decode step of ``b`` rows; same contract as
-        :meth:`TinyGPT.decode_step`. ``check=False`` skips the host copy of CUDA metadata
-        (CPU metadata is always checked). Safe to call from several threads."""
+        :meth:`TinyGPT.decode_step`: check at the edge, decide, stage, run the runner the
+        decision names. Safe to call from several threads."""
         with self._lock:
             if not self.copy_outputs:
-                me = threading.get_ident()
-                if self._owner is None:
-                    self._owner = me
-                elif self._owner != me:
-                    raise RuntimeError(
-                        "this PaddingDispatcher was built with copy_outputs=False, so its "
-                        "result is a view the next step overwrites, and it belongs to the "
-                        "first thread that stepped it; another thread's step would hand out "
-                        "the wrong logits. Build it with copy_outputs=True (the default) to "
-                        "share it between threads")
-            b = self._validate(tokens, positions, slots, check)
-            runtime, p = self.decide(b)
-            if runtime == "NONE":  # eager: no padding, nothing copied
-                dev = self.model.device
-                out = self._step_fn(tokens.to(dev), positions.to(dev),
-                                    slots.to(dev), check=False)  # checked above
-            else:
-                self._copy_in(tokens, positions, slots, b, p)
-                t, pos, slo = self._tokens[:p], self._positions[:p], self._slots[:p]
-                if runtime == "FULL" and self.graphs is not None:
-                    out = self.graphs.replay(p)[:b]
-                elif runtime == "PIECEWISE" and self.pieces is not None:
-                    out = self.pieces.replay(p)[:b]
-                elif runtime == "PIECEWISE":  # no CUDA: the same cut, run eagerly
-                    out = piecewise_step(self.model, t, pos, slo)[:b]
-                else:
-                    out = self._step_fn(t, pos, slo, check=False)[:b]
-                out = out.clone() if self.copy_outputs else out
-            c = self.counters
-            c.steps += 1
-            c.real_rows += b
-            c.mode_steps[runtime] = c.mode_steps.get(runtime, 0) + 1
-            if runtime == "NONE":
-                c.eager_fallbacks += 1
-            else:
-                c.graph_hits[p] = c.graph_hits.get(p, 0) + 1
-                c.padded_rows += p - b
-            return out
+                self._claim()
+            b = self._check(tokens, positions, slots, check)
+            d = self.dispatcher.dispatch(b)
+            self.batch.load(tokens, positions, slots)
+            runner = self._runners[d.mode]
+            out = runner.replay(d.padded)[:b]
+            self.dispatcher.counters.count(d, b)
+            return out.clone() if runner.static and self.copy_outputs else out
 
     __call__ = step
 
+    def _claim(self) -> None:
+        me = threading.get_ident()
+        if self._owner is None:
+            self._owner = me
+        elif self._owner != me:
+            raise RuntimeError(
+                "this PaddingDispatcher was built with copy_outputs=False, so its result is a "
+                "view the next step overwrites, and it belongs to the first thread that "
+                "stepped it; another thread's step would hand out the wrong logits. Build it "
+                "with copy_outputs=True (the default) to share it between threads")
+
     def release(self) -> None:
-        """Free the captured graphs (eager mode: nothing to free)."""
+        """Free the captured graphs (eager: nothing to free)."""
         with self._lock:
-            if self.graphs is not None:
-                self.graphs.release()
-            if self.pieces is not None:
-                self.pieces.release()
+            for runner in (self.graphs, self.pieces):
+                if runner is not None:
+                    runner.release()
 
 
-def _host_lists(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
-    """The values of small 1-D integer tensors as lists, with at most one device-to-host copy
-    (one host sync) for those not on the CPU."""
-    on_dev = [t for t in tensors if t.device.type != "cpu"]
-    parts = iter(())
-    if on_dev:
-        flat = torch.cat([t.to(torch.long) for t in on_dev]).cpu()
-        parts = iter(flat.split([t.shape[0] for t in on_dev]))
-    return [t.tolist() if t.device.type == "cpu" else next(parts).tolist() for t in tensors]
+def _check_capture_flag(model: TinyGPT, capture: object, mode: object) -> bool:
+    """``capture`` from ``capture`` or the deprecated ``mode`` (``None``: on CUDA)."""
+    if mode is not None:
+        check_choice(mode, "mode", ("graph", "eager"))
+        if capture is not None:
+            raise ValueError("give capture=... or the older mode=..., not both")
+        capture = mode == "graph"
+    if capture is None:
+        return model.device.type == "cuda"
+    as_bool(capture, "capture")
+    if capture and model.device.type != "cuda":
+        raise RuntimeError(f"capture=True (mode='graph') needs the model on a CUDA GPU (it is "
+                           f"on {model.device}); use capture=False (mode='eager') to run the "
+                           "same bucketing")
+    return bool(capture)

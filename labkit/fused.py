@@ -4,7 +4,8 @@ Same weights (read from the model's parameters on every call, never copied or ca
 KV cache, same interface as :meth:`labkit.model.TinyGPT.decode_step`:
 ``step(tokens, positions, slots, *, check=None, out=None) -> logits``. Build it with
 :func:`make_fused_step` (or pick it by name with :func:`step_function`); graphs capture it
-like the readable step (``capture_decode_graphs(..., step="fused")``).
+like the readable step (``capture_decode_graphs(..., step=make_fused_step(model))``);
+:meth:`FusedStep.decode` is the step without checks, for callers that checked the batch.
 
 What is fused, per layer (the kernels one layer launches on CUDA)::
 
@@ -64,7 +65,7 @@ never attended and never written to the cache.
 Lifetime: the step caches small buffers (each batch size's key offsets) that a graph captured
 from it reads on every replay, so the step must live as long as its graphs.
 :class:`labkit.graphs.CapturedGraph` keeps the captured callable for that reason. (Before it
-did, a step built inside ``capture_decode_graphs(step="fused")`` was freed after capture, eager
+did, a fused step built only for ``capture_decode_graphs`` was freed after capture, eager
 allocations reused its buffers, and replays gave NaN logits and, at batch 256, an illegal
 memory access on the H200; ``tests/test_fused.py`` replays after filling freed memory with
 garbage.)
@@ -76,33 +77,27 @@ so float32 tokens equal the readable step's (tests) and bf16 agreement is report
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from labkit.checks import as_int
 from labkit.kvcache import AttentionKernel, StepMeta, flash_supported
-from labkit.model import TinyGPT, generate
+from labkit.model import DecodeStep, StepFn, TinyGPT, generate
+from labkit.step_checks import Check, check_choice
 
 STEPS: tuple[str, ...] = ("readable", "fused")
 #: ``attention=`` choices of :class:`FusedStep`
-ATTENTION: tuple[str, ...] = ("auto", "flash", "efficient")
+Attention = Literal["auto", "flash", "efficient"]
+ATTENTION: tuple[Attention, ...] = ("auto", "flash", "efficient")
 #: ``"auto"`` attention takes FlashAttention up to this many (row, head) pairs per step. On an
 #: H200 (torch 2.11, bf16, context 64-128) flash was faster for the 12-layer model at batch 1
 #: and 8 (12 and 96 pairs) and slower at 32 and 64 (384, 768); for the 4-layer model (4 heads)
 #: faster up to batch 64 (256 pairs).
 FLASH_MAX_ROW_HEADS = 256
-
-
-class DecodeStep(Protocol):
-    """``step(tokens, positions, slots, *, check=None, out=None) -> logits`` (the contract of
-    :meth:`TinyGPT.decode_step`)."""
-
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
-                 check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        ...
 
 
 def _has_gelu_epilogue() -> bool:
@@ -121,7 +116,7 @@ class FusedStep:
     """
 
     def __init__(self, model: TinyGPT, *, gelu_epilogue: bool | None = None,
-                 attention: str = "auto", branches: bool | None = None) -> None:
+                 attention: Attention = "auto", branches: bool | None = None) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -132,8 +127,7 @@ class FusedStep:
                                f"torch {torch.__version__} lacks; pass gelu_epilogue=None")
         if branches is not None and not isinstance(branches, bool):
             raise TypeError(f"branches must be True, False or None, got {branches!r}")
-        if attention not in ATTENTION:
-            raise ValueError(f"attention must be one of {list(ATTENTION)}, got {attention!r}")
+        check_choice(attention, "attention", ATTENTION)
         if attention == "flash" and not flash_supported(model.cfg.torch_dtype,
                                                         model.cfg.head_dim):
             raise ValueError(f"attention='flash' needs a bf16 or fp16 model with head_dim a "
@@ -154,20 +148,26 @@ class FusedStep:
 
     # ------------------------------------------------------------------ the step
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
-                 check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                 check: Check = None, out: torch.Tensor | None = None) -> torch.Tensor:
         self._check(tokens, positions, slots, check, out)
-        with torch.no_grad():
-            return self._step(tokens, positions, slots, out)
+        return self.decode(tokens, positions, slots, out)
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """The step without any check: for callers that checked the batch (the dispatcher,
+        graph capture)."""
+        return self._step(tokens, positions, slots, out)
 
     def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-               check: bool | None, out: torch.Tensor | None) -> None:
+               check: Check, out: torch.Tensor | None) -> None:
         """The readable step's checks (shared code: same errors, same rules)."""
         m = self.model
         if self._device_changed():
             raise RuntimeError(f"the model moved to {m.device} after its fused step was built "
                                f"on {self._zero.device}; build it again with "
                                "make_fused_step(model)")
-        m.check_step(tokens, positions, slots, check, who="the fused step with check=True")
+        m.check_step(tokens, positions, slots, check, who="the fused step")
         b = tokens.shape[0]
         if out is not None and (not isinstance(out, torch.Tensor)
                                 or tuple(out.shape) != (b, m.cfg.vocab_size)
@@ -183,13 +183,13 @@ class FusedStep:
     def attention_kernel(self, batch: int) -> AttentionKernel:
         """The attention kernel a step of ``batch`` rows uses (see ``attention=``)."""
         if self.attention != "auto":
-            return self.attention  # type: ignore[return-value]
+            return self.attention
         cfg = self.model.cfg
         small = batch * cfg.n_head <= FLASH_MAX_ROW_HEADS
         return "flash" if small and flash_supported(cfg.torch_dtype, cfg.head_dim) \
             else "efficient"
 
-    def _meta(self, positions: torch.Tensor, rows: torch.Tensor) -> StepMeta:
+    def _meta(self, positions: torch.Tensor, slots: torch.Tensor) -> StepMeta:
         """The step's cache metadata in 3 kernels (slot layout): key starts into a per-size
         buffer whose last entry (the end of the cache) is filled once, ``pos + 1`` and the
         write index. ``query_start`` is a slice of a constant."""
@@ -198,22 +198,22 @@ class FusedStep:
         key_start = self._key_start.get(b)
         capturing = positions.is_cuda and torch.cuda.is_current_stream_capturing()
         if key_start is None:
-            key_start = torch.full((b + 1,), (cache.max_batch + 1) * cache.max_seq,
+            key_start = torch.full((b + 1,), cache.num_slots * cache.max_seq,
                                    dtype=torch.int32, device=positions.device)
             if not capturing:  # a buffer made during capture is not filled until replay
                 self._key_start[b] = key_start
-        torch.mul(rows, cache.max_seq, out=key_start[:b])
+        torch.mul(slots, cache.max_seq, out=key_start[:b])
         seq_lens = torch.empty(b, dtype=torch.int32, device=positions.device)
         torch.add(positions, 1, out=seq_lens)
-        return StepMeta(positions=positions, rows=rows,
-                        write_index=cache.write_index(positions, rows),
+        return StepMeta(positions=positions, slots=slots,
+                        write_index=cache.write_index(positions, slots),
                         seq_lens=seq_lens, key_start=key_start,
                         query_start=self._arange32[:b + 1])
 
     def _bias_pairs(self) -> torch.Tensor:
         """``(L + 1, 2, D)``: row ``l`` = ``[b_fc_out(l-1), b_fc_out(l-1) + b_proj(l)]`` (zero
         where a layer does not exist), from the live parameters: one stack, one cumsum."""
-        blocks = self.model.blocks
+        blocks = self.model.layers
         z = self._zero
         pieces: list[torch.Tensor] = []
         for i in range(len(blocks) + 1):
@@ -221,7 +221,8 @@ class FusedStep:
             pieces.append(blocks[i].proj.bias if i < len(blocks) else z)
         return torch.stack(pieces).view(len(blocks) + 1, 2, -1).cumsum(1)
 
-    def _fork(self, tokens: torch.Tensor):
+    def _fork(self, tokens: torch.Tensor) -> tuple[torch.cuda.Stream, torch.cuda.Stream,
+                                                   torch.cuda.Event, torch.cuda.Event] | None:
         """``(main, side, pairs_done, meta_done)`` when this step branches (``branches``),
         else ``None``."""
         use = self.branches
@@ -272,7 +273,7 @@ class FusedStep:
         if fork is not None:
             main.wait_event(pairs_done)
         s = torch.add(x, pairs[0, :, None].expand(2, rows, d))             # (2, R, D)
-        for i, blk in enumerate(m.blocks):
+        for i, blk in enumerate(m.layers):
             a = F.layer_norm(s[0], (d,), blk.ln1.weight, blk.ln1.bias, blk.ln1.eps)
             qkv = torch.addmm(blk.qkv.bias, a, blk.qkv.weight.t()).view(rows, 3, h, hd)[:b]
             if fork is not None and i == 0:
@@ -286,7 +287,7 @@ class FusedStep:
             g = self._up(F.layer_norm(mid, (d,), blk.ln2.weight, blk.ln2.bias, blk.ln2.eps),
                          blk.fc)
             mid.addmm_(g, blk.fc_out.weight.t())
-            if i + 1 < len(m.blocks):
+            if i + 1 < m.cfg.n_layer:
                 s = torch.add(mid, pairs[i + 1, :, None].expand(2, rows, d))
             else:
                 x = torch.add(mid[:b], pairs[i + 1, 0])
@@ -297,14 +298,14 @@ class FusedStep:
 
 
 def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None,
-                    attention: str = "auto", branches: bool | None = None) -> FusedStep:
+                    attention: Attention = "auto", branches: bool | None = None) -> FusedStep:
     """The fused decode step of ``model``: a callable with the signature of
     ``model.decode_step`` (see :class:`FusedStep`)."""
     return FusedStep(model, gelu_epilogue=gelu_epilogue, attention=attention,
                      branches=branches)
 
 
-def step_function(model: TinyGPT, step: str | Callable = "readable") -> Callable:
+def step_function(model: TinyGPT, step: str | DecodeStep = "readable") -> DecodeStep:
     """The decode step to run: ``"readable"`` (``model.decode_step``), ``"fused"``
     (:func:`make_fused_step`), or a callable with that signature, returned as is."""
     if callable(step):
@@ -334,13 +335,13 @@ class Agreement:
         """Share of equal greedy tokens (1.0 = identical)."""
         return self.equal / self.tokens if self.tokens else 1.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return {"tokens": self.tokens, "equal": self.equal, "fraction": self.fraction,
                 "max_logit_diff": self.max_logit_diff}
 
 
 def agreement(model: TinyGPT, prompts: Sequence[Sequence[int]], new_tokens: int = 8,
-              step: Callable | None = None) -> Agreement:
+              step: StepFn | None = None) -> Agreement:
     """Greedy-decode ``prompts`` with the readable step and with ``step`` (default: the fused
     step), and compare: share of equal tokens, and the largest logit difference of one
     decode step from identical caches (both prompts prefilled, the same first token)."""
@@ -356,7 +357,7 @@ def agreement(model: TinyGPT, prompts: Sequence[Sequence[int]], new_tokens: int 
 
 
 @torch.no_grad()
-def _first_step_diff(model: TinyGPT, prompts: Sequence[Sequence[int]], step: Callable) -> float:
+def _first_step_diff(model: TinyGPT, prompts: Sequence[Sequence[int]], step: StepFn) -> float:
     """Max |readable - step| logits for one decode step after prefilling every prompt (the
     cache is reset before and after: a measurement, not a serving path)."""
     dev = model.device

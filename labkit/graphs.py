@@ -1,38 +1,43 @@
 """Pooled multi-graph capture: one CUDA graph per batch size, private pools or one shared pool.
 
-What this module does, in the order a serving engine does it (vLLM, SGLang):
+As a serving engine does it (vLLM, SGLang): the static inputs (a
+:class:`labkit.batch.StaticBatch`) are allocated once at the largest size, graph ``bs`` reading
+their first ``bs`` rows; each callable is warmed up on a side stream with PyTorch's sync debug
+mode set to ``error`` (a host sync is caught *before* capture, with the line that caused it);
+the garbage collector is frozen; the graphs go into private pools or one shared pool, largest
+or smallest first; each pool's memory is read from the allocator's per-pool accounting
+(``torch.cuda.memory_snapshot()``), not from global counters that cuBLAS workspaces distort.
 
-1. static input buffers are allocated once at the largest size; graph ``bs`` reads ``[:bs]``;
-2. each callable is warmed up on the capture stream (a side stream), with PyTorch's sync
-   debug mode set to ``error`` so that a host synchronisation is caught *before* capture
-   and reported with the line that caused it;
-3. the garbage collector is frozen while capturing;
-4. each graph is captured into its own private pool, or all into one shared pool, largest
-   first (later, smaller graphs reuse freed blocks) or smallest first;
-5. the memory each pool holds is read from the allocator's own per-pool accounting
-   (``torch.cuda.memory_snapshot()`` segments by pool id), not from global counters, which
-   cuBLAS workspaces and other streams distort.
-
-Bad captures raise :class:`CaptureError` subclasses that name the rule broken and the fix.
+The step to capture is passed in (``model.decode_step``, the fused step, any callable of that
+signature): this layer picks none. Bad captures raise :class:`CaptureError` subclasses naming
+the rule broken and the fix. Public functions check their arguments; ``capture_full`` and
+``capture_unchecked`` take checked ones.
 """
 
 from __future__ import annotations
 
 import gc
-import numbers
 import time
 import traceback
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 
-from labkit.checks import as_bool, as_int, as_size_list
-from labkit.fused import step_function
+from labkit.batch import StaticBatch
+from labkit.checks import as_bool, as_int
+from labkit.model import Decode, DecodeStep, TinyGPT
+from labkit.step_checks import check_capture_sizes, check_choice
 
 PoolMode = Literal["shared", "private"]
+POOL_MODES: tuple[PoolMode, ...] = ("shared", "private")
 Order = Literal["largest_first", "smallest_first"]
+ORDERS: tuple[Order, ...] = ("largest_first", "smallest_first")
+PoolId = tuple[int, int]
+T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------- errors
 
@@ -85,11 +90,10 @@ def _user_frame(exc: BaseException) -> str:
     return ""
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    out, seen = [], set()
-    while exc is not None and id(exc) not in seen:
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and all(e is not exc for e in out):
         out.append(exc)
-        seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return out
 
@@ -122,8 +126,6 @@ def translate_capture_error(exc: BaseException) -> BaseException:
 @contextmanager
 def sync_debug_errors() -> Iterator[None]:
     """Within the block, any synchronising CUDA call raises (PyTorch sync debug mode)."""
-    import warnings
-
     old = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings():  # "prototype feature" notice, once per call otherwise
         warnings.simplefilter("ignore", UserWarning)
@@ -165,14 +167,14 @@ class CapturedGraph:
     allocation and the replay reads garbage (found with the fused step: NaN logits, then an
     illegal memory access at batch 256)."""
 
-    graph: "torch.cuda.CUDAGraph"
+    graph: torch.cuda.CUDAGraph
     inputs: tuple[torch.Tensor, ...]
     output: Any
-    pool: tuple[int, int]
+    pool: PoolId
     capture_s: float
     warmup_s: float
-    label: Any = None
-    fn: Any = None
+    label: object = None
+    fn: Callable[..., Any] | None = None
 
     def replay(self) -> Any:
         """Replay; the returned output is the static buffer the next replay overwrites."""
@@ -181,8 +183,8 @@ class CapturedGraph:
 
 
 def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = None,
-                     stream: "torch.cuda.Stream | None" = None, warmup: int = 3,
-                     check_sync: bool = True, label: Any = None) -> CapturedGraph:
+                     stream: torch.cuda.Stream | None = None, warmup: int = 3,
+                     check_sync: bool = True, label: object = None) -> CapturedGraph:
     """Warm up ``fn(*inputs)`` on a side stream, then capture it into a CUDA graph.
 
     ``pool``: a handle from ``torch.cuda.graph_pool_handle()`` or another graph's ``pool()``
@@ -193,14 +195,25 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
     as_bool(check_sync, "check_sync")
-    if not torch.cuda.is_available():
-        raise RuntimeError("CUDA graphs need a CUDA GPU (torch.cuda.is_available() is False); "
-                           "on CPU run the callable eagerly instead")
+    require_cuda("CUDA graphs need a CUDA GPU (torch.cuda.is_available() is False); on CPU run "
+               "the callable eagerly instead")
     for i, t in enumerate(inputs):
         if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
             raise ValueError(f"input {i} must be a CUDA tensor allocated before capture; got "
                              f"{getattr(t, 'device', type(t).__name__)}")
-    stream = stream or torch.cuda.Stream()
+    return capture_unchecked(fn, inputs, pool, stream or torch.cuda.Stream(), warmup,
+                             check_sync, label)
+
+
+def require_cuda(message: str, model: TinyGPT | None = None) -> None:
+    if not torch.cuda.is_available() or (model is not None and model.device.type != "cuda"):
+        raise RuntimeError(message)
+
+
+def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], pool: Any,
+                      stream: torch.cuda.Stream, warmup: int, check_sync: bool,
+                      label: object = None) -> CapturedGraph:
+    """:func:`capture_callable` on checked arguments."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     stream.wait_stream(torch.cuda.current_stream())
@@ -214,7 +227,7 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
                     fn(*inputs)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - translated and re-raised
+    except Exception as exc:
         raise translate_capture_error(exc) from exc
     t1 = time.perf_counter()
     graph = torch.cuda.CUDAGraph()
@@ -222,34 +235,34 @@ def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = 
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             output = fn(*inputs)
         torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         del graph
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         raise translate_capture_error(exc) from exc
-    t2 = time.perf_counter()
-    return CapturedGraph(graph, tuple(inputs), output, graph.pool(), t2 - t1, t1 - t0, label,
-                         fn=fn)
+    return CapturedGraph(graph, tuple(inputs), output, graph.pool(), time.perf_counter() - t1,
+                         t1 - t0, label, fn=fn)
 
 
 # ---------------------------------------------------------------------------------- pool memory
 
 
-def pool_reserved_bytes(pool: tuple[int, int]) -> int:
-    """Bytes the caching allocator holds in segments that belong to ``pool``."""
-    pool = tuple(pool)
-    total = 0
+def _pool_bytes(pool: Iterable[int], key: str) -> int:
+    pid, total = tuple(pool), 0
     for seg in torch.cuda.memory_snapshot():
-        if tuple(seg.get("segment_pool_id", (0, 0))) == pool:
-            total += int(seg["total_size"])
+        if tuple(seg.get("segment_pool_id", (0, 0))) == pid:
+            total += int(seg.get(key, 0))
     return total
 
 
-def pool_active_bytes(pool: tuple[int, int]) -> int:
+def pool_reserved_bytes(pool: Iterable[int]) -> int:
+    """Bytes the caching allocator holds in segments that belong to ``pool``."""
+    return _pool_bytes(pool, "total_size")
+
+
+def pool_active_bytes(pool: Iterable[int]) -> int:
     """Bytes in ``pool`` held by live blocks (graph intermediates kept for replay, outputs)."""
-    pool = tuple(pool)
-    return sum(int(seg.get("active_size", 0)) for seg in torch.cuda.memory_snapshot()
-               if tuple(seg.get("segment_pool_id", (0, 0))) == pool)
+    return _pool_bytes(pool, "active_size")
 
 
 # ---------------------------------------------------------------------------------- decode graphs
@@ -257,199 +270,193 @@ def pool_active_bytes(pool: tuple[int, int]) -> int:
 
 @dataclass
 class GraphSet:
-    """Decode-step graphs for several batch sizes over one set of static input buffers."""
+    """FULL decode-step graphs for several batch sizes over one :class:`StaticBatch`: a runner
+    of the dispatcher (``replay(rows)`` on what the static batch holds)."""
 
     graphs: dict[int, CapturedGraph]
-    tokens: torch.Tensor
-    positions: torch.Tensor
-    slots: torch.Tensor
+    batch: StaticBatch
     pool_mode: PoolMode
     order: Order
     capture_order: list[int] = field(default_factory=list)
-    #: static logits ``(largest size, V)`` that every graph writes its first rows of; it lies
-    #: outside the graphs' pool, so a graph's output never pins pool memory
-    logits: torch.Tensor | None = None
-    #: ``(2, largest size)``: row 0 is ``positions``, row 1 ``slots`` (one copy fills both)
-    index: torch.Tensor | None = None
+    #: the output is a static buffer the next replay overwrites
+    static: bool = True
 
     @property
     def sizes(self) -> list[int]:
         return sorted(self.graphs)
 
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.batch.tokens
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.batch.positions
+
+    @property
+    def slots(self) -> torch.Tensor:
+        return self.batch.slots
+
+    @property
+    def logits(self) -> torch.Tensor | None:
+        """Static logits ``(largest size, V)`` that graph ``b`` writes the first ``b`` rows of;
+        it lies outside the graphs' pool, so a graph's output never pins pool memory."""
+        return self.batch.logits
+
     def copy_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
                     slots: torch.Tensor) -> int:
         """Copy a batch into the first rows of the static buffers; returns its size."""
-        b = tokens.shape[0]
-        self.tokens[:b].copy_(tokens)
-        self.positions[:b].copy_(positions)
-        self.slots[:b].copy_(slots)
-        return b
+        return self.batch.load(tokens, positions, slots)
 
     def replay(self, bs: int) -> torch.Tensor:
         """Replay graph ``bs`` on what is in the static buffers; returns its static logits."""
-        if isinstance(bs, bool) or not isinstance(bs, numbers.Integral):
+        if isinstance(bs, bool) or not isinstance(bs, int):
             raise TypeError(f"bs must be an int batch size, got {bs!r}")
         if bs not in self.graphs:
             raise KeyError(f"no graph captured for batch size {bs}; captured: {self.sizes}")
-        return self.graphs[bs].replay()
+        return cast(torch.Tensor, self.graphs[bs].replay())
 
-    def pools(self) -> dict[tuple[int, int], list[int]]:
-        """Pool id → the batch sizes whose graphs live in it."""
-        out: dict[tuple[int, int], list[int]] = {}
+    def pools(self) -> dict[PoolId, list[int]]:
+        """Pool id -> the batch sizes whose graphs live in it."""
+        out: dict[PoolId, list[int]] = {}
         for bs, g in self.graphs.items():
-            out.setdefault(tuple(g.pool), []).append(bs)
+            out.setdefault(g.pool, []).append(bs)
         return out
 
-    def memory_report(self) -> dict:
+    def memory_report(self) -> dict[str, Any]:
         """Per-pool reserved bytes (allocator accounting), total, and capture times."""
         pools = [{"sizes": sorted(sizes), "reserved_bytes": pool_reserved_bytes(pid),
                   "active_bytes": pool_active_bytes(pid)}
                  for pid, sizes in self.pools().items()]
-        return {
-            "pool_mode": self.pool_mode,
-            "order": self.order,
-            "capture_order": self.capture_order,
-            "pools": pools,
-            "total_reserved_bytes": sum(p["reserved_bytes"] for p in pools),
-            "capture_s": {bs: g.capture_s for bs, g in self.graphs.items()},
-            "warmup_s": {bs: g.warmup_s for bs, g in self.graphs.items()},
-        }
+        return {"pool_mode": self.pool_mode, "order": self.order,
+                "capture_order": self.capture_order, "pools": pools,
+                "total_reserved_bytes": sum(p["reserved_bytes"] for p in pools),
+                "capture_s": {bs: g.capture_s for bs, g in self.graphs.items()},
+                "warmup_s": {bs: g.warmup_s for bs, g in self.graphs.items()}}
 
     def release(self) -> None:
         """Drop every graph and return the pools' memory to the device."""
-        self.graphs.clear()
-        gc.collect()
+        release(self.graphs)
+
+
+def release(graphs: dict[Any, Any]) -> None:
+    """Drop ``graphs`` (any captured objects by key) and return their memory to the device."""
+    graphs.clear()
+    gc.collect()
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
 
 
-def _progress(iterable: Sequence[int], enabled: bool | None, desc: str):
-    if enabled is None:
-        enabled = len(iterable) > 4
-    if not enabled:
-        return iterable
+def progress_bar(items: Sequence[T], enabled: bool | None, desc: str) -> Iterable[T]:
+    """``items``, with a progress bar when ``enabled`` (``None``: more than four of them)."""
+    if not (len(items) > 4 if enabled is None else enabled):
+        return items
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
-        return iterable
-    return tqdm(iterable, desc=desc, unit="graph", leave=False)
+        return items
+    return tqdm(items, desc=desc, unit="graph", leave=False)  # type: ignore[no-any-return]
 
 
-def check_capture_sizes(sizes: Sequence[int], max_batch: int | None = None) -> list[int]:
-    """The capture sizes, sorted; a clear error when the list is empty, an entry is not a
-    positive ``int`` (``2.5``, ``"3"``, ``True`` are refused, not coerced), a size repeats, or
-    one exceeds the cache's ``max_batch``."""
-    if max_batch is not None:
-        max_batch = as_int(max_batch, "max_batch", minimum=1)
-    out = sorted(as_size_list(sizes, "capture sizes", distinct=True,
-                              fix="capture sizes are positive batch sizes such as [1, 2, 4, 8]"))
-    if max_batch is not None and out[-1] > max_batch:
-        raise ValueError(f"capture size {out[-1]} is larger than the model's max_batch="
-                         f"{max_batch}; lower the sizes or build the model with a larger "
-                         "max_batch")
-    return out
-
-
-def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return value
-
-
-def release_after_failure(captured: dict, exc: BaseException, what: str) -> BaseException:
+def release_after_failure(captured: dict[Any, Any], exc: BaseException,
+                          what: str) -> BaseException:
     """Release everything ``captured`` (size -> graphs) after a failed capture and return the
     exception to raise: out of memory says which sizes were released."""
     done = sorted(captured)
-    captured.clear()
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    release(captured)
     if isinstance(exc, CaptureOOMError):
         return CaptureOOMError(exc.rule, exc.fix + f" ({what} already captured for sizes {done} "
                                "were released; the model and its cache are intact)", exc.detail)
     return exc
 
 
-def static_buffers(model, n: int, tokens: torch.Tensor | None = None,
-                   index: torch.Tensor | None = None, logits: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The static inputs (tokens; positions and slots as the two rows of ``index``) and the
-    static logits buffer for graphs of up to ``n`` rows, each allocated unless given. Harmless
-    values: token 0, position 0, the scratch slot. Out of memory -> :class:`CaptureOOMError`."""
-    dev = model.device
+def new_batch(model: TinyGPT, logits_rows: int) -> StaticBatch:
+    """A :class:`StaticBatch` with a logits buffer of ``logits_rows`` rows; out of memory ->
+    :class:`CaptureOOMError`."""
     try:
-        if tokens is None:
-            tokens = torch.zeros(n, dtype=torch.long, device=dev)
-        if index is None:
-            index = torch.zeros((2, n), dtype=torch.long, device=dev)
-            index[1].fill_(model.cfg.scratch_slot)
-        if logits is None:
-            logits = torch.empty((n, model.cfg.vocab_size), dtype=model.cfg.torch_dtype,
-                                 device=dev)
+        return StaticBatch(model, logits_rows=logits_rows)
     except torch.cuda.OutOfMemoryError as exc:
         raise CaptureOOMError(
             "the GPU ran out of memory allocating the graphs' static buffers (the logits "
-            f"buffer alone is {n} x {model.cfg.vocab_size} values)",
+            f"buffer alone is {logits_rows} x {model.cfg.vocab_size} values)",
             "capture fewer or smaller batch sizes, lower max_batch / max_seq, or free other "
             "GPU memory; nothing was captured and the model and its cache are intact") from exc
-    return tokens, index, logits
 
 
-def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shared",
-                          order: Order = "largest_first", warmup: int = 3,
-                          progress: bool | None = None, check_sync: bool = True,
-                          on_captured: Callable[[int, CapturedGraph], None] | None = None,
-                          tokens: torch.Tensor | None = None,
-                          index: torch.Tensor | None = None,
-                          logits: torch.Tensor | None = None,
-                          step: str | Callable[..., torch.Tensor] = "readable") -> GraphSet:
-    """Capture ``model.decode_step`` once per batch size in ``sizes`` (``step="fused"``: the
-    fused step of :mod:`labkit.fused`; or any callable with ``decode_step``'s signature).
-
-    Inputs are static buffers sized for the largest batch, filled with harmless values
-    (token 0, position 0, the scratch slot) so that warm-up and capture never write into a
-    live request's cache. On an error every graph captured so far is released.
-    ``on_captured(bs, graph)`` is called after each capture (to read pool growth, say).
-    """
-    if not hasattr(model, "decode_step") or not hasattr(model, "cfg"):
+def check_capture(model: object, sizes: Iterable[int], pool: object, order: object,
+                  warmup: object, progress: object, check_sync: object) -> list[int]:
+    """The checks shared by every public capture entry point; returns the sorted sizes."""
+    if not isinstance(model, TinyGPT):
         raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
-    sizes = check_capture_sizes(sizes, model.cfg.max_batch)
-    _check_choice(pool, "pool", ("shared", "private"))
-    _check_choice(order, "order", ("largest_first", "smallest_first"))
-    warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
+    out = check_capture_sizes(sizes, model.cfg.max_batch)
+    check_choice(pool, "pool", POOL_MODES)
+    check_choice(order, "order", ORDERS)
+    as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
     if progress is not None:
         as_bool(progress, "progress")
     as_bool(check_sync, "check_sync")
+    return out
+
+
+def capture_decode_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: PoolMode = "shared",
+                          order: Order = "largest_first", warmup: int = 3,
+                          progress: bool | None = None, check_sync: bool = True,
+                          on_captured: Callable[[int, CapturedGraph], None] | None = None,
+                          batch: StaticBatch | None = None,
+                          step: DecodeStep | None = None) -> GraphSet:
+    """Capture ``step`` (default ``model.decode_step``; the fused step of :mod:`labkit.fused`,
+    or any callable of that signature, called with ``check=False``) once per batch size.
+
+    The inputs are ``batch`` (default: a new :class:`StaticBatch`), whose pad rows (token 0,
+    position 0, the scratch slot) make warm-up and capture write only the scratch slot. On an
+    error every graph captured so far is released. ``on_captured(bs, graph)`` is called after
+    each capture (to read pool growth, say).
+    """
+    sizes = check_capture(model, sizes, pool, order, warmup, progress, check_sync)
     if on_captured is not None and not callable(on_captured):
         raise TypeError(f"on_captured must be callable (bs, graph) or None, got "
                         f"{type(on_captured).__name__}")
-    if not torch.cuda.is_available() or model.device.type != "cuda":
-        raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU "
-                           f"(model is on {model.device}); on CPU use eager decode_step")
-    step_fn = step_function(model, step)
-    n = sizes[-1]
-    # positions and slots are the two rows of one buffer: host-side batch metadata arrives
-    # with a single copy (PaddingDispatcher)
-    tokens, index, logits = static_buffers(model, n, tokens, index, logits)
-    for name, buf in (("tokens", tokens), ("index", index[0]), ("logits", logits)):
-        if buf.shape[0] < n:
-            raise ValueError(f"static {name} buffer holds {buf.shape[0]} rows; the largest "
-                             f"size is {n}")
-    positions, slots = index[0], index[1]
-    seq = sizes[::-1] if order == "largest_first" else sizes
+    if step is not None and not callable(step):
+        raise TypeError(f"step must be a decode step (model.decode_step, "
+                        f"labkit.fused.make_fused_step(model), ...), got {step!r}")
+    require_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
+               f"{model.device}); on CPU use eager decode_step", model)
+    if batch is None:
+        batch = new_batch(model, sizes[-1])
+    rows = 0 if batch.logits is None else batch.logits.shape[0]
+    if min(batch.capacity, rows) < sizes[-1]:
+        raise ValueError(f"the static batch holds {batch.capacity} rows and {rows} rows of "
+                         f"logits; the largest size is {sizes[-1]}")
+    fn = step or model.decode_step
+
+    def decode(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        return fn(t, p, s, check=False, out=out)
+
+    return capture_full(model, sizes, batch, decode, pool=pool, order=order, warmup=warmup,
+                        progress=progress, check_sync=check_sync, on_captured=on_captured)
+
+
+def capture_full(model: TinyGPT, sizes: list[int], batch: StaticBatch, decode: Decode, *,
+                 pool: PoolMode, order: Order, warmup: int, progress: bool | None,
+                 check_sync: bool,
+                 on_captured: Callable[[int, CapturedGraph], None] | None = None) -> GraphSet:
+    """:func:`capture_decode_graphs` on checked arguments and an unchecked ``decode``."""
+    seq = sizes[::-1] if order == "largest_first" else list(sizes)
     handle = torch.cuda.graph_pool_handle() if pool == "shared" else None
     stream = torch.cuda.Stream()
+    logits = batch.logits
     graphs: dict[int, CapturedGraph] = {}
 
     def one_step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return step_fn(t, p, s, check=False, out=logits[:t.shape[0]])
+        return decode(t, p, s, None if logits is None else logits[:t.shape[0]])
 
     try:
         with gc_frozen():
-            for bs in _progress(seq, progress, f"capturing ({pool} pool)"):
-                graphs[bs] = capture_callable(
-                    one_step, tokens[:bs], positions[:bs], slots[:bs], pool=handle, stream=stream,
-                    warmup=warmup, check_sync=check_sync, label=bs)
+            for bs in progress_bar(seq, progress, f"capturing ({pool} pool)"):
+                graphs[bs] = capture_unchecked(one_step, batch.view(bs), handle, stream,
+                                               warmup, check_sync, label=bs)
                 if on_captured is not None:
                     on_captured(bs, graphs[bs])
     except BaseException as exc:
@@ -457,5 +464,4 @@ def capture_decode_graphs(model, sizes: Sequence[int], *, pool: PoolMode = "shar
         if err is exc:
             raise
         raise err from exc
-    return GraphSet(graphs, tokens, positions, slots, pool, order, capture_order=list(seq),
-                    logits=logits, index=index)
+    return GraphSet(graphs, batch, pool, order, capture_order=seq)

@@ -1,59 +1,40 @@
-"""The KV cache, kept apart from the model (as gpt-fast keeps its ``KVCache``): two layouts
-behind one interface.
+"""The KV cache, apart from the model (as gpt-fast keeps its ``KVCache``): two layouts, one
+interface, each holding ``num_slots = max_batch + 1`` slots: the live ones and the *scratch
+slot* ``max_batch`` that padded rows write. :class:`SlotKVCache`: one row of ``max_seq``
+positions per slot. :class:`PagedKVCache`: blocks of one pool and a block table per slot
+(vLLM's ``BlockTable``, ``vllm/v1/worker/block_table.py``); block 0 is the *pad block* that
+entries owning nothing point at (the idea of vLLM's ``PAD_SLOT_ID``). A step's metadata is a
+:class:`StepMeta` of device tensors shaped by the batch size only (capture-safe).
 
-* :class:`SlotKVCache` -- one row of ``max_seq`` positions per request slot, shape
-  ``(layers, slots, max_seq, heads, head_dim)``. Slot ``max_batch`` is the *scratch* slot that
-  padded rows write to.
-* :class:`PagedKVCache` -- fixed-size blocks in one pool, shape
-  ``(layers, blocks, block_size, heads, head_dim)``, and a block table
-  ``(slots, max_blocks_per_seq)`` saying which blocks hold a slot's positions (vLLM's
-  ``BlockTable``, ``vllm/v1/worker/block_table.py``). Block 0 is the *pad block*: rows of the
-  table that own nothing point at it, so a padded row or an unreserved position writes there
-  and never into a live request's blocks (the idea of vLLM's ``PAD_SLOT_ID``). Blocks are
-  handed out on the host by a :class:`BlockAllocator`.
-
-Both take one step's batch metadata as a :class:`StepMeta` of device tensors whose shapes
-depend on the batch size only, so a step that uses them can be captured in a CUDA graph:
-:meth:`KVCache.write` stores this step's k and v, :meth:`KVCache.attend` attends each row over
-its own positions ``0..pos``.
-
-How the cache is read (no copy of a whole row per layer):
-
-* slot layout on CUDA: the cache is read **in place** by PyTorch's memory-efficient attention
-  kernel (``aten::_efficient_attention_forward``) with the layer's cache flattened to
-  ``(slots * max_seq, heads, head_dim)``, each row's keys starting at ``slot * max_seq``
-  (``cu_seqlens_k``) and ``pos + 1`` of them used (``seqlen_k``). Measured on an H200 (torch
-  2.11): capture-safe, equal to the gathered reference (bitwise in float32), in bf16 and
-  float32. The fused step (:mod:`labkit.fused`) may read it with FlashAttention 2's
-  variable-length kernel instead (``aten::_flash_attention_forward``, the same offsets as
-  ``cu_seqlens_k`` and ``seqused_k``; bf16/fp16 only). vLLM and SGLang use paged-attention
-  kernels driven by block tables instead (FlashAttention / FlashInfer backends).
-* paged layout, and every layout on CPU: the plain-math reference -- the row's keys are
-  gathered (through the block table when paged) and attended with a mask. Paging in plain
-  PyTorch buys memory, not speed: reading blocks in place needs a kernel that takes a block
-  table (``block_table`` of ``_flash_attention_forward`` in newer torch releases, vLLM's paged
-  attention kernels).
+Reading: the slot layout on CUDA is read **in place** by PyTorch's memory-efficient kernel
+(``aten::_efficient_attention_forward``) over the layer flattened to ``(num_slots * max_seq,
+heads, head_dim)``, row keys starting at ``slot * max_seq`` (``cu_seqlens_k``), ``pos + 1``
+of them (``seqlen_k``): on an H200 (torch 2.11) capture-safe and equal to the gathered
+reference (bitwise in float32); ``kernel="flash"`` uses FlashAttention 2's variable-length
+kernel on the same offsets (bf16/fp16). The paged layout, and every layout on CPU, run the
+plain-math reference over gathered rows: paging in plain PyTorch buys memory, not speed (that
+needs a kernel reading the block table, as vLLM's FlashAttention / FlashInfer backends do).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from labkit.checks import as_int
+from labkit.step_checks import check_choice
 
 Layout = Literal["slot", "paged"]
-LAYOUTS: tuple[str, ...] = ("slot", "paged")
+LAYOUTS: tuple[Layout, ...] = ("slot", "paged")
 PAD_BLOCK = 0
-
-
 AttentionKernel = Literal["efficient", "flash"]
-ATTENTION_KERNELS: tuple[str, ...] = ("efficient", "flash")
+ATTENTION_KERNELS: tuple[AttentionKernel, ...] = ("efficient", "flash")
 
 
 def flash_supported(dtype: torch.dtype, head_dim: int) -> bool:
@@ -63,28 +44,19 @@ def flash_supported(dtype: torch.dtype, head_dim: int) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256
 
 
-def _check_kernel(kernel: object) -> None:
-    if kernel not in ATTENTION_KERNELS:
-        raise ValueError(f"kernel must be one of {list(ATTENTION_KERNELS)}, got {kernel!r}")
-
-
 class CacheFullError(RuntimeError):
     """No free block is left in the paged cache's pool."""
 
 
 @dataclass
 class StepMeta:
-    """One decode step's batch metadata on the device (shapes fixed by the batch size ``B``).
-
-    ``positions`` (B,) int64: where each row's new token sits; ``rows`` (B,) int64: the cache
-    slot of each row; ``write_index`` (B,) int64: flat index of the row's new k/v in the
-    layer's cache viewed as ``(-1, heads, head_dim)``; ``seq_lens`` (B,) int32: ``pos + 1``;
-    ``key_start`` (B+1,) int32: flat index of each row's first key (slot layout; the last entry
-    is the end of the cache); ``query_start`` (B+1,) int32: ``0..B``.
-    """
+    """One step's metadata on the device: ``positions``, ``slots`` (B,) int64; ``write_index``
+    (B,) int64, the row's new k/v in the layer viewed as ``(-1, heads, head_dim)``; ``seq_lens``
+    (B,) int32 ``pos + 1``; ``key_start`` (B+1,) int32, each row's first key (slot layout; the
+    last entry ends the cache); ``query_start`` (B+1,) int32 ``0..B``."""
 
     positions: torch.Tensor
-    rows: torch.Tensor
+    slots: torch.Tensor
     write_index: torch.Tensor
     seq_lens: torch.Tensor
     key_start: torch.Tensor
@@ -92,13 +64,10 @@ class StepMeta:
 
 
 class BlockAllocator:
-    """Hands out the blocks of a paged cache on the host. Block 0 (the pad block) is never
-    handed out. Not thread-safe: one allocator belongs to one engine loop."""
+    """Hands out the blocks ``1..num_blocks-1`` of a paged cache on the host (block 0, the pad
+    block, never). Not thread-safe: one allocator belongs to one engine loop."""
 
     def __init__(self, num_blocks: int) -> None:
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
-            raise ValueError(f"num_blocks must be an int >= 2 (block 0 is the pad block), "
-                             f"got {num_blocks!r}")
         self.num_blocks = num_blocks
         self._free = list(range(num_blocks - 1, 0, -1))  # pop() gives 1, 2, 3, ...
 
@@ -113,8 +82,6 @@ class BlockAllocator:
 
     def allocate(self, n: int) -> list[int]:
         """``n`` free blocks, or :class:`CacheFullError` (nothing is taken then)."""
-        if n < 0:
-            raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self._free):
             raise CacheFullError(
                 f"the paged KV cache needs {n} more block(s) but only {len(self._free)} of "
@@ -133,49 +100,46 @@ class BlockAllocator:
 
 
 class KVCache(nn.Module):
-    """Common interface. ``slots`` request slots plus one scratch slot, ``max_seq`` positions
-    each, ``layers`` layers of ``heads x head_dim`` keys and values."""
+    """The common interface: ``max_batch`` live slots plus the scratch slot, ``max_seq``
+    positions each, ``layers`` layers of ``heads x head_dim`` keys and values."""
 
     layout: Layout
+    kv: torch.Tensor
+    _arange: torch.Tensor
 
     def __init__(self, layers: int, max_batch: int, max_seq: int, heads: int, head_dim: int,
                  dtype: torch.dtype) -> None:
         super().__init__()
         self.layers, self.max_batch, self.max_seq = layers, max_batch, max_seq
         self.heads, self.head_dim, self.dtype = heads, head_dim, dtype
+        #: slots the cache holds: the live ones and the scratch slot
+        self.num_slots = max_batch + 1
+        #: the slot padded rows write to, never a live request's
+        self.scratch_slot = max_batch
         self.register_buffer("_arange", torch.arange(max_seq), persistent=False)
 
     def _allocate(self, shape: tuple[int, ...]) -> None:
-        """Keys and values in ONE buffer ``kv`` ``(2, *shape)``: ``k = kv[0]``, ``v = kv[1]``
-        (views, so moving or casting the module moves both). One step can then write a row's
-        k and v with a single indexed copy (:meth:`write_kv`)."""
+        """Keys and values in ONE buffer ``kv`` ``(2, *shape)`` (``k``, ``v`` are views), so
+        one indexed copy writes both (:meth:`write_kv`)."""
         self.register_buffer("kv", torch.zeros((2, *shape), dtype=self.dtype),
                              persistent=False)
 
     @property
     def k(self) -> torch.Tensor:
-        """All keys (a view of ``kv[0]``)."""
         return self.kv[0]
 
     @property
     def v(self) -> torch.Tensor:
-        """All values (a view of ``kv[1]``)."""
         return self.kv[1]
 
-    @property
-    def scratch_slot(self) -> int:
-        return self.max_batch
-
-    # ------------------------------------------------------------------ to implement
-    def write_index(self, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    # ------------------------------------------------------------------ per layout
+    def write_index(self, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Flat index of each (slot, position) in a layer's cache viewed as
+        ``(-1, heads, head_dim)``."""
         raise NotImplementedError
 
-    def gathered(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of ``rows``, ``(B, max_seq, heads, head_dim)`` each (a copy)."""
-        raise NotImplementedError
-
-    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's keys and values viewed as ``(-1, heads, head_dim)`` (no copy)."""
+    def gathered(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``slots``, ``(B, max_seq, heads, head_dim)`` each (a copy)."""
         raise NotImplementedError
 
     def reserve(self, slot: int, n_tokens: int) -> None:
@@ -188,6 +152,12 @@ class KVCache(nn.Module):
         """Positions of ``slot`` that may be written (host side)."""
         return self.max_seq
 
+    def _in_place(self, layer: int, q: torch.Tensor, meta: StepMeta,
+                  kernel: AttentionKernel) -> torch.Tensor | None:
+        """Attention read in place, or ``None`` where this cache cannot (the reference runs)."""
+        return None
+
+    # ------------------------------------------------------------------ common
     def reset(self) -> None:
         """Zero every key and value."""
         self.kv.zero_()
@@ -195,18 +165,26 @@ class KVCache(nn.Module):
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
-    # ------------------------------------------------------------------ the step
-    def step_meta(self, positions: torch.Tensor, rows: torch.Tensor) -> StepMeta:
-        """Build a step's metadata from positions and slots on the same device (a few tiny
-        kernels, no host sync; capture-safe)."""
-        b = positions.shape[0]
+    def flat_kv(self, layer: int) -> torch.Tensor:
+        """The layer's keys and values together, ``(2, -1, heads, head_dim)`` (no copy)."""
+        return self.kv[:, layer].view(2, -1, self.heads, self.head_dim)
+
+    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's keys and values viewed as ``(-1, heads, head_dim)`` each (no copy)."""
+        kv = self.flat_kv(layer)
+        return kv[0], kv[1]
+
+    def step_meta(self, positions: torch.Tensor, slots: torch.Tensor) -> StepMeta:
+        """A step's metadata from positions and slots on one device (a few tiny kernels, no
+        host sync; capture-safe)."""
         i32 = torch.int32
-        key_start = torch.cat([rows * self.max_seq,
-                               rows.new_full((1,), (self.max_batch + 1) * self.max_seq)])
-        return StepMeta(positions=positions, rows=rows,
-                        write_index=self.write_index(positions, rows),
+        key_start = torch.cat([slots * self.max_seq,
+                               slots.new_full((1,), self.num_slots * self.max_seq)])
+        return StepMeta(positions=positions, slots=slots,
+                        write_index=self.write_index(positions, slots),
                         seq_lens=(positions + 1).to(i32), key_start=key_start.to(i32),
-                        query_start=torch.arange(b + 1, device=positions.device, dtype=i32))
+                        query_start=torch.arange(positions.shape[0] + 1,
+                                                 device=positions.device, dtype=i32))
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: StepMeta) -> None:
         """Store this step's ``k``, ``v`` ``(B, heads, head_dim)`` at each row's position."""
@@ -214,123 +192,100 @@ class KVCache(nn.Module):
         kf.index_copy_(0, meta.write_index, k)
         vf.index_copy_(0, meta.write_index, v)
 
-    def flat_kv(self, layer: int) -> torch.Tensor:
-        """The layer's keys and values together, ``(2, -1, heads, head_dim)`` (no copy)."""
-        return self.kv[:, layer].view(2, -1, self.heads, self.head_dim)
-
     def write_kv(self, layer: int, kv: torch.Tensor, meta: StepMeta) -> None:
-        """Store this step's keys and values, ``kv`` ``(2, B, heads, head_dim)`` (any strides,
-        e.g. a transposed view of the QKV output), with ONE indexed copy: the fused step's
-        cache write (:mod:`labkit.fused`). Same result as :meth:`write`. (``index_copy_`` by
-        the flat ``write_index``, not ``index_put_`` by (slot, position): the latter's kernel
-        was the slower of the two on an H200, by more than the one kernel that computes
-        ``write_index``.)"""
+        """:meth:`write` of ``kv`` ``(2, B, heads, head_dim)`` (any strides) in ONE indexed
+        copy: the fused step's cache write (``index_copy_`` by the flat index: ``index_put_``
+        by (slot, position) was slower on an H200, by more than the index's own kernel)."""
         self.flat_kv(layer).index_copy_(1, meta.write_index, kv)
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
                kernel: AttentionKernel = "efficient") -> torch.Tensor:
         """Attention of each row's query ``(B, heads, head_dim)`` over its positions
-        ``0..pos``; returns ``(B, heads, head_dim)``. Plain math over gathered rows; a cache
-        read in place (:meth:`SlotKVCache.attend`) runs ``kernel`` instead."""
-        _check_kernel(kernel)
-        keys, values = self.gathered(layer, meta.rows)  # (B, T, H, hd)
+        ``0..pos``: ``(B, heads, head_dim)``. Read in place where the cache can (``kernel``),
+        else the plain-math reference over gathered rows (which ignores ``kernel``)."""
+        check_choice(kernel, "kernel", ATTENTION_KERNELS)
+        out = self._in_place(layer, q, meta, kernel)
+        if out is not None:
+            return out
+        keys, values = self.gathered(layer, meta.slots)  # (B, T, H, hd)
         mask = (self._arange[None, :] <= meta.positions[:, None])[:, None, None, :]
         y = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2),
                                            values.transpose(1, 2), attn_mask=mask)
         return y[:, :, 0]
 
     def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-                      rows: torch.Tensor) -> None:
+                      slots: torch.Tensor) -> None:
         """Store a prompt's ``k``, ``v`` ``(B, T, heads, head_dim)`` at positions 0..T-1."""
         b, t = k.shape[:2]
         pos = self._arange[:t].expand(b, t).reshape(-1)
-        idx = self.write_index(pos, rows.repeat_interleave(t))
+        idx = self.write_index(pos, slots.repeat_interleave(t))
         kf, vf = self.flat(layer)
         kf.index_copy_(0, idx, k.reshape(b * t, self.heads, self.head_dim))
         vf.index_copy_(0, idx, v.reshape(b * t, self.heads, self.head_dim))
 
 
 class SlotKVCache(KVCache):
-    """``(layers, max_batch + 1, max_seq, heads, head_dim)``: one row per slot, read in place
-    on CUDA."""
+    """``(layers, num_slots, max_seq, heads, head_dim)``: one row per slot, read in place
+    on CUDA (``in_place=False``: the gathered reference everywhere)."""
 
     layout: Layout = "slot"
 
     def __init__(self, layers: int, max_batch: int, max_seq: int, heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, *, in_place: bool = True) -> None:
         super().__init__(layers, max_batch, max_seq, heads, head_dim, dtype)
-        self._allocate((layers, max_batch + 1, max_seq, heads, head_dim))
-        #: read the cache in place with the memory-efficient kernel on CUDA (else gather)
+        self._allocate((layers, self.num_slots, max_seq, heads, head_dim))
         self.in_place = in_place
 
-    def write_index(self, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """``rows * max_seq + positions`` in one kernel."""
-        return torch.add(positions, rows, alpha=self.max_seq)
+    def write_index(self, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """``slots * max_seq + positions`` in one kernel."""
+        return torch.add(positions, slots, alpha=self.max_seq)
 
-    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        n = (self.max_batch + 1) * self.max_seq
-        return (self.k[layer].view(n, self.heads, self.head_dim),
-                self.v[layer].view(n, self.heads, self.head_dim))
+    def gathered(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[layer][slots], self.v[layer][slots]
 
-    def gathered(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[layer][rows], self.v[layer][rows]
-
-    def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
-               kernel: AttentionKernel = "efficient") -> torch.Tensor:
-        """Attention read in place on CUDA: ``kernel`` ``"efficient"`` (PyTorch's
-        memory-efficient kernel, any dtype) or ``"flash"`` (FlashAttention 2's variable-length
-        kernel, bf16/fp16 only: :func:`flash_supported`); the gathered reference on CPU, or
-        when the cache is not read in place, or when the kernel does not take this query."""
-        _check_kernel(kernel)
+    def _in_place(self, layer: int, q: torch.Tensor, meta: StepMeta,
+                  kernel: AttentionKernel) -> torch.Tensor | None:
+        """On CUDA with head_dim a multiple of 8 (the efficient kernel's rule) only."""
         if not (self.in_place and q.is_cuda and self.head_dim % 8 == 0):
-            # the memory-efficient kernel wants head_dim a multiple of 8: else the reference
-            return super().attend(layer, q, meta, kernel)
+            return None
         kf, vf = self.flat(layer)
         scale = 1.0 / math.sqrt(self.head_dim)
         if kernel == "flash" and flash_supported(q.dtype, self.head_dim):
             # cu_seqlens_k = each row's first key, seqused_k = how many of them it attends
-            return torch.ops.aten._flash_attention_forward(
+            out: Any = torch.ops.aten._flash_attention_forward(
                 q, kf, vf, meta.query_start, meta.key_start, 1, self.max_seq, 0.0, False,
-                False, scale=scale, seqused_k=meta.seq_lens)[0]
+                False, scale=scale, seqused_k=meta.seq_lens)
+            return cast(torch.Tensor, out[0])
         out = torch.ops.aten._efficient_attention_forward(
             q[None], kf[None], vf[None], None, meta.query_start, meta.key_start, 1,
-            self.max_seq, 0.0, 0, False, scale=scale, seqlen_k=meta.seq_lens)[0]
-        return out[0]
+            self.max_seq, 0.0, 0, False, scale=scale, seqlen_k=meta.seq_lens)
+        return cast(torch.Tensor, out[0][0])
 
 
 class PagedKVCache(KVCache):
     """Blocks of ``block_size`` positions in one pool ``(layers, num_blocks, block_size,
-    heads, head_dim)``; a block table maps each slot's logical blocks to pool blocks.
-
-    The table lives twice, as in vLLM: a host copy that :meth:`reserve` and :meth:`release`
-    edit (with the :class:`BlockAllocator`), and a device buffer of the same shape that the
-    step reads (updated with one copy after each edit, never during a step).
-    """
+    heads, head_dim)``; a block table maps each slot's logical blocks to pool blocks. The table
+    lives twice, as in vLLM: a host copy :meth:`reserve` and :meth:`release` edit, and a device
+    copy the step reads (synced after each edit). Arguments as :class:`labkit.model.GPTConfig`
+    checks them (``num_blocks`` None: the slot layout's room plus the pad block)."""
 
     layout: Layout = "paged"
+    block_table: torch.Tensor
 
     def __init__(self, layers: int, max_batch: int, max_seq: int, heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, *, block_size: int = 16,
                  num_blocks: int | None = None) -> None:
         super().__init__(layers, max_batch, max_seq, heads, head_dim, dtype)
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-        if max_seq % block_size:
-            raise ValueError(f"max_seq={max_seq} is not a multiple of block_size={block_size}; "
-                             "pick a block size that divides max_seq")
         self.block_size = block_size
         self.max_blocks = max_seq // block_size
-        if num_blocks is None:  # as much room as the slot layout, plus the pad block
-            num_blocks = max_batch * self.max_blocks + 1
-        self.allocator = BlockAllocator(num_blocks)
-        self.num_blocks = num_blocks
-        self._allocate((layers, num_blocks, block_size, heads, head_dim))
-        self.host_table = torch.full((max_batch + 1, self.max_blocks), PAD_BLOCK,
+        self.num_blocks = num_blocks or max_batch * self.max_blocks + 1
+        self.allocator = BlockAllocator(self.num_blocks)
+        self._allocate((layers, self.num_blocks, block_size, heads, head_dim))
+        self.host_table = torch.full((self.num_slots, self.max_blocks), PAD_BLOCK,
                                      dtype=torch.int64)
         self.register_buffer("block_table", self.host_table.clone(), persistent=False)
         self._owned: dict[int, list[int]] = {}
 
-    # ------------------------------------------------------------------ host side
     def capacity(self, slot: int) -> int:
         return len(self._owned.get(slot, ())) * self.block_size
 
@@ -349,44 +304,32 @@ class PagedKVCache(KVCache):
         new = self.allocator.allocate(need)
         self.host_table[slot, len(have):len(have) + need] = torch.tensor(new)
         have.extend(new)
-        self._sync_table()
+        self.block_table.copy_(self.host_table)
 
     def release(self, slot: int) -> None:
         blocks = self._owned.pop(slot, [])
         if blocks:
             self.allocator.release(blocks)
             self.host_table[slot] = PAD_BLOCK
-            self._sync_table()
+            self.block_table.copy_(self.host_table)
 
-    def _sync_table(self) -> None:
-        self.block_table.copy_(self.host_table, non_blocking=False)
-
-    # ------------------------------------------------------------------ device side
-    def write_index(self, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        block = self.block_table[rows, positions // self.block_size]
+    def write_index(self, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        block = self.block_table[slots, positions // self.block_size]
         return block * self.block_size + positions % self.block_size
 
-    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        n = self.num_blocks * self.block_size
-        return (self.k[layer].view(n, self.heads, self.head_dim),
-                self.v[layer].view(n, self.heads, self.head_dim))
-
-    def gathered(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        table = self.block_table[rows]  # (B, max_blocks)
-        b = rows.shape[0]
-        shape = (b, self.max_seq, self.heads, self.head_dim)
+    def gathered(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self.block_table[slots]  # (B, max_blocks)
+        shape = (slots.shape[0], self.max_seq, self.heads, self.head_dim)
         return self.k[layer][table].view(shape), self.v[layer][table].view(shape)
 
 
 def make_cache(layout: str, layers: int, max_batch: int, max_seq: int, heads: int,
-               head_dim: int, dtype: torch.dtype, **options) -> KVCache:
+               head_dim: int, dtype: torch.dtype, **options: Any) -> KVCache:
     """A cache of ``layout`` ``'slot'`` or ``'paged'`` (``options``: ``block_size``,
     ``num_blocks`` for paged, ``in_place`` for slot)."""
-    if layout == "slot":
-        return SlotKVCache(layers, max_batch, max_seq, heads, head_dim, dtype, **options)
-    if layout == "paged":
-        return PagedKVCache(layers, max_batch, max_seq, heads, head_dim, dtype, **options)
-    raise ValueError(f"kv layout must be one of {LAYOUTS}, got {layout!r}")
+    check_choice(layout, "kv layout", LAYOUTS)
+    cls = SlotKVCache if layout == "slot" else PagedKVCache
+    return cls(layers, max_batch, max_seq, heads, head_dim, dtype, **options)
 
 
 class CacheConfig(Protocol):
@@ -405,11 +348,9 @@ class CacheConfig(Protocol):
 
 
 def cache_for_config(cfg: CacheConfig, heads: int | None = None) -> KVCache:
-    """The float32 cache a model with config ``cfg`` decodes into, on the CPU (the model moves
-    it with ``.to``): ``cfg.kv_layout``, one layer per block, ``max_batch`` slots of
-    ``max_seq`` positions, ``heads`` heads (default ``cfg.n_head``; a tensor-parallel rank
-    passes its share) of ``cfg.head_dim``; a paged cache takes ``cfg.block_size`` and
-    ``cfg.num_blocks``."""
+    """The float32 cache a model of (checked) config ``cfg`` decodes into, on the CPU (the
+    model moves it with ``.to``), with ``heads`` heads (default ``cfg.n_head``; a
+    tensor-parallel rank passes its share)."""
     if heads is not None:
         heads = as_int(heads, "heads", minimum=1, maximum=cfg.n_head,
                        fix=f"give the heads this cache holds, 1 to n_head={cfg.n_head}")

@@ -1,22 +1,20 @@
 """A GPT-2-style decoder with a static KV cache, small enough to read in one sitting.
 
-The decode step is written so that it can be captured in a CUDA graph:
-
-* the KV cache (:mod:`labkit.kvcache`) is allocated once: ``(layers, slots, max_seq, heads,
-  head_dim)`` in the slot layout, or blocks of a pool with a block table in the paged layout;
-  each step reads it in place (no copy of a whole row per layer);
-* ``decode_step(tokens, positions, slots)`` takes device tensors only, never reads a value
-  back to the host, and every shape depends on the batch size alone;
-* each row of a batch may sit at its own position and use its own cache slot;
-* slot ``config.max_batch`` is a *scratch* slot: padded rows write there, so padding never
-  touches a live request's cache.
+The decode step can be captured in a CUDA graph: the KV cache (:mod:`labkit.kvcache`) is
+allocated once and read in place; ``decode_step(tokens, positions, slots)`` takes device
+tensors, reads nothing back to the host, and its shapes depend on the batch size alone; each
+row sits at its own position in its own cache slot. :meth:`TinyGPT.decode_step` checks its
+batch (:mod:`labkit.step_checks`) and runs :meth:`TinyGPT.decode`, which checks nothing: the
+dispatcher and graph capture, which check at their own edge, call that.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -24,25 +22,40 @@ from torch import nn
 
 from labkit.checks import as_int
 from labkit.kvcache import LAYOUTS, KVCache, StepMeta, cache_for_config
-# the step checks live in labkit.step_checks; imported from here too, as they always were
-from labkit.step_checks import (check_id_tensor, check_positions, check_slots,
-                                check_step_shapes, check_token_ids)
+from labkit.step_checks import (
+    Check, check_batch, check_choice, check_id_tensor, check_slots, check_token_ids,
+)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-# The largest value a size field of GPTConfig may take: index tensors are int32-safe below it.
+#: the largest value a size field of GPTConfig may take: index tensors are int32-safe below it
 _MAX_DIM = 2**31 - 1
 _INT_FIELDS = ("vocab_size", "n_layer", "n_head", "d_model", "max_batch", "max_seq")
+
+#: ``step_fn(tokens, positions, slots) -> logits``: what :func:`generate` calls
+StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Tensor = torch.Tensor
+
+
+class DecodeStep(Protocol):
+    """A checked decode step (:meth:`TinyGPT.decode_step`, :mod:`labkit.fused`'s)."""
+
+    def __call__(self, tokens: Tensor, positions: Tensor, slots: Tensor, /, *,
+                 check: Check = None, out: Tensor | None = None) -> Tensor: ...
+
+
+class Decode(Protocol):
+    """An unchecked decode step (:meth:`TinyGPT.decode`): what graphs capture and runners run."""
+
+    def __call__(self, tokens: Tensor, positions: Tensor, slots: Tensor,
+                 out: Tensor | None = None, /) -> Tensor: ...
 
 
 @dataclass
 class GPTConfig:
-    """Shape of a :class:`TinyGPT`. ``max_batch`` live cache slots plus one scratch slot.
-
-    Every size is a positive ``int`` (``2.5``, ``"3"``, ``True`` are refused, not coerced) and
-    ``n_head`` must divide ``d_model``; a bad value raises naming the field and the fix.
-    """
+    """Shape of a :class:`TinyGPT`; a bad value (sizes are positive ``int``: ``2.5``, ``"3"``,
+    ``True`` are refused, not coerced) raises naming the field and the fix. ``max_batch``
+    live cache slots ``0..max_batch-1``; the cache holds :attr:`num_slots` ``= max_batch + 1``,
+    the last the :attr:`scratch_slot` that padded rows write (never a live request's)."""
 
     vocab_size: int = 256
     n_layer: int = 4
@@ -66,9 +79,7 @@ class GPTConfig:
         if not isinstance(self.dtype, str) or self.dtype not in _DTYPES:
             raise ValueError(f"GPTConfig.dtype {self.dtype!r} is not supported; use one of "
                              f"{sorted(_DTYPES)}")
-        if self.kv_layout not in LAYOUTS:
-            raise ValueError(f"GPTConfig.kv_layout {self.kv_layout!r} is not supported; use one "
-                             f"of {list(LAYOUTS)}")
+        check_choice(self.kv_layout, "GPTConfig.kv_layout", LAYOUTS)
         self.block_size = as_int(self.block_size, "GPTConfig.block_size", minimum=1,
                                  maximum=_MAX_DIM, fix="give the block size as a positive "
                                  "whole number that divides max_seq")
@@ -93,16 +104,19 @@ class GPTConfig:
         return self.d_model // self.n_head
 
     @property
+    def num_slots(self) -> int:
+        return self.max_batch + 1
+
+    @property
     def scratch_slot(self) -> int:
-        """Cache slot that padded rows write to (never given to a request)."""
         return self.max_batch
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-# Configurations used throughout the notebooks and the benchmark.
-PRESETS: dict[str, dict] = {
+#: configurations used throughout the notebooks and the benchmark
+PRESETS: dict[str, dict[str, int]] = {
     # trained on the corpus by `labkit train`; byte-level vocabulary
     "char": dict(vocab_size=256, n_layer=4, n_head=4, d_model=128, max_seq=256),
     # the two timing models of the design: 4 x 256 and 12 x 768 (GPT-2 small shape)
@@ -113,7 +127,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def preset(name: str, **overrides) -> GPTConfig:
+def preset(name: str, **overrides: Any) -> GPTConfig:
     """A named configuration (``char``, ``small``, ``gpt2``, ``test``) with overrides."""
     if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -141,7 +155,8 @@ class Block(nn.Module):
                 v.view(shape).transpose(1, 2))
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.fc_out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return cast(torch.Tensor, x + self.fc_out(F.gelu(self.fc(self.ln2(x)),
+                                                         approximate="tanh")))
 
     def forward_full(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Causal attention over a whole sequence; returns output and this layer's k, v."""
@@ -152,15 +167,14 @@ class Block(nn.Module):
 
     def pre_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One new token per row ``x`` ``(B, 1, D)`` -> q, k, v ``(B, H, hd)`` each."""
-        b = x.shape[0]
-        q, k, v = self.qkv(self.ln1(x)).view(b, 3, self.n_head, self.head_dim).unbind(1)
+        q, k, v = self.qkv(self.ln1(x)).view(x.shape[0], 3, self.n_head,
+                                             self.head_dim).unbind(1)
         return q, k, v
 
     def post_attention(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Residual output projection of the attention result ``y`` ``(B, H, hd)``, then the
         MLP: the next layer's input ``(B, 1, D)``."""
-        x = x + self.proj(y.reshape(x.shape))
-        return self._mlp(x)
+        return self._mlp(x + self.proj(y.reshape(x.shape)))
 
     def forward_step(self, x: torch.Tensor, cache: KVCache, layer: int,
                      meta: StepMeta) -> torch.Tensor:
@@ -186,11 +200,12 @@ class TinyGPT(nn.Module):
     varied tokens, which makes token-for-token comparisons meaningful.
     """
 
+    cache: KVCache
+    _arange: torch.Tensor
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(cfg, GPTConfig):
-            raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}; build one with "
-                            "GPTConfig(...) or preset(name)")
+        _check_config(cfg)
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_seq, cfg.d_model)
@@ -214,12 +229,17 @@ class TinyGPT(nn.Module):
     def device(self) -> torch.device:
         return self.tok_emb.weight.device
 
+    @property
+    def layers(self) -> list[Block]:
+        """The blocks, typed."""
+        return cast(list[Block], list(self.blocks))
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     @property
     def k_cache(self) -> torch.Tensor:
-        """All keys: ``(layers, slots, max_seq, heads, head_dim)`` (slot layout) or
+        """All keys: ``(layers, num_slots, max_seq, heads, head_dim)`` (slot layout) or
         ``(layers, blocks, block_size, heads, head_dim)`` (paged)."""
         return self.cache.k
 
@@ -233,24 +253,7 @@ class TinyGPT(nn.Module):
     def reset_cache(self) -> None:
         self.cache.reset()
 
-    def _check_tensor(self, name: str, t: torch.Tensor, ndim: int) -> None:
-        check_id_tensor(name, t, ndim, self.device)
-
-    def _check_values(self, tokens: torch.Tensor, positions: torch.Tensor | None,
-                      slots: torch.Tensor | None) -> None:
-        """Value checks; they read values on the host, so only for CPU tensors or on request
-        (never during capture). Each raises before anything is written."""
-        cfg = self.cfg
-        if tokens.numel():
-            check_token_ids(int(tokens.min()), int(tokens.max()), cfg.vocab_size)
-        if slots is not None:
-            check_slots(slots.tolist(), cfg.max_batch)
-        if positions is not None and positions.numel():
-            check_positions(int(positions.min()), int(positions.max()), cfg.max_seq)
-        if cfg.kv_layout == "paged" and positions is not None and slots is not None:
-            self._check_room(slots.tolist(), [p + 1 for p in positions.tolist()])
-
-    def _check_room(self, slots: list[int], needed: list[int]) -> None:
+    def _check_room(self, slots: Sequence[int], needed: Sequence[int]) -> None:
         """Paged layout: each live slot must own blocks for the positions it writes."""
         for s, n in zip(slots, needed):
             if s != self.cfg.scratch_slot and n > self.cache.capacity(s):
@@ -259,95 +262,83 @@ class TinyGPT(nn.Module):
                     f"writes position {n - 1}; reserve blocks first "
                     f"(model.cache.reserve({s}, {n}))")
 
+    def check_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                   check: Check, who: str = "decode_step") -> int:
+        """The checks of one decode step's inputs (every checked step function runs them):
+        ``check`` as :mod:`labkit.step_checks` says; in the paged layout, with values checked,
+        each slot must own room for its position. Returns the batch size."""
+        cfg = self.cfg
+        b = check_batch(tokens, positions, slots, device=self.device, vocab_size=cfg.vocab_size,
+                        max_batch=cfg.max_batch, max_seq=cfg.max_seq, check=check, who=who)
+        if cfg.kv_layout == "paged" and (check or (check is None and not tokens.is_cuda)):
+            self._check_room(slots.tolist(), [p + 1 for p in positions.tolist()])
+        return b
+
     # ------------------------------------------------------------------ forward passes
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Full-sequence forward pass without the cache: logits ``(B, T, V)``. Reference path."""
-        self._check_tensor("tokens", tokens, 2)
+        check_id_tensor("tokens", tokens, 2, self.device)
         if tokens.shape[1] > self.cfg.max_seq:
             raise ValueError(f"sequence of {tokens.shape[1]} tokens is longer than "
                              f"max_seq={self.cfg.max_seq}; build the model with a larger max_seq")
-        if tokens.device.type == "cpu":
-            self._check_values(tokens, None, None)
+        if tokens.device.type == "cpu" and tokens.numel():
+            check_token_ids(int(tokens.min()), int(tokens.max()), self.cfg.vocab_size)
         x = self.tok_emb(tokens) + self.pos_emb(self._arange[: tokens.shape[1]])
-        for block in self.blocks:
+        for block in self.layers:
             x, _, _ = block.forward_full(x)
-        return self.lm_head(self.ln_f(x))
+        return cast(torch.Tensor, self.lm_head(self.ln_f(x)))
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Run prompts ``(B, T)`` of one length, fill cache slots ``slots`` at positions 0..T-1.
 
         Returns the logits of the last prompt position, ``(B, V)``. ``slots`` must be distinct
-        live slots (not the scratch slot); like :meth:`decode_step`, values are checked for CPU
-        tensors (CUDA tensors: check them on the host first, e.g. with :func:`check_slots`).
+        live slots (not the scratch slot); values are checked for CPU tensors (CUDA tensors:
+        check them on the host first, e.g. with :func:`labkit.step_checks.check_slots`).
         """
-        self._check_tensor("tokens", tokens, 2)
-        self._check_tensor("slots", slots, 1)
+        check_id_tensor("tokens", tokens, 2, self.device)
+        check_id_tensor("slots", slots, 1, self.device)
         b, t = tokens.shape
         if slots.shape[0] != b:
             raise ValueError(f"slots has {slots.shape[0]} entries for {b} prompts; give one each")
-        if b < 1:
-            raise ValueError("no prompts: tokens has 0 rows; give at least one prompt")
-        if t < 1:
-            raise ValueError("prompt is empty; give at least one token")
+        if b < 1 or t < 1:
+            raise ValueError("no prompts or an empty prompt: give at least one prompt of at "
+                             "least one token")
         if t > self.cfg.max_seq:
             raise ValueError(f"prompt of {t} tokens is longer than the KV cache "
                              f"(max_seq={self.cfg.max_seq}); shorten it or raise max_seq")
         if tokens.device.type == "cpu":
-            self._check_values(tokens, None, slots)
+            check_token_ids(int(tokens.min()), int(tokens.max()), self.cfg.vocab_size)
+            check_slots(slots.tolist(), self.cfg.max_batch)
         if self.cfg.kv_layout == "paged":  # blocks are known on the host: always checked
             self._check_room(slots.tolist(), [t] * b)
         x = self.tok_emb(tokens) + self.pos_emb(self._arange[:t])
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.layers):
             x, k, v = block.forward_full(x)
             self.cache.write_prefill(i, k.transpose(1, 2), v.transpose(1, 2), slots)
-        return self.lm_head(self.ln_f(x[:, -1]))
+        return cast(torch.Tensor, self.lm_head(self.ln_f(x[:, -1])))
 
-    def check_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                   check: bool | None, who: str = "decode_step(check=True)") -> None:
-        """The checks of one decode step's inputs (shared by every step function): tensor
-        kinds and shapes always; values (ids, positions, slots) on the host when ``check``
-        is true, or ``None`` with CPU tensors. ``who`` names the step in the capture error."""
-        if check is not None and not isinstance(check, bool):
-            raise TypeError(f"check must be True, False or None, got {check!r}")
-        check_step_shapes(tokens, positions, slots, self.device, self.cfg.max_batch)
-        on_cpu = tokens.device.type == "cpu"
-        if check is None:
-            check = on_cpu
-        if check:
-            if not on_cpu and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError(f"{who} reads values on the host, which a CUDA graph "
-                                   "capture forbids; capture with check=False and check the "
-                                   "batch before copying it into the static buffers")
-            self._check_values(tokens, positions, slots)
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                    *, check: Check = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One decode step: token ``tokens[i]`` sits at ``positions[i]`` of slot ``slots[i]``.
+        Returns logits ``(B, V)`` (into ``out`` when given: graphs write one static buffer
+        outside their pool). ``check`` (:mod:`labkit.step_checks`): by default values are
+        checked for CPU tensors only (on CUDA that costs a host sync per step; the dispatcher
+        is the checked path); ``False`` for capture and padded batches (their padded rows
+        share the scratch slot)."""
+        self.check_step(tokens, positions, slots, check)
+        return self.decode(tokens, positions, slots, out)
 
     @torch.no_grad()
-    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                    *, check: bool | None = None,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
-        """One decode step for a batch: token ``tokens[i]`` sits at ``positions[i]`` of slot
-        ``slots[i]``. Returns logits ``(B, V)``.
-
-        Capture-safe: shapes depend on ``B`` only and nothing is read back to the host.
-        ``out`` (``(B, V)``, the model's dtype) receives the logits instead of a new tensor:
-        graphs write into one static buffer allocated outside their memory pool.
-
-        Value checks (ids in range, position inside the cache, slots distinct, live and not
-        the scratch slot) read values on the host. They always run for CPU tensors. For CUDA
-        tensors they are off by default, since they would need a host sync (``.cpu()``) on
-        every step and change eager timings: :class:`labkit.dispatch.PaddingDispatcher`,
-        which copies host-side metadata into static buffers, is the checked path. Pass
-        ``check=True`` to force them on CUDA (outside capture; inside capture it raises),
-        ``check=False`` to skip them (graph capture and padded batches, whose padded rows
-        share the scratch slot, do this).
-        """
-        self.check_step(tokens, positions, slots, check)
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`decode_step` without any check: for callers that checked the batch."""
         x, meta = self.embed_step(tokens, positions, slots)
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.layers):
             x = block.forward_step(x, self.cache, i, meta)
         return self.head(x, out=out)
 
-    # The pieces of decode_step, for piecewise capture (labkit.piecewise): no checks here.
+    # The pieces of decode, for piecewise capture (labkit.piecewise): no checks here.
     def embed_step(self, tokens: torch.Tensor, positions: torch.Tensor,
                    slots: torch.Tensor) -> tuple[torch.Tensor, StepMeta]:
         """Embeddings ``(B, 1, D)`` of one step and its cache metadata."""
@@ -358,15 +349,13 @@ class TinyGPT(nn.Module):
         """Final LayerNorm and output head: logits ``(B, V)`` (into ``out`` when given)."""
         h = self.ln_f(x[:, 0])
         if out is None:
-            return self.lm_head(h)
+            return cast(torch.Tensor, self.lm_head(h))
         return torch.mm(h, self.lm_head.weight.t(), out=out)
 
     # ------------------------------------------------------------------ weights
     def save(self, path: str | Path, extra_metadata: dict[str, str] | None = None) -> None:
         """Save weights and config as safetensors (config, and any extra strings, in the
         metadata)."""
-        import json
-
         from safetensors.torch import save_file
 
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
@@ -374,10 +363,9 @@ class TinyGPT(nn.Module):
         save_file(state, str(path), metadata=meta)
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu", **overrides) -> "TinyGPT":
+    def load(cls, path: str | Path, device: str | torch.device = "cpu",
+             **overrides: Any) -> TinyGPT:
         """Load a model saved by :meth:`save`; ``overrides`` change e.g. ``max_batch``."""
-        import json
-
         from safetensors import safe_open
         from safetensors.torch import load_file
 
@@ -397,12 +385,16 @@ class TinyGPT(nn.Module):
         if unknown:
             raise ValueError(f"unknown config field(s) {unknown} (from {path.name} or the "
                              f"overrides); GPTConfig has {sorted(known)}")
-        device = as_device(device)
-        cfg = GPTConfig(**{**stored, **overrides})
-        model = cls(cfg)
-        state = load_file(str(path))
-        model.load_state_dict(state)
-        return model.to(device)
+        dev = as_device(device)
+        model = cls(GPTConfig(**{**stored, **overrides}))
+        model.load_state_dict(load_file(str(path)))
+        return model.to(dev)
+
+
+def _check_config(cfg: object) -> None:
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}; build one with "
+                        "GPTConfig(...) or preset(name)")
 
 
 def as_device(device: str | torch.device, name: str = "device") -> torch.device:
@@ -425,17 +417,11 @@ def as_device(device: str | torch.device, name: str = "device") -> torch.device:
 
 def build_model(cfg: GPTConfig, device: str | torch.device = "cpu", seed: int = 0) -> TinyGPT:
     """A model with seeded random weights on ``device``, in eval mode."""
-    if not isinstance(cfg, GPTConfig):
-        raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}; build one with "
-                        "GPTConfig(...) or preset(name)")
-    device = as_device(device)
-    seed = as_int(seed, "seed", minimum=0, maximum=2**63 - 1, fix="use a seed such as 0")
-    torch.manual_seed(seed)
-    return TinyGPT(cfg).to(device).eval()
-
-
-StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""``step_fn(tokens, positions, slots) -> logits``: the contract of :meth:`TinyGPT.decode_step`."""
+    _check_config(cfg)
+    dev = as_device(device)
+    torch.manual_seed(as_int(seed, "seed", minimum=0, maximum=2**63 - 1,
+                             fix="use a seed such as 0"))
+    return TinyGPT(cfg).to(dev).eval()
 
 
 def _prompt_ids(p: object, i: int) -> list[int]:
@@ -444,11 +430,44 @@ def _prompt_ids(p: object, i: int) -> list[int]:
         if p.dim() != 1 or p.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"prompt {i} is a tensor of shape {tuple(p.shape)} and dtype "
                             f"{p.dtype}; give a 1-D integer tensor or a list of token ids")
-        return p.tolist()
+        return cast(list[int], p.tolist())
     if isinstance(p, (str, bytes)) or not isinstance(p, Sequence):
         raise TypeError(f"prompt {i} must be a list of token ids, got {type(p).__name__}; "
                         "encode text first (list(text.encode('utf-8')) for a byte model)")
     return [as_int(t, f"prompt {i} token {j}") for j, t in enumerate(p)]
+
+
+def _check_prompts(model: object, prompts: object, max_new_tokens: object,
+                   step_fn: object) -> tuple[list[list[int]], int]:
+    """The prompts as lists of ids and the number of new tokens, checked against the cache."""
+    if not isinstance(model, TinyGPT):
+        raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
+    if isinstance(prompts, (str, bytes, torch.Tensor)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a list of prompts (each a list of token ids), got "
+                        f"{type(prompts).__name__}; wrap a single prompt as [prompt]")
+    n_new = as_int(max_new_tokens, "max_new_tokens", minimum=0,
+                   fix="ask for 0 or more new tokens")
+    if step_fn is not None and not callable(step_fn):
+        raise TypeError(f"step_fn must be callable (tokens, positions, slots) -> logits, got "
+                        f"{type(step_fn).__name__}")
+    ids = [_prompt_ids(p, i) for i, p in enumerate(prompts)]
+    cfg = model.cfg
+    if len(ids) > cfg.max_batch:
+        raise ValueError(f"{len(ids)} prompts but the cache holds max_batch={cfg.max_batch}; "
+                         "build the model with a larger max_batch or send fewer prompts")
+    for i, p in enumerate(ids):
+        if not p:
+            raise ValueError(f"prompt {i} is empty; give at least one token")
+        need = len(p) + max(n_new - 1, 0)
+        if need > cfg.max_seq:
+            raise ValueError(
+                f"prompt {i} ({len(p)} tokens) + {n_new} new tokens needs {need} cache "
+                f"positions (the last new token is not written) but the KV cache holds "
+                f"max_seq={cfg.max_seq}; raise max_seq or generate fewer tokens")
+        if min(p) < 0 or max(p) >= cfg.vocab_size:
+            raise ValueError(f"prompt {i} has token ids outside [0, {cfg.vocab_size}); map "
+                             "them into the model's vocabulary")
+    return ids, n_new
 
 
 @torch.no_grad()
@@ -465,56 +484,25 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
     (the last new token is returned, never fed back), so it fits when
     ``L + N - 1 <= max_seq``. Everything is checked before anything is written.
     """
-    if not isinstance(model, TinyGPT):
-        raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
-    cfg = model.cfg
-    if isinstance(prompts, (str, bytes, torch.Tensor)) or not isinstance(prompts, Sequence):
-        raise TypeError(f"prompts must be a list of prompts (each a list of token ids), got "
-                        f"{type(prompts).__name__}; wrap a single prompt as [prompt]")
-    max_new_tokens = as_int(max_new_tokens, "max_new_tokens", minimum=0,
-                            fix="ask for 0 or more new tokens")
-    if step_fn is not None and not callable(step_fn):
-        raise TypeError(f"step_fn must be callable (tokens, positions, slots) -> logits, got "
-                        f"{type(step_fn).__name__}")
-    ids = [_prompt_ids(p, i) for i, p in enumerate(prompts)]
-    n = len(ids)
-    if n == 0:
-        return []
-    if n > cfg.max_batch:
-        raise ValueError(f"{n} prompts but the cache holds max_batch={cfg.max_batch}; "
-                         "build the model with a larger max_batch or send fewer prompts")
-    for i, p in enumerate(ids):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty; give at least one token")
-        need = len(p) + max(max_new_tokens - 1, 0)
-        if need > cfg.max_seq:
-            raise ValueError(
-                f"prompt {i} ({len(p)} tokens) + {max_new_tokens} new tokens needs {need} "
-                f"cache positions (the last new token is not written) but the KV cache holds "
-                f"max_seq={cfg.max_seq}; raise max_seq or generate fewer tokens")
-        if min(p) < 0 or max(p) >= cfg.vocab_size:
-            raise ValueError(f"prompt {i} has token ids outside [0, {cfg.vocab_size}); map "
-                             "them into the model's vocabulary")
-    if max_new_tokens == 0:
+    ids, n_new = _check_prompts(model, prompts, max_new_tokens, step_fn)
+    if not ids or n_new == 0:
         return [[] for _ in ids]
     step = step_fn or model.decode_step
-    dev = model.device
+    dev, n = model.device, len(ids)
     for i, p in enumerate(ids):  # paged layout: blocks for every position written
-        model.cache.reserve(i, len(p) + max_new_tokens - 1)
+        model.cache.reserve(i, len(p) + n_new - 1)
     try:
-        first = []
-        for i, p in enumerate(ids):
-            logits = model.prefill(torch.tensor([p], device=dev), torch.tensor([i], device=dev))
-            first.append(logits.argmax(-1))
+        first = [model.prefill(torch.tensor([p], device=dev), torch.tensor([i], device=dev))
+                 .argmax(-1) for i, p in enumerate(ids)]
         tokens = torch.cat(first)
         positions = torch.tensor([len(p) for p in ids], device=dev)
         slots = torch.arange(n, device=dev)
         out = [tokens]
-        for _ in range(max_new_tokens - 1):
+        for _ in range(n_new - 1):
             tokens = step(tokens, positions, slots).argmax(-1)
             positions = positions + 1
             out.append(tokens)
-        return torch.stack(out, dim=1).tolist()
+        return cast(list[list[int]], torch.stack(out, dim=1).tolist())
     finally:
         for i in range(n):
             model.cache.release(i)
@@ -527,6 +515,5 @@ def generate_text(model: TinyGPT, prompt: str, max_new_tokens: int = 100) -> str
                         "use generate(model, [ids], n)")
     if not isinstance(model, TinyGPT) or model.cfg.vocab_size != 256:
         raise ValueError("generate_text needs a byte-level TinyGPT (vocab_size=256)")
-    ids = list(prompt.encode("utf-8"))
-    new = generate(model, [ids], max_new_tokens)[0]
+    new = generate(model, [list(prompt.encode("utf-8"))], max_new_tokens)[0]
     return bytes(new).decode("utf-8", errors="replace")

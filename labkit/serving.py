@@ -29,12 +29,12 @@ import random
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Literal, Protocol, Sequence
 
 import torch
 
 from labkit.checks import as_int
-from labkit.dispatch import PaddingDispatcher
+from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
 from labkit.model import TinyGPT
 from labkit.traces import TraceRequest
@@ -120,11 +120,17 @@ def eager_step(model: TinyGPT) -> StepFn:
     return step
 
 
-#: the step modes of :func:`make_step_fn` (and of ``labkit serve --mode``)
-STEP_MODES: tuple[str, ...] = ("eager", "full", "piecewise", "none", "exact")
+#: the step modes of :func:`make_step_fn` (and of ``labkit serve --mode``): ``eager`` is
+#: ``model.decode_step`` alone; the others are a dispatcher in the ``cudagraph_mode`` of the
+#: same name (``none``: NONE, the dispatcher's checks and staging without graphs) and
+#: ``exact``, FULL graphs of every size
+StepMode = Literal["eager", "full", "piecewise", "none", "exact"]
+STEP_MODES: tuple[StepMode, ...] = ("eager", "full", "piecewise", "none", "exact")
+_CUDAGRAPH_MODE: dict[str, CudagraphMode] = {"full": "FULL", "piecewise": "PIECEWISE",
+                                             "none": "NONE", "exact": "FULL"}
 
 
-def make_step_fn(model: TinyGPT, mode: str, sizes: Sequence[int] | None = None,
+def make_step_fn(model: TinyGPT, mode: StepMode, sizes: Sequence[int] | None = None,
                  **dispatcher_kwargs) -> StepFn:
     """The step function of ``mode``: ``eager`` (``model.decode_step``), ``full`` /
     ``piecewise`` / ``none`` (a :class:`PaddingDispatcher` over capture ``sizes`` with that
@@ -141,7 +147,8 @@ def make_step_fn(model: TinyGPT, mode: str, sizes: Sequence[int] | None = None,
                                  **dispatcher_kwargs)
     if sizes is None:
         sizes = sorted({min(2 ** k, cap) for k in range(cap.bit_length() + 1)})
-    return PaddingDispatcher(model, sizes, cudagraph_mode=mode.upper(), **dispatcher_kwargs)
+    return PaddingDispatcher(model, sizes, cudagraph_mode=_CUDAGRAPH_MODE[mode],
+                             **dispatcher_kwargs)
 
 
 def decide_of(step_fn: object, bs: int) -> tuple[str, int]:

@@ -1,36 +1,79 @@
-"""The checks of one decode step's inputs, apart from the model: tensor kinds, dtypes, devices
-and shapes (no values read, so safe during capture), and the host-side value checks of token
-ids, cache positions and cache slots. :class:`labkit.model.TinyGPT` and
-:class:`labkit.dispatch.PaddingDispatcher` both use them; each raises an error that names
-the input, the problem and the fix."""
+"""The checks of the decode engine's public edge, in one place: a decode batch (kinds, dtypes,
+devices and shapes, which read no values and so are safe during capture; then token ids,
+positions and slots, read on the host), the capture sizes and the named choices. The model,
+the capture functions and the dispatcher call them where a call enters the engine; what they
+call inside takes checked values. Each error names the input, the problem and the fix.
+
+``check`` means one thing wherever a step takes it (:meth:`labkit.model.TinyGPT.decode_step`,
+:meth:`labkit.dispatch.PaddingDispatcher.step`): kinds and shapes are always checked; values
+with ``True`` (read on the host: a sync for device tensors, refused during capture), with
+``None`` only when they are on the host already (no sync), never with ``False`` (the caller
+vouches for the batch, as graph capture and benchmarks of the replay path do).
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import torch
 
+from labkit.checks import as_int, as_size_list
+
+Check = bool | None
+S = TypeVar("S", bound=str)
+
+
+def check_choice(value: object, name: str, choices: Sequence[S]) -> S:
+    """``value`` if it is one of ``choices``; else ``ValueError`` listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_capture_sizes(sizes: Iterable[int], max_batch: int | None = None) -> list[int]:
+    """The capture sizes, sorted; a clear error when the list is empty, an entry is not a
+    positive ``int`` (``2.5``, ``"3"``, ``True`` are refused, not coerced), a size repeats, or
+    one exceeds the cache's ``max_batch``."""
+    if max_batch is not None:
+        max_batch = as_int(max_batch, "max_batch", minimum=1)
+    out = sorted(as_size_list(sizes, "capture sizes", distinct=True,
+                              fix="capture sizes are positive batch sizes such as [1, 2, 4, 8]"))
+    if max_batch is not None and out[-1] > max_batch:
+        raise ValueError(f"capture size {out[-1]} is larger than the model's max_batch="
+                         f"{max_batch}; lower the sizes or build the model with a larger "
+                         "max_batch")
+    return out
+
+
+def check_check(check: object) -> Check:
+    """``check`` must be ``True``, ``False`` or ``None`` (see the module docstring)."""
+    if check is not None and not isinstance(check, bool):
+        raise TypeError(f"check must be True, False or None, got {check!r}; pass True to "
+                        "check values, None for host values only, False to skip")
+    return check
+
 
 def check_slots(slots: Sequence[int], max_batch: int) -> None:
-    """Refuse cache slots of one batch that are outside ``[0, max_batch)`` (slot
-    ``max_batch`` is the scratch slot, never a live request's) or repeated (two rows writing
-    one slot overwrite each other's cache and get wrong logits). Host-side ints only."""
+    """Refuse cache slots of one batch outside ``[0, max_batch)`` (slot ``max_batch`` is the
+    scratch slot, never a live request's) or repeated (two rows writing one slot overwrite
+    each other's cache). Host-side ints only."""
     slots = list(slots)
+    if len(set(slots)) == len(slots) and all(0 <= x < max_batch for x in slots):
+        return
     bad = [x for x in slots if not 0 <= x < max_batch]
     if bad:
         why = (f" (slot {max_batch} is the scratch slot that padded rows write, never a live "
                "request's)") if max_batch in bad else ""
         raise ValueError(f"cache slots must lie in [0, {max_batch}){why}; got slots={slots}; "
                          f"give each request its own slot below max_batch={max_batch}")
-    seen: set[int] = set()
-    dup = sorted({x for x in slots if x in seen or seen.add(x)})
-    if dup:
-        raise ValueError(f"cache slot(s) {dup} appear more than once in slots={slots}: rows "
-                         "sharing a slot overwrite each other's KV cache; give every row of a "
-                         "batch a distinct slot")
+    dup = sorted({x for x in slots if slots.count(x) > 1})
+    raise ValueError(f"cache slot(s) {dup} appear more than once in slots={slots}: rows "
+                     "sharing a slot overwrite each other's KV cache; give every row of a "
+                     "batch a distinct slot")
 
 
-def check_id_tensor(name: str, t: torch.Tensor, ndim: int, device: torch.device, *,
+def check_id_tensor(name: str, t: object, ndim: int, device: torch.device, *,
                     host_ok: bool = False) -> None:
     """``t`` must be a tensor of integer ids (int64 or int32) with ``ndim`` dimensions on
     ``device``; with ``host_ok`` also on the CPU or another device of the same type (batch
@@ -51,8 +94,8 @@ def check_id_tensor(name: str, t: torch.Tensor, ndim: int, device: torch.device,
 def check_step_shapes(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                       device: torch.device, max_batch: int, *, host_ok: bool = False) -> int:
     """The kinds, dtypes, devices and shapes of one decode step's ``tokens``, ``positions``
-    and ``slots`` (1-D, one entry per row, between 1 and ``max_batch`` rows; ``host_ok`` as
-    in :func:`check_id_tensor`). Reads no values. Returns the batch size."""
+    and ``slots`` (1-D, one entry per row, 1 to ``max_batch`` rows). Reads no values.
+    Returns the batch size."""
     for name, t in (("tokens", tokens), ("positions", positions), ("slots", slots)):
         check_id_tensor(name, t, 1, device, host_ok=host_ok)
     b = tokens.shape[0]
@@ -82,3 +125,33 @@ def check_positions(lo: int, hi: int, max_seq: int) -> None:
     if hi >= max_seq:
         raise ValueError(f"position {hi} is past the KV cache (max_seq={max_seq}); build the "
                          "model with a larger max_seq or generate fewer tokens")
+
+
+def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """The values of small 1-D integer tensors as lists, with at most one device-to-host copy
+    (one host sync) for those not on the CPU."""
+    on_dev = [t for t in tensors if t.device.type != "cpu"]
+    parts = iter(torch.cat([t.long() for t in on_dev]).cpu().split(
+        [t.shape[0] for t in on_dev])) if on_dev else iter(())
+    return [t.tolist() if t.device.type == "cpu" else next(parts).tolist() for t in tensors]
+
+
+def check_batch(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
+                device: torch.device, vocab_size: int, max_batch: int, max_seq: int,
+                check: Check, host_ok: bool = False, who: str = "the step") -> int:
+    """All the checks of one decode batch (``check`` as in the module docstring); raises
+    before anything is written. Returns the batch size."""
+    check = check_check(check)
+    b = check_step_shapes(tokens, positions, slots, device, max_batch, host_ok=host_ok)
+    host = (tokens, positions, slots)
+    if check is False or (check is None and any(t.device.type != "cpu" for t in host)):
+        return b
+    if any(t.is_cuda for t in host) and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"{who} with check=True reads values on the host, which a CUDA "
+                           "graph capture forbids; capture with check=False and check the "
+                           "batch before copying it into the static buffers")
+    tok, pos, slo = host_values(host)
+    check_token_ids(min(tok), max(tok), vocab_size)
+    check_positions(min(pos), max(pos), max_seq)
+    check_slots(slo, max_batch)
+    return b

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ class Stats:
     unit: str = "us"
 
     @classmethod
-    def from_samples(cls, samples: Sequence[float], unit: str = "us") -> "Stats":
+    def from_samples(cls, samples: Sequence[float], unit: str = "us") -> Stats:
         if isinstance(samples, (str, bytes)) or not hasattr(samples, "__len__"):
             raise TypeError(f"samples must be a list of numbers, got {type(samples).__name__}")
         if not samples:
@@ -49,7 +50,7 @@ class Stats:
 
         return cls(q(0.5), q(0.1), q(0.9), statistics.fmean(xs), len(xs), unit)
 
-    def per(self, count: int) -> "Stats":
+    def per(self, count: int) -> Stats:
         """The same samples divided by ``count`` (a burst of ``count`` launches → one)."""
         count = as_int(count, "count", minimum=1, fix="divide by the number of calls per sample")
         return Stats(self.median / count, self.p10 / count, self.p90 / count,
@@ -60,7 +61,7 @@ class Stats:
         """(p90 - p10) / median: the relative spread."""
         return (self.p90 - self.p10) / self.median if self.median else float("nan")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
 
     def __str__(self) -> str:
@@ -131,7 +132,7 @@ def _event_sample(fn: Callable[[], object], inner: int) -> float:
         fn()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) * 1e3 / inner
+    return float(start.elapsed_time(end)) * 1e3 / inner
 
 
 def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 10,
@@ -159,7 +160,7 @@ def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: in
     return {name: Stats.from_samples(v) for name, v in samples.items()}
 
 
-def time_any(fn: Callable[[], object], device: torch.device | str, **kw) -> Stats:
+def time_any(fn: Callable[[], object], device: torch.device | str, **kw: Any) -> Stats:
     """``time_cuda`` on a CUDA device, ``time_host`` otherwise."""
     if as_device(device).type == "cuda":
         return time_cuda(fn, **kw)
@@ -182,20 +183,8 @@ class LaunchOverhead:
     n_kernels: int
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        return d
-
-    def summary(self) -> str:
-        def fmt(s: Stats | None) -> str:
-            return "n/a (needs CUDA)" if s is None else str(s)
-        return "\n".join([
-            f"device: {self.device}",
-            f"host time per launch : {fmt(self.host_per_launch)}",
-            f"launch + sync        : {fmt(self.launch_sync)}",
-            f"GPU per eager kernel : {fmt(self.gpu_per_eager_kernel)}",
-            f"GPU per graph node   : {fmt(self.gpu_per_graph_node)}",
-        ])
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
 
 
 def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int = 200,

@@ -59,7 +59,7 @@ def test_padded_rows_touch_only_the_scratch_slot(model):
     d.step(torch.tensor([1, 2, 3]), torch.tensor([2, 2, 2]), torch.arange(3))  # 3 -> 4
     assert torch.equal(model.k_cache[:, 7], live[0]) and torch.equal(model.v_cache[:, 7], live[1])
     # rows 3..6 of the slot buffer were reset to the scratch slot after the smaller batch
-    assert d._slots[3:7].tolist() == [model.cfg.scratch_slot] * 4
+    assert d.batch.slots[3:7].tolist() == [model.cfg.scratch_slot] * 4
     assert model.k_cache[:, model.cfg.scratch_slot].abs().sum() > 0
 
 
@@ -98,7 +98,7 @@ def test_bad_input_errors_name_the_fix(model):
 
 def _state(model, d):
     return (model.k_cache.clone(), model.v_cache.clone(), d.counters.to_dict(),
-            d._tokens.clone(), d._positions.clone(), d._slots.clone(), d._dirty)
+            d.batch.tokens.clone(), d.batch.positions.clone(), d.batch.slots.clone(), d.batch._live)
 
 
 def _same(a, b) -> bool:
@@ -217,12 +217,12 @@ def test_host_metadata_mixed_with_device_metadata_never_leaves_live_slots_in_pad
         d.step(tok.to("cpu" if tokens_on_host and host else device), pos.to(where),
                slots.to(where))
         p = d.padded_size(b)
-        assert d._tokens[:b].tolist() == tok.tolist()
-        assert d._positions[:b].tolist() == pos.tolist()
-        assert d._slots[:b].tolist() == list(range(b))
-        assert d._slots[b:].tolist() == [scratch] * (16 - b), (b, host)
+        assert d.batch.tokens[:b].tolist() == tok.tolist()
+        assert d.batch.positions[:b].tolist() == pos.tolist()
+        assert d.batch.slots[:b].tolist() == list(range(b))
+        assert d.batch.slots[b:].tolist() == [scratch] * (16 - b), (b, host)
         if host:  # the device path leaves old (valid) positions in padded rows
-            assert d._positions[b:p].tolist() == [0] * (p - b)
+            assert d.batch.positions[b:p].tolist() == [0] * (p - b)
     d.release()
 
 
@@ -237,3 +237,137 @@ def test_host_metadata_gives_the_same_tokens_as_plain_decode():
         return d.step(t, p.cpu(), s.cpu())
 
     assert generate(m, prompts, 10, step_fn=host_step) == generate(m, prompts, 10)
+
+
+# ------------------------------------------------------------- the split: decide, stage, run
+
+def test_the_decision_is_a_pure_tuple_and_the_dispatcher_holds_no_tensors(model):
+    from labkit.dispatch import CudagraphDispatcher, Decision
+
+    d = PaddingDispatcher(model, SIZES)
+    dec = d.decide(3)
+    assert isinstance(dec, Decision) and dec == ("FULL", 4) and tuple(dec) == ("FULL", 4)
+    mode, padded = d.decide(9)
+    assert (mode, padded) == ("NONE", 9)
+    pure = CudagraphDispatcher([1, 2, 4, 8], 16, "FULL_AND_PIECEWISE", 2)
+    assert [pure.dispatch(b) for b in (1, 3, 9)] == [("FULL", 1), ("PIECEWISE", 4), ("NONE", 9)]
+    assert not any(isinstance(v, torch.Tensor) for v in vars(pure).values())
+    assert d.runner("NONE").static is False
+
+
+@pytest.mark.parametrize("capture, mode", [(False, None), (None, "eager")])
+def test_capture_flag_and_its_deprecated_mode_spelling(model, capture, mode):
+    d = PaddingDispatcher(model, SIZES, capture=capture, mode=mode)
+    assert d.capture is False and d.mode == "eager" and d.graphs is None
+    with pytest.raises(ValueError, match="not both"):
+        PaddingDispatcher(model, SIZES, capture=False, mode="eager")
+    with pytest.raises(RuntimeError, match="capture=False"):
+        PaddingDispatcher(model, SIZES, capture=True)
+
+
+def test_check_none_checks_host_metadata_and_false_skips_values(model):
+    d = PaddingDispatcher(model, SIZES)
+    bad = (torch.tensor([1]), torch.tensor([0]), torch.tensor([16]))  # the scratch slot
+    with pytest.raises(ValueError, match="scratch slot"):
+        d.step(*bad, check=None)
+    out = d.step(*bad, check=False)  # the caller vouches: nothing read, the scratch row runs
+    assert out.shape == (1, 97) and d.counters.steps == 1
+    with pytest.raises(TypeError, match="check must be True, False or None"):
+        d.step(*bad, check="yes")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_staged_loads_leave_every_row_past_the_batch_at_the_pad_row(model, seed):
+    """The staging ring (what host metadata takes on a GPU), forced on the CPU: after each
+    load the first rows hold the batch and every other row the pad row."""
+    from labkit.batch import STAGING_RING, StaticBatch
+
+    g = torch.Generator().manual_seed(seed)
+    for stage in (True, False):
+        batch = StaticBatch(model, stage=stage)
+        for _ in range(3 * STAGING_RING):
+            b = int(torch.randint(1, 17, (1,), generator=g))
+            t, p = torch.randint(0, 97, (b,), generator=g), torch.randint(0, 32, (b,), generator=g)
+            s = torch.randperm(16, generator=g)[:b]
+            batch.load(t, p, s)
+            assert torch.equal(batch.inputs[:, :b], torch.stack([t, p, s]))
+            assert torch.equal(batch.inputs[:, b:], batch.pad[:, b:]), (stage, b)
+        assert batch.pad[:, 0].tolist() == [0, 0, model.cfg.scratch_slot]
+
+
+def test_dispatcher_overhead_measurement_logic_on_cpu():
+    """The dispatcher_overhead measurement, on CPU with a host timer: every way of running a
+    step is timed for every batch size, gives the same logits, and the record parses."""
+    from labkit.measure import records
+    from labkit.measure.bench import measure_dispatcher_overhead
+    from labkit.timing import time_host
+
+    calls: dict[str, int] = {}
+
+    def timer(fns, **kw):
+        for name in fns:
+            calls[name] = calls.get(name, 0) + 1
+        return {name: time_host(fn, warmup=1, repeats=kw["repeats"]) for name, fn in fns.items()}
+
+    data = measure_dispatcher_overhead(("test",), (1, 4), "float32", repeats=2, inner=2,
+                                       device="cpu", timer=timer)
+    rec = records.parse("dispatcher_overhead", data)
+    run = rec.run("test")
+    assert calls == {m: 2 for m in records.OVERHEAD_METHODS}
+    assert run.checks == {"dispatcher_tokens_equal_eager": True, "same_logits_every_method": True}
+    assert run.batch_sizes == [1, 4] and all(r is not None for r in run.over_replay("step_host"))
+    assert (rec.repeats, rec.inner) == (2, 2)
+
+
+def _fake_capture(fn, inputs, pool, stream, warmup, check_sync, label=None):
+    """A stand-in for ``capture_unchecked`` on the CPU: the "graph" re-runs ``fn`` on the same
+    inputs and writes the results into the outputs of the first call, as a replay writes its
+    static outputs."""
+    from labkit.graphs import CapturedGraph
+
+    def into(static, new):
+        if isinstance(static, torch.Tensor):
+            static.copy_(new)
+        else:
+            for a, b in zip(static, new):
+                into(a, b)
+
+    output = fn(*inputs)
+
+    class Replay:
+        def replay(self):
+            into(output, fn(*inputs))
+
+    return CapturedGraph(Replay(), tuple(inputs), output, (0, 1), 0.0, 0.0, label, fn=fn)
+
+
+@pytest.mark.parametrize("mode, full_max", [("FULL", None), ("PIECEWISE", None),
+                                            ("FULL_AND_PIECEWISE", 2)])
+@pytest.mark.parametrize("copy", [True, False])
+def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max, copy):
+    """The capture=True paths on the CPU, with capture replaced by a recorder: the graphs read
+    the static batch and write its logits, tokens equal eager tokens with device and host
+    metadata, and a graph step's output is the static logits only with copy_outputs=False."""
+    import contextlib
+
+    import labkit.dispatch as D
+    import labkit.graphs as G
+    import labkit.piecewise as P
+
+    for mod in (G, P):
+        monkeypatch.setattr(mod, "capture_unchecked", _fake_capture)
+        monkeypatch.setattr(mod, "gc_frozen", contextlib.nullcontext)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
+    monkeypatch.setattr(D, "_check_capture_flag", lambda model, capture, mode: True)
+    m = build_model(preset("test", max_batch=8), seed=0)
+    prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11], [3, 3], [9]]
+    want = generate(m, prompts, 8)
+    d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode=mode, full_max_size=full_max,
+                          copy_outputs=copy)
+    assert (d.graphs is not None) == (mode != "PIECEWISE")
+    assert (d.pieces is not None) == ("PIECEWISE" in mode)
+    assert generate(m, prompts, 8, step_fn=d.step) == want
+    assert generate(m, prompts, 8, step_fn=lambda t, p, s: d.step(t, p.cpu(), s.cpu())) == want
+    out = d.step(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), torch.arange(3))
+    assert (out.data_ptr() == d.batch.logits.data_ptr()) is (not copy)

@@ -339,13 +339,13 @@ def test_fused_graphs_replay_equal_eager_and_see_weight_updates():
 @pytest.mark.parametrize("bs", [1, 4])
 def test_graphs_of_a_step_nobody_else_holds_survive_allocator_churn(bs):
     """Regression: the graph set must keep the fused step (and the buffers it caches) alive.
-    Captured from ``step="fused"`` the step object had no other owner; once it was freed its
-    key-offset buffers went back to the allocator, eager allocations reused them and the
-    replay read garbage (NaN logits; an illegal memory access at batch 256)."""
+    Captured from a fused step nobody else holds (``step=make_fused_step(m)`` inline); once
+    it was freed its key-offset buffers went back to the allocator, eager allocations reused
+    them and the replay read garbage (NaN logits; an illegal memory access at batch 256)."""
     from labkit.graphs import capture_decode_graphs
 
     m = _cuda_model()
-    gs = capture_decode_graphs(m, [1, 4], step="fused", progress=False)
+    gs = capture_decode_graphs(m, [1, 4], step=make_fused_step(m), progress=False)
     try:
         assert all(g.fn is not None for g in gs.graphs.values())
         # churn: take whatever blocks are free and fill them with garbage offsets
@@ -397,7 +397,7 @@ def test_branched_step_equals_the_one_stream_step_eager_and_in_a_graph(bs):
         assert torch.equal(branched(t, p, s, check=False), want)
         del junk
     assert torch.equal(m.cache.kv, kv)
-    gs = capture_decode_graphs(m, [bs], step="fused", progress=False)
+    gs = capture_decode_graphs(m, [bs], step=make_fused_step(m), progress=False)
     try:
         m.reset_cache()
         gs.copy_inputs(t, p, s)
@@ -463,8 +463,8 @@ def test_measure_fused_samples_both_steps_in_turn_on_cpu(monkeypatch):
     class Dispatcher(PaddingDispatcher):  # eager on the CPU, with a replay of its own
         def __init__(self, model, sizes, **kw):
             super().__init__(model, sizes, **kw)
-            self.graphs = SimpleNamespace(release=lambda: None, replay=lambda b: self._step_fn(
-                self._tokens[:b], self._positions[:b], self._slots[:b], check=False))
+            self.graphs = SimpleNamespace(release=lambda: None,
+                                          replay=lambda b: self._decode(*self.batch.view(b)))
 
     def interleaved(fns, **kw):
         calls.append((kw["repeats"], tuple(fns)))

@@ -60,6 +60,17 @@ def test_bf16_graph_logits_bitwise_equal_eager_at_captured_sizes(bf16_model):
     gs.release()
 
 
+def test_a_graph_set_passed_in_is_used_and_not_rewritten(fp32_model):
+    gs = capture_decode_graphs(fp32_model, SIZES, progress=False)
+    before = (gs.batch, dict(gs.graphs), gs.tokens.data_ptr(), gs.logits.data_ptr())
+    d = PaddingDispatcher(fp32_model, SIZES, graphs=gs, progress=False)
+    assert d.graphs is gs and d.batch is gs.batch
+    for bs in (1, 3, 16, 20):
+        assert tokens_match(fp32_model, d.step, bs, new_tokens=6, seed=bs), bs
+    assert (gs.batch, dict(gs.graphs), gs.tokens.data_ptr(), gs.logits.data_ptr()) == before
+    gs.release()
+
+
 def test_padding_never_touches_live_cache_on_gpu(fp32_model):
     m = fp32_model
     d = PaddingDispatcher(m, SIZES, progress=False)

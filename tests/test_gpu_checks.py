@@ -38,13 +38,13 @@ def test_dispatcher_checks_cuda_metadata_and_changes_nothing(model, tokens, posi
     model.reset_cache()
     d = PaddingDispatcher(model, [1, 2, 4], progress=False)
     d.step(*_cuda([5, 6, 7], [1, 1, 1], [5, 6, 7]))
-    before = (model.k_cache.clone(), d.counters.to_dict(), d._slots.clone(),
-              d._tokens.clone(), d._positions.clone())
+    before = (model.k_cache.clone(), d.counters.to_dict(), d.batch.slots.clone(),
+              d.batch.tokens.clone(), d.batch.positions.clone())
     with pytest.raises(ValueError, match=words):
         d.step(*_cuda(tokens, positions, slots))
     torch.cuda.synchronize()
     assert torch.equal(model.k_cache, before[0]) and d.counters.to_dict() == before[1]
-    assert all(torch.equal(a, b) for a, b in zip((d._slots, d._tokens, d._positions),
+    assert all(torch.equal(a, b) for a, b in zip((d.batch.slots, d.batch.tokens, d.batch.positions),
                                                   before[2:]))
     d.release()
 

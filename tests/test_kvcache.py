@@ -127,8 +127,8 @@ def test_paged_pool_can_be_smaller_than_the_slot_cache():
 def test_make_cache_refuses_bad_layouts_and_block_sizes():
     with pytest.raises(ValueError, match="kv layout"):
         make_cache("ring", 1, 2, 8, 1, 4, torch.float32)
-    with pytest.raises(ValueError, match="multiple of block_size"):
-        PagedKVCache(1, 2, 10, 1, 4, block_size=4)
+    with pytest.raises(ValueError, match="multiple of block_size"):  # checked at the config
+        preset("test", kv_layout="paged", block_size=5)
     with pytest.raises(ValueError, match="kv_layout"):
         preset("test", kv_layout="ring")
 

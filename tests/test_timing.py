@@ -32,7 +32,6 @@ def test_cuda_only_figures_are_unavailable_not_zero_on_cpu():
     assert lo.host_per_launch.median > 0
     assert lo.launch_sync is None and lo.gpu_per_graph_node is None
     assert lo.gpu_per_eager_kernel is None
-    assert "n/a (needs CUDA)" in lo.summary()
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         time_cuda(lambda: None)
     pts = launch_bound_sweep([1, 1024], "cpu", n_kernels=5, repeats=3)

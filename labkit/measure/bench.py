@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -466,3 +466,72 @@ def _cudagraph_skips() -> list[str]:
         return sorted(str(k) for k in counters.get("inductor", {}) if "skip" in str(k))
     except Exception:  # noqa: BLE001
         return []
+
+
+def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
+                                batch_sizes: Sequence[int] = (1, 8, 64),
+                                dtype: str = "bfloat16", repeats: int = 15, inner: int = 50, *,
+                                device: str = "cuda",
+                                timer: Callable[..., dict[str, Stats]] | None = None) -> dict:
+    """Record ``dispatcher_overhead``: where a padding dispatcher's step time over a bare
+    replay of its own graph goes, per model and batch size (each a capture size: nothing is
+    padded), the ways of :data:`labkit.measure.records.OVERHEAD_METHODS` timed interleaved
+    against ONE dispatcher's graphs (a graph captured elsewhere in the process may replay at
+    another speed, so the step is compared only with the graph it replays):
+
+    ``replay`` (the graph alone), ``copy_replay`` (device inputs copied in, then the graph:
+    the copy kernel), ``stage_replay`` (host inputs through the staging ring: the pinned
+    host-to-device copy), ``step_device`` (``step`` with device metadata, ``check=False``: the
+    dispatcher's host work on top of the copy), ``step_host`` (``step`` with host metadata,
+    checked: how servers call it), ``step_host_copy`` (the same + the copy of the logits that
+    ``copy_outputs=True`` makes). Each difference is one part of the overhead.
+
+    Before timing it checks that the dispatcher's tokens equal eager tokens and that every way
+    gives the same logits. ``device``/``timer`` (default CUDA and
+    :func:`labkit.timing.time_cuda_interleaved`) let a CPU test run the same logic."""
+    if device == "cuda":
+        _need_cuda("measure_dispatcher_overhead")
+    timer = timer or time_cuda_interleaved
+    sizes = sorted({int(b) for b in batch_sizes})
+    runs = []
+    for name in presets:
+        model = build_model(preset(name, max_batch=max(sizes), dtype=dtype), device, seed=0)
+        disp = PaddingDispatcher(model, sizes, progress=False, copy_outputs=False)
+        graph = disp.runner("FULL")
+        checks: dict[str, bool] = {"dispatcher_tokens_equal_eager": all(
+            tokens_match(model, disp.step, b) for b in sizes), "same_logits_every_method": True}
+        times: dict[str, list] = {m: [] for m in records.OVERHEAD_METHODS}
+        for b in sizes:
+            t, p, s = step_inputs(model, b)
+            host = tuple(x.cpu() for x in (t, p, s))
+            fns = _overhead_fns(disp, graph, b, (t, p, s), host)
+            disp.batch.load(t, p, s)
+            want = graph.replay(b)[:b].clone()  # every way computes these rows, same inputs
+            for fn in fns.values():
+                checks["same_logits_every_method"] &= bool(torch.equal(fn()[:b], want))
+            got = timer(fns, warmup=5, repeats=repeats, inner=inner)
+            for m in times:
+                times[m].append(_stats(got[m]))
+        runs.append({"preset": name, "batch_sizes": sizes, "times": times, "checks": checks})
+        disp.release()
+        model = disp = graph = None  # drop references before freeing
+        if device == "cuda":
+            _free()
+    return {"dtype": dtype, "repeats": repeats, "inner": inner, "runs": runs}
+
+
+def _overhead_fns(disp: PaddingDispatcher, graph: Any, b: int,
+                  device: tuple[torch.Tensor, ...], host: tuple[torch.Tensor, ...]
+                  ) -> dict[str, Callable[[], torch.Tensor]]:
+    """The ways :func:`measure_dispatcher_overhead` runs one step of ``b`` rows."""
+
+    def copy_replay(inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        disp.batch.load(*inputs)
+        return graph.replay(b)  # type: ignore[no-any-return]
+
+    return {"replay": lambda: graph.replay(b),
+            "copy_replay": lambda: copy_replay(device),
+            "stage_replay": lambda: copy_replay(host),
+            "step_device": lambda: disp.step(*device, check=False),
+            "step_host": lambda: disp.step(*host),
+            "step_host_copy": lambda: disp.step(*host).clone()}

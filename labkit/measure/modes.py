@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import torch
@@ -33,7 +33,7 @@ from labkit.timing import time_cuda_interleaved
 MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
 #: the dispatcher's ``cudagraph_mode`` for each dispatcher-driven mode
 CUDAGRAPH_MODE = {"eager": "NONE", "piecewise": "PIECEWISE", "full": "FULL"}
-_META_FIELDS = ("positions", "rows", "write_index", "seq_lens", "key_start", "query_start")
+_META_FIELDS = tuple(f.name for f in fields(StepMeta))
 
 
 @dataclass

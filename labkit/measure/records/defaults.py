@@ -5,8 +5,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Mapping
-
+from collections.abc import Mapping
 
 # ----------------------------------------------------------------------------- default parameters
 
@@ -50,6 +49,10 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
                           "batch_sizes": [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128,
                                           129, 160],
                           "dtype": "bfloat16"}),
+    # the dispatcher's step over a bare replay of its own graph, by part (interleaved)
+    "dispatcher_overhead": ("measure_dispatcher_overhead",
+                            {"presets": ["small", "gpt2"], "batch_sizes": [1, 8, 64],
+                             "dtype": "bfloat16", "repeats": 15, "inner": 50}),
     "compile_small": ("measure_compile",
                       {"preset": "small", "batch_sizes": [1, 8], "dtype": "bfloat16"}),
     "pitfalls": ("run_all_pitfalls", {"include_compile": True}),

@@ -4,7 +4,6 @@ the writers store them with these functions and the readers recompute them with 
 
 from __future__ import annotations
 
-
 # ----------------------------------------------------------------------------- derived values
 
 

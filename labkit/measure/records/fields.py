@@ -1,19 +1,28 @@
-"""Field checks of the record kinds: the private ``_req`` / ``_opt`` helpers and the type
-checkers (``_num``, ``_int``, ``_dict``, ...), stored :class:`Stats` and timing columns, and
-``_Timed``, the shared base of records with ``batch_sizes`` and ``times[method]``.
-"""
+"""The one record parser, driven by each kind's dataclass fields and type hints (``int``,
+``float``, ``str``, ``bool``, ``dict``, ``list[X]``, ``dict[str, X]``, ``dict[int, X]`` keyed by
+a batch size, ``X | None``, ``Literal``, :class:`Stats`, nested kinds). A field without a
+default is required; one with a default takes it when missing or null; :func:`src` reads a
+field from other keys or through its own parser. A kind's ``validate`` checks the rest."""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
-from typing import Any, Callable, Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal, TypeVar, Union
 
 from labkit.measure.records.derived import speedup, tokens_per_s
 from labkit.timing import Stats
 
-
-# ----------------------------------------------------------------------------- field checks
+K = TypeVar("K")
+#: correctness checks: true/false, or a share (a token agreement)
+Checks = dict[str, bool | float]
+_EXPECT = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+           dict: "an object", list: "a list"}
+_MISSING = object()
+_HINTS: dict[type, dict[str, Any]] = {}
 
 
 def _type_name(value: Any) -> str:
@@ -21,7 +30,7 @@ def _type_name(value: Any) -> str:
 
 
 class _Fail(Exception):
-    """Internal: a field check failed at ``where`` with ``problem``."""
+    """Internal: the field at ``where`` is wrong: ``problem``."""
 
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(where, problem)
@@ -30,217 +39,192 @@ class _Fail(Exception):
 
 def _fail(where: str, expected: str, value: Any) -> _Fail:
     shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return _Fail(where, f"must be {expected}, got {_type_name(value)} {shown}")
+    return _Fail(where, f"must be {expected}, got {_type_name(value)} "
+                        f"{shown if len(shown) <= 60 else shown[:57] + '...'}")
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def src(*path: str, parse: Callable[[Any, str], Any] | None = None,
+        default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A field read from ``path`` (a key, or keys into nested objects) and/or by
+    ``parse(value, where)`` instead of its name and type hint."""
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"path": path, "parse": parse})
 
 
-def _num(v: Any, where: str) -> float:
-    if not _is_num(v):
-        raise _fail(where, "a number", v)
-    return float(v)
+def _scalar(tp: Any, v: Any, where: str) -> Any:
+    ok = {int: isinstance(v, int), float: isinstance(v, (int, float)), str: isinstance(v, str),
+          bool: isinstance(v, bool), dict: isinstance(v, Mapping),
+          list: isinstance(v, (list, tuple))}[tp]
+    if not ok or (isinstance(v, bool) and tp in (int, float)):
+        raise _fail(where, _EXPECT[tp], v)
+    return {float: float, dict: dict, list: list}.get(tp, lambda x: x)(v)
 
 
-def _opt_num(v: Any, where: str) -> float | None:
-    return None if v is None else _num(v, where)
+def _stats(v: Any, where: str) -> Stats:
+    """A stored :class:`Stats` (``mean`` defaults to the median, ``unit`` to ``"us"``)."""
+    d = _scalar(dict, v, where)
+    d["mean"] = d["median"] if d.get("mean") is None and "median" in d else d.get("mean")
+    d["unit"] = "us" if d.get("unit") is None else d["unit"]
+    return parse_kind(Stats, d, where)
 
 
-def _int(v: Any, where: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _fail(where, "an integer", v)
-    return v
-
-
-def _opt_int(v: Any, where: str) -> int | None:
-    return None if v is None else _int(v, where)
-
-
-def _str(v: Any, where: str) -> str:
-    if not isinstance(v, str):
-        raise _fail(where, "a string", v)
-    return v
-
-
-def _bool(v: Any, where: str) -> bool:
-    if not isinstance(v, bool):
-        raise _fail(where, "true or false", v)
-    return v
-
-
-def _dict(v: Any, where: str) -> dict:
-    if not isinstance(v, Mapping):
-        raise _fail(where, "an object", v)
-    return dict(v)
-
-
-def _list(v: Any, where: str) -> list:
-    if not isinstance(v, (list, tuple)):
-        raise _fail(where, "a list", v)
-    return list(v)
-
-
-def _ints(v: Any, where: str) -> list[int]:
-    return [_int(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
-
-
-def _strs(v: Any, where: str) -> list[str]:
-    return [_str(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
-
-
-def _req(data: Mapping, key: str, where: str, check: Callable[[Any, str], Any]) -> Any:
-    """``check(data[key])``; a missing key fails with the field's path."""
-    path = f"{where}.{key}"
-    if key not in data:
-        raise _Fail(path, "is missing")
-    return check(data[key], path)
-
-
-def _opt(data: Mapping, key: str, where: str, check: Callable[[Any, str], Any],
-         default: Any = None) -> Any:
-    """``check(data[key])`` when present and not null, else ``default``."""
-    value = data.get(key)
-    if value is None:
-        return copy.copy(default)
-    return check(value, f"{where}.{key}")
-
-
-def _int_keyed(check: Callable[[Any, str], Any]) -> Callable[[Any, str], dict[int, Any]]:
-    """A checker for an object keyed by batch size (JSON keys are strings: ``"64"``)."""
-
-    def run(v: Any, where: str) -> dict[int, Any]:
-        out = {}
-        for k, x in _dict(v, where).items():
+def parse_value(tp: Any, v: Any, where: str) -> Any:
+    """``v`` checked against type ``tp`` and converted (ints to floats, objects to kinds)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return v
+    if origin in (Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        alts = [a for a in args if a is not type(None)]
+        for a in alts:
             try:
-                size = int(k)
+                return parse_value(a, v, where)
+            except _Fail:
+                if len(alts) == 1:
+                    raise
+        raise _fail(where, " or ".join(_EXPECT.get(a, str(a)) for a in alts), v)
+    if origin is Literal:
+        if v not in args:
+            raise _Fail(where, f"must be {' or '.join(map(repr, args))}, got {v!r}")
+        return v
+    if origin is list:
+        return [parse_value(args[0], x, f"{where}[{i}]")
+                for i, x in enumerate(_scalar(list, v, where))]
+    if origin is dict:
+        out = {}
+        for k, x in _scalar(dict, v, where).items():
+            try:
+                key = int(k) if args[0] is int else k
             except (TypeError, ValueError):
                 raise _Fail(f"{where}.{k}", "must be keyed by a batch size (an integer)") \
                     from None
-            out[size] = check(x, f"{where}.{k}")
+            out[key] = parse_value(args[1], x, f"{where}.{k}")
         return out
+    if tp is Stats:
+        return _stats(v, where)
+    if dataclasses.is_dataclass(tp):
+        return parse_kind(tp, v, where)  # type: ignore[arg-type]
+    return _scalar(tp, v, where)
 
-    return run
+
+def parse_kind(cls: type[K], v: Any, where: str, **given: Any) -> K:
+    """Kind ``cls`` (a dataclass) from the object ``v``: every field not ``given`` read by its
+    type hint, then ``validate(data, where)``; :class:`_Fail` names the field at fault."""
+    d = _scalar(dict, v, where)
+    hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))
+    values = dict(given)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in values:
+            continue
+        path, raw, at = f.metadata.get("path") or (f.name,), d, where
+        for i, part in enumerate(path):
+            if not isinstance(raw, Mapping):
+                raise _fail(at, "an object", raw)
+            at, raw = f"{at}.{part}", raw.get(part, _MISSING)
+            if raw is _MISSING or (raw is None and i < len(path) - 1):  # a null parent: missing
+                raw = _MISSING
+                break
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if raw is _MISSING or (raw is None and not required):
+            if required:
+                raise _Fail(at, "is missing")
+            continue
+        parse = f.metadata.get("parse")
+        values[f.name] = parse(raw, at) if parse else parse_value(hints[f.name], raw, at)
+    out = cls(**values)
+    if isinstance(out, Kind):
+        out.validate(d, where)
+    return out
 
 
-def _same_length(items: Sequence, sizes: Sequence, where: str, sizes_field: str) -> None:
+class Kind:
+    """Base of the record kinds: ``from_data`` parses; ``validate`` checks across fields."""
+
+    RECORD: ClassVar[str] = ""
+
+    @classmethod
+    def from_data(cls: type[K], data: Any, where: str = "data") -> K:
+        return parse_kind(cls, data, where)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        """Checks types cannot say; raises :class:`_Fail` naming the field."""
+
+
+def _same_length(items: Any, sizes: Any, where: str, sizes_field: str) -> None:
     if len(items) != len(sizes):
         raise _Fail(where, f"must hold one entry per batch size ({len(sizes)} in "
                            f"{sizes_field}), got {len(items)}")
 
 
-# ----------------------------------------------------------------------------- Stats
-
-
-def _stats(v: Any, where: str) -> Stats:
-    """A stored :class:`labkit.timing.Stats`: ``median``, ``p10``, ``p90``, ``mean`` in
-    ``unit`` (``"us"``: microseconds), over ``n`` samples."""
-    d = _dict(v, where)
-    return Stats(median=_req(d, "median", where, _num), p10=_req(d, "p10", where, _num),
-                 p90=_req(d, "p90", where, _num),
-                 mean=_opt(d, "mean", where, _num, d.get("median")),
-                 n=_req(d, "n", where, _int), unit=_opt(d, "unit", where, _str, "us"))
-
-
-def _opt_stats(v: Any, where: str) -> Stats | None:
-    return None if v is None else _stats(v, where)
+def _require(keys: Any, names: Any, where: str) -> None:
+    for name in names:
+        if name not in keys:
+            raise _Fail(f"{where}.{name}", "is missing")
 
 
 def _median(s: Stats | None) -> float | None:
     return None if s is None else s.median
 
 
-def _times(v: Any, where: str, sizes: Sequence[int], sizes_field: str
-           ) -> dict[str, list[Stats | None]]:
-    """``{method: [Stats or null per batch size]}``."""
-    out = {}
-    for m, col in _dict(v, where).items():
-        items = _list(col, f"{where}.{m}")
-        _same_length(items, sizes, f"{where}.{m}", sizes_field)
-        out[m] = [_opt_stats(s, f"{where}.{m}[{i}]") for i, s in enumerate(items)]
-    return out
+class _Timed(Kind):
+    """Kinds with sizes (field ``SIZES``) and ``times[method]`` (a :class:`Stats` or null per
+    size): column lengths, required ``METHODS`` and stored derived columns (``STORED``) are
+    checked."""
 
-
-def _checks(v: Any, where: str) -> dict[str, bool | float]:
-    """Correctness checks: ``true``/``false``, or a share (e.g. token agreement)."""
-    out = {}
-    for k, x in _dict(v, where).items():
-        if not (isinstance(x, bool) or _is_num(x)):
-            raise _fail(f"{where}.{k}", "true, false or a number", x)
-        out[k] = x
-    return out
-
-
-class _Timed:
-    """Shared helpers of records with ``batch_sizes`` and ``times[method]``."""
-
-    batch_sizes: list[int]
+    SIZES: ClassVar[str] = "batch_sizes"
+    SIZES_AT: ClassVar[str] = ""  #: where the sizes are, when not in the kind's own object
+    METHODS: ClassVar[tuple[str, ...]] = ()
+    STORED: ClassVar[tuple[str, ...]] = ()
     times: dict[str, list[Stats | None]]
+
+    @property
+    def sizes_(self) -> list[int]:
+        return list(getattr(self, self.SIZES))
+
+    def validate(self, data: Mapping, where: str) -> None:
+        for m, col in self.times.items():
+            _same_length(col, self.sizes_, f"{where}.times.{m}",
+                         self.SIZES_AT or f"{where}.{self.SIZES}")
+        _require(self.times, self.METHODS, f"{where}.times")
+        for key in self.STORED:
+            if data.get(key) is not None and (key != "speedup_vs_eager" or "eager" in self.times):
+                self._check_stored(data[key], f"{where}.{key}", where, getattr(self, key))
+
+    def _check_stored(self, stored: Any, at: str, where: str, derive: Any) -> None:
+        """A stored derived column must agree with the one derived here from ``times``."""
+        for m, col in parse_value(dict[str, list[Any]], stored, at).items():
+            if m not in self.times:
+                raise _Fail(f"{at}.{m}", f"has no timings in {where}.times to be derived from")
+            want = derive(m)
+            _same_length(col, want, f"{at}.{m}", f"{where}.{self.SIZES}")
+            for i, (got, exp) in enumerate(zip(col, want)):
+                bad = isinstance(got, bool) or not isinstance(got, (int, float)) or exp is None
+                if (got, exp) != (None, None) and (bad or not math.isclose(got, exp,
+                                                                           rel_tol=1e-6)):
+                    raise _Fail(f"{at}.{m}[{i}]", f"is {got!r} but {where}.times gives {exp!r}")
 
     @property
     def methods(self) -> list[str]:
         """The methods timed, in record order."""
         return list(self.times)
 
-    def _column(self, method: str) -> list[Stats | None]:
+    def median_us(self, method: str) -> list[float | None]:
+        """Median µs of ``method`` per size (``None``: not timed)."""
         if method not in self.times:
             raise KeyError(f"the record has no method {method!r}; it has {self.methods}")
-        return self.times[method]
+        return [_median(s) for s in self.times[method]]
 
-    def median_us(self, method: str) -> list[float | None]:
-        """Median step time (µs) of ``method`` per batch size (``None``: not timed)."""
-        return [_median(s) for s in self._column(method)]
-
-    def at(self, method: str, batch: int) -> float | None:
-        """Median step time (µs) of ``method`` at ``batch`` (``None``: not measured)."""
-        if batch not in self.batch_sizes or method not in self.times:
+    def at(self, method: str, size: int) -> float | None:
+        """Median µs of ``method`` at ``size`` (``None``: not measured)."""
+        if size not in self.sizes_ or method not in self.times:
             return None
-        return _median(self.times[method][self.batch_sizes.index(batch)])
+        return _median(self.times[method][self.sizes_.index(size)])
 
     def tokens_per_s(self, method: str) -> list[float | None]:
         """Tokens per second of ``method`` per batch size (:func:`tokens_per_s`)."""
-        return [tokens_per_s(b, t) for b, t in zip(self.batch_sizes, self.median_us(method))]
+        return [tokens_per_s(b, t) for b, t in zip(self.sizes_, self.median_us(method))]
 
     def speedup_vs_eager(self, method: str) -> list[float | None]:
         """Speed-up of ``method`` over eager per batch size (:func:`speedup`)."""
-        eager = self.median_us("eager")
-        return [speedup(e, t) for e, t in zip(eager, self.median_us(method))]
-
-
-# ----------------------------------------------------------------------------- shared checks
-
-
-def _check_stored(d: Mapping, where: str, key: str, derive: Callable[[str], list],
-                  methods: Sequence[str]) -> None:
-    """A stored derived column (``tokens_per_s``, ``speedup_vs_eager``) must agree with the
-    value derived here from ``times``: a record whose copies disagree cannot be trusted."""
-    stored = d.get(key)
-    if stored is None:
-        return
-    stored = _dict(stored, f"{where}.{key}")
-    for m, col in stored.items():
-        path = f"{where}.{key}.{m}"
-        if m not in methods:
-            raise _Fail(path, f"has no timings in {where}.times to be derived from")
-        values = _list(col, path)
-        want = derive(m)
-        _same_length(values, want, path, f"{where}.batch_sizes")
-        for i, (got, exp) in enumerate(zip(values, want)):
-            if got is None and exp is None:
-                continue
-            if not _is_num(got) or exp is None or not math.isclose(got, exp, rel_tol=1e-6):
-                raise _Fail(f"{path}[{i}]", f"is {got!r} but {where}.times gives {exp!r}")
-
-
-def _opt_int_map(v: Any, where: str) -> dict[str, int | None]:
-    return {k: _opt_int(x, f"{where}.{k}") for k, x in _dict(v, where).items()}
-
-
-def _num_map(v: Any, where: str) -> dict[str, float]:
-    return {k: _num(x, f"{where}.{k}") for k, x in _dict(v, where).items()}
-
-
-def _nums(v: Any, where: str) -> list[float]:
-    return [_num(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where))]
+        return [speedup(e, t) for e, t in zip(self.median_us("eager"), self.median_us(method))]

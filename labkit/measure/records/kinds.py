@@ -1,0 +1,701 @@
+"""The record kinds (except serving's, :mod:`.serving`): one frozen dataclass per kind, its
+fields once, with their types and units; derived values and cross-field checks beside them.
+Times in µs (every :class:`Stats`), memory in bytes (``*_bytes``), set-up work in s (``*_s``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from labkit import stepcost
+from labkit.measure.records.derived import ratio, speedup
+from labkit.measure.records.fields import (
+    Checks, Kind, _Fail, _fail, _require, _same_length, _scalar, _Timed, parse_kind,
+    parse_value, src,
+)
+from labkit.timing import Stats
+
+Times = dict[str, list[Stats | None]]
+PAGED_LAYOUTS = ("slot_in_place", "slot_gather", "paged")
+FUSED_STEPS = ("readable", "fused")
+MULTISTEP_METHODS = ("host_sync", "one_step_graphs", "multistep")
+#: what ``dispatcher_overhead`` times per batch size, cheapest first: the dispatcher's graph
+#: replayed bare; device inputs copied in + replay; host inputs staged + replay; ``step`` with
+#: device metadata and ``check=False``; ``step`` with host metadata (checked); that + a copy of
+#: the logits (``copy_outputs=True``): :func:`labkit.measure.bench.measure_dispatcher_overhead`
+OVERHEAD_METHODS = ("replay", "copy_replay", "stage_replay", "step_device", "step_host",
+                    "step_host_copy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Run(_Timed):
+    """The fields most timed kinds share: model preset, dtype, batch sizes, times, checks."""
+
+    preset: str = ""
+    dtype: str = ""
+    batch_sizes: list[int]
+    times: Times
+    checks: Checks = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepPoint(Kind):
+    """One point of the work-per-kernel sweep: time per kernel eager and replayed."""
+
+    numel: int
+    eager: Stats
+    graph: Stats | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOverhead(Kind):
+    """``launch_overhead``: what one kernel launch costs (CUDA figures ``None`` without
+    CUDA), and the work-per-kernel sweep."""
+
+    RECORD = "launch_overhead"
+    device: str
+    host_per_launch: Stats | None = None
+    launch_sync: Stats | None = None
+    gpu_per_eager_kernel: Stats | None = None
+    gpu_per_graph_node: Stats | None = None
+    n_kernels: int
+    sweep: list[SweepPoint]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decode(_Run):
+    """``decode_<preset>``: µs per step per method and batch size (``None``: not measured);
+    ``kernels_per_step``: GPU operations of one eager step, counted as ``gpu_ops_counted``
+    says (:data:`GPU_OPS_SCOPE`; empty in older records)."""
+
+    RECORD = "decode_<preset>"
+    ALSO = ("compile_times_<preset>",)
+    STORED = ("tokens_per_s", "speedup_vs_eager")
+    preset: str = field()  # required here
+    kernels_per_step: int | None = None
+    config: dict = field(default_factory=dict)
+    compile_s: float | None = None
+    cudagraph_skips: list[str] = field(default_factory=list)
+    compile_batch_sizes: list[int] | None = None
+    gpu_ops_counted: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineEvent(Kind):
+    """One profiler event: a CPU launch call or a GPU kernel/copy/set, its start (µs from the
+    first event) and duration."""
+
+    lane: Literal["CPU", "GPU"]
+    name: str = ""
+    start_us: float
+    dur_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineMethod(Kind):
+    """The events of a few steps of one method, and the time per step."""
+
+    events: list[TimelineEvent]
+    step_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Timeline(Kind):
+    """``timeline_<preset>``: ``methods[name]`` (``"eager"``, ``"graph"``) from a profiler."""
+
+    RECORD = "timeline_<preset>"
+    methods: dict[str, TimelineMethod]
+
+    @classmethod
+    def from_data(cls, data: Any, where: str = "data") -> Timeline:
+        if not data:
+            raise _Fail(where, "must hold at least one method (e.g. 'eager')")
+        return cls(parse_value(dict[str, TimelineMethod], data, where))
+
+    def __getitem__(self, method: str) -> TimelineMethod:
+        if method not in self.methods:
+            raise KeyError(f"the timeline record has no method {method!r}; it has "
+                           f"{sorted(self.methods)}")
+        return self.methods[method]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dispatcher(_Run):
+    """``dispatcher_<preset>``: µs per step per batch size: eager, an exact graph
+    (``graph_exact``; ``None`` above the largest size) and the padding dispatcher;
+    ``counters`` as :class:`labkit.dispatch.DispatchCounters` stores them."""
+
+    RECORD = "dispatcher_<preset>"
+    METHODS = ("eager", "dispatcher")
+    STORED = ("tokens_per_s",)
+    capture_sizes: list[int]
+    padded_to: list[int | None] | None = None
+    counters: dict = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        if self.padded_to is None:
+            object.__setattr__(self, "padded_to", [None] * len(self.batch_sizes))
+        _same_length(self.padded_to, self.batch_sizes, f"{where}.padded_to",
+                     f"{where}.batch_sizes")
+        super().validate(data, where)
+
+    def dispatcher_over_graph(self) -> list[float | None]:
+        """Dispatcher time over the exact graph's replay per batch size (:func:`ratio`)."""
+        graph = self.median_us("graph_exact") if "graph_exact" in self.times else \
+            [None] * len(self.batch_sizes)
+        return [ratio(d, g) for d, g in zip(self.median_us("dispatcher"), graph)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverheadRun(_Run):
+    """One model of a ``dispatcher_overhead`` record: µs per step of each of
+    :data:`OVERHEAD_METHODS` per batch size, all against one dispatcher's own graphs."""
+
+    METHODS = OVERHEAD_METHODS
+    preset: str = field()  # required here
+
+    def over_replay(self, method: str) -> list[float | None]:
+        """``method``'s time over the bare replay of the same graph, per batch size."""
+        return [ratio(m, r) for m, r in zip(self.median_us(method), self.median_us("replay"))]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatcherOverhead(Kind):
+    """``dispatcher_overhead``: the dispatcher's time over a bare replay of its own graph, by
+    part, per model (:class:`OverheadRun`): ``repeats`` interleaved samples of ``inner`` steps
+    at capture sizes only (nothing is padded)."""
+
+    RECORD = "dispatcher_overhead"
+    dtype: str = ""
+    repeats: int
+    inner: int
+    runs: list[OverheadRun]
+
+    def validate(self, data: Mapping, where: str) -> None:
+        if not self.runs:
+            raise _Fail(f"{where}.runs", "must hold at least one model")
+
+    def run(self, preset: str) -> OverheadRun:
+        """The run of model ``preset`` (``KeyError`` naming those recorded)."""
+        for r in self.runs:
+            if r.preset == preset:
+                return r
+        raise KeyError(f"no run of {preset!r}; recorded: {[r.preset for r in self.runs]}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compile(_Run):
+    """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``: µs per
+    step, set-up seconds, pool bytes and GPU operations per step (``None``/``-1``: not
+    measured)."""
+
+    RECORD = "compile_<preset>"
+    compile_s: float
+    capture_s: float
+    graph_pool_bytes: int | None = src("memory", "graph_pool_bytes", default=None)
+    compile_pool_bytes: int | None = src("memory", "compile_pool_bytes", default=None)
+    kernels_per_step: dict[str, int | None] = field(default_factory=dict)
+    cudagraph_skips: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolLayout(Kind):
+    """One way of holding the graphs: ``total_bytes``; per batch size the bytes of each
+    private pool, or a shared pool's size after each capture (``growth_bytes``), and the
+    capture seconds."""
+
+    total_bytes: int
+    per_size_bytes: dict[int, int] = field(default_factory=dict)
+    growth_bytes: dict[int, int] = field(default_factory=dict)
+    capture_s: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PoolAtMaxSeq(Kind):
+    """One shared pool captured largest-first at one ``max_seq``: its bytes and the KV
+    cache's (``in_place``: the cache read in place, else the old whole-row gather)."""
+
+    max_seq: int
+    shared_largest_first_bytes: int
+    kv_cache_bytes: int | None = None
+    in_place: bool = True
+
+
+def _by_max_seq(v: Any, where: str) -> dict[int, PoolAtMaxSeq]:
+    return {m: parse_kind(PoolAtMaxSeq, x, f"{where}.{m}", max_seq=m)
+            for m, x in parse_value(dict[int, dict], v, where).items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolMemory(Kind):
+    """``pool_memory_<preset>``: graph-pool bytes for ``sizes``: private pools vs one shared
+    pool, largest-first and smallest-first; optionally the static logits bytes (outside the
+    pool), the shared pool per ``max_seq`` and the old whole-row gather path (``gather``)."""
+
+    RECORD = "pool_memory_<preset>"
+    LAYOUTS = ("private", "shared_largest_first", "shared_smallest_first")
+    preset: str = ""
+    private: PoolLayout
+    shared_largest_first: PoolLayout
+    shared_smallest_first: PoolLayout
+    sizes: list[int]
+    #: default: the largest of ``private.per_size_bytes``
+    largest_private_bytes: int | None = None
+    dtype: str = ""
+    max_seq: int | None = None
+    logits_bytes: int | None = None
+    by_max_seq: dict[int, PoolAtMaxSeq] = src(parse=_by_max_seq, default_factory=dict)
+    gather: PoolAtMaxSeq | None = src(
+        parse=lambda v, w: parse_kind(PoolAtMaxSeq, v, w, in_place=False), default=None)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        if self.largest_private_bytes is None:
+            object.__setattr__(self, "largest_private_bytes",
+                               max(self.private.per_size_bytes.values(), default=0))
+
+    def layout(self, name: str) -> PoolLayout:
+        """``private``, ``shared_largest_first`` or ``shared_smallest_first``."""
+        if name not in self.LAYOUTS:
+            raise KeyError(f"no pool layout {name!r}; layouts: {self.LAYOUTS}")
+        return getattr(self, name)
+
+    def total_bytes(self) -> dict[str, int]:
+        """Total bytes of each layout, in :data:`LAYOUTS` order."""
+        return {n: self.layout(n).total_bytes for n in self.LAYOUTS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverwriteFix(Kind):
+    """One fix of ``pool_overwrite``: B's output (distinct values) after A's replay, ``ok``
+    when it kept B's value; for the keep-alive fix, the two pointers."""
+
+    values_after_replay_a: list[float]
+    ok: bool
+    a_temporary_ptr: int | None = None
+    b_output_ptr: int | None = None
+    same_block: bool | None = None
+
+
+def _fix(key: str) -> Any:
+    """A parser of an :class:`OverwriteFix` whose values sit under ``key``."""
+    def run(v: Any, where: str) -> OverwriteFix:
+        d = _scalar(dict, v, where)
+        _require(d, [key], where)
+        return parse_kind(OverwriteFix, d, where, values_after_replay_a=parse_value(
+            list[float], d[key], f"{where}.{key}"))
+    return run
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolOverwrite(Kind):
+    """``pool_overwrite``: graphs A then B in one shared pool, A's freed temporary given to B's
+    output (``same_block``); B's output (distinct float32 values) in capture order, after B's
+    replay and after A's (``overwritten``), and two fixes (a clone; keeping A's temporary)."""
+
+    RECORD = "pool_overwrite"
+    device: str = ""
+    torch: str = ""
+    numel: int
+    a_temporary_value: float
+    b_expected_value: float
+    a_temporary_ptr: int
+    b_output_ptr: int
+    same_block: bool
+    b_in_capture_order: list[float]
+    b_after_replay_b: list[float]
+    b_after_replay_a: list[float]
+    overwritten: bool
+    fix_clone: OverwriteFix = src(parse=_fix("copy_after_replay_a"))
+    fix_keep_a_temporary: OverwriteFix = src(parse=_fix("b_after_replay_a"))
+    fixed: bool
+
+
+# ----------------------------------------------------------------------------- pitfalls
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pitfall(Kind):
+    """One capture pitfall reproduced: the rule, what happened (``error``: the first error
+    seen), the fix, whether the fixed version ran; ``details`` free-form."""
+
+    name: str
+    rule: str = ""
+    what: str = ""
+    error: str | None = None
+    fix: str = ""
+    fixed_ok: bool
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pitfalls(Kind):
+    """``pitfalls``: the pitfalls shown on ``device``, the address demonstration (free-form)
+    and the torch.compile pitfall (``None``: not run)."""
+
+    RECORD = "pitfalls"
+    device: str = ""
+    torch: str = ""
+    pitfalls: list[Pitfall]
+    address_demo: dict = field(default_factory=dict)
+    compiled: Pitfall | None = None
+
+    def by_name(self) -> dict[str, Pitfall]:
+        return {p.name: p for p in self.pitfalls}
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchRow(Kind):
+    """One row of the bench table: median µs per method at one model and batch size, and the
+    ratios :func:`bench_row` derives."""
+
+    model: str
+    batch: int
+    eager_us: float | None = None
+    graph_us: float | None = None
+    dispatcher_us: float | None = None
+    compile_us: float | None = None
+    graph_speedup: float | None = None
+    dispatcher_over_graph: float | None = None
+    dispatcher_over_compile: float | None = None
+
+    def get(self, key: str) -> Any:
+        """A column by name (``None`` when absent), as the table writers ask for it."""
+        return getattr(self, key, None)
+
+
+def bench_row(model: str, batch: int, medians_us: Mapping[str, float]) -> dict:
+    """The bench table's row for one model and batch size: ``<method>_us`` and the ratios
+    ``graph_speedup``, ``dispatcher_over_graph``, ``dispatcher_over_compile`` (each only when
+    both of its timings exist)."""
+    t = dict(medians_us)
+    row: dict = {"model": model, "batch": batch, **{f"{m}_us": t[m] for m in t}}
+    for key, a, b, fn in (("graph_speedup", "eager", "graph", speedup),
+                          ("dispatcher_over_graph", "dispatcher", "graph", ratio),
+                          ("dispatcher_over_compile", "dispatcher", "compile", ratio)):
+        if a in t and b in t:
+            row[key] = fn(t[a], t[b])
+    return row
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchTarget(Kind):
+    """A benchmark target: its sentence, the measured value and whether it passed."""
+
+    target: str
+    value: float
+    passed: bool = src("pass")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchPool(Kind):
+    """Graph-pool memory of one layout, in MiB."""
+
+    layout: str
+    total_MiB: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bench(Kind):
+    """``bench``: the table of ``labkit bench``, its targets, pool memory, the checks
+    (``"<model>.<check>"``) and the measurements that failed."""
+
+    RECORD = "bench"
+    rows: list[BenchRow]
+    targets: list[BenchTarget]
+    pool: list[BenchPool]
+    checks: Checks = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+    def pool_mib(self) -> dict[str, float]:
+        return {p.layout: p.total_MiB for p in self.pool}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagedRun(_Timed):
+    """One ``max_seq`` of ``paged_<preset>``: graph-replay µs per layout and batch size, and
+    each layout's KV-cache bytes (``slot``: every slot's full row; ``paged``: the pool)."""
+
+    METHODS = PAGED_LAYOUTS
+    SIZES_AT = "data.batch_sizes"
+    max_seq: int
+    batch_sizes: list[int]
+    times: Times
+    cache_bytes: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Paged(Kind):
+    """``paged_<preset>``: decode-step graph replay with the slot layout read in place, the
+    slot layout gathering rows, and the paged layout gathering through the block table, per
+    ``max_seq`` (:class:`PagedRun`); the token checks and the block size."""
+
+    RECORD = "paged_<preset>"
+    preset: str = ""
+    dtype: str = ""
+    block_size: int
+    batch_sizes: list[int]
+    runs: list[PagedRun] = src(parse=lambda v, w: parse_value(list[dict], v, w))
+    checks: Checks = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        if not self.runs:  # the runs take the record's batch sizes
+            raise _Fail(f"{where}.runs", "must hold at least one max_seq")
+        object.__setattr__(self, "runs", [
+            parse_kind(PagedRun, r, f"{where}.runs[{i}]", batch_sizes=list(self.batch_sizes))
+            for i, r in enumerate(self.runs)])
+
+    @property
+    def max_seqs(self) -> list[int]:
+        return [r.max_seq for r in self.runs]
+
+    def run(self, max_seq: int) -> PagedRun:
+        """The run at ``max_seq`` (``KeyError`` naming the ones recorded)."""
+        for r in self.runs:
+            if r.max_seq == max_seq:
+                return r
+        raise KeyError(f"no run at max_seq={max_seq}; recorded: {self.max_seqs}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Modes(_Run):
+    """``modes_<preset>``: µs per step per capture mode (``eager`` = NONE, ``piecewise``,
+    ``full``, ``attention_only``) and batch size; graph launches per step (by construction,
+    and as counted), GPU operations of one eager step, pool bytes and capture seconds."""
+
+    RECORD = "modes_<preset>"
+    METHODS = ("eager",)
+    STORED = ("tokens_per_s",)
+    n_layer: int
+    graphs_per_step: dict[str, int | None]
+    pool_bytes: dict[str, int | None]
+    capture_s: dict[str, float] = field(default_factory=dict)
+    gpu_ops_per_step: int | None = None
+    graph_launches_counted: dict[str, int | None] = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        for key in ("graphs_per_step", "pool_bytes"):
+            extra = sorted(set(getattr(self, key)) - set(self.times))
+            if extra:
+                raise _Fail(f"{where}.{key}", f"names modes {extra} that {where}.times lacks")
+
+
+# ----------------------------------------------------------------------------- after capture
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fused(_Run):
+    """``fused_<preset>``: the readable and the fused step (:mod:`labkit.fused`): FULL-graph
+    replay µs, GPU operations of one eager step by kernel at ``count_batch`` (``ops``) and in
+    total per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
+    max_logit_diff); optionally summed GPU µs by kernel (``op_us``) and per step
+    (``kernel_us``)."""
+
+    RECORD = "fused_<preset>"
+    METHODS = FUSED_STEPS
+    STORED = ("tokens_per_s",)
+    preset: str = field()  # required here
+    n_layer: int
+    count_batch: int
+    ops: dict[str, dict[str, int]]
+    ops_total: dict[str, list[int]]
+    agreement: dict[str, float]
+    op_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    kernel_us: dict[str, list[float]] = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        for step, counts in self.ops.items():
+            for k, n in counts.items():
+                if n < 0:
+                    raise _fail(f"{where}.ops.{step}.{k}", "a count >= 0", n)
+        for key in ("ops_total", "kernel_us"):
+            for step, col in getattr(self, key).items():
+                _same_length(col, self.batch_sizes, f"{where}.{key}.{step}",
+                             f"{where}.batch_sizes")
+        _require(self.ops, FUSED_STEPS, f"{where}.ops")
+        _require(self.ops_total, FUSED_STEPS, f"{where}.ops_total")
+        if self.count_batch in self.batch_sizes:
+            i = self.batch_sizes.index(self.count_batch)
+            for step in FUSED_STEPS:
+                if sum(self.ops[step].values()) != self.ops_total[step][i]:
+                    raise _Fail(f"{where}.ops_total.{step}[{i}]",
+                                f"is {self.ops_total[step][i]} but {where}.ops.{step} sums to "
+                                f"{sum(self.ops[step].values())}")
+
+    def ops_at(self, step: str, batch: int) -> int | None:
+        """GPU operations of one ``step`` at ``batch`` (``None``: not counted)."""
+        if step not in self.ops_total or batch not in self.batch_sizes:
+            return None
+        return self.ops_total[step][self.batch_sizes.index(batch)]
+
+    def ops_per_layer(self, step: str, batch: int | None = None) -> float | None:
+        """GPU operations per layer of ``step`` at ``batch`` (default ``count_batch``)."""
+        n = self.ops_at(step, self.count_batch if batch is None else batch)
+        return None if n is None else n / self.n_layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class RooflineVariant(Kind):
+    """One step variant of ``roofline_<preset>``: set-up seconds, pool bytes, GPU operations
+    and graph launches per step (profiled at ``profiled_batch``), graphs Inductor skipped,
+    the model's cache slots and KV bytes, and the error when it failed. ``None``: not
+    measured."""
+
+    sizes: list[int] = field(default_factory=list)
+    setup_s: float | None = None
+    pool_bytes: int | None = None
+    gpu_ops: int | None = None
+    graph_launches: int | None = None
+    profiled_batch: int | None = None
+    cudagraph_skips: int | None = None
+    error: str | None = None
+    max_batch: int | None = None
+    cache_bytes: int | None = None
+
+    @property
+    def graphs_used(self) -> bool | None:
+        """True when a step launched at least one CUDA graph and none was skipped."""
+        if self.graph_launches is None:
+            return None
+        return self.graph_launches >= 1 and not self.cudagraph_skips
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roofline(_Run):
+    """``roofline_<preset>``: µs per step per variant and batch size, every row attending to
+    ``context`` positions; the measured copy bandwidth (GB/s, read + write) and bf16 matmul
+    rate (TFLOP/s); the floors derived from the model ``config`` (:mod:`labkit.stepcost`)."""
+
+    RECORD = "roofline_<preset>"
+    config: dict
+    context: int
+    compile_sizes: list[int] = field(default_factory=list)
+    bandwidth_gbps: float = src("bandwidth", "gbps")
+    matmul_tflops: float = src("matmul", "tflops")
+    variants: dict[str, RooflineVariant]
+
+    def validate(self, data: Mapping, where: str) -> None:
+        try:
+            stepcost.config_fields(self.config)
+        except (TypeError, ValueError) as exc:
+            raise _Fail(f"{where}.config", f"is not a model config ({exc})") from None
+        super().validate(data, where)
+        if self.bandwidth_gbps <= 0 or self.matmul_tflops <= 0:
+            raise _Fail(f"{where}.bandwidth", "and matmul rates must be positive")
+        if not 1 <= self.context <= int(self.config["max_seq"]):
+            raise _Fail(f"{where}.context", f"must lie in [1, max_seq={self.config['max_seq']}]")
+        extra = sorted(set(self.variants) - set(self.times))
+        if extra:
+            raise _Fail(f"{where}.variants", f"names variants {extra} that {where}.times lacks")
+
+    def step_bytes(self) -> list[int]:
+        """Bytes one step moves at each batch size (:func:`labkit.stepcost.step_bytes`)."""
+        return [stepcost.step_bytes(self.config, b, self.context).total
+                for b in self.batch_sizes]
+
+    def floor_us(self) -> list[float]:
+        """The bandwidth floor at each batch size: bytes / measured copy bandwidth."""
+        return [stepcost.floor_us(n, self.bandwidth_gbps) for n in self.step_bytes()]
+
+    def roofline_us(self) -> list[float]:
+        """The larger of the bandwidth and the compute floor at each batch size."""
+        return [stepcost.roofline_floor_us(self.config, b, self.context, self.bandwidth_gbps,
+                                           self.matmul_tflops) for b in self.batch_sizes]
+
+    def over_floor(self, method: str) -> list[float | None]:
+        """Step time of ``method`` over the roofline floor per batch size (:func:`ratio`)."""
+        return [ratio(t, f) for t, f in zip(self.median_us(method), self.roofline_us())]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Multistep(_Run):
+    """``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as one-step graphs
+    with a host round trip (``host_sync``), fed back on the device (``one_step_graphs``), or as
+    one graph (``multistep``); the conditional nodes this PyTorch offers (free-form)."""
+
+    RECORD = "multistep_<preset>"
+    METHODS = MULTISTEP_METHODS
+    STORED = ("tokens_per_s",)
+    n_steps: int
+    conditional: dict = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        if self.n_steps < 1:
+            raise _Fail(f"{where}.n_steps", "must be >= 1")
+
+    def gain(self, method: str = "multistep", over: str = "one_step_graphs"
+             ) -> list[float | None]:
+        """How many times faster per token ``method`` is than ``over`` (:func:`speedup`)."""
+        return [speedup(o, m) for o, m in zip(self.median_us(over), self.median_us(method))]
+
+
+# ----------------------------------------------------------------------------- tensor parallel
+
+#: ``{method: [[median per rank] per size]}``
+RankMedians = dict[str, list[list[float | None]]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TPAllReduce(_Timed):
+    """``tp_allreduce``: µs per all-reduce of ``world_size`` ranks per message size and
+    method: ``pg_eager``/``pg_graph`` (``dist.all_reduce`` over ``backend``, ``graph_ops`` per
+    graph), ``one_shot_*``/``two_shot_*`` (``torch.ops.symm_mem``); ``None`` where a method
+    did not run (``errors``/``skipped`` say why); every rank's median."""
+
+    RECORD = "tp_allreduce"
+    SIZES = "sizes_bytes"
+    backend: str
+    world_size: int
+    dtype: str = ""
+    sizes_bytes: list[int]
+    times: Times
+    checks: Checks = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    graph_ops: int | None = None
+    rank_medians: RankMedians = field(default_factory=dict)
+    shutdown: dict = field(default_factory=dict)
+    device: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TPDecode(_Run):
+    """``tp_decode_<preset>``: µs per step on one GPU (``tp1_*``) and over ``world_size``
+    (``tpN_*``: eager; FULL graph with NCCL inside; ``_noop``: no all-reduce, the compute
+    alone; ``_graph_symm_mem``: one-shot symmetric memory in the graph); ``errors`` say why a
+    method is ``None``."""
+
+    RECORD = "tp_decode_<preset>"
+    preset: str = field()  # required here
+    world_size: int
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    rank_medians: RankMedians = field(default_factory=dict)
+    shutdown: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    device: str = ""
+
+    def tp(self, suffix: str) -> str:
+        """The method name ``tp<world_size>_<suffix>`` (e.g. ``tp('graph')``)."""
+        return f"tp{self.world_size}_{suffix}"
+
+    def comm_us(self, batch: int, graph: bool = True) -> float | None:
+        """Communication µs per step at ``batch``: the step minus the same step with no-op
+        all-reduces (``None`` when either was not measured)."""
+        mode = "graph" if graph else "eager"
+        full, noop = self.at(self.tp(mode), batch), self.at(self.tp(f"{mode}_noop"), batch)
+        return None if full is None or noop is None else full - noop
