@@ -329,3 +329,46 @@ def test_param_file_serves_the_whole_suite_but_typos_fail(tmp_path: Path) -> Non
     f.write_text("repeats: 4\nwidth: wide\n")
     with pytest.raises(SuiteError, match="'width' of notebook 02_other expects float"):
         runner.plan_run(None, param_file=f, nb_dir=tmp_path)
+
+
+def test_a_page_that_cannot_be_written_is_a_warning_and_an_exit_status(suite, monkeypatch,
+                                                                       capsys) -> None:
+    """The notebooks ran, one page could not be written: the console says so (not only
+    index.html), the summary counts it and `labkit run` exits 3; logs get no carriage return."""
+    from labkit.suite import cli
+
+    nbs, out = suite
+    real = runner.export_notebook_html
+
+    def export(nb, html, **kw):
+        if Path(nb).stem == "01_alpha":
+            raise RuntimeError("no room\nsecond line")
+        return real(nb, html, **kw)
+
+    monkeypatch.setattr(runner, "export_notebook_html", export)
+    code = cli.main(["run", *map(str, nbs), "--out", str(out)])
+    got = capsys.readouterr()
+    assert code == cli.EXIT_INCOMPLETE == 3
+    assert "WARNING 01_alpha: no HTML page written: RuntimeError: no room second line" in got.out
+    assert "labkit run: WARNING: no HTML page for 01_alpha" in got.err
+    assert "2/2 notebooks ok" in got.out and "1 HTML page(s) NOT written (01_alpha)" in got.out
+    assert "\r" not in got.out + got.err  # no progress bar outside a terminal
+    (run_dir,) = out.iterdir()
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["status"] == "ok" and rec["notebooks"][0]["html"] is None
+    assert (run_dir / "html" / "02_beta.html").is_file()
+    monkeypatch.setattr(runner, "export_notebook_html", real)
+    assert cli.main(["run", *map(str, nbs), "--out", str(out)]) == 0
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert isinstance(runner._progress(3, "x", io.StringIO()), runner._Lines)
+    bar = runner._progress(3, "x", Tty())
+    assert not isinstance(bar, runner._Lines)
+    bar.close()

@@ -17,6 +17,8 @@ from labkit.suite.params import parse_param_items
 
 #: Exit status for bad input (as argparse uses); a run with a failed notebook exits 1.
 EXIT_USAGE = 2
+#: Exit status of a run whose notebooks all ran but some HTML page (or the index) was not written.
+EXIT_INCOMPLETE = 3
 
 
 def _command_line() -> str:
@@ -64,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"labkit run: {note}", file=sys.stderr)
         print(f"labkit run: {sweep_summary_line(sres)}")
         print("\n".join(str(d) for d in sres.run_dirs))
-        return 0 if sres.ok else 1
+        return 0 if sres.complete else (EXIT_INCOMPLETE if sres.ok else 1)
     plan = plan_run(args.notebooks or None, params, param_file)
     _note_unused(plan.unused, param_file)
     if args.check:
@@ -80,9 +82,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     for note in res.notes:
         print(f"labkit run: {note}", file=sys.stderr)
+    for name in res.pages_missing:
+        entry = next(e for e in res.record["notebooks"] if e["name"] == name)
+        print(f"labkit run: WARNING: no HTML page for {name}: {entry['html_error']}",
+              file=sys.stderr)
     print(f"labkit run: {summary_line(res)}")
     print(res.run_dir)
-    return 0 if res.ok else 1
+    return 0 if res.complete else (EXIT_INCOMPLETE if res.ok else 1)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

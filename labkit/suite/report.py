@@ -108,41 +108,47 @@ def _fmt_num(x: float | int) -> str:
 # ----------------------------------------------------------------------------- notebook HTML
 
 
-def export_notebook_html(notebook: Path, out_html: Path) -> Path:
-    """Export an executed notebook to an HTML page that works offline; returns its path.
+def export_notebook_html(notebook: Path, out_html: Path, *,
+                         notes: list[str] | None = None) -> Path:
+    """Export an executed notebook to an HTML page that works offline and needs nothing from
+    npm; returns its path.
 
     The page is made as ``labkit slides`` makes its pages (template ``lab``, images embedded,
-    hints folded, plotly.js once in the head, every chart rebuilt from its plotly JSON); the
-    parameters cells stay (they show what the run was given). What the page needs of the local
-    web assets (require.js and the widgets manager for saved widgets, MathJax for TeX) is copied
-    to ``assets/`` beside it. Raises :class:`~labkit.suite.slides.RemoteAssetError` (nothing
-    written) if the page would still load a script, style or font from the network, and
-    :class:`~labkit.suite.slides.SlidesError` when the web assets it needs are not there (they
-    are fetched by ``scripts/fetch_web_assets.sh`` or ``labkit slides``, never by a run).
+    hints folded, every chart rebuilt from its plotly JSON, widgets drawn from their saved
+    state); the parameters cells stay (they show what the run was given). Pages with charts
+    load one shared copy of plotly.js, the plotly wheel's own bundle, copied once to
+    ``assets/plotly.min.js`` beside them. TeX in markdown is typeset by the local MathJax when
+    ``scripts/fetch_web_assets.sh`` fetched it; without it the page is still written (TeX shown
+    as written) and a line saying so is appended to ``notes``. Raises
+    :class:`~labkit.suite.slides.RemoteAssetError` (nothing written) if the page would still
+    load a script, style or font from the network.
     """
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
     nb, info = slides.prepare_notebook(nb, drop_tags=())
     out_html = Path(out_html)
+    mathjax_url: str | None = slides.LOCAL_URLS["mathjax_url"]
     parts = slides.page_asset_parts(info)
-    if parts:  # never fetched here: a run does not reach the network for its pages
+    if "mathjax" in parts:  # never fetched here: a run does not reach the network for its pages
         try:
-            modules = slides.ensure_web_assets(fetch=False)
-        except slides.SlidesError as exc:
-            raise slides.SlidesError(
-                f"the HTML page of {Path(notebook).name} needs local copies of "
-                f"{', '.join(parts)} ({exc}); fetch them once with `bash "
-                "scripts/fetch_web_assets.sh` (npm) or `labkit slides`, then export again") from exc
-        slides.copy_assets(out_html.parent, modules, parts=parts)
+            slides.ensure_web_assets(fetch=False, parts=["mathjax"])
+        except slides.SlidesError:
+            parts.remove("mathjax")
+            mathjax_url = None
+            if notes is not None:
+                notes.append(f"{Path(notebook).stem}: TeX shown as written (no local MathJax; "
+                             "`bash scripts/fetch_web_assets.sh` fetches it)")
     _, exporter = slides.make_exporters()
     body, _ = exporter.from_notebook_node(nb, resources={
         "metadata": {"name": Path(notebook).stem, "path": str(Path(notebook).parent)},
-        "labkit_head": slides.head_html(info), "labkit_require": info["widgets"]})
+        "labkit_head": slides.head_html(info, mathjax_url=mathjax_url)})
     remote = slides.find_remote_urls(body, base_dir=out_html.parent)
     if remote:
         raise slides.RemoteAssetError(f"the HTML page of {notebook} would load these from the "
                                       "network (not offline): " + ", ".join(remote))
+    if parts:
+        slides.copy_assets(out_html.parent, parts=parts)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(body, encoding="utf-8")
     return out_html
