@@ -130,6 +130,98 @@ def test_bad_sweep_file_is_one_line(nbs, tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+RULED = """# parameters
+n_steps = 300                    # decode steps; >= 1
+record_preset = "gpt2"           # which record; choices: "gpt2", "small"
+capture_sizes = [1, 2, 4]        # graphs of the demo; >= 1
+max_size = None                  # largest size (None: the trace's largest); int >= 1 or None
+budget = 32                      # MiB; float > 0
+pool = "shared"                  # memory of a set: "shared" or "private"
+repeats = 20
+"""
+
+
+@pytest.fixture
+def ruled(tmp_path: Path) -> Path:
+    return make_notebook(tmp_path / "nbs" / "05_ruled.ipynb", RULED)
+
+
+@pytest.mark.parametrize("item, needles", [
+    ("capture_sizes=[1,2,x]", ["'capture_sizes'", "05_ruled", "list of int", "'x'"]),
+    ("capture_sizes=[0,2]", ["'capture_sizes'", "each >= 1", "0 is not >= 1"]),
+    ("capture_sizes=[]", ["'capture_sizes'", "empty list"]),
+    ("max_size=None", ["'max_size'", "int >= 1 or null", "the text 'None'", "-p max_size=null"]),
+    ("max_size=0", ["'max_size'", "int >= 1 or null", "0 is not >= 1"]),
+    ("record_preset=xyz", ["'record_preset'", "05_ruled", "one of 'gpt2', 'small'", "'xyz'",
+                           "-p record_preset=gpt2"]),
+    ("n_steps=0", ["'n_steps'", "05_ruled", "int >= 1", "0 is not >= 1", "-p n_steps=300"]),
+    ("n_steps=2.5", ["'n_steps'", "int >= 1", "float 2.5"]),
+    ("budget=0", ["'budget'", "float > 0", "0 is not > 0"]),
+    ("budget=null", ["'budget'", "float > 0", "got null"]),
+])
+def test_values_outside_the_declared_rule_are_one_line_errors(ruled, tmp_path: Path, item: str,
+                                                              needles: list[str]) -> None:
+    out = tmp_path / "runs"
+    code, _, err = run_cli("run", str(ruled), "-p", item, "--out", str(out))
+    assert_one_line_error(code, err, *needles)
+    code, _, err = run_cli("run", str(ruled), "-p", item, "--check")
+    assert_one_line_error(code, err, *needles)
+    assert not out.exists()
+
+
+def test_values_inside_the_rule_pass_the_check(ruled) -> None:
+    code, stdout, err = run_cli("run", str(ruled), "--check", "-p", "max_size=null",
+                                "-p", "record_preset=small", "-p", "capture_sizes=[8]",
+                                "-p", "budget=0.5", "-p", "n_steps=1", "-p", "pool=anything")
+    assert code == 0, err
+    assert "max_size=None" in stdout and "record_preset='small'" in stdout
+    code, _, err = run_cli("run", str(ruled), "--check", "-p", "max_size=8")
+    assert code == 0, err
+
+
+def test_a_sweep_value_outside_the_rule_fails_before_anything_runs(ruled, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("n_steps: [10, 0]\n")
+    code, _, err = run_cli("run", str(ruled), "--sweep", str(grid), "--out", str(tmp_path / "r"))
+    assert_one_line_error(code, err, "'n_steps'", "0 is not >= 1")
+    assert not (tmp_path / "r").exists()
+
+
+def test_rules_are_read_from_the_parameters_cell(ruled) -> None:
+    from labkit.suite.params import declared_parameters
+
+    got = declared_parameters(ruled)
+    assert got["n_steps"].kind == "int" and got["n_steps"].rule.bounds == ((">=", 1.0),)
+    assert got["record_preset"].rule.choices == ("gpt2", "small")
+    assert got["capture_sizes"].kind == "list" and got["capture_sizes"].rule.item_kind == "int"
+    assert got["max_size"].kind == "int" and got["max_size"].rule.nullable
+    assert got["budget"].kind == "float"
+    assert got["pool"].rule.choices == () and got["repeats"].rule.bounds == ()  # prose, no rule
+
+
+def test_with_rules_writes_and_replaces_rules(tmp_path: Path) -> None:
+    from labkit.suite.params import RuleError, declared_parameters, with_rules
+
+    src = 'k = 6\nname = "a#b"   # the #1 name; >= 1\ntrace = "x"  # a trace in data/traces/\n'
+    new = with_rules(src, {"k": ">= 1", "name": 'choices: "a#b", "c"', "trace": "str"})
+    assert new == ('k = 6  # >= 1\nname = "a#b"   # the #1 name; choices: "a#b", "c"\n'
+                   'trace = "x"  # a trace in data/traces/; str\n')
+    assert with_rules(new, {"k": ">= 1"}) == new  # idempotent
+    nb = make_notebook(tmp_path / "nb.ipynb", new)
+    got = declared_parameters(nb)
+    assert got["k"].rule.bounds and got["name"].rule.choices == ("a#b", "c")
+    with pytest.raises(RuleError, match="'nope'"):
+        with_rules(src, {"nope": ">= 1"})
+    with pytest.raises(RuleError, match="is not a rule"):
+        with_rules(src, {"k": "at least one"})
+
+
+def test_a_rule_that_cannot_be_read_names_the_notebook(tmp_path: Path) -> None:
+    nb = make_notebook(tmp_path / "nbs" / "07_bad.ipynb", "mode = 'a'  # how; choices: a, b\n")
+    code, _, err = run_cli("run", str(nb), "--check")
+    assert_one_line_error(code, err, "07_bad", "mode", "not Python literals")
+
+
 def test_check_accepts_the_shipped_parameter_files() -> None:
     code, stdout, err = run_cli("run", "-f", str(ROOT / "params" / "quick.yaml"), "--check")
     assert code == 0, err
