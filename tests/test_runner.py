@@ -186,6 +186,31 @@ def test_sweep_makes_one_run_per_combination(tmp_path: Path) -> None:
     assert {r["run"] for r in summary["runs"]} == {d.name for d in run_dirs}
     index = (sweep_dir / "index.html").read_text()
     assert all(f"../{d.name}/index.html" in index for d in run_dirs)
+    # the numbers that differ between the runs, side by side (the printed line here)
+    assert "What differs between the runs" in index
+    row = re.search(r"<tr><td>01_alpha</td>.*?</tr>", index, re.S).group(0)
+    assert "repeats is 1, label is swept" in row and "repeats is 2, label is swept" in row
+
+
+def test_sweep_differences_lists_the_record_numbers_that_differ(tmp_path: Path) -> None:
+    from labkit.measure.results import save_result
+
+    runs = []
+    for i, median in enumerate((10.0, 12.5), 1):
+        run = tmp_path / f"2026010{i}-000000-cpu"
+        stats = {"median": median, "p10": 9.0, "p90": 13.0, "mean": median, "n": 5, "unit": "us"}
+        save_result("my_probe", {"step": stats, "same": 3.0}, {}, run_dir=run,
+                    env={"tier": "cpu", "cpu": "t"})
+        (run / "notebooks").mkdir()
+        runs.append({"index": i, "run": run.name, "combination": {"repeats": i}})
+    sweep = tmp_path / "sweep-20260101-000000"
+    sweep.mkdir()
+    rec_rows, out_rows = report.sweep_differences(sweep, {"runs": runs})
+    assert out_rows == []
+    assert [r[1] for r in rec_rows] == ["<code>step.median [us]</code>"]
+    assert rec_rows[0][2:] == ["10", "12.5"]
+    page = report.render_sweep_index(sweep, {"runs": runs, "grid": {"repeats": [1, 2]}})
+    assert "step.median [us]" in page and "<code>same</code>" not in page
 
 
 # ----------------------------------------------------------------------------- pieces

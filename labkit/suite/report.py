@@ -347,6 +347,104 @@ def write_run_index(run_dir: Path, record: dict, reference_gpu: str = "h200") ->
 # ----------------------------------------------------------------------------- sweep index
 
 
+#: Most rows a sweep page shows per table of differences.
+DIFF_ROWS = 40
+
+
+def _output_lines(nb_path: Path, run_name: str = "") -> dict[int, list[str]]:
+    """``{code cell number: text lines of its outputs}`` of an executed notebook (printed text
+    and markdown from ``nb.say``; charts, HTML and reprs left out), with the run folder's name
+    written ``<run>``."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(nb_path), as_version=4)
+    except Exception:
+        return {}
+    out: dict[int, list[str]] = {}
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        n += 1
+        lines: list[str] = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                lines += o.get("text", "").splitlines()
+            data = o.get("data") or {}
+            if "text/markdown" in data:
+                text = data["text/markdown"]
+                lines += ("".join(text) if isinstance(text, list) else text).splitlines()
+        if lines:
+            out[n] = [ln.strip().replace(run_name, "<run>") if run_name else ln.strip()
+                      for ln in lines if ln.strip()]
+    return out
+
+
+def sweep_differences(sweep_dir: Path, record: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """What differs between a sweep's runs, as table rows (one column per run, in sweep order):
+    the headline numbers of the result records (``[record, number, value per run]``) and the
+    output lines of the executed notebooks that hold a number (``[notebook, cell, line per
+    run]``); lines and numbers equal in every run are left out."""
+    runs = [Path(sweep_dir).parent / r["run"] for r in record.get("runs") or [] if r.get("run")]
+    if len(runs) < 2:
+        return [], []
+    numbers = []
+    for run in runs:
+        got: dict[tuple[str, str], float] = {}
+        for path, res, _ in _load_results(run):
+            if res is not None:
+                got.update({(path.stem, k): v for k, v in headline_numbers(res.data).items()})
+        numbers.append(got)
+    keys = sorted(set().union(*numbers))
+    rec_rows = [[f"<code>{_e(name)}</code>", f"<code>{_e(key)}</code>"]
+                + [_e(_fmt_num(n[(name, key)])) if (name, key) in n else "-" for n in numbers]
+                for name, key in keys if len({n.get((name, key)) for n in numbers}) > 1]
+    out_rows = []
+    stems = sorted({p.stem for run in runs for p in (run / "notebooks").glob("*.ipynb")})
+    for stem in stems:
+        per_run = [_output_lines(run / "notebooks" / f"{stem}.ipynb", run.name) for run in runs]
+        for cell in sorted(set().union(*per_run)):
+            texts = [r.get(cell, []) for r in per_run]
+            for k in range(max(len(t) for t in texts)):
+                line = [t[k] if k < len(t) else "" for t in texts]
+                if len(set(line)) > 1 and any(ch.isdigit() for ch in "".join(line)):
+                    out_rows.append([_e(stem), f"[{cell}]"]
+                                    + [f"<code>{_e(x[:160])}</code>" for x in line])
+    return rec_rows, out_rows
+
+
+def _differences_section(sweep_dir: Path, record: dict) -> str:
+    runs = [r for r in record.get("runs") or [] if r.get("run")]
+    if len(runs) < 2:
+        return ""
+    try:
+        rec_rows, out_rows = sweep_differences(sweep_dir, record)
+    except Exception as exc:  # the page still shows the runs
+        return f'<h2>What differs</h2><p class="err">{_e(type(exc).__name__)}: {_e(exc)}</p>'
+    heads = [f"run {_e(r.get('index'))}: <code>{_e(', '.join(f'{k}={v!r}' for k, v in (r.get('combination') or {}).items()))}</code>"
+             for r in runs]
+    parts = ["<h2>What differs between the runs</h2>"]
+    if rec_rows:
+        more = len(rec_rows) - DIFF_ROWS
+        parts.append("<h3>Result records</h3>" + _table(["record", "number"] + heads,
+                                                       rec_rows[:DIFF_ROWS]))
+        if more > 0:
+            parts.append(f'<p class="muted">and {more} more numbers</p>')
+    else:
+        parts.append('<p class="muted">No result record differs between the runs (on the CPU '
+                     "tier the notebooks save none: they show the recorded references).</p>")
+    if out_rows:
+        more = len(out_rows) - DIFF_ROWS
+        parts.append("<h3>Notebook outputs (lines holding a number)</h3>"
+                     + _table(["notebook", "cell"] + heads, out_rows[:DIFF_ROWS]))
+        if more > 0:
+            parts.append(f'<p class="muted">and {more} more lines</p>')
+    else:
+        parts.append('<p class="muted">The notebooks printed the same numbers in every run.</p>')
+    return "".join(parts)
+
+
 def render_sweep_index(sweep_dir: Path, record: dict) -> str:
     """The HTML text of a sweep's ``index.html``."""
     grid = record.get("grid") or {}
@@ -383,6 +481,7 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
         ["#"] + [f"<code>{_e(k)}</code>" for k in keys]
         + ["status", "notebooks ok", "duration", "results", "run folder"], rows,
         {len(keys) + 2, len(keys) + 3}))
+    parts.append(_differences_section(Path(sweep_dir), record))
     parts.append('<p class="muted">Written by <code>labkit run --sweep</code>; the same facts are in '
                  '<a href="sweep.json">sweep.json</a>.</p>')
     return _page(title, "\n".join(parts))
