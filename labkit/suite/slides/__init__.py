@@ -91,10 +91,10 @@ def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
     res = _execute(Path(src), dest, run_dir=dest.parent / "run", timeout=timeout,
                    plotly_renderer=DEFAULT_PLOTLY_RENDERER)
     if not res.ok:
-        cell = (res.error_record or {}).get("source") or ""
-        where = f"\nin the cell:\n{cell[-1500:]}" if cell else ""
-        raise SlidesError(f"executing {src} failed ({res.error}); fix it or export a run that "
-                          f"has it (`labkit run`){where}")
+        cell = ((res.error_record or {}).get("source") or "").strip().splitlines()
+        where = f" in the cell starting {cell[0][:80]!r}" if cell else ""
+        raise SlidesError(f"executing {src} failed ({res.error}){where}; fix it or export a "
+                          "run that has it (`labkit run`)")
     return dest
 
 
