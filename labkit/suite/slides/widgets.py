@@ -122,6 +122,9 @@ def _has_control(model_id: str, states: dict[str, dict], depth: int = 0) -> bool
     name, s = entry.get("model_name", ""), entry.get("state") or {}
     if name in _SLIDERS or name in _CHOICES:
         return True
+    if name not in _BOXES and name not in ("OutputModel", "HTMLModel", "HTMLMathModel",
+                                           "LabelModel") and ("value" in s or "index" in s):
+        return True  # any other input (a multiple selection, a text box, a checkbox)
     return depth < 20 and any(_has_control(r, states, depth + 1)
                               for r in (_ref(c) for c in s.get("children") or []) if r)
 
