@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Fetch the JavaScript/CSS that offline slides and HTML pages need (`labkit slides` runs this
-# when they are missing). Safe to re-run: packages already present at the pinned version are
-# kept, so a second run needs no network.
+# Fetch the JavaScript/CSS that offline slide DECKS need (`labkit slides` runs this when they
+# are missing): reveal.js, and MathJax for pages whose markdown holds TeX. Run pages
+# (`labkit run`) need none of it: their plotly.js comes from the plotly wheel and widgets are
+# drawn from their saved state. Safe to re-run: packages already present at the pinned
+# version are kept, so a second run needs no network.
 #
 #   bash scripts/fetch_web_assets.sh [DEST]     DEST defaults to $LABKIT_WEB_DIR or build/web
 #   bash scripts/fetch_web_assets.sh --list     print the pinned packages
@@ -12,14 +14,10 @@
 # (macOS), `conda install -c conda-forge nodejs`, or an installer from nodejs.org.
 set -euo pipefail
 
-# reveal.js 4 is what nbconvert's reveal template is written for; jQuery 3 and require.js are
-# what its pages load; html-manager 1.x renders ipywidgets 8 state; MathJax 3 (one file,
+# reveal.js 4 is what nbconvert's reveal template is written for; MathJax 3 (one file,
 # tex-svg-full.js) typesets TeX in markdown cells.
 PACKAGES=(
   "reveal.js@4.6.1"
-  "requirejs@2.3.7"
-  "jquery@3.7.1"
-  "@jupyter-widgets/html-manager@1.0.15"
   "mathjax@3.2.2"
 )
 
@@ -29,7 +27,7 @@ die() { printf '[web-assets] ERROR: %s\n' "$*" >&2; exit 1; }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 case "${1:-}" in
   --list) printf '%s\n' "${PACKAGES[@]}"; exit 0 ;;
-  -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
 esac
 DEST="${1:-${LABKIT_WEB_DIR:-$ROOT/build/web}}"
 MODULES="$DEST/node_modules"

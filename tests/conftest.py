@@ -2,7 +2,8 @@
 
 * ``@pytest.mark.gpu`` tests are skipped when torch sees no CUDA device.
 * ``@pytest.mark.browser`` tests are skipped when no Chromium/Chrome executable is found.
-* Results saved without an explicit run folder go to a temporary folder, not into ``runs/``.
+* Results saved without an explicit run folder go to a temporary folder, not into ``runs/``;
+  it is removed when the tests end.
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ def pytest_configure(config: pytest.Config) -> None:
     ):
         config.addinivalue_line("markers", line)
     if not os.environ.get("LABKIT_RUN_DIR"):
-        os.environ["LABKIT_RUN_DIR"] = tempfile.mkdtemp(prefix="labkit-test-run-")
+        os.environ["LABKIT_RUN_DIR"] = _MADE["run_dir"] = tempfile.mkdtemp(prefix="labkit-test-run-")
+
+
+_MADE: dict[str, str] = {}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = _MADE.pop("run_dir", None)
+    if made and os.environ.get("LABKIT_RUN_DIR") == made:
+        shutil.rmtree(made, ignore_errors=True)
+        del os.environ["LABKIT_RUN_DIR"]
 
 
 def cuda_available() -> bool:

@@ -199,7 +199,9 @@ _MEASURE_JS = r"""
       setTimeout(function () {
         var el = s[2], r = el.getBoundingClientRect();
         var box = document.querySelector('.reveal .slides').getBoundingClientRect();
+        var head = el.querySelector('h1, h2, h3, h4');
         out.push({h: s[0], v: s[1], present: el.classList.contains('present'),
+                  label: ((head || el).textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60),
                   scrollH: el.scrollHeight, scrollW: el.scrollWidth,
                   top: r.top - box.top, bottom: r.bottom - box.bottom,
                   left: r.left - box.left, right: r.right - box.right,
@@ -211,10 +213,8 @@ _MEASURE_JS = r"""
     step();
   }
   var t = setInterval(function () {
-    if (!window.require) { return; }
-    require(['assets/reveal.js/dist/reveal.js'], function (Reveal) {
-      if (Reveal.isReady()) { clearInterval(t); go(Reveal); }
-    });
+    var Reveal = window.Reveal;
+    if (Reveal && Reveal.isReady()) { clearInterval(t); go(Reveal); }
   }, 500);
 })();
 </script>
@@ -287,23 +287,79 @@ def test_hints_are_folded_with_their_text_inside(deck03, which):
     assert not [h for h in hints if h in outside]
 
 
-def test_no_slide_of_deck_03_overflows(deck03):
-    deck = deck03["deck"]
-    probe = deck.with_name("measure.slides.html")
+def measure_deck(deck: Path) -> dict:
+    """Every slide of ``deck`` at :data:`DECK_SIZE`: its size, position and fitted scale."""
+    probe = deck.with_name(deck.name.replace(".slides.html", ".measure.slides.html"))
     probe.write_text(deck.read_text(encoding="utf-8").replace("</html>", _MEASURE_JS + "</html>"),
                      encoding="utf-8")
-    dom, log = rendered_dom(probe.as_uri(), size=DECK_SIZE, budget_ms=120_000)
+    try:
+        dom, log = rendered_dom(probe.as_uri(), size=DECK_SIZE, budget_ms=400_000, timeout=600)
+    finally:
+        probe.unlink()
     m = re.search(r'<pre id="labkit-measure">(.*?)</pre>', dom, re.S)
-    assert m, "the deck did not finish its slides: " + log[-2000:]
-    got = json.loads(htmllib.unescape(m.group(1)))
+    assert m, f"{deck.name} did not finish its slides: " + log[-2000:]
+    return json.loads(htmllib.unescape(m.group(1)))
+
+
+def misfits(got: dict) -> tuple[list[str], list[str]]:
+    """Slides that overflow the slide, and slides scaled below :data:`MIN_FIT_SCALE`, named
+    ``#/h/v "label"`` (the slide's address in the deck and its first heading)."""
+    def name(s):
+        return f'#/{s["h"]}/{s["v"]} "{s.get("label", "")}"'
+    over = [name(s) + f" ({s['scrollW']}x{s['scrollH']})" for s in got["slides"]
+            if s["scrollH"] > got["height"] + 1 or s["scrollW"] > got["width"] + 1
+            or s["top"] < -2 or s["bottom"] > 2 or s["left"] < -2 or s["right"] > 2]
+    small = [name(s) + f" (scale {s['scale']:.2f})" for s in got["slides"]
+             if s["scale"] < MIN_FIT_SCALE]
+    return over, small
+
+
+def test_no_slide_of_deck_03_overflows(deck03):
+    got = measure_deck(deck03["deck"])
     assert len(got["slides"]) >= 10 and all(s["present"] for s in got["slides"])
-    bad = [s for s in got["slides"]
-           if s["scrollH"] > got["height"] + 1 or s["scrollW"] > got["width"] + 1
-           or s["top"] < -2 or s["bottom"] > 2 or s["left"] < -2 or s["right"] > 2]
-    assert not bad, f"slides overflowing the {got['width']}x{got['height']} slide: {bad}"
-    small = [s for s in got["slides"] if s["scale"] < MIN_FIT_SCALE]
+    over, small = misfits(got)
+    assert not over, f"slides overflowing the {got['width']}x{got['height']} slide: {over}"
     assert not small, f"slides scaled below {MIN_FIT_SCALE} to fit: {small}"
-    assert any(s["scale"] < 1 for s in got["slides"])  # the long slides were fitted
+
+
+SUITE_DECKS = [p.stem for p in sorted((repo_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+
+
+@pytest.fixture(scope="module")
+def suite_decks(tmp_path_factory):
+    """Every suite notebook exported as a deck, from the newest complete run made after the
+    notebooks last changed (``labkit run`` before the tests saves executing them here), else
+    executed here once."""
+    chromium()
+    modules = web_assets_or_skip()
+    sources = [repo_root() / "notebooks" / f"{stem}.ipynb" for stem in SUITE_DECKS]
+    run, _ = slides.newest_complete_run(sources)
+    newest = max(p.stat().st_mtime for p in sources)
+    if run is not None and (run / "run.json").stat().st_mtime < newest:
+        run = None  # the notebooks changed after that run
+    root = tmp_path_factory.mktemp("suite-decks")
+    out = root / "slides"
+    slides.copy_assets(out, modules)
+    return {"run": run, "root": root, "out": out, "sources": {p.stem: p for p in sources}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", SUITE_DECKS)
+def test_no_slide_of_any_deck_overflows(suite_decks, stem):
+    """Each deck of the suite at 1400x900: no slide overflows, none is scaled below the
+    readability scale. A failure names the slides (``#/h/v`` and their first heading)."""
+    src = suite_decks["sources"][stem]
+    run = suite_decks["run"]
+    executed = run / "notebooks" / src.name if run is not None else None
+    if executed is None or not executed.is_file():
+        executed = slides.execute_notebook(src, suite_decks["root"] / "executed" / src.name,
+                                           timeout=900)
+    deck, = slides.export_notebook(executed, suite_decks["out"], html=False, name=stem)
+    got = measure_deck(deck)
+    assert got["slides"] and all(s["present"] for s in got["slides"])
+    over, small = misfits(got)
+    assert not over, f"{stem}: slides overflowing the {got['width']}x{got['height']} slide: {over}"
+    assert not small, f"{stem}: slides scaled below {MIN_FIT_SCALE} to fit: {small}"
 
 
 def test_run_page_loads_nothing_from_the_network(deck03, tmp_path):
@@ -312,8 +368,32 @@ def test_run_page_loads_nothing_from_the_network(deck03, tmp_path):
     remote = [u for u in page_requests(page.as_uri(), tmp_path, size="1280,2400")
               if not u.startswith(("data:", "blob:"))]
     assert not remote, remote
-    assert '<script src="assets/require.js">' in page.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    assert re.findall(r'<script src="([^"]+)"', text) == ["assets/plotly.min.js"]
     dom, log = rendered_dom(page.as_uri(), size="1280,2400")
     assert drawn_charts(dom) >= 3, "plotly did not draw the run page's charts"
-    assert "widget-slider" in dom, "the widgets manager did not draw the sliders"
+    assert 'type="range"' in dom and "labkit-widget" in dom, "the slider is not shown"
     assert not network_errors(log), network_errors(log)
+
+
+def test_run_page_without_npm_draws_every_chart_offline(tmp_path, monkeypatch):
+    """What `make run` writes on a machine without npm or the web assets: the page of a
+    notebook with a chart and a widget draws both charts offline."""
+    from test_slides import _widget_notebook, make_fixture_notebook
+
+    chromium()
+    monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "no-web"))
+    monkeypatch.setattr(slides.assets.shutil, "which", lambda name: None)
+    src = make_fixture_notebook(tmp_path / "99_fixture.ipynb")
+    executed = slides.execute_notebook(src, tmp_path / "run" / "notebooks" / src.name, timeout=300)
+    widget = tmp_path / "run" / "notebooks" / "97_widget.ipynb"
+    nbformat.write(_widget_notebook(), str(widget))
+    html = tmp_path / "run" / "html"
+    pages = [report.export_notebook_html(p, html / f"{p.stem}.html") for p in (executed, widget)]
+    assert sorted(p.name for p in (html / "assets").iterdir()) == ["plotly.min.js"]
+    for page, charts in zip(pages, (2, 1)):
+        dom, log = rendered_dom(page.as_uri(), size="1280,2400")
+        assert drawn_charts(dom) == charts, page.name
+        assert not network_errors(log), network_errors(log)
+    png = screenshot(pages[0].as_uri(), tmp_path / "page.png", size="1280,2400")
+    assert_not_blank(png)

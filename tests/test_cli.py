@@ -130,6 +130,98 @@ def test_bad_sweep_file_is_one_line(nbs, tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+RULED = """# parameters
+n_steps = 300                    # decode steps; >= 1
+record_preset = "gpt2"           # which record; choices: "gpt2", "small"
+capture_sizes = [1, 2, 4]        # graphs of the demo; >= 1
+max_size = None                  # largest size (None: the trace's largest); int >= 1 or None
+budget = 32                      # MiB; float > 0
+pool = "shared"                  # memory of a set: "shared" or "private"
+repeats = 20
+"""
+
+
+@pytest.fixture
+def ruled(tmp_path: Path) -> Path:
+    return make_notebook(tmp_path / "nbs" / "05_ruled.ipynb", RULED)
+
+
+@pytest.mark.parametrize("item, needles", [
+    ("capture_sizes=[1,2,x]", ["'capture_sizes'", "05_ruled", "list of int", "'x'"]),
+    ("capture_sizes=[0,2]", ["'capture_sizes'", "each >= 1", "0 is not >= 1"]),
+    ("capture_sizes=[]", ["'capture_sizes'", "empty list"]),
+    ("max_size=None", ["'max_size'", "int >= 1 or null", "the text 'None'", "-p max_size=null"]),
+    ("max_size=0", ["'max_size'", "int >= 1 or null", "0 is not >= 1"]),
+    ("record_preset=xyz", ["'record_preset'", "05_ruled", "one of 'gpt2', 'small'", "'xyz'",
+                           "-p record_preset=gpt2"]),
+    ("n_steps=0", ["'n_steps'", "05_ruled", "int >= 1", "0 is not >= 1", "-p n_steps=300"]),
+    ("n_steps=2.5", ["'n_steps'", "int >= 1", "float 2.5"]),
+    ("budget=0", ["'budget'", "float > 0", "0 is not > 0"]),
+    ("budget=null", ["'budget'", "float > 0", "got null"]),
+])
+def test_values_outside_the_declared_rule_are_one_line_errors(ruled, tmp_path: Path, item: str,
+                                                              needles: list[str]) -> None:
+    out = tmp_path / "runs"
+    code, _, err = run_cli("run", str(ruled), "-p", item, "--out", str(out))
+    assert_one_line_error(code, err, *needles)
+    code, _, err = run_cli("run", str(ruled), "-p", item, "--check")
+    assert_one_line_error(code, err, *needles)
+    assert not out.exists()
+
+
+def test_values_inside_the_rule_pass_the_check(ruled) -> None:
+    code, stdout, err = run_cli("run", str(ruled), "--check", "-p", "max_size=null",
+                                "-p", "record_preset=small", "-p", "capture_sizes=[8]",
+                                "-p", "budget=0.5", "-p", "n_steps=1", "-p", "pool=anything")
+    assert code == 0, err
+    assert "max_size=None" in stdout and "record_preset='small'" in stdout
+    code, _, err = run_cli("run", str(ruled), "--check", "-p", "max_size=8")
+    assert code == 0, err
+
+
+def test_a_sweep_value_outside_the_rule_fails_before_anything_runs(ruled, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("n_steps: [10, 0]\n")
+    code, _, err = run_cli("run", str(ruled), "--sweep", str(grid), "--out", str(tmp_path / "r"))
+    assert_one_line_error(code, err, "'n_steps'", "0 is not >= 1")
+    assert not (tmp_path / "r").exists()
+
+
+def test_rules_are_read_from_the_parameters_cell(ruled) -> None:
+    from labkit.suite.params import declared_parameters
+
+    got = declared_parameters(ruled)
+    assert got["n_steps"].kind == "int" and got["n_steps"].rule.bounds == ((">=", 1.0),)
+    assert got["record_preset"].rule.choices == ("gpt2", "small")
+    assert got["capture_sizes"].kind == "list" and got["capture_sizes"].rule.item_kind == "int"
+    assert got["max_size"].kind == "int" and got["max_size"].rule.nullable
+    assert got["budget"].kind == "float"
+    assert got["pool"].rule.choices == () and got["repeats"].rule.bounds == ()  # prose, no rule
+
+
+def test_with_rules_writes_and_replaces_rules(tmp_path: Path) -> None:
+    from labkit.suite.params import RuleError, declared_parameters, with_rules
+
+    src = 'k = 6\nname = "a#b"   # the #1 name; >= 1\ntrace = "x"  # a trace in data/traces/\n'
+    new = with_rules(src, {"k": ">= 1", "name": 'choices: "a#b", "c"', "trace": "str"})
+    assert new == ('k = 6  # >= 1\nname = "a#b"   # the #1 name; choices: "a#b", "c"\n'
+                   'trace = "x"  # a trace in data/traces/; str\n')
+    assert with_rules(new, {"k": ">= 1"}) == new  # idempotent
+    nb = make_notebook(tmp_path / "nb.ipynb", new)
+    got = declared_parameters(nb)
+    assert got["k"].rule.bounds and got["name"].rule.choices == ("a#b", "c")
+    with pytest.raises(RuleError, match="'nope'"):
+        with_rules(src, {"nope": ">= 1"})
+    with pytest.raises(RuleError, match="is not a rule"):
+        with_rules(src, {"k": "at least one"})
+
+
+def test_a_rule_that_cannot_be_read_names_the_notebook(tmp_path: Path) -> None:
+    nb = make_notebook(tmp_path / "nbs" / "07_bad.ipynb", "mode = 'a'  # how; choices: a, b\n")
+    code, _, err = run_cli("run", str(nb), "--check")
+    assert_one_line_error(code, err, "07_bad", "mode", "not Python literals")
+
+
 def test_check_accepts_the_shipped_parameter_files() -> None:
     code, stdout, err = run_cli("run", "-f", str(ROOT / "params" / "quick.yaml"), "--check")
     assert code == 0, err
@@ -234,3 +326,118 @@ def test_slides_run_that_is_not_a_run_folder_is_one_line(nbs, tmp_path: Path,
         code, _, err = run_cli("slides", str(nbs[0]), "--out", str(out), "--run", str(path))
         assert_one_line_error(code, err, "labkit slides:", str(path), needle, "labkit run")
     assert not out.exists() and no_export == []
+
+
+# ----------------------------------------------------------------------------- every command
+
+
+def _options(parser) -> list[tuple[str, object]]:
+    """``(sub-command, action)`` of every option and positional of every sub-command."""
+    import argparse
+
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += [(name, a) for a in sub._actions if not isinstance(a, argparse._HelpAction)]
+        elif not isinstance(action, argparse._HelpAction):
+            out.append(("labkit", action))
+    return out
+
+
+def test_every_option_has_a_help_text_without_rst_markup() -> None:
+    parser = cli.build_parser()
+    missing = [f"{cmd} {a.dest}" for cmd, a in _options(parser) if not a.help]
+    assert not missing, f"options without a help text: {missing}"
+    texts = [parser.format_help()] + [sub.format_help() for sub in next(
+        a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices.values()]
+    assert not [t for t in texts if "``" in t], "help shows reStructuredText backticks"
+
+
+def test_reference_errors_are_one_line(tmp_path: Path) -> None:
+    from labkit.measure.results import save_result
+
+    code, _, err = run_cli("reference", str(tmp_path / "nowhere"))
+    assert_one_line_error(code, err, "labkit reference:", "does not exist")
+    cpu_run = tmp_path / "runs" / "20260101-000000-cpu"
+    cpu_run.mkdir(parents=True)
+    (cpu_run / "run.json").write_text('{"kind": "labkit-run", "tier": "cpu", "notebooks": []}')
+    code, _, err = run_cli("reference", str(cpu_run))
+    assert_one_line_error(code, err, "is a CPU run", "saves no result records")
+    save_result("cpu_note", {"x": 1}, {}, run_dir=cpu_run, env={"tier": "cpu", "cpu": "t"})
+    code, _, err = run_cli("reference", str(cpu_run), "--gpu", "h200")
+    assert_one_line_error(code, err, "refusing", "measured elsewhere", "only results measured")
+    assert "force=True" not in err
+
+
+def test_serve_record_on_a_cpu_refuses_at_once(monkeypatch, tmp_path: Path) -> None:
+    from labkit.suite import serve_cli
+
+    monkeypatch.setattr(cli, "_cuda_available", lambda: False)
+    monkeypatch.setattr(serve_cli, "record_serving",
+                        lambda *a, **k: pytest.fail("measured on the CPU"))
+    code, _, err = run_cli("serve", "--record", "--out", str(tmp_path / "runs"))
+    assert_one_line_error(code, err, "labkit serve --record:", "no CUDA GPU", "serve_*.json")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_serve_on_a_cpu_labels_the_hit_rate(tmp_path: Path) -> None:
+    from labkit.suite.serve_cli import summary_line
+
+    m = {"completed": 3, "total_output": 9, "duration_s": 1.0, "graph_hit_rate": 1.0,
+         "padded_waste": 0.1, "ttft_ms": {"median": 1.0, "p99": 2.0}, "tpot_ms": {"median": 1.0}}
+    cpu = summary_line(m, device="cpu", mode="full")
+    assert "bucket hit rate (CPU: eager bucketing, no CUDA graph) 100%" in cpu
+    assert "on the CPU" in cpu and "graph hit rate" not in cpu
+    assert "graph hit rate 100%" in summary_line(m, device="cuda:0", mode="full")
+    code, out, err = run_cli("serve", "--mode", "full", "--device", "cpu",
+                             "--clock", "sim", "--requests", "3", "--no-timeline",
+                             "--out", str(tmp_path / "runs"))
+    assert code == 0, err
+    assert "bucket hit rate (CPU" in out and "graph hit rate" not in out
+    assert "\r" not in out + err  # no progress bar outside a terminal
+
+
+def test_train_device_and_steps_errors_are_one_line(monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, _, err = run_cli("train", "--device", "cuda", "--out", "/nonexistent/x.safetensors")
+    assert_one_line_error(code, err, "labkit train:", "--device cuda", "no CUDA GPU")
+    code, _, err = run_cli("train", "--device", "tpu")
+    assert_one_line_error(code, err, "--device tpu", "cpu or cuda")
+    code, _, err = run_cli("train", "--steps", "0")
+    assert code == 2 and "--steps" in err and len(err.strip().splitlines()) == 1
+
+
+def test_lab_passes_jupyter_options_on_and_keeps_its_own(monkeypatch) -> None:
+    from labkit.suite import lab
+
+    got = {}
+    monkeypatch.setattr(lab, "start_lab", lambda **kw: got.update(kw) or 0)
+    code, _, err = run_cli("lab", "--no-browser", "--port", "9001",
+                           "--ServerApp.shutdown_no_activity_timeout=60")
+    assert code == 0, err
+    assert got == {"port": 9001, "open_browser": False,
+                   "extra_args": ["--ServerApp.shutdown_no_activity_timeout=60"]}
+    for bad in ("--ip=0.0.0.0", "--ServerApp.token=", "--IdentityProvider.token=x"):
+        code, _, err = run_cli("lab", bad)
+        assert_one_line_error(code, err, "labkit lab:", bad, "sets the address")
+    code, _, err = run_cli("lab", "--", "notebook.ipynb")
+    assert code == 2 and "Traceback" not in err
+    code, _, err = run_cli("run", "--no-such-option")
+    assert code == 2 and "unrecognized arguments: --no-such-option" in err
+
+
+def test_a_library_value_error_is_one_line(monkeypatch) -> None:
+    from labkit.suite import serve_cli, train
+
+    def boom(*a, **k):
+        raise ValueError("first line\nsecond line naming the fix")
+
+    monkeypatch.setattr(train, "train_char_model", boom)
+    code, _, err = run_cli("train", "--device", "cpu")
+    assert_one_line_error(code, err, "labkit train: first line second line naming the fix")
+    monkeypatch.setattr(serve_cli, "check_record_names", boom)
+    code, _, err = run_cli("serve", "--record")
+    assert_one_line_error(code, err, "labkit serve: first line second line")

@@ -59,7 +59,7 @@ def test_kernels_get_the_engine_environment(tmp_path, monkeypatch):
     env = lablib.server_environment()
     pkg_parent = str(Path(lablib.__file__).resolve().parents[2])
     assert env["PYTHONPATH"].split(os.pathsep)[0] == pkg_parent
-    assert env["PLOTLY_RENDERER"] == "plotly_mimetype+notebook"
+    assert env["PLOTLY_RENDERER"] == "plotly_mimetype"  # JupyterLab draws it; no 5 MB per file
     monkeypatch.setenv("LABKIT_LAB_TOKEN", "bad token")
     with pytest.raises(ValueError, match="LABKIT_LAB_TOKEN='bad token'"):
         lablib.start_lab(root_dir=tmp_path, open_browser=False)

@@ -186,6 +186,31 @@ def test_sweep_makes_one_run_per_combination(tmp_path: Path) -> None:
     assert {r["run"] for r in summary["runs"]} == {d.name for d in run_dirs}
     index = (sweep_dir / "index.html").read_text()
     assert all(f"../{d.name}/index.html" in index for d in run_dirs)
+    # the numbers that differ between the runs, side by side (the printed line here)
+    assert "What differs between the runs" in index
+    row = re.search(r"<tr><td>01_alpha</td>.*?</tr>", index, re.S).group(0)
+    assert "repeats is 1, label is swept" in row and "repeats is 2, label is swept" in row
+
+
+def test_sweep_differences_lists_the_record_numbers_that_differ(tmp_path: Path) -> None:
+    from labkit.measure.results import save_result
+
+    runs = []
+    for i, median in enumerate((10.0, 12.5), 1):
+        run = tmp_path / f"2026010{i}-000000-cpu"
+        stats = {"median": median, "p10": 9.0, "p90": 13.0, "mean": median, "n": 5, "unit": "us"}
+        save_result("my_probe", {"step": stats, "same": 3.0}, {}, run_dir=run,
+                    env={"tier": "cpu", "cpu": "t"})
+        (run / "notebooks").mkdir()
+        runs.append({"index": i, "run": run.name, "combination": {"repeats": i}})
+    sweep = tmp_path / "sweep-20260101-000000"
+    sweep.mkdir()
+    rec_rows, out_rows = report.sweep_differences(sweep, {"runs": runs})
+    assert out_rows == []
+    assert [r[1] for r in rec_rows] == ["<code>step.median [us]</code>"]
+    assert rec_rows[0][2:] == ["10", "12.5"]
+    page = report.render_sweep_index(sweep, {"runs": runs, "grid": {"repeats": [1, 2]}})
+    assert "step.median [us]" in page and "<code>same</code>" not in page
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -329,3 +354,46 @@ def test_param_file_serves_the_whole_suite_but_typos_fail(tmp_path: Path) -> Non
     f.write_text("repeats: 4\nwidth: wide\n")
     with pytest.raises(SuiteError, match="'width' of notebook 02_other expects float"):
         runner.plan_run(None, param_file=f, nb_dir=tmp_path)
+
+
+def test_a_page_that_cannot_be_written_is_a_warning_and_an_exit_status(suite, monkeypatch,
+                                                                       capsys) -> None:
+    """The notebooks ran, one page could not be written: the console says so (not only
+    index.html), the summary counts it and `labkit run` exits 3; logs get no carriage return."""
+    from labkit.suite import cli
+
+    nbs, out = suite
+    real = runner.export_notebook_html
+
+    def export(nb, html, **kw):
+        if Path(nb).stem == "01_alpha":
+            raise RuntimeError("no room\nsecond line")
+        return real(nb, html, **kw)
+
+    monkeypatch.setattr(runner, "export_notebook_html", export)
+    code = cli.main(["run", *map(str, nbs), "--out", str(out)])
+    got = capsys.readouterr()
+    assert code == cli.EXIT_INCOMPLETE == 3
+    assert "WARNING 01_alpha: no HTML page written: RuntimeError: no room second line" in got.out
+    assert "labkit run: WARNING: no HTML page for 01_alpha" in got.err
+    assert "2/2 notebooks ok" in got.out and "1 HTML page(s) NOT written (01_alpha)" in got.out
+    assert "\r" not in got.out + got.err  # no progress bar outside a terminal
+    (run_dir,) = out.iterdir()
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["status"] == "ok" and rec["notebooks"][0]["html"] is None
+    assert (run_dir / "html" / "02_beta.html").is_file()
+    monkeypatch.setattr(runner, "export_notebook_html", real)
+    assert cli.main(["run", *map(str, nbs), "--out", str(out)]) == 0
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert isinstance(runner._progress(3, "x", io.StringIO()), runner._Lines)
+    bar = runner._progress(3, "x", Tty())
+    assert not isinstance(bar, runner._Lines)
+    bar.close()

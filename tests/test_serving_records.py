@@ -14,7 +14,7 @@ from labkit.measure.results import SchemaError, load_reference, load_result
 from labkit.measure.serve import check_serving, measure_interleaved, measure_serving, spread
 from labkit.measure.serve_load import check_rates, load_trace, measure_load_curve
 from labkit.measure import serve_record
-from labkit.suite import serve_cli
+from labkit.suite import cli, serve_cli
 from labkit.suite.cli import main
 from labkit.traces import TraceRequest
 
@@ -236,6 +236,7 @@ def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, caps
                                                 "clock": "sim", "device": "cpu"})}
     for name, entry in fake.items():  # in place: the dict records.defaults reads
         monkeypatch.setitem(records.DEFAULTS, name, entry)
+    monkeypatch.setattr(cli, "_cuda_available", lambda: True)  # it refuses on a CPU otherwise
     rc = main(["serve", "--record", "--only", "serve_eager", "--out", str(tmp_path / "runs")])
     out = capsys.readouterr().out
     assert rc == 0, out

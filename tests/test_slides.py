@@ -1,8 +1,9 @@
 """Offline slide and HTML export (labkit.suite.slides).
 
 The unit tests need nothing; the export tests execute a small fixture notebook (a plotly chart
-made with labkit.teach.plots, slideshow metadata, a parameters cell) and need the web assets, which
-``scripts/fetch_web_assets.sh`` fetches with npm (they are skipped, saying so, without npm).
+made with labkit.teach.plots, slideshow metadata, a parameters cell). Decks need reveal.js (and
+MathJax for TeX), which ``scripts/fetch_web_assets.sh`` fetches with npm (those tests are
+skipped, saying so, without npm); run pages need nothing from npm.
 """
 
 from __future__ import annotations
@@ -191,22 +192,78 @@ def _fake_executed_notebook() -> nbformat.NotebookNode:
     return nb
 
 
-def test_prepare_notebook_moves_plotly_and_drops_parameters():
+def test_prepare_notebook_drops_the_library_and_parameters():
     nb, info = slides.prepare_notebook(_fake_executed_notebook())
     sources = [c.source for c in nb.cells]
     assert not any(PARAM_MARKER in s for s in sources)
-    assert info["charts"] == 1 and info["plotlyjs"].startswith("/**\n* plotly.js v9.9.9")
-    assert nb.cells[0].outputs == []  # the library left its cell (it goes into the page head)
+    assert info == {"charts": 1, "widgets": 0, "math": False}
+    assert nb.cells[0].outputs == []  # the library left its cell (the page loads the shared copy)
     chart_html = nb.cells[1].outputs[0]["data"]["text/html"]
     assert "plotly-graph-div" in chart_html and "Plotly.newPlot" in chart_html
     assert slides.find_remote_urls(chart_html) == [] and slides.count_plotlyjs(chart_html) == 0
+    head = slides.head_html(info)
+    assert '<script src="assets/plotly.min.js"></script>' in head
+    assert slides.count_plotlyjs(head) == 0 and "mathjax" not in head
 
 
-def test_prepare_notebook_adds_the_library_when_the_notebook_has_none():
-    nb = _fake_executed_notebook()
-    nb.cells[2].outputs = []  # executed with a renderer that emitted no library
-    _, info = slides.prepare_notebook(nb)
-    assert info["charts"] == 1 and slides.count_plotlyjs(info["plotlyjs"]) == 1
+def test_the_shared_plotlyjs_comes_from_the_plotly_wheel(tmp_path, monkeypatch):
+    import plotly
+
+    monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "no-web"))
+    monkeypatch.setattr(slides.assets.shutil, "which", lambda name: None)  # no npm
+    wheel = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    assert slides.plotlyjs_file() == wheel.resolve()
+    dest = slides.copy_assets(tmp_path / "html", parts=[slides.PLOTLY_FILE])
+    assert sorted(p.name for p in dest.iterdir()) == ["plotly.min.js"]
+    assert (dest / "plotly.min.js").read_bytes() == wheel.read_bytes()
+    assert slides.count_plotlyjs((dest / "plotly.min.js").read_text(encoding="utf-8")[:3000]) == 1
+    assert slides.page_asset_parts({"charts": 2, "widgets": 1, "math": False}) == ["plotly.min.js"]
+    assert slides.page_asset_parts({"charts": 0, "widgets": 1, "math": False}) == []
+
+
+def _widget_notebook() -> nbformat.NotebookNode:
+    """An executed notebook whose cell shows a VBox (a selection slider at its 3rd value over
+    an Output widget holding a line of text and a chart), with the saved widget state."""
+    fig = {"data": [{"type": "bar", "x": [1, 2], "y": [3, 4]}], "layout": {}}
+    state = {
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_s", "IPY_MODEL_o"]}},
+        "s": {"model_name": "SelectionSliderModel", "state": {
+            "description": "batch size", "_options_labels": ["1", "8", "64"], "index": 2}},
+        "o": {"model_name": "OutputModel", "state": {"outputs": [
+            {"output_type": "stream", "name": "stdout", "text": "WIDGET_TEXT_5151\n"},
+            {"output_type": "display_data", "metadata": {},
+             "data": {"application/vnd.plotly.v1+json": fig}}]}},
+        "l": {"model_name": "LayoutModel", "state": {}},
+    }
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
+        "state": state, "version_major": 2, "version_minor": 0}}
+    cell = nbformat.v4.new_code_cell("explore(...)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "box", "version_major": 2,
+                                                     "version_minor": 0},
+        "text/plain": "VBox(...)"})]
+    gone = nbformat.v4.new_code_cell("w")
+    gone.outputs = [nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "nope"},
+        "text/plain": "IntSlider(value=3)"})]
+    nb.cells = [cell, gone]
+    return nb
+
+
+def test_widgets_are_drawn_from_their_saved_state():
+    nb, info = slides.prepare_notebook(_widget_notebook())
+    assert "widgets" not in nb.metadata  # so no page loads the widget manager
+    assert info["widgets"] == 1 and info["charts"] == 1
+    html = nb.cells[0].outputs[0]["data"]["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in nb.cells[0].outputs[0]["data"]
+    assert 'type="range"' in html and 'value="2"' in html and 'max="2"' in html and "disabled" in html
+    assert ">batch size<" in html and ">64<" in html  # the label and the value it was left at
+    assert html.index("WIDGET_TEXT_5151") < html.index("plotly-graph-div")
+    assert "Plotly.newPlot" in html and slides.count_plotlyjs(html) == 0
+    # a view whose state was not saved shows what the kernel said it was
+    assert "IntSlider(value=3)" in nb.cells[1].outputs[0]["data"]["text/html"]
 
 
 def test_sources_are_found_by_the_suite_engine(tmp_path, monkeypatch):
@@ -265,11 +322,14 @@ def test_no_remote_script_or_style(exported):
     slides.check_offline([exported["deck"], exported["html"]])
 
 
-def test_plotlyjs_embedded_exactly_once(exported):
+def test_plotlyjs_is_one_shared_file(exported):
     for page in (exported["deck"], exported["html"]):
         text = page.read_text(encoding="utf-8")
-        assert slides.count_plotlyjs(text) == 1, page.name
+        assert slides.count_plotlyjs(text) == 0, page.name  # not embedded: loaded from assets/
+        assert text.count('<script src="assets/plotly.min.js"></script>') == 1, page.name
         assert text.count('class="plotly-graph-div"') == 2, page.name
+        assert "require.js" not in text and "jquery" not in text.lower()
+    assert (exported["out"] / "assets" / "plotly.min.js").stat().st_size > 1_000_000
 
 
 def test_parameters_cell_dropped_and_slides_made(exported):
@@ -280,6 +340,7 @@ def test_parameters_cell_dropped_and_slides_made(exported):
     assert deck.count("<section") >= 3
     assert '<aside class="notes">' in deck
     assert "Reveal.initialize" in deck and "assets/mathjax/" in deck  # the title has TeX
+    assert 'src="assets/reveal.js/dist/reveal.js"' in deck
 
 
 def test_export_slides_uses_the_run_folder(tmp_path, tmp_path_factory, monkeypatch):
@@ -299,7 +360,8 @@ def test_export_slides_uses_the_run_folder(tmp_path, tmp_path_factory, monkeypat
     result = slides.export_slides(run_dir=run, out_dir=out, notebooks=[str(source)], html=False)
     assert [p.name for p in result.files] == ["99_fixture.slides.html"]
     assert result.run_dir == run and result.executed_here == []
-    assert (out / "assets" / "require.js").is_file()
+    assert (out / "assets" / "reveal.js" / "dist" / "reveal.js").is_file()
+    assert (out / "assets" / "plotly.min.js").is_file()
 
 
 def test_export_slides_executes_without_a_run(tmp_path, tmp_path_factory, monkeypatch):
@@ -544,21 +606,125 @@ def test_run_page_copies_only_what_it_needs(tmp_path):
     nbformat.write(nb, str(src))
     out = report.export_notebook_html(src, tmp_path / "html" / "98_hint.html")
     text = out.read_text(encoding="utf-8")
-    assert 'src="assets/mathjax/tex-svg-full.js"' in text and "assets/require.js" not in text
+    assert 'src="assets/mathjax/tex-svg-full.js"' in text and "plotly.min.js" not in text
     assets = tmp_path / "html" / slides.ASSETS_DIR
     assert sorted(p.name for p in assets.iterdir()) == ["mathjax"]
-    assert slides.page_asset_parts({"widgets": True, "math": False}) == ["require.js", "html-manager"]
 
 
-def test_run_page_needing_missing_assets_says_how_to_fetch_them(tmp_path, monkeypatch):
+def test_run_page_with_tex_and_no_mathjax_is_written_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
     monkeypatch.setattr(slides.assets.subprocess, "run", lambda *a, **k: pytest.fail("fetched"))
     src = _hint_notebook(tmp_path / "98_hint.ipynb")
     nb = nbformat.read(str(src), as_version=4)
     nb.cells.append(nbformat.v4.new_markdown_cell("A step costs $t = n c$."))
     nbformat.write(nb, str(src))
-    target = tmp_path / "html" / "98_hint.html"
-    with pytest.raises(slides.SlidesError, match="98_hint.ipynb needs local copies of mathjax.*"
-                                                 "fetch_web_assets.sh"):
-        report.export_notebook_html(src, target)
-    assert not target.exists() and not (tmp_path / "web").exists()
+    notes: list[str] = []
+    out = report.export_notebook_html(src, tmp_path / "html" / "98_hint.html", notes=notes)
+    text = out.read_text(encoding="utf-8")
+    assert "$t = n c$" in text and "mathjax" not in text.lower().replace("mathjaxconfig", "")
+    assert len(notes) == 1 and "98_hint" in notes[0] and "TeX shown as written" in notes[0]
+    assert not (tmp_path / "web").exists()
+
+
+def test_run_page_with_charts_and_widgets_needs_no_npm(tmp_path, monkeypatch):
+    """The page `labkit run` writes for a notebook with a chart and a widget: written with npm
+    and the web assets absent, loading only the shared plotly.js beside it."""
+    monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
+    monkeypatch.setattr(slides.assets.shutil, "which", lambda name: None)
+    monkeypatch.setattr(slides.assets.subprocess, "run", lambda *a, **k: pytest.fail("fetched"))
+    src = tmp_path / "97_widget.ipynb"
+    nbformat.write(_widget_notebook(), str(src))
+    out = report.export_notebook_html(src, tmp_path / "run" / "html" / "97_widget.html")
+    text = out.read_text(encoding="utf-8")
+    assert re.findall(r'<script src="([^"]+)"', text) == ["assets/plotly.min.js"]
+    assert "WIDGET_TEXT_5151" in text and 'type="range"' in text
+    assert "embed-amd" not in text and "widget-state+json" not in text
+    assert slides.find_remote_urls(text, out.parent) == []
+    assert sorted(p.name for p in (out.parent / "assets").iterdir()) == ["plotly.min.js"]
+    assert not (tmp_path / "web").exists()
+
+
+# ----------------------------------------------------------------------------- deck rules
+
+
+def _deck_fixture() -> nbformat.NotebookNode:
+    """An executed notebook as the suite writes them: title, parameters, set-up, a section
+    whose first cell is left out, a slide with two charts, a statement, an exercise, a code
+    cell tagged for the slide, a long printout and a long markdown cell."""
+    fig = {"data": [{"type": "scatter", "x": [1], "y": [2]}], "layout": {}}
+
+    def chart():
+        return nbformat.v4.new_output("display_data", data={"application/vnd.plotly.v1+json": fig})
+
+    def md(src, kind="-", tags=()):
+        c = nbformat.v4.new_markdown_cell(src)
+        c.metadata.update(slideshow={"slide_type": kind}, tags=list(tags))
+        return c
+
+    def code(src, kind="-", tags=(), outputs=()):
+        c = nbformat.v4.new_code_cell(src)
+        c.metadata.update(slideshow={"slide_type": kind}, tags=list(tags))
+        c.outputs = list(outputs)
+        return c
+
+    long_text = "\n\n".join(f"Paragraph {i}: " + "word " * 60 for i in range(12))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        md("# 99 · Title", "slide"),
+        code("repeats = 3", "skip", ["parameters"]),
+        code("from labkit.teach.notebook import setup\nnb = setup('99_x')", "-",
+             outputs=[nbformat.v4.new_output("stream", name="stdout", text="tier: cpu\n")]),
+        code("x = 1  # no output", "slide"),                      # left out: starts the slide
+        md("## 1. Charts"),                                      # ... so this one does
+        code("two_charts()", outputs=[chart(), chart()]),        # split: one chart per slide
+        md("The takeaway.", "fragment"),
+        code("nb.state('it holds', True, 'x')", tags=["statement"],
+             outputs=[nbformat.v4.new_output("stream", name="stdout", text="STATEMENT_OUT\n")]),
+        code("answer = ...  # TODO\nExercise('1.1 x').check(answer)",
+             outputs=[nbformat.v4.new_output("stream", name="stdout", text="TODO 1.1\n")]),
+        code("SHOWN_CODE_7 = 1", "subslide", ["slide-code"]),
+        code("print(rows)", outputs=[nbformat.v4.new_output(
+            "stream", name="stdout", text="".join(f"row {i}\n" for i in range(40)))]),
+        md(long_text, "slide"),
+    ]
+    return nb
+
+
+def test_deck_rules_choose_what_each_slide_shows():
+    from labkit.suite.slides.deck import STREAM_LINES, TEXT_LINES, slide_type, text_lines
+
+    nb = slides.deck_notebook(_deck_fixture())
+    text = "\n".join(c.source for c in nb.cells)
+    outs = "".join(str(c.get("outputs", "")) for c in nb.cells)
+    assert "setup(" not in text and "repeats" not in text and "Exercise(" not in text
+    assert "STATEMENT_OUT" not in outs and "TODO 1.1" not in outs and "tier: cpu" not in outs
+    shown = [c for c in nb.cells if c.cell_type == "code"
+             and not (c.metadata.get("transient") or {}).get("remove_source")]
+    assert [c.source for c in shown] == ["SHOWN_CODE_7 = 1"]  # code hidden unless slide-code
+    kinds = [(c.cell_type, slide_type(c)) for c in nb.cells]
+    assert kinds[:4] == [("markdown", "slide"), ("markdown", "slide"), ("code", "-"),
+                         ("code", "subslide")]  # the left-out cell's slide start passed on
+    charts = [c for c in nb.cells if c.cell_type == "code" and c.outputs and
+              "application/vnd.plotly.v1+json" in (c.outputs[0].get("data") or {})]
+    assert len(charts) == 2 and all(len(c.outputs) == 1 for c in charts)
+    printed = next(c for c in nb.cells if "print(rows)" in c.source).outputs[0]["text"]
+    assert printed.count("row ") == STREAM_LINES and "28 more line(s)" in printed
+    parts = [c for c in nb.cells if c.source.startswith("Paragraph")]
+    assert len(parts) >= 2 and slide_type(parts[0]) == "slide"
+    assert all(slide_type(p) == "subslide" for p in parts[1:])
+    assert all(text_lines(p.source) <= TEXT_LINES for p in parts)
+    assert "\n\n".join(p.source for p in parts) == _deck_fixture().cells[-1].source
+
+
+def test_deck_rules_keep_fences_hints_and_lists_whole():
+    from labkit.suite.slides.deck import _split_markdown
+
+    fence = "```\n" + "\n".join(f"line {i}" for i in range(10)) + "\n\nmore\n```"
+    src = "## T\n\n" + ("text " * 100 + "\n\n") * 3 + fence + "\n\n<details><summary>Hint</summary>\n\nh\n</details>"
+    parts = _split_markdown(src, 8)
+    assert parts[0] == "## T" and any(fence in p for p in parts)
+    assert any("<details><summary>Hint</summary>\n\nh\n</details>" in p for p in parts)
+    items = "\n".join(f"- item {i} " + "w " * 50 for i in range(12))
+    parts = _split_markdown(items, 6)
+    assert len(parts) > 1 and all(p.startswith("- item") for p in parts)
+    assert "\n".join(parts) == items  # cut between items, tight lists stay tight

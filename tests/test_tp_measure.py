@@ -92,12 +92,14 @@ def test_tp_decode_record_names_a_missing_field():
                                "times": {"pg_eager": [None]}})
 
 
-def test_cli_refuses_too_few_gpus_and_bad_world_size(capsys):
+def test_cli_refuses_too_few_gpus_and_bad_world_size(capsys, tmp_path):
+    out = tmp_path / "runs"
     if not (torch.cuda.is_available() and torch.cuda.device_count() >= 64):
-        assert main(["tp", "--backend", "nccl", "--world-size", "64"]) == 2
+        assert main(["tp", "--backend", "nccl", "--world-size", "64", "--out", str(out)]) == 2
         assert "need 64 CUDA devices" in capsys.readouterr().err
-    assert main(["tp", "--backend", "gloo", "--world-size", "1"]) == 2
+    assert main(["tp", "--backend", "gloo", "--world-size", "1", "--out", str(out)]) == 2
     assert "tensor parallelism needs 2 or more ranks" in capsys.readouterr().err
+    assert not out.exists()  # checked before the run folder is made
 
 
 def _ok(rank: int, world_size: int) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import torch
@@ -32,3 +34,6 @@ def test_training_is_reproducible_and_saves_its_record(tmp_path: Path) -> None:
         saved = json.loads(f.metadata()["training"])
     assert saved["val_loss"] == rec_a["val_loss"] and saved["seed"] == 0
     assert ma.cfg.vocab_size == 256
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(a.stat().st_mode) == 0o666 & ~mask  # 0644 like other files, not 0600

@@ -1,6 +1,8 @@
-"""The ``labkit`` command line: run the notebook suite, benchmark, record references, slides.
+"""The labkit command line: run the notebook suite, benchmark, record references, slides.
 
-Every subcommand imports what it needs when it runs, so ``labkit --help`` is instant.
+Every subcommand imports what it needs when it runs, so ``labkit --help`` is instant. Bad
+input ends in one line on stderr naming the problem and the fix (exit status 2), never a
+traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from labkit.suite.params import parse_param_items
 
 #: Exit status for bad input (as argparse uses); a run with a failed notebook exits 1.
 EXIT_USAGE = 2
+#: Exit status of a run whose notebooks all ran but some HTML page (or the index) was not written.
+EXIT_INCOMPLETE = 3
 
 
 def _command_line() -> str:
@@ -64,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"labkit run: {note}", file=sys.stderr)
         print(f"labkit run: {sweep_summary_line(sres)}")
         print("\n".join(str(d) for d in sres.run_dirs))
-        return 0 if sres.ok else 1
+        return 0 if sres.complete else (EXIT_INCOMPLETE if sres.ok else 1)
     plan = plan_run(args.notebooks or None, params, param_file)
     _note_unused(plan.unused, param_file)
     if args.check:
@@ -80,9 +84,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     for note in res.notes:
         print(f"labkit run: {note}", file=sys.stderr)
+    for name in res.pages_missing:
+        entry = next(e for e in res.record["notebooks"] if e["name"] == name)
+        print(f"labkit run: WARNING: no HTML page for {name}: {entry['html_error']}",
+              file=sys.stderr)
     print(f"labkit run: {summary_line(res)}")
     print(res.run_dir)
-    return 0 if res.ok else 1
+    return 0 if res.complete else (EXIT_INCOMPLETE if res.ok else 1)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -102,18 +110,56 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
+    import re
+
     from labkit.measure.results import copy_to_reference
 
-    copied = copy_to_reference(Path(args.run_dir), args.gpu)
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise SuiteError(f"run folder {run_dir} does not exist: give a folder made by "
+                         "`labkit run` or `labkit bench --record` on a GPU (runs/<stamp>-gpu/)")
+    record = _run_record(run_dir)
+    if not (run_dir / "results").is_dir() and (record or {}).get("tier") == "cpu":
+        raise SuiteError(f"{run_dir} is a CPU run: the CPU tier saves no result records (its "
+                         "notebooks show the references); file a run made on the GPU named by "
+                         "--gpu")
+    try:
+        copied = copy_to_reference(run_dir, args.gpu)
+    except ValueError as exc:  # measured elsewhere than --gpu: never filed under its name
+        why = re.sub(r"\s*\(pass force=True to override\)", "", " ".join(str(exc).split()))
+        raise SuiteError(f"{why}: a reference folder holds only results measured on the GPU "
+                         "it is named after; run the notebooks on that GPU (`labkit run`) and "
+                         "file that run, or name the GPU they were measured on with --gpu") from None
     for p in copied:
         print(p)
     print(f"{len(copied)} result(s) recorded as references for {args.gpu}")
     return 0
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _run_record(run_dir: Path) -> dict | None:
+    try:
+        rec = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
     from labkit.suite.train import train_char_model
 
+    if args.device and args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SuiteError(f"--device {args.device}: no CUDA GPU here (torch.cuda.is_available() "
+                         "is False); train with --device cpu (about half an hour on two cores)")
+    if args.device and not args.device.startswith(("cuda", "cpu")):
+        raise SuiteError(f"--device {args.device}: give cpu or cuda (or cuda:N)")
     train_char_model(out=Path(args.out), steps=args.steps, seed=args.seed, device=args.device,
                      batch=args.batch, seq=args.seq)
     return 0
@@ -131,10 +177,26 @@ def cmd_slides(args: argparse.Namespace) -> int:
     return 0
 
 
+#: jupyter lab options labkit lab sets itself (loopback only, with a token): not passed on
+_LAB_OWN = ("--ip", "--ServerApp.ip", "--port", "--ServerApp.port", "--IdentityProvider.token",
+            "--ServerApp.token", "--NotebookApp.token", "--NotebookApp.ip",
+            "--ServerApp.root_dir", "--notebook-dir")
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from labkit.suite.lab import start_lab
 
-    return start_lab(port=args.port, open_browser=not args.no_browser)
+    extra = list(getattr(args, "jupyter_args", []) or [])
+    own = [a for a in extra if a.split("=", 1)[0] in _LAB_OWN]
+    if own:
+        raise SuiteError(f"{', '.join(own)}: labkit lab sets the address, port, token and folder "
+                         "itself (127.0.0.1, --port, $LABKIT_LAB_TOKEN, notebooks/); other "
+                         "jupyter lab options are passed on, e.g. --ServerApp.shutdown_no_activity_timeout=3600")
+    bad = [a for a in extra if not a.startswith("--")]
+    if bad:
+        raise SuiteError(f"{' '.join(bad)}: labkit lab takes no file names; jupyter lab options "
+                         "are passed on as --Name.option=value")
+    return start_lab(port=args.port, open_browser=not args.no_browser, extra_args=extra)
 
 
 def cmd_images(args: argparse.Namespace) -> int:
@@ -152,7 +214,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             names = check_record_names(args.only.split(",") if args.only else None)
         except ValueError as exc:
-            print(f"labkit serve: {exc}", file=sys.stderr)
+            print(f"labkit serve: {_one_line(exc)}", file=sys.stderr)
+            return EXIT_USAGE
+        if not _cuda_available():
+            print("labkit serve --record: no CUDA GPU here (torch.cuda.is_available() is False). "
+                  "The serving reference records time CUDA graphs and need an NVIDIA GPU; the "
+                  "recorded H200 ones are in data/reference/h200/ (serve_*.json). Without "
+                  "--record, labkit serve runs a trace on this CPU.", file=sys.stderr)
             return EXIT_USAGE
         run, failed = record_serving(Path(args.out), names,
                                      echo=lambda line: print(f"labkit serve: {line}", flush=True))
@@ -174,9 +242,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             window_s=args.window, breaker=breaker, name=args.name, out_root=Path(args.out),
             keep_timeline=not args.no_timeline)
     except (ValueError, TypeError, RuntimeError) as exc:  # a bad value: say which, one line
-        print(f"labkit serve: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"labkit serve: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"labkit serve: {summary_line(data['metrics'])}")
+    print(f"labkit serve: {summary_line(data['metrics'], device=data.get('device'), mode=args.mode)}")
     print(path)
     return 0
 
@@ -189,7 +257,7 @@ def cmd_tp(args: argparse.Namespace) -> int:
                          backend=args.backend, quick=args.quick, timeout_s=args.timeout,
                          symm_timeout_s=args.symm_timeout)
     except (ValueError, TypeError, RuntimeError) as exc:  # a bad value or too few GPUs
-        print(f"labkit tp: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"labkit tp: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return code
 
@@ -225,6 +293,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message already says what went wrong and what to do."""
     out: list[type[BaseException]] = [FileNotFoundError]
@@ -246,7 +318,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="labkit", description=__doc__.splitlines()[0])
-    p.add_argument("--version", action="version", version=f"labkit {__version__}")
+    p.add_argument("--version", action="version", version=f"labkit {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="execute the notebook suite (or some notebooks) with papermill")
@@ -256,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="papermill parameter (YAML value) for every notebook that declares it "
                         "(repeatable); a name no selected notebook declares is an error")
-    r.add_argument("-f", "--file", help="YAML file of parameters")
+    r.add_argument("-f", "--file", metavar="PARAMS.yaml",
+                   help="YAML file of parameters (name: value); -p wins over it")
     r.add_argument("--sweep", metavar="GRID.yaml",
                    help="YAML mapping of parameter -> list of values: one run per combination")
     r.add_argument("--out", default="runs", help="folder for run folders (default: runs)")
@@ -279,36 +353,49 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("env", help="print the environment record (GPU, driver, torch, commit)")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print it as JSON")
     e.set_defaults(func=cmd_env)
 
     ref = sub.add_parser("reference", help="copy a run's result records into data/reference/<gpu>")
-    ref.add_argument("run_dir")
-    ref.add_argument("--gpu", default="h200", help="reference folder name (default h200)")
+    ref.add_argument("run_dir", help="run folder made on a GPU (runs/<stamp>-gpu/) whose "
+                     "results/ are filed")
+    ref.add_argument("--gpu", default="h200",
+                     help="reference folder name: the GPU the results were measured on "
+                          "(default h200)")
     ref.set_defaults(func=cmd_reference)
 
     t = sub.add_parser("train", help="train the tiny byte-level checkpoint on the corpus")
-    t.add_argument("--out", default="data/checkpoints/char.safetensors")
-    t.add_argument("--steps", type=int, default=1500)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", default="data/checkpoints/char.safetensors",
+                   help="checkpoint file to write (default data/checkpoints/char.safetensors)")
+    t.add_argument("--steps", type=_positive_int, default=1500,
+                   help="optimizer steps (default 1500)")
+    t.add_argument("--seed", type=int, default=0, help="seed of weights and data order (default 0)")
     t.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    t.add_argument("--batch", type=int, default=32, help="windows per step (default 32)")
-    t.add_argument("--seq", type=int, default=128, help="bytes per window (default 128)")
+    t.add_argument("--batch", type=_positive_int, default=32, help="windows per step (default 32)")
+    t.add_argument("--seq", type=_positive_int, default=128, help="bytes per window (default 128)")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("slides", help="export notebooks to offline reveal.js decks")
-    s.add_argument("notebooks", nargs="*")
+    s.add_argument("notebooks", nargs="*",
+                   help="notebooks as for labkit run (03, 03_capture_replay, solutions/03, a "
+                        "path); default all NN_*.ipynb")
     s.add_argument("--run", metavar="PATH",
                    help="run folder (runs/<stamp>/) to take the executed notebooks from "
                         "(default: the newest complete run: status ok, holding every notebook "
                         "asked for, not one run of a sweep)")
-    s.add_argument("--out", default="build/slides")
+    s.add_argument("--out", default="build/slides",
+                   help="folder for the decks, pages and assets/ (default build/slides)")
     s.add_argument("--no-html", action="store_true", help="decks only, no HTML pages")
     s.set_defaults(func=cmd_slides)
 
-    lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants")
-    lab.add_argument("--port", type=_positive_int, default=8888)
-    lab.add_argument("--no-browser", action="store_true")
+    lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants",
+                         description="JupyterLab on notebooks/, on 127.0.0.1 with a token. "
+                                     "Other jupyter lab options (--Name.option=value) are "
+                                     "passed on.")
+    lab.add_argument("--port", type=_positive_int, default=8888,
+                     help="port to listen on (default 8888; a busy one is replaced by the next "
+                          "free one)")
+    lab.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     lab.set_defaults(func=cmd_lab)
 
     sv = sub.add_parser("serve", help="serve a request trace with continuous batching in one "
@@ -318,10 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--mode", default="eager",
                     choices=["eager", "full", "piecewise", "none", "exact"],
                     help="step function: eager decode_step, a padding dispatcher in "
-                         "cudagraph mode FULL / PIECEWISE / NONE, or full graphs of every size")
+                         "cudagraph mode FULL / PIECEWISE / NONE, or full graphs of every size "
+                         "(on a CPU the dispatcher buckets and pads eagerly: no CUDA graph)")
     sv.add_argument("--preset", default="char", help="model preset (default char)")
     sv.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    sv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    sv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="weights and activations (default float32)")
     sv.add_argument("--max-batch", type=_positive_int, default=16,
                     help="cache slots = most requests running at once (default 16)")
     sv.add_argument("--layout", default="slot", choices=["slot", "paged"],
@@ -341,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds per window of the step series (default 1)")
     sv.add_argument("--breaker", action="store_true",
                     help="circuit breaker: eager while the graph hit rate is low")
-    sv.add_argument("--breaker-window", type=_positive_int, default=32, help="steps watched")
+    sv.add_argument("--breaker-window", type=_positive_int, default=32,
+                    help="steps the breaker watches (default 32)")
     sv.add_argument("--breaker-threshold", type=float, default=0.5,
                     help="trip below this hit rate (default 0.5)")
     sv.add_argument("--breaker-cooldown", type=_positive_float, default=1.0,
@@ -375,8 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     tp.set_defaults(func=cmd_tp)
 
     im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")
-    im.add_argument("--out", default="build/images")
-    im.add_argument("--format", default="png", choices=["png", "svg"])
+    im.add_argument("--out", default="build/images",
+                    help="folder for the images (default build/images)")
+    im.add_argument("--format", default="png", choices=["png", "svg"],
+                    help="image format (default png)")
     im.set_defaults(func=cmd_images)
     return p
 
@@ -384,19 +476,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status (0 ok, 1 a notebook or command
     failed, 2 bad input, 130 interrupted). Bad input prints one message, no traceback."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and getattr(args, "command", None) != "lab":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.jupyter_args = extra
     except SystemExit as exc:  # --help, --version, or argparse's usage error (printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
         return int(args.func(args) or 0)
     except (SuiteError, EnvVarError) as exc:  # bad input: nothing was run or written
-        one_line = " ".join(str(exc).splitlines())
-        print(f"labkit {args.command}: {one_line}", file=sys.stderr)
+        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except _user_errors() as exc:  # a clear message, not a traceback
-        print(f"labkit {args.command}: {exc}", file=sys.stderr)
+        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # library checks name the problem and the fix (CONTRIBUTING)
+        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("labkit: interrupted", file=sys.stderr)
         return 130

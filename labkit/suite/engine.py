@@ -33,8 +33,10 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 WORKSHOP_GLOB = "workshop_*.ipynb"
 #: Folder (under ``notebooks/``) of the worked solutions.
 SOLUTIONS = "solutions"
-#: The renderer that draws in JupyterLab and in offline exports (plotly.js embedded once).
-DEFAULT_PLOTLY_RENDERER = "plotly_mimetype+notebook"
+#: The renderer of the kernels the suite starts: the plotly JSON only, which JupyterLab draws
+#: and from which every export rebuilds its charts (loading the one shared plotly.js), so an
+#: executed notebook does not carry its own 5 MB copy of the library.
+DEFAULT_PLOTLY_RENDERER = "plotly_mimetype"
 #: what ``labkit run`` writes into a run folder and a sweep folder
 RUN_FILE = "run.json"
 SWEEP_FILE = "sweep.json"

@@ -7,15 +7,34 @@ and the checks between them, all before anything runs.
   reads ``-f file.yaml``.
 * :func:`assign_parameters` gives each notebook the names it declares and raises
   :class:`labkit.suite.engine.SuiteError` for a name no selected notebook declares (closest
-  names suggested) or a value of the wrong type (int accepted where float is expected).
+  names suggested), a value of the wrong type (int accepted where float is expected) or a
+  value its rule does not allow.
+
+**Rules** (one source of truth: the notebook's parameters cell). The last ``;``-separated part
+of an assignment's trailing comment may be a rule, and then holds nothing else::
+
+    n_steps = 300            # decode steps drawn from the trace; >= 1
+    record_preset = "gpt2"   # which record to chart; choices: "gpt2", "small"
+    capture_sizes = [1, 2, 4, 8]   # graphs of the live demo; >= 1
+    max_size = None          # largest candidate size (None: the trace's largest); int >= 1 or None
+    budget_mib = 32          # memory budget; float > 0
+
+A rule is ``[TYPE] [choices: LITERAL, ... | BOUND[, BOUND]] [or None]`` with TYPE one of
+``int float str bool list`` (default: the default value's type), BOUND one of ``>= N``,
+``> N``, ``<= N``, ``< N``, and LITERALs written as in Python. For a list, choices and bounds
+apply to each item, its items must have the type of the default's items, and it must not be
+empty. ``or None`` also allows None (``-p name=null``). :func:`with_rules` writes rules into a
+parameters cell.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import io
 import re
-from dataclasses import dataclass
+import tokenize
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,13 +42,112 @@ from labkit.suite.engine import SuiteError, display_path
 
 
 @dataclass(frozen=True)
+class Rule:
+    """What a parameter's rule allows besides its type: choices, bounds, None, the items' type
+    of a list (see the module docstring)."""
+
+    choices: tuple = ()
+    bounds: tuple[tuple[str, float], ...] = ()
+    nullable: bool = False
+    item_kind: str | None = None
+    text: str = ""
+
+    def describe(self, kind: str | None) -> str:
+        """The allowed values in words, e.g. ``int >= 1``, ``one of 'gpt2', 'small'``."""
+        what = []
+        if self.choices:
+            what.append("one of " + ", ".join(repr(c) for c in self.choices))
+        if self.bounds:
+            what.append(" ".join(f"{op} {_num(v)}" for op, v in self.bounds))
+        base = kind or "any value"
+        if kind == "list":
+            base = f"a non-empty list of {self.item_kind or 'values'}" if (self.choices or self.bounds) \
+                else f"a list of {self.item_kind or 'values'}"
+            text = base + (", each " + " and ".join(what) if what else "")
+        else:
+            text = (" ".join([base] + what) if self.bounds and not self.choices
+                    else (what[0] if self.choices else base))
+        return text + (" or null" if self.nullable else "")
+
+
+@dataclass(frozen=True)
 class Parameter:
-    """One name of a notebook's ``parameters`` cell: its default's source text and the type a
-    value must have (``int``, ``float``, ``bool``, ``str``, ``list``, ``dict``; None: any)."""
+    """One name of a notebook's ``parameters`` cell: its default's source text, the type a
+    value must have (``int``, ``float``, ``bool``, ``str``, ``list``, ``dict``; None: any) and
+    its :class:`Rule` (choices, bounds, None allowed)."""
 
     name: str
     default: str
     kind: str | None
+    rule: Rule = field(default_factory=Rule)
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(v)
+
+
+_TYPES = ("int", "float", "str", "bool", "list")
+_BOUND = r"(?:>=|<=|>|<)\s*-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]-?\d+)?"
+_RULE = re.compile(
+    rf"^(?:(?P<type>{'|'.join(_TYPES)})\b\s*)?"
+    rf"(?:choices:\s*(?P<choices>.+?)|(?P<bounds>{_BOUND}(?:\s*,?\s*{_BOUND})?))?"
+    r"\s*(?P<none>or None)?\s*$")
+
+
+class RuleError(ValueError):
+    """A rule in a parameters cell that cannot be read."""
+
+
+def parse_rule(text: str) -> tuple[str | None, Rule] | None:
+    """``(type or None, Rule)`` for a rule's text, or None when ``text`` is no rule (prose)."""
+    text = text.strip()
+    m = _RULE.match(text)
+    if not text or m is None or not any(m.group(g) for g in ("type", "choices", "bounds", "none")):
+        return None
+    choices: tuple = ()
+    if m.group("choices"):
+        try:
+            value = ast.literal_eval(f"[{m.group('choices')}]")
+        except (ValueError, SyntaxError):
+            raise RuleError(f"rule {text!r}: the choices are not Python literals "
+                            '(write e.g. choices: "gpt2", "small")') from None
+        choices = tuple(value)
+    bounds = tuple((op, float(v)) for op, v in
+                   re.findall(r"(>=|<=|>|<)\s*(-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]-?\d+)?)",
+                              m.group("bounds") or ""))
+    return m.group("type"), Rule(choices, bounds, bool(m.group("none")), None, text)
+
+
+def _comment_tokens(source: str) -> dict[int, tuple[int, str]]:
+    """``{line number: (column of the #, comment text)}`` of a cell's source."""
+    out: dict[int, tuple[int, str]] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                out[tok.start[0]] = (tok.start[1], tok.string[1:].strip())
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out
+
+
+def _comments(source: str) -> dict[int, str]:
+    """``{line number: comment text}`` of a cell's source (``#`` left out)."""
+    return {n: text for n, (_, text) in _comment_tokens(source).items()}
+
+
+def _rule_text(comment: str) -> str:
+    return comment.rsplit(";", 1)[-1] if comment else ""
+
+
+def _item_kind(node: ast.AST) -> str | None:
+    if not isinstance(node, (ast.List, ast.Tuple)) or not node.elts:
+        return None
+    kinds = {_kind(e) for e in node.elts}
+    if kinds == {"int"}:
+        return "int"
+    if kinds <= {"int", "float"}:
+        return "float"
+    return kinds.pop() if len(kinds) == 1 and None not in kinds else None
 
 
 _NUMERIC = ("int", "float")
@@ -89,6 +207,7 @@ def declared_parameters(notebook: Path) -> dict[str, Parameter]:
     except SyntaxError:
         return _papermill_parameters(Path(notebook))
     found: dict[str, Parameter] = {}
+    comments = _comments(source)
     for node in tree.body:
         if isinstance(node, ast.Assign):
             targets, value, note = node.targets, node.value, None
@@ -100,9 +219,22 @@ def declared_parameters(notebook: Path) -> dict[str, Parameter]:
             continue
         kind = note or (_kind(value) if value is not None else None)
         text = ast.get_source_segment(source, value) if value is not None else ""
+        rule = Rule()
+        comment = comments.get(node.end_lineno or node.lineno) or comments.get(node.lineno, "")
+        try:
+            parsed = parse_rule(_rule_text(comment))
+        except RuleError as exc:
+            raise SuiteError(f"notebook {display_path(Path(notebook))}, parameter "
+                             f"{getattr(targets[0], 'id', '?')}: {exc}") from None
+        if parsed is not None:
+            rkind, rule = parsed
+            kind = rkind or kind
+        if kind == "list":  # a list's items have the type of the default's items
+            item = _item_kind(value) if value is not None else None
+            rule = Rule(rule.choices, rule.bounds, rule.nullable, item, rule.text)
         for target in targets:
             if isinstance(target, ast.Name):
-                found.setdefault(target.id, Parameter(target.id, text or "", kind))
+                found.setdefault(target.id, Parameter(target.id, text or "", kind, rule))
             else:  # a, b = 1, 2: names without a checkable type
                 for n in ast.walk(target):
                     if isinstance(n, ast.Name):
@@ -228,6 +360,80 @@ def _type_hint(name: str, value: Any, kind: str) -> str:
     return f"give {article} {kind}, e.g. -p {name}={example}"
 
 
+def _yaml(value: Any) -> str:
+    import json
+
+    return json.dumps(value) if not isinstance(value, str) or not value.isidentifier() else value
+
+
+def _allowed(value: Any, kind: str | None, rule: Rule) -> str | None:
+    """Why one (scalar) value breaks ``rule``'s choices or bounds (None when it does not)."""
+    if rule.choices and value not in rule.choices:
+        return f"{value!r} is not allowed"
+    for op, bound in rule.bounds:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"{value!r} is not a number"
+        ok = {">=": value >= bound, ">": value > bound, "<=": value <= bound,
+              "<": value < bound}[op]
+        if not ok:
+            return f"{value!r} is not {op} {_num(bound)}"
+    return None
+
+
+def _fits(value: Any, kind: str) -> bool:
+    return {"int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "bool": isinstance(value, bool), "str": isinstance(value, str),
+            "list": isinstance(value, (list, tuple)), "dict": isinstance(value, dict)}[kind]
+
+
+def _example(param: Parameter) -> str:
+    rule = param.rule
+    if rule.choices:
+        first = rule.choices[0]
+        return f"-p {param.name}=[{_yaml(first)}]" if param.kind == "list" else \
+            f"-p {param.name}={_yaml(first)}"
+    return f"-p {param.name}={param.default}" if param.default and len(param.default) < 40 \
+        and "*" not in param.default else ""
+
+
+def value_problem(value: Any, param: Parameter) -> tuple[str, str] | None:
+    """``(problem, how to fix it)`` when ``value`` does not fit ``param``'s type and rule
+    (None when it does): the problem names the allowed values and the value given."""
+    kind, rule = param.kind, param.rule
+    allowed = rule.describe(kind)
+    default = f" (default {param.default})" if param.default else ""
+    example = _example(param)
+    fix = f"give e.g. {example}" if example else f"give {allowed}"
+    if value is None:
+        if rule.nullable or kind is None:
+            return None
+        return f"expects {allowed}{default}, got null", fix
+    if value == "None" and (rule.nullable or kind not in (None, "str")):
+        return (f"expects {allowed}{default}, got the text 'None'",
+                f"YAML writes None as null: -p {param.name}=null" if rule.nullable else fix)
+    if kind is not None and not _fits(value, kind):
+        got = f"{type(value).__name__} {value!r}"
+        return f"expects {allowed}{default}, got {got}", (
+            fix if rule.choices or rule.bounds else _type_hint(param.name, value, kind))
+    if kind == "list":
+        items = list(value)
+        if not items and (rule.choices or rule.bounds):
+            return f"expects {allowed}{default}, got an empty list", fix
+        for i, item in enumerate(items):
+            if rule.item_kind and not _fits(item, rule.item_kind):
+                return (f"expects {allowed}{default}, got {item!r} (a {type(item).__name__}) "
+                        f"at position {i + 1} of {list(value)!r}", fix)
+            why = _allowed(item, rule.item_kind, rule)
+            if why:
+                return f"expects {allowed}{default}: {why} (in {list(value)!r})", fix
+        return None
+    why = _allowed(value, kind, rule)
+    if why:
+        return f"expects {allowed}{default}: {why}", fix
+    return None
+
+
 def unknown_parameter_error(names: Sequence[str], declared: Mapping[Path, Mapping[str, Any]]) -> SuiteError:
     """The error for parameter names no selected notebook declares (closest names suggested)."""
     known = sorted(set().union(*(set(d) for d in declared.values()))) if declared else []
@@ -244,11 +450,12 @@ def unknown_parameter_error(names: Sequence[str], declared: Mapping[Path, Mappin
 def assign_parameters(params: Mapping[str, Any],
                       declared: Mapping[Path, Mapping[str, Parameter]], *,
                       may_skip: Iterable[str] = ()) -> dict[Path, dict]:
-    """Per notebook, the parameters it declares, each checked against the default's type.
+    """Per notebook, the parameters it declares, each checked against the default's type and
+    the parameter's rule (choices, bounds; module docstring).
 
     A name may reach several notebooks; a name unknown to ALL of them (unless in ``may_skip``),
-    or a value of the wrong type for one of them, raises :class:`SuiteError` (naming the
-    parameter, the notebook and the expected type).
+    or a value of the wrong type or outside the rule for one of them, raises
+    :class:`SuiteError` (naming the parameter, the notebook and the allowed values).
     """
     known = set().union(*(set(d) for d in declared.values())) if declared else set()
     skip = set(may_skip)
@@ -259,9 +466,46 @@ def assign_parameters(params: Mapping[str, Any],
     for nb, names in declared.items():
         mine = {k: v for k, v in params.items() if k in names}
         for k, v in mine.items():
-            problem = type_problem(v, names[k])
+            problem = value_problem(v, names[k])
             if problem:
-                raise SuiteError(f"parameter {k!r} of notebook {nb.stem} {problem}: "
-                                 f"{_type_hint(k, v, names[k].kind or 'str')}")
+                raise SuiteError(f"parameter {k!r} of notebook {nb.stem} {problem[0]}: "
+                                 f"{problem[1]}")
         per_nb[nb] = mine
     return per_nb
+
+
+def with_rules(source: str, rules: Mapping[str, str]) -> str:
+    """A parameters cell's ``source`` with ``rules`` (``{name: rule text}``, e.g.
+    ``{"n_steps": ">= 1"}``) written as the last ``;``-part of each assignment's trailing
+    comment (a rule already there is replaced). Raises :class:`RuleError` for a name the cell
+    does not assign on one line, or a text that is no rule."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    comments = _comment_tokens(source)
+    where: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno == node.end_lineno:
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(target, ast.Name):
+                    where.setdefault(target.id, node.lineno)
+    for name, text in rules.items():
+        if name not in where:
+            raise RuleError(f"the parameters cell assigns no {name!r} on one line")
+        if parse_rule(text) is None:
+            raise RuleError(f"{text!r} (for {name}) is not a rule")
+        n = where[name]
+        line = lines[n - 1]
+        if n not in comments:
+            lines[n - 1] = f"{line.rstrip()}  # {text}"
+            continue
+        col, comment = comments[n]
+        code = line[:col].rstrip()
+        head, _, last = comment.rpartition(";")
+        try:
+            is_rule = parse_rule(last) is not None
+        except RuleError:
+            is_rule = True
+        prose = (head.strip() if is_rule else comment.strip())
+        pad = " " * max(2, col - len(code))
+        lines[n - 1] = f"{code}{pad}# {prose + '; ' if prose else ''}{text}"
+    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")

@@ -108,41 +108,47 @@ def _fmt_num(x: float | int) -> str:
 # ----------------------------------------------------------------------------- notebook HTML
 
 
-def export_notebook_html(notebook: Path, out_html: Path) -> Path:
-    """Export an executed notebook to an HTML page that works offline; returns its path.
+def export_notebook_html(notebook: Path, out_html: Path, *,
+                         notes: list[str] | None = None) -> Path:
+    """Export an executed notebook to an HTML page that works offline and needs nothing from
+    npm; returns its path.
 
     The page is made as ``labkit slides`` makes its pages (template ``lab``, images embedded,
-    hints folded, plotly.js once in the head, every chart rebuilt from its plotly JSON); the
-    parameters cells stay (they show what the run was given). What the page needs of the local
-    web assets (require.js and the widgets manager for saved widgets, MathJax for TeX) is copied
-    to ``assets/`` beside it. Raises :class:`~labkit.suite.slides.RemoteAssetError` (nothing
-    written) if the page would still load a script, style or font from the network, and
-    :class:`~labkit.suite.slides.SlidesError` when the web assets it needs are not there (they
-    are fetched by ``scripts/fetch_web_assets.sh`` or ``labkit slides``, never by a run).
+    hints folded, every chart rebuilt from its plotly JSON, widgets drawn from their saved
+    state); the parameters cells stay (they show what the run was given). Pages with charts
+    load one shared copy of plotly.js, the plotly wheel's own bundle, copied once to
+    ``assets/plotly.min.js`` beside them. TeX in markdown is typeset by the local MathJax when
+    ``scripts/fetch_web_assets.sh`` fetched it; without it the page is still written (TeX shown
+    as written) and a line saying so is appended to ``notes``. Raises
+    :class:`~labkit.suite.slides.RemoteAssetError` (nothing written) if the page would still
+    load a script, style or font from the network.
     """
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
     nb, info = slides.prepare_notebook(nb, drop_tags=())
     out_html = Path(out_html)
+    mathjax_url: str | None = slides.LOCAL_URLS["mathjax_url"]
     parts = slides.page_asset_parts(info)
-    if parts:  # never fetched here: a run does not reach the network for its pages
+    if "mathjax" in parts:  # never fetched here: a run does not reach the network for its pages
         try:
-            modules = slides.ensure_web_assets(fetch=False)
-        except slides.SlidesError as exc:
-            raise slides.SlidesError(
-                f"the HTML page of {Path(notebook).name} needs local copies of "
-                f"{', '.join(parts)} ({exc}); fetch them once with `bash "
-                "scripts/fetch_web_assets.sh` (npm) or `labkit slides`, then export again") from exc
-        slides.copy_assets(out_html.parent, modules, parts=parts)
+            slides.ensure_web_assets(fetch=False, parts=["mathjax"])
+        except slides.SlidesError:
+            parts.remove("mathjax")
+            mathjax_url = None
+            if notes is not None:
+                notes.append(f"{Path(notebook).stem}: TeX shown as written (no local MathJax; "
+                             "`bash scripts/fetch_web_assets.sh` fetches it)")
     _, exporter = slides.make_exporters()
     body, _ = exporter.from_notebook_node(nb, resources={
         "metadata": {"name": Path(notebook).stem, "path": str(Path(notebook).parent)},
-        "labkit_head": slides.head_html(info), "labkit_require": info["widgets"]})
+        "labkit_head": slides.head_html(info, mathjax_url=mathjax_url)})
     remote = slides.find_remote_urls(body, base_dir=out_html.parent)
     if remote:
         raise slides.RemoteAssetError(f"the HTML page of {notebook} would load these from the "
                                       "network (not offline): " + ", ".join(remote))
+    if parts:
+        slides.copy_assets(out_html.parent, parts=parts)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(body, encoding="utf-8")
     return out_html
@@ -341,6 +347,104 @@ def write_run_index(run_dir: Path, record: dict, reference_gpu: str = "h200") ->
 # ----------------------------------------------------------------------------- sweep index
 
 
+#: Most rows a sweep page shows per table of differences.
+DIFF_ROWS = 40
+
+
+def _output_lines(nb_path: Path, run_name: str = "") -> dict[int, list[str]]:
+    """``{code cell number: text lines of its outputs}`` of an executed notebook (printed text
+    and markdown from ``nb.say``; charts, HTML and reprs left out), with the run folder's name
+    written ``<run>``."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(nb_path), as_version=4)
+    except Exception:
+        return {}
+    out: dict[int, list[str]] = {}
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        n += 1
+        lines: list[str] = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                lines += o.get("text", "").splitlines()
+            data = o.get("data") or {}
+            if "text/markdown" in data:
+                text = data["text/markdown"]
+                lines += ("".join(text) if isinstance(text, list) else text).splitlines()
+        if lines:
+            out[n] = [ln.strip().replace(run_name, "<run>") if run_name else ln.strip()
+                      for ln in lines if ln.strip()]
+    return out
+
+
+def sweep_differences(sweep_dir: Path, record: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """What differs between a sweep's runs, as table rows (one column per run, in sweep order):
+    the headline numbers of the result records (``[record, number, value per run]``) and the
+    output lines of the executed notebooks that hold a number (``[notebook, cell, line per
+    run]``); lines and numbers equal in every run are left out."""
+    runs = [Path(sweep_dir).parent / r["run"] for r in record.get("runs") or [] if r.get("run")]
+    if len(runs) < 2:
+        return [], []
+    numbers = []
+    for run in runs:
+        got: dict[tuple[str, str], float] = {}
+        for path, res, _ in _load_results(run):
+            if res is not None:
+                got.update({(path.stem, k): v for k, v in headline_numbers(res.data).items()})
+        numbers.append(got)
+    keys = sorted(set().union(*numbers))
+    rec_rows = [[f"<code>{_e(name)}</code>", f"<code>{_e(key)}</code>"]
+                + [_e(_fmt_num(n[(name, key)])) if (name, key) in n else "-" for n in numbers]
+                for name, key in keys if len({n.get((name, key)) for n in numbers}) > 1]
+    out_rows = []
+    stems = sorted({p.stem for run in runs for p in (run / "notebooks").glob("*.ipynb")})
+    for stem in stems:
+        per_run = [_output_lines(run / "notebooks" / f"{stem}.ipynb", run.name) for run in runs]
+        for cell in sorted(set().union(*per_run)):
+            texts = [r.get(cell, []) for r in per_run]
+            for k in range(max(len(t) for t in texts)):
+                line = [t[k] if k < len(t) else "" for t in texts]
+                if len(set(line)) > 1 and any(ch.isdigit() for ch in "".join(line)):
+                    out_rows.append([_e(stem), f"[{cell}]"]
+                                    + [f"<code>{_e(x[:160])}</code>" for x in line])
+    return rec_rows, out_rows
+
+
+def _differences_section(sweep_dir: Path, record: dict) -> str:
+    runs = [r for r in record.get("runs") or [] if r.get("run")]
+    if len(runs) < 2:
+        return ""
+    try:
+        rec_rows, out_rows = sweep_differences(sweep_dir, record)
+    except Exception as exc:  # the page still shows the runs
+        return f'<h2>What differs</h2><p class="err">{_e(type(exc).__name__)}: {_e(exc)}</p>'
+    heads = [f"run {_e(r.get('index'))}: <code>{_e(', '.join(f'{k}={v!r}' for k, v in (r.get('combination') or {}).items()))}</code>"
+             for r in runs]
+    parts = ["<h2>What differs between the runs</h2>"]
+    if rec_rows:
+        more = len(rec_rows) - DIFF_ROWS
+        parts.append("<h3>Result records</h3>" + _table(["record", "number"] + heads,
+                                                       rec_rows[:DIFF_ROWS]))
+        if more > 0:
+            parts.append(f'<p class="muted">and {more} more numbers</p>')
+    else:
+        parts.append('<p class="muted">No result record differs between the runs (on the CPU '
+                     "tier the notebooks save none: they show the recorded references).</p>")
+    if out_rows:
+        more = len(out_rows) - DIFF_ROWS
+        parts.append("<h3>Notebook outputs (lines holding a number)</h3>"
+                     + _table(["notebook", "cell"] + heads, out_rows[:DIFF_ROWS]))
+        if more > 0:
+            parts.append(f'<p class="muted">and {more} more lines</p>')
+    else:
+        parts.append('<p class="muted">The notebooks printed the same numbers in every run.</p>')
+    return "".join(parts)
+
+
 def render_sweep_index(sweep_dir: Path, record: dict) -> str:
     """The HTML text of a sweep's ``index.html``."""
     grid = record.get("grid") or {}
@@ -377,6 +481,7 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
         ["#"] + [f"<code>{_e(k)}</code>" for k in keys]
         + ["status", "notebooks ok", "duration", "results", "run folder"], rows,
         {len(keys) + 2, len(keys) + 3}))
+    parts.append(_differences_section(Path(sweep_dir), record))
     parts.append('<p class="muted">Written by <code>labkit run --sweep</code>; the same facts are in '
                  '<a href="sweep.json">sweep.json</a>.</p>')
     return _page(title, "\n".join(parts))

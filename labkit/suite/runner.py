@@ -219,6 +219,20 @@ class RunResult:
     def failed(self) -> list[str]:
         return [e["name"] for e in self.record["notebooks"] if e["status"] in ("failed", "interrupted")]
 
+    @property
+    def pages_missing(self) -> list[str]:
+        """Notebooks that were executed but whose HTML page could not be written."""
+        return [e["name"] for e in self.record["notebooks"] if e.get("html_error")]
+
+    @property
+    def index_missing(self) -> bool:
+        return not (self.run_dir / "index.html").is_file()
+
+    @property
+    def complete(self) -> bool:
+        """ok, every page written and the index page too."""
+        return self.ok and not self.pages_missing and not self.index_missing
+
 
 @dataclass
 class SweepResult:
@@ -238,6 +252,12 @@ class SweepResult:
     def run_dirs(self) -> list[Path]:
         return [r.run_dir for r in self.runs]
 
+    @property
+    def complete(self) -> bool:
+        """ok, and every run wrote every page; the sweep's index page too."""
+        return self.ok and all(r.complete for r in self.runs) and \
+            (self.sweep_dir / "index.html").is_file()
+
 
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run (or sweep); ``result`` is what was recorded up to then."""
@@ -252,10 +272,12 @@ def summary_line(result: RunResult) -> str:
     entries = result.record["notebooks"]
     n_ok = sum(e["status"] == "ok" for e in entries)
     n_skip = sum(e["status"] == "skipped" for e in entries)
-    failed = result.failed
+    failed, pages = result.failed, result.pages_missing
     return (f"{n_ok}/{len(entries)} notebooks ok"
             + (f", {len(failed)} failed ({', '.join(failed)})" if failed else "")
             + (f", {n_skip} skipped" if n_skip else "")
+            + (f", {len(pages)} HTML page(s) NOT written ({', '.join(pages)})" if pages else "")
+            + (", index.html NOT written" if result.index_missing else "")
             + f", {len(result.record['results'])} result record(s), "
             f"{format_duration(result.record['duration_s'])} -> {display_path(result.run_dir)}"
             f" (report: {display_path(result.run_dir / 'index.html')})")
@@ -264,7 +286,10 @@ def summary_line(result: RunResult) -> str:
 def sweep_summary_line(result: SweepResult) -> str:
     """One line saying how a sweep went and where it is."""
     n_ok = sum(r.ok for r in result.runs)
-    return (f"sweep {n_ok}/{result.record['combinations']} runs ok, {format_duration(result.record.get('duration_s'))}"
+    pages = sum(len(r.pages_missing) for r in result.runs)
+    return (f"sweep {n_ok}/{result.record['combinations']} runs ok, "
+            + (f"{pages} HTML page(s) NOT written, " if pages else "")
+            + f"{format_duration(result.record.get('duration_s'))}"
             f" -> {display_path(result.sweep_dir)} "
             f"(report: {display_path(result.sweep_dir / 'index.html')})")
 
@@ -272,10 +297,15 @@ def sweep_summary_line(result: SweepResult) -> str:
 # ----------------------------------------------------------------------------- run
 
 
-def _progress(total: int, desc: str):
+def _progress(total: int, desc: str, stream=None):
+    """A progress bar on ``stream`` (stderr) when it is a terminal; otherwise (a log file, a
+    pipe, CI) no bar, only the lines written to it, so no carriage return lands in a log."""
+    stream = sys.stderr if stream is None else stream
+    if not getattr(stream, "isatty", lambda: False)():
+        return _Lines()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="nb", desc=desc, file=sys.stderr, dynamic_ncols=True,
+    return tqdm(total=total, unit="nb", desc=desc, file=stream, dynamic_ncols=True,
                 leave=True)
 
 
@@ -286,15 +316,22 @@ class _NoBar:
     def close(self) -> None: ...
 
 
-def _export_html(entry: dict, run_dir: Path) -> None:
+class _Lines(_NoBar):
+    """No bar: each line written goes to stdout as it is."""
+
+    def write(self, text: str) -> None:
+        print(text, flush=True)
+
+
+def _export_html(entry: dict, run_dir: Path, notes: list[str]) -> None:
     if not entry["output"]:
         entry["html"] = None
         return
     try:
-        export_notebook_html(run_dir / entry["output"], run_dir / entry["html"])
+        export_notebook_html(run_dir / entry["output"], run_dir / entry["html"], notes=notes)
     except Exception as exc:  # report it; the executed notebook is still there
         entry["html"] = None
-        entry["html_error"] = f"{type(exc).__name__}: {exc}"
+        entry["html_error"] = f"{type(exc).__name__}: {' '.join(str(exc).splitlines())}"
 
 
 def _entry(p: Path, plan: RunPlan) -> dict:
@@ -389,7 +426,7 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
                                    log_path=run_dir / entry["kernel_log"])
             results.append(res)
             _fill(entry, res, when)
-            _export_html(entry, run_dir)
+            _export_html(entry, run_dir, notes)
             _write_json(run_json, record)
             took = format_duration(res.duration_s)
             if res.ok:
@@ -397,6 +434,8 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
             else:
                 bar.write(f"  FAILED  {entry['name']}  ({took}): {res.error}")
                 stopped = not keep_going
+            if entry.get("html_error"):
+                bar.write(f"  WARNING {entry['name']}: no HTML page written: {entry['html_error']}")
             bar.update(1)
     except KeyboardInterrupt:
         record["status"] = "interrupted"

@@ -6,6 +6,7 @@ with a progress bar, and save a ``serve_<name>`` record into a fresh run folder;
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,7 +34,9 @@ def run_serve(*, trace: str, mode: str, preset_name: str, device: str | None, dt
                   kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
     reqs = load_request_trace(trace)
     total = min(len(reqs), max_requests or len(reqs))
-    with tqdm(total=total, desc=f"labkit serve {mode}", unit="req") as bar:
+    # a bar only on a terminal: a log file gets no carriage returns
+    with tqdm(total=total, desc=f"labkit serve {mode}", unit="req", file=sys.stderr,
+              disable=not sys.stderr.isatty()) as bar:
         data = measure_serving(preset_name, reqs, mode, device=device, dtype=dtype,
                                max_batch=max_batch, kv_layout=kv_layout, num_blocks=num_blocks,
                                capture_sizes=capture_sizes, seed=seed, clock=clock,
@@ -53,12 +56,19 @@ def run_serve(*, trace: str, mode: str, preset_name: str, device: str | None, dt
     return save_result(record, data, params, run), data
 
 
-def summary_line(m: dict) -> str:
-    """One line of a run's headline metrics (the record's ``metrics``)."""
+def summary_line(m: dict, *, device: str | None = None, mode: str | None = None) -> str:
+    """One line of a run's headline metrics (the record's ``metrics``). On a CPU (``device``)
+    no CUDA graph exists: the dispatcher's modes bucket and pad eagerly, so the hit rate is
+    called what it is there (the share of steps whose batch had a bucket) and the line says
+    that the times are CPU times."""
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-    return (f"{m['completed']} requests, {m['total_output']} tokens in {m['duration_s']:.2f} s; "
+    cpu = device is not None and not str(device).startswith("cuda")
+    hit = ("bucket hit rate (CPU: eager bucketing, no CUDA graph)" if cpu and mode != "eager"
+           else "graph hit rate")
+    return (f"{m['completed']} requests, {m['total_output']} tokens in {m['duration_s']:.2f} s"
+            + (" on the CPU" if cpu else "") + "; "
             f"TTFT median {fmt(m['ttft_ms']['median'])} ms p99 {fmt(m['ttft_ms']['p99'])} ms; "
-            f"TPOT median {fmt(m['tpot_ms']['median'])} ms; graph hit rate "
+            f"TPOT median {fmt(m['tpot_ms']['median'])} ms; {hit} "
             f"{m['graph_hit_rate']:.0%}, padded waste {m['padded_waste']:.0%}")
 
 
@@ -93,7 +103,8 @@ def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None
             echo(f"{name}: FAILED after {time.perf_counter() - start:.1f} s: "
                  f"{type(exc).__name__}: {exc}")
             continue
-        line = summary_line(data["metrics"]) if "metrics" in data else \
+        line = summary_line(data["metrics"], device=data.get("device"), mode=data.get("mode")) \
+            if "metrics" in data else \
             f"{len(data['points'])} points"
         echo(f"{name}: {time.perf_counter() - start:.1f} s: {line}")
     return run, failed

@@ -12,6 +12,7 @@ from pathlib import Path
 from labkit.measure.records import TPAllReduce, TPDecode, view
 from labkit.measure.results import new_run_dir, save_result
 from labkit.measure.tp import measure_tp
+from labkit.measure.tp.parent import check_launch
 
 #: exit codes: records saved and every check passed / saved but something failed or is off
 EXIT_OK, EXIT_PARTIAL = 0, 3
@@ -51,6 +52,7 @@ def run_tp(*, out_root: str | os.PathLike[str] = "runs", world_size: int = 2,
     """Measure, save both records into ``<out_root>/<stamp>-tp/results/``, print a summary.
     Returns (exit code, run folder)."""
     t0 = time.perf_counter()
+    backend = check_launch(world_size, backend)  # bad arguments fail before the folder is made
     run = new_run_dir("tp", root=out_root)
     print(f"[labkit tp] run folder {run}", flush=True)
     ar, dec = measure_tp(world_size=world_size, backend=backend, quick=quick,

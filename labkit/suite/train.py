@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -43,6 +44,14 @@ def evaluate(model: TinyGPT, ids: torch.Tensor, batch: int, seq: int, iters: int
         logits = model(x).float()
         losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item())
     return sum(losses) / len(losses)
+
+
+def _readable(path: Path) -> None:
+    """Give ``path`` the mode a new file gets here (0644 under the usual umask 022): the save
+    goes through a private temporary file, which is created 0600."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 def train_char_model(out: Path = Path("data/checkpoints/char.safetensors"), steps: int = 1500,
@@ -83,5 +92,6 @@ def train_char_model(out: Path = Path("data/checkpoints/char.safetensors"), step
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out, extra_metadata={"training": json.dumps(record)})
+    _readable(out)
     print(f"saved {out} (val loss {val:.3f} nats/byte)")
     return record

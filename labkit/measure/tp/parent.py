@@ -76,6 +76,17 @@ def _merge(results: list[dict], into: dict, methods: Sequence[str], n: int,
     into["device"] = r0.get("device", into.get("device", ""))
 
 
+def check_launch(world_size: int, backend: str | None) -> str:
+    """The backend a launch of ``world_size`` ranks uses (``backend``, else the default one),
+    after checking that this machine can run it; raises ``ValueError``/``RuntimeError`` naming
+    the problem before anything is made (a run folder, a rank)."""
+    world_size = as_int(world_size, "world_size", minimum=2,
+                        fix="tensor parallelism needs 2 or more ranks")
+    backend = default_backend() if backend is None else backend
+    check_devices(world_size, backend)
+    return backend
+
+
 def measure_tp(*, world_size: int = 2, backend: str | None = None, quick: bool = False,
                spec: dict | None = None, timeout_s: float = 150.0,
                symm_timeout_s: float = 90.0, scratch: str | os.PathLike[str] | None = None,
@@ -83,10 +94,8 @@ def measure_tp(*, world_size: int = 2, backend: str | None = None, quick: bool =
     """Measure everything on ``world_size`` ranks; returns the data of ``tp_allreduce`` and
     ``tp_decode_<preset>`` (each with ``checks``, ``errors`` naming what failed and why, and
     per-rank shutdown times). Never raises for a failed part or launch: it is recorded."""
-    world_size = as_int(world_size, "world_size", minimum=2,
-                        fix="tensor parallelism needs 2 or more ranks")
-    backend = default_backend() if backend is None else backend
-    check_devices(world_size, backend)
+    backend = check_launch(world_size, backend)
+    world_size = int(world_size)
     cpu = backend == "gloo"
     spec = dict(spec) if spec is not None else default_spec(quick, cpu=cpu)
     as_int_list(spec["batch_sizes"], "batch_sizes", minimum=1)

@@ -7,22 +7,22 @@ OFFLINE (no CDN address left in the page), charts included.
   one, the notebooks are executed here (the suite engine, :mod:`labkit.suite.engine`, into a
   temporary folder), so a CPU machine still gets decks showing the recorded reference charts. Notebooks are named as for
   ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``, ``workshop_90min``, a path).
-* Cells tagged ``parameters`` / ``injected-parameters`` are dropped; the cells' slideshow
-  metadata makes the slides (``skip`` cells are left out of decks).
-* reveal.js, require.js, jQuery, the Jupyter widgets HTML manager and MathJax 3 are local
-  copies: ``scripts/fetch_web_assets.sh`` (npm) puts them into ``build/web/node_modules``
-  (git-ignored; ``$LABKIT_WEB_DIR`` overrides ``build/web``), and each export copies what it
-  needs to ``<out>/assets/``, referenced by relative URLs. Mermaid is not loaded (JupyterLab
-  renders mermaid diagrams; decks show their source). MathJax is loaded only by pages whose
-  markdown holds TeX.
-* plotly.js is put into the page head exactly once. The ``plotly_mimetype+notebook`` renderer
-  emits the library with the first chart shown; moved to the head, it still loads when that
-  cell is a ``skip`` cell, a later fragment or dropped. Every chart is rebuilt from its plotly
-  JSON output, so decks draw the charts whatever plotly renderer the notebook ran with.
+* Cells tagged ``parameters`` / ``injected-parameters`` are dropped. A deck shows what the deck
+  rules choose per cell (:mod:`~.deck`: code hidden unless tagged ``slide-code``; statement,
+  set-up and exercise-check cells left out; one visual per slide; long text split; charts
+  sized to the slide); a page shows every other cell.
+* Nothing a page needs comes from npm: plotly.js is the plotly wheel's own bundle, copied once
+  per output folder (``assets/plotly.min.js``) and loaded by every page; every chart is rebuilt
+  from its plotly JSON, so pages draw the charts whatever plotly renderer the notebook ran
+  with; widgets are drawn from their saved state as plain HTML (:mod:`~.widgets`), with no
+  widget manager, require.js or jQuery. Decks load reveal.js, and pages whose markdown holds
+  TeX MathJax 3: local copies fetched once by ``scripts/fetch_web_assets.sh`` (npm) into
+  ``build/web/node_modules`` (``$LABKIT_WEB_DIR`` overrides ``build/web``). Mermaid is not
+  loaded (JupyterLab renders mermaid diagrams; exports show their source).
 * Hints (``<details>`` blocks of markdown) are folded with their text inside, as in JupyterLab
   (:mod:`labkit.suite.details`, a preprocessor of both exporters; the notebooks are unchanged).
-* A slide whose content is taller or wider than the slide (1280x800) is scaled down to fit,
-  never scrolled or cut off (the reveal template's ``fitSlide``).
+* A slide whose content is taller or wider than the slide (1280x800) first shrinks its charts
+  (down to a floor), then is scaled down to fit, never scrolled or cut off (``fitSlide``).
 * The run pages of ``labkit run`` (:func:`labkit.suite.report.export_notebook_html`) are made
   with the same exporter and copy only the assets they need (:func:`page_asset_parts`).
 * :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
@@ -30,7 +30,8 @@ OFFLINE (no CDN address left in the page), charts included.
 
 One module per job, every name imported from ``labkit.suite.slides``: :mod:`~.assets` (the
 local web assets), :mod:`~.offline` (no remote address left), :mod:`~.prepare` (an executed
-notebook made ready for export), :mod:`~.exporters` (the nbconvert exporters and templates),
+notebook made ready for export), :mod:`~.widgets` (widgets drawn from their saved state),
+:mod:`~.deck` (what each slide shows), :mod:`~.exporters` (the nbconvert exporters and templates),
 :mod:`~.runs` (which run folder to export); this module executes what no run holds and
 exports them all (:func:`export_slides`).
 """
@@ -46,25 +47,30 @@ from typing import Callable, Sequence
 from labkit import envvars
 from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks
 from labkit.suite.engine import display_path
-from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, WEB_DIR_ENV, SlidesError,
-                                        copy_assets, ensure_web_assets, fetch_script,
-                                        missing_assets, page_asset_parts, pinned_packages,
-                                        web_dir)
-from labkit.suite.slides.exporters import REVEAL_THEME, export_notebook, make_exporters
+from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, NPM_PARTS, PLOTLY_FILE,
+                                        WEB_DIR_ENV, SlidesError, copy_assets, ensure_web_assets,
+                                        fetch_script, missing_assets, page_asset_parts,
+                                        pinned_packages, plotlyjs_file, web_dir)
+from labkit.suite.slides.deck import SLIDE_CODE_TAG, deck_notebook
+from labkit.suite.slides.exporters import (REVEAL_THEME, SLIDE_HEIGHT, SLIDE_WIDTH,
+                                           export_notebook, make_exporters)
 from labkit.suite.slides.offline import (RemoteAssetError, check_offline, count_plotlyjs,
                                          find_remote_urls)
-from labkit.suite.slides.prepare import DROP_TAGS, has_math, head_html, prepare_notebook
+from labkit.suite.slides.prepare import (DROP_TAGS, chart_html, has_math, head_html,
+                                         output_html, prepare_notebook)
 from labkit.suite.slides.runs import (RUN_KIND, _entry_for, check_run_dir, choose_run,
                                       held_notebooks, newest_complete_run, read_run_record,
                                       why_not_complete)
 
 __all__ = [
-    "ASSETS_DIR", "DROP_TAGS", "LOCAL_URLS", "REVEAL_THEME", "RUN_KIND", "WEB_DIR_ENV",
-    "RemoteAssetError", "SlidesError", "SlidesResult", "check_offline", "check_run_dir",
-    "choose_run", "copy_assets", "count_plotlyjs", "ensure_web_assets", "execute_notebook",
-    "export_notebook", "export_slides", "fetch_script", "find_remote_urls", "has_math",
-    "head_html", "held_notebooks", "make_exporters", "missing_assets", "newest_complete_run",
-    "page_asset_parts", "pinned_packages", "prepare_notebook", "read_run_record",
+    "ASSETS_DIR", "DROP_TAGS", "LOCAL_URLS", "NPM_PARTS", "PLOTLY_FILE", "REVEAL_THEME",
+    "RUN_KIND", "SLIDE_CODE_TAG", "SLIDE_HEIGHT", "SLIDE_WIDTH", "WEB_DIR_ENV",
+    "RemoteAssetError", "SlidesError", "SlidesResult", "chart_html", "check_offline",
+    "check_run_dir", "choose_run", "copy_assets", "count_plotlyjs", "deck_notebook",
+    "ensure_web_assets", "execute_notebook", "export_notebook", "export_slides", "fetch_script",
+    "find_remote_urls", "has_math", "head_html", "held_notebooks", "make_exporters",
+    "missing_assets", "newest_complete_run", "output_html", "page_asset_parts",
+    "pinned_packages", "plotlyjs_file", "prepare_notebook", "read_run_record",
     "why_not_complete", "web_dir",
 ]
 
@@ -85,10 +91,10 @@ def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
     res = _execute(Path(src), dest, run_dir=dest.parent / "run", timeout=timeout,
                    plotly_renderer=DEFAULT_PLOTLY_RENDERER)
     if not res.ok:
-        cell = (res.error_record or {}).get("source") or ""
-        where = f"\nin the cell:\n{cell[-1500:]}" if cell else ""
-        raise SlidesError(f"executing {src} failed ({res.error}); fix it or export a run that "
-                          f"has it (`labkit run`){where}")
+        cell = ((res.error_record or {}).get("source") or "").strip().splitlines()
+        where = f" in the cell starting {cell[0][:80]!r}" if cell else ""
+        raise SlidesError(f"executing {src} failed ({res.error}){where}; fix it or export a "
+                          "run that has it (`labkit run`)")
     return dest
 
 

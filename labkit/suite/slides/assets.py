@@ -1,6 +1,7 @@
-"""The local copies of the web assets the exports load: reveal.js, require.js, jQuery, the
-Jupyter widgets HTML manager and MathJax 3, fetched once with npm into ``node_modules``
-(:func:`ensure_web_assets`) and copied beside the exported pages (:func:`copy_assets`).
+"""The local copies of the web assets the exports load: plotly.js from the plotly wheel
+(every page with a chart; no npm), and for decks reveal.js (and MathJax 3 for pages whose
+markdown holds TeX), fetched once with npm into ``node_modules`` (:func:`ensure_web_assets`).
+:func:`copy_assets` copies what a page needs beside it, into ``assets/``.
 Part of :mod:`labkit.suite.slides`.
 """
 
@@ -20,6 +21,8 @@ from labkit.paths import repo_root
 ASSETS_DIR = "assets"
 #: Environment variable naming the folder that holds ``node_modules`` (default ``build/web``).
 WEB_DIR_ENV = envvars.WEB_DIR
+#: The plotly.js copy under ``assets/`` (from the plotly wheel's package data).
+PLOTLY_FILE = "plotly.min.js"
 
 # files copied from node_modules: (source under node_modules, destination under assets/)
 _COPY_FILES: tuple[tuple[str, str], ...] = (
@@ -27,27 +30,21 @@ _COPY_FILES: tuple[tuple[str, str], ...] = (
     ("reveal.js/dist/reveal.css", "reveal.js/dist/reveal.css"),
     ("reveal.js/dist/reset.css", "reveal.js/dist/reset.css"),
     ("reveal.js/plugin/notes/notes.js", "reveal.js/plugin/notes/notes.js"),
-    ("requirejs/require.js", "require.js"),
-    ("jquery/dist/jquery.min.js", "jquery.min.js"),
-    ("@jupyter-widgets/html-manager/dist/embed-amd.js", "html-manager/embed-amd.js"),
     ("mathjax/es5/tex-svg-full.js", "mathjax/tex-svg-full.js"),
 )
 # folders copied whole (source, destination, file suffixes to copy)
 _COPY_DIRS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("reveal.js/dist/theme", "reveal.js/dist/theme",
      (".css", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".otf")),
-    # fonts the widget manager's bundled CSS refers to (relative to embed-amd.js)
-    ("@jupyter-widgets/html-manager/dist", "html-manager",
-     (".woff", ".woff2", ".ttf", ".eot", ".svg")),
 )
+#: The parts of ``assets/`` that come from npm (the rest come from Python wheels).
+NPM_PARTS = ("reveal.js", "mathjax")
 
 #: URLs (relative to the exported page) of the local copies.
 LOCAL_URLS = {
     "reveal_url_prefix": f"{ASSETS_DIR}/reveal.js",
-    "require_js_url": f"{ASSETS_DIR}/require.js",
-    "jquery_url": f"{ASSETS_DIR}/jquery.min.js",
-    "widget_renderer_url": f"{ASSETS_DIR}/html-manager/embed-amd.js",
     "mathjax_url": f"{ASSETS_DIR}/mathjax/tex-svg-full.js",
+    "plotly_url": f"{ASSETS_DIR}/{PLOTLY_FILE}",
 }
 
 class SlidesError(RuntimeError):
@@ -87,25 +84,39 @@ def _installed_version(node_modules: Path, name: str) -> str | None:
         return None
 
 
-def missing_assets(node_modules: Path) -> list[str]:
-    """What ``node_modules`` lacks for the exports: missing files, and packages at another
-    version than the one pinned in ``scripts/fetch_web_assets.sh`` (empty when complete)."""
-    need = [src for src, _ in _COPY_FILES] + [src for src, _, _ in _COPY_DIRS]
+def _part(dst: str) -> str:
+    return dst.split("/", 1)[0]
+
+
+def _wanted(parts: Iterable[str] | None) -> set[str]:
+    return set(NPM_PARTS) if parts is None else set(parts) & set(NPM_PARTS)
+
+
+def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> list[str]:
+    """What ``node_modules`` lacks for the exports (only for the npm ``parts`` named, default
+    all): missing files, and packages at another version than the one pinned in
+    ``scripts/fetch_web_assets.sh`` (empty when complete)."""
+    wanted = _wanted(parts)
+    need = [src for src, dst in _COPY_FILES if _part(dst) in wanted]
+    need += [src for src, dst, _ in _COPY_DIRS if _part(dst) in wanted]
     out = [p for p in need if not (node_modules / p).exists()]
     for name, version in pinned_packages().items():
+        if name not in wanted:
+            continue
         have = _installed_version(node_modules, name)
         if have is not None and have != version:
             out.append(f"{name}@{version} (found {have})")
     return out
 
 
-def ensure_web_assets(*, fetch: bool = True, quiet: bool = False) -> Path:
-    """``node_modules`` with every asset the exports need; runs ``scripts/fetch_web_assets.sh``
-    (npm) when some are missing and ``fetch`` is true. Raises :class:`SlidesError` saying what to
-    do when they cannot be had."""
+def ensure_web_assets(*, fetch: bool = True, quiet: bool = False,
+                      parts: Iterable[str] | None = None) -> Path:
+    """``node_modules`` with every npm asset the exports need (or the ``parts`` named); runs
+    ``scripts/fetch_web_assets.sh`` (npm) when some are missing and ``fetch`` is true. Raises
+    :class:`SlidesError` saying what to do when they cannot be had."""
     base = web_dir()
     modules = base / "node_modules"
-    missing = missing_assets(modules)
+    missing = missing_assets(modules, parts)
     if not missing:
         return modules
     if not fetch:
@@ -117,21 +128,32 @@ def ensure_web_assets(*, fetch: bool = True, quiet: bool = False) -> Path:
                           "from a checkout of its repository")
     if shutil.which("npm") is None:
         raise SlidesError(
-            "offline slides need local copies of reveal.js, require.js, jQuery, the widgets HTML "
-            "manager and MathJax, fetched once with npm, which is not installed. Install Node.js "
-            "(it includes npm): `apt-get install nodejs npm` on Debian/Ubuntu, `brew install node` "
-            "on macOS, `conda install -c conda-forge nodejs` in a conda environment, or an "
-            "installer from nodejs.org; then re-run (or run `bash scripts/fetch_web_assets.sh`).")
+            "slide decks need a local copy of reveal.js (and MathJax for TeX), fetched once with "
+            "npm, which is not installed (run pages need neither). Install Node.js (it includes "
+            "npm): `apt-get install nodejs npm` on Debian/Ubuntu, `brew install node` on macOS, "
+            "`conda install -c conda-forge nodejs` in a conda environment, or an installer from "
+            "nodejs.org; then re-run (or run `bash scripts/fetch_web_assets.sh`).")
     if not quiet:
         print(f"labkit slides: fetching web assets into {base} (npm, once)", file=sys.stderr)
     proc = subprocess.run(["bash", str(script), str(base)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SlidesError(f"{script.name} failed (exit {proc.returncode}):\n"
                           f"{(proc.stdout + proc.stderr).strip()[-3000:]}")
-    missing = missing_assets(modules)
+    missing = missing_assets(modules, parts)
     if missing:
         raise SlidesError(f"{script.name} ran but {modules} still lacks: {', '.join(missing)}")
     return modules
+
+
+def plotlyjs_file() -> Path:
+    """The plotly.js bundle the installed plotly wheel ships (``plotly/package_data``)."""
+    import plotly
+
+    path = Path(plotly.__file__).resolve().parent / "package_data" / PLOTLY_FILE
+    if not path.is_file():
+        raise SlidesError(f"the plotly package at {path.parent.parent} ships no {PLOTLY_FILE}: "
+                          "reinstall plotly (`pip install --force-reinstall plotly`)")
+    return path
 
 
 def _copy_if_changed(src: Path, dst: Path) -> None:
@@ -145,37 +167,38 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
 
 def page_asset_parts(info: dict) -> list[str]:
     """The parts of ``assets/`` (see :func:`copy_assets`) an HTML page (not a deck) of a
-    prepared notebook needs: none, or ``require.js`` and ``html-manager`` for saved widgets and
-    ``mathjax`` for TeX (``info`` from :func:`prepare_notebook`)."""
+    prepared notebook needs: ``plotly.min.js`` for charts, ``mathjax`` for TeX (``info``
+    from :func:`prepare_notebook`)."""
     parts = []
-    if info.get("widgets"):
-        parts += ["require.js", "html-manager"]
+    if info.get("charts"):
+        parts.append(PLOTLY_FILE)
     if info.get("math"):
         parts.append("mathjax")
     return parts
-
-
-def _part(dst: str) -> str:
-    return dst.split("/", 1)[0]
 
 
 def copy_assets(out_dir: Path, node_modules: Path | None = None,
                 parts: Iterable[str] | None = None) -> Path:
     """Copy the assets an export needs into ``<out_dir>/assets`` (unchanged files are skipped):
     all of them, or only the ``parts`` named (first folder or file name under ``assets/``:
-    ``reveal.js``, ``require.js``, ``jquery.min.js``, ``html-manager``, ``mathjax``)."""
+    ``plotly.min.js`` from the plotly wheel; ``reveal.js`` and ``mathjax`` from npm's
+    ``node_modules``, fetched when missing unless ``node_modules`` is given)."""
     wanted = None if parts is None else set(parts)
-    modules = node_modules if node_modules is not None else ensure_web_assets()
     dest = Path(out_dir) / ASSETS_DIR
+    if wanted is None or PLOTLY_FILE in wanted:
+        _copy_if_changed(plotlyjs_file(), dest / PLOTLY_FILE)
+    npm = _wanted(wanted)
+    if not npm:
+        return dest
+    modules = node_modules if node_modules is not None else ensure_web_assets(parts=npm)
     for src, dst in _COPY_FILES:
-        if wanted is None or _part(dst) in wanted:
+        if _part(dst) in npm:
             _copy_if_changed(modules / src, dest / dst)
     for src, dst, suffixes in _COPY_DIRS:
-        if wanted is not None and _part(dst) not in wanted:
+        if _part(dst) not in npm:
             continue
         root = modules / src
         for f in sorted(root.rglob("*")):
             if f.is_file() and f.suffix.lower() in suffixes:
                 _copy_if_changed(f, dest / dst / f.relative_to(root))
     return dest
-

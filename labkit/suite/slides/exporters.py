@@ -1,6 +1,7 @@
 """The nbconvert exporters: a reveal.js deck and a JupyterLab-style HTML page of a prepared
-notebook, with templates that load only local assets (:func:`make_exporters`), and the export
-of one executed notebook (:func:`export_notebook`). Part of :mod:`labkit.suite.slides`.
+notebook, with templates that load only local assets and no widget manager, require.js or
+jQuery (:func:`make_exporters`), and the export of one executed notebook
+(:func:`export_notebook`). Part of :mod:`labkit.suite.slides`.
 """
 
 from __future__ import annotations
@@ -9,33 +10,44 @@ from pathlib import Path
 
 from labkit.suite.details import FoldDetailsPreprocessor
 from labkit.suite.slides.assets import ASSETS_DIR, LOCAL_URLS
+from labkit.suite.slides.deck import CHART_HEIGHT, deck_notebook
 from labkit.suite.slides.prepare import DROP_TAGS, head_html, prepare_notebook
 
 #: reveal.js theme: ``white`` loads its fonts from local files (``simple`` would use a web font).
 REVEAL_THEME = "white"
+#: The slide's size in the deck's own pixels (reveal.js scales it to the window).
+SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 800
+#: A chart is not shrunk below this height (px) to fit its slide; the slide is scaled instead.
+MIN_CHART_HEIGHT = 280
 
-# Templates: the stock ones minus mermaid and MathJax 2 (CDN), plus the head HTML (head_html).
-# The reveal footer is the stock one without its MathJax 2 calls, resizing charts on each slide.
+# Templates: the stock ones minus mermaid, MathJax 2, require.js, jQuery and the widget manager
+# (widgets are drawn statically), plus the head HTML (head_html). The reveal footer loads
+# reveal.js with plain script tags and fits every slide (charts first, then the whole slide).
 _TEMPLATES = {
     "labkit_reveal.html.j2": r"""{%- extends 'index.html.j2' -%}
+{%- block html_head_js_jquery -%}{%- endblock html_head_js_jquery -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
 <style>.reveal .slides h1, .reveal .slides h2, .reveal .slides h3, .reveal .slides h4 { text-transform: none; }
 :root { --jp-code-font-size: 17px; --jp-cell-prompt-width: 90px; }
 .reveal .slides section > .labkit-fit { transform-origin: 0 0; }
+.reveal .jp-InputPrompt, .reveal .jp-OutputPrompt { display: none; }
 .reveal details > summary { cursor: pointer; }</style>
 {%- endblock html_head_js_mathjax -%}
 {% block footer_js %}
+<script src="{{ resources.reveal.url_prefix }}/dist/reveal.js"></script>
+<script src="{{ resources.reveal.url_prefix }}/plugin/notes/notes.js"></script>
 <script>
-require({waitSeconds: 30},
-  ["{{ resources.reveal.url_prefix }}/dist/reveal.js", "{{ resources.reveal.url_prefix }}/plugin/notes/notes.js"],
-  function (Reveal, RevealNotes) {
+(function () {
+    var Reveal = window.Reveal;
     Reveal.initialize({
       controls: true, progress: true, history: true, hash: true,
       transition: "{{ resources.reveal.transition | default('slide', true) }}",
       slideNumber: "{{ resources.reveal.number | default('', true) }}",
-      plugins: [RevealNotes],
+      plugins: window.RevealNotes ? [window.RevealNotes] : [],
       width: {{ resources.reveal.width | default('1280', true) }},
       height: {{ resources.reveal.height | default('800', true) }}
     });
@@ -43,12 +55,32 @@ require({waitSeconds: 30},
       if (!window.Plotly || !slide) { return; }
       slide.querySelectorAll('.js-plotly-plot').forEach(function (gd) { window.Plotly.Plots.resize(gd); });
     }
-    // Fit a slide whose content is taller or wider than the slide (width x height): its
-    // content is wrapped and scaled down (the largest scale, found by bisection, at which
-    // nothing overflows; the wrapper gets wider as it shrinks, so text wraps as on a wider
-    // slide). Done when a slide is shown and again when its content changes size (widgets
-    // and charts are drawn after the page loads).
     var MIN_SCALE = {{ resources.labkit_min_scale | default(0.5, true) }};
+    var MIN_CHART = {{ resources.labkit_min_chart | default(280, true) }};
+    // Charts are sized to the slide: while the slide (at scale 1) is taller than the deck,
+    // its charts give up height, each down to MIN_CHART pixels.
+    function fitCharts(section, wrap, cfg) {
+      var plots = Array.prototype.slice.call(wrap.querySelectorAll('.plotly-graph-div'));
+      if (!plots.length || !window.Plotly) { return; }
+      plots.forEach(function (gd) {
+        if (!gd.dataset.labkitHeight) { gd.dataset.labkitHeight = String(gd.offsetHeight || 460); }
+      });
+      var excess = section.scrollHeight - cfg.height;
+      if (excess <= 0) { return; }
+      var each = Math.ceil(excess / plots.length);
+      plots.forEach(function (gd) {
+        var full = parseFloat(gd.dataset.labkitHeight), h = Math.max(MIN_CHART, full - each);
+        if (h >= gd.offsetHeight) { return; }
+        gd.style.height = h + 'px';
+        gd.style.overflow = 'hidden';
+        if (gd.classList.contains('js-plotly-plot')) { window.Plotly.relayout(gd, {height: h}); }
+      });
+    }
+    // Fit a slide whose content is taller or wider than the slide (width x height): charts
+    // first (fitCharts), then the content is wrapped and scaled down (the largest scale,
+    // found by bisection, at which nothing overflows; the wrapper gets wider as it shrinks,
+    // so text wraps as on a wider slide). Done when a slide is shown and again when its
+    // content changes size (charts are drawn after the page loads).
     function fitSlide(section) {
       if (!section || section.querySelector('section')) { return; }
       var cfg = Reveal.getConfig(), wrap = section.querySelector(':scope > .labkit-fit');
@@ -74,6 +106,7 @@ require({waitSeconds: 30},
         return section.scrollHeight <= cfg.height && section.scrollWidth <= cfg.width;
       }
       var scale = 1;
+      if (!fits(1)) { fitCharts(section, wrap, cfg); }
       if (!fits(1)) {
         var lo = MIN_SCALE, hi = 1;
         for (var i = 0; i < 8; i++) {
@@ -88,18 +121,17 @@ require({waitSeconds: 30},
         Reveal.layout();
       }
     }
-    function show(slide) { fitSlide(slide); resizeCharts(slide); }
+    function show(slide) { resizeCharts(slide); fitSlide(slide); }
     Reveal.on('ready', function (e) { show(e.currentSlide); });
     Reveal.on('slidechanged', function (e) { show(e.currentSlide); });
-  });
+})();
 </script>
 {% endblock footer_js %}
 """,
     "labkit_lab.html.j2": r"""{%- extends 'index.html.j2' -%}
-{%- block html_head_js_requirejs -%}
-{%- if resources.labkit_require -%}<script src="{{ resources.require_js_url }}"></script>{%- endif -%}
-{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
 {%- endblock html_head_js_mathjax -%}
@@ -116,17 +148,17 @@ def make_exporters(prefix: str = ASSETS_DIR):
     urls = {k: v.replace(ASSETS_DIR, prefix, 1) for k, v in LOCAL_URLS.items()}
     c = Config()
     for cls in ("SlidesExporter", "HTMLExporter"):
-        c[cls].require_js_url = urls["require_js_url"]
-        c[cls].jquery_url = urls["jquery_url"]
-        c[cls].widget_renderer_url = urls["widget_renderer_url"]
         c[cls].mathjax_url = urls["mathjax_url"]
+        c[cls].require_js_url = ""
+        c[cls].jquery_url = ""
+        c[cls].widget_renderer_url = ""
         c[cls].embed_images = True
         c[cls].exclude_anchor_links = True
     c.SlidesExporter.reveal_url_prefix = urls["reveal_url_prefix"]
     c.SlidesExporter.reveal_theme = REVEAL_THEME
     c.SlidesExporter.reveal_number = "c/t"
-    c.SlidesExporter.reveal_width = "1280"
-    c.SlidesExporter.reveal_height = "800"
+    c.SlidesExporter.reveal_width = str(SLIDE_WIDTH)
+    c.SlidesExporter.reveal_height = str(SLIDE_HEIGHT)
     # belt and braces: the cells are dropped in prepare_notebook too
     c.TagRemovePreprocessor.enabled = True
     c.TagRemovePreprocessor.remove_cell_tags = set(DROP_TAGS)
@@ -144,8 +176,10 @@ def make_exporters(prefix: str = ASSETS_DIR):
 
 def export_notebook(nb_path: Path, out_dir: Path, *, html: bool = True,
                     name: str | None = None) -> list[Path]:
-    """Export one EXECUTED notebook to ``<out_dir>/<name>.slides.html`` (and ``<name>.html``).
-    The assets must already be in ``<out_dir>/assets`` (:func:`copy_assets`)."""
+    """Export one EXECUTED notebook to the deck ``<out_dir>/<name>.slides.html`` (the deck
+    rules of :mod:`labkit.suite.slides.deck` choose what each slide shows) and the page
+    ``<name>.html`` (every cell but the parameters). The assets must already be in
+    ``<out_dir>/assets`` (:func:`copy_assets`)."""
     import nbformat
 
     name = name or Path(nb_path).stem
@@ -157,12 +191,14 @@ def export_notebook(nb_path: Path, out_dir: Path, *, html: bool = True,
         if suffix == ".html" and not html:
             continue
         nb = nbformat.read(str(nb_path), as_version=4)
-        nb, info = prepare_notebook(nb)
+        deck = suffix == ".slides.html"
+        nb, info = prepare_notebook(nb, chart_height=CHART_HEIGHT if deck else 525)
+        if deck:
+            deck_notebook(nb)
         resources = {"metadata": {"name": name, "path": str(Path(nb_path).parent)},
-                     "labkit_head": head_html(info), "labkit_require": info["widgets"]}
+                     "labkit_head": head_html(info), "labkit_min_chart": MIN_CHART_HEIGHT}
         body, _ = exporter.from_notebook_node(nb, resources=resources)
         target = out_dir / f"{name}{suffix}"
         target.write_text(body, encoding="utf-8")
         written.append(target)
     return written
-

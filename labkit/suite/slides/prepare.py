@@ -1,19 +1,26 @@
-"""Making an executed notebook ready for an offline export: parameter cells dropped, plotly.js
-moved out of the outputs into the page head once, every chart rebuilt from its plotly JSON
-(:func:`prepare_notebook`), and the head's scripts (:func:`head_html`).
-Part of :mod:`labkit.suite.slides`.
+"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`):
+parameter cells dropped, the plotly.js library taken out of the outputs (the page loads one
+shared copy, ``assets/plotly.min.js``, from the plotly wheel), every chart rebuilt from its
+plotly JSON, every widget drawn from its saved state as plain HTML (no widget manager), and
+the head's scripts and styles (:func:`head_html`). Part of :mod:`labkit.suite.slides`.
 """
 
 from __future__ import annotations
 
+import html as htmllib
 import re
 from typing import Sequence
 
+from nbformat import from_dict
+
 from labkit.suite.slides.assets import LOCAL_URLS
-from labkit.suite.slides.offline import _PLOTLY_BANNER, _SCRIPT_BLOCK
+from labkit.suite.slides.offline import _PLOTLY_BANNER
+from labkit.suite.slides.widgets import WIDGET_CSS, WIDGET_VIEW, static_widget_html, widget_states
 
 #: Tags of cells left out of every export.
 DROP_TAGS = ("parameters", "injected-parameters")
+#: Height (px) of a chart on a page.
+PAGE_CHART_HEIGHT = 525
 
 _MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$\w])\$[^$\s][^$\n]*?(?<!\s)\$(?![\w$])|\\\(|\\\[|\\begin\{",
                    re.S)
@@ -24,26 +31,23 @@ def has_math(nb) -> bool:
     return any(c.cell_type == "markdown" and _MATH.search(c.source) for c in nb.cells)
 
 
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else (value or "")
+
+
 def _is_plotlyjs_output(out) -> bool:
-    html = (out.get("data") or {}).get("text/html", "")
-    html = "".join(html) if isinstance(html, list) else html
+    html = _text((out.get("data") or {}).get("text/html", ""))
     return len(html) > 100_000 and "plotly-graph-div" not in html and bool(
         _PLOTLY_BANNER.search(html[:5000]))
 
 
-def _extract_plotlyjs(html: str) -> str:
-    """The library's source from the renderer's output (``<script>...plotly.js...</script>``)."""
-    for m in _SCRIPT_BLOCK.finditer(html):
-        if _PLOTLY_BANNER.search(m.group(1)[:2000]):
-            return m.group(1)
-    return ""
-
-
-def _chart_html(fig_json: dict) -> str:
+def chart_html(fig_json: dict, height: int = PAGE_CHART_HEIGHT) -> str:
+    """A chart's HTML from its plotly JSON: a div and the call that draws it (the library is
+    loaded once by the page), ``height`` pixels high unless the figure sets its own."""
     import plotly.io as pio
 
     return pio.to_html(fig_json, include_plotlyjs=False, include_mathjax=False, full_html=False,
-                       default_width="100%", default_height=525, validate=False,
+                       default_width="100%", default_height=height, validate=False,
                        config={"responsive": True})
 
 
@@ -51,19 +55,55 @@ _REMOTE_SCRIPT_TAG = re.compile(
     r"""<script\b[^>]*\bsrc\s*=\s*["'](?:https?:)?//[^"']*["'][^>]*>\s*</script>""", re.I)
 
 
-def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS) -> tuple[object, dict]:
+def output_html(out: dict, chart_height: int = PAGE_CHART_HEIGHT) -> str:
+    """One saved output (an nbformat output dict, e.g. inside an Output widget) as HTML."""
+    kind = out.get("output_type")
+    if kind == "stream":
+        return f"<pre>{htmllib.escape(_text(out.get('text')))}</pre>"
+    if kind == "error":
+        return f"<pre>{htmllib.escape(str(out.get('ename')))}: {htmllib.escape(str(out.get('evalue')))}</pre>"
+    data = out.get("data") or {}
+    if "application/vnd.plotly.v1+json" in data:
+        return chart_html(dict(data["application/vnd.plotly.v1+json"]), chart_height)
+    if "text/html" in data:
+        return _REMOTE_SCRIPT_TAG.sub("", _text(data["text/html"]))
+    for mime in ("image/png", "image/jpeg"):
+        if mime in data:
+            b64 = "".join(_text(data[mime]).split())
+            return f'<img src="data:{mime};base64,{b64}">'
+    if "image/svg+xml" in data:
+        return _text(data["image/svg+xml"])
+    if "text/markdown" in data:
+        from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+        return markdown2html_mistune(_text(data["text/markdown"]))
+    if "text/plain" in data:
+        return f"<pre>{htmllib.escape(_text(data['text/plain']))}</pre>"
+    return ""
+
+
+def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
+                     chart_height: int = PAGE_CHART_HEIGHT) -> tuple[object, dict]:
     """Make an executed notebook ready for an offline export (in place); returns ``(nb, info)``.
 
-    Drops cells tagged with one of ``drop_tags`` (:data:`DROP_TAGS` by default); removes the plotly.js library from the outputs
-    (it goes into the page head once); rebuilds every chart's HTML from its plotly JSON without
-    MathJax or library copies; strips remote ``<script src>`` tags left in chart HTML.
-    ``info``: ``{"charts": int, "plotlyjs": str (library source or ''), "math": bool,
-    "widgets": bool}`` (``widgets``: the notebook saved widget state, drawn by the widgets
-    manager).
+    Drops cells tagged with one of ``drop_tags``; removes the plotly.js library from the
+    outputs (the page loads the shared copy); rebuilds every chart's HTML from its plotly JSON
+    (``chart_height`` pixels high) without MathJax or library copies; replaces every widget
+    view by static HTML from the saved widget state and removes that state (so no widget
+    manager is loaded); strips remote ``<script src>`` tags left in output HTML.
+    ``info``: ``{"charts": int, "widgets": int, "math": bool}``.
     """
     nb.cells = [c for c in nb.cells if not set(drop_tags) & set(c.metadata.get("tags", []))]
-    plotlyjs = ""
-    charts = 0
+    states = widget_states(nb)
+    charts = widgets = 0
+
+    def render(out: dict) -> str:
+        nonlocal charts
+        data = out.get("data") or {}
+        if "application/vnd.plotly.v1+json" in data or "plotly-graph-div" in _text(data.get("text/html")):
+            charts += 1
+        return output_html(out, chart_height)
+
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -71,47 +111,46 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS) -> tuple[object, 
         for out in cell.get("outputs", []):
             data = out.get("data") or {}
             if _is_plotlyjs_output(out):
-                html = data["text/html"]
-                plotlyjs = plotlyjs or _extract_plotlyjs("".join(html) if isinstance(html, list) else html)
+                continue
+            if WIDGET_VIEW in data:
+                view = data[WIDGET_VIEW] or {}
+                static = static_widget_html(str(view.get("model_id")), states, render)
+                if static is None:  # no saved state: what the kernel said it was
+                    static = f"<pre>{htmllib.escape(_text(data.get('text/plain')))}</pre>"
+                else:
+                    widgets += 1
+                kept.append(from_dict({"output_type": "display_data", "metadata": {},
+                                       "data": {"text/html": static}}))
                 continue
             fig = data.get("application/vnd.plotly.v1+json")
             if fig is not None:
-                data["text/html"] = _chart_html(dict(fig))
+                data["text/html"] = chart_html(dict(fig), chart_height)
                 charts += 1
             elif "text/html" in data:
-                html = data["text/html"]
-                html = "".join(html) if isinstance(html, list) else html
+                html = _text(data["text/html"])
                 if "plotly-graph-div" in html:
                     charts += 1
                 data["text/html"] = _REMOTE_SCRIPT_TAG.sub("", html)
             kept.append(out)
         cell.outputs = kept
-    if charts and not plotlyjs:
-        from plotly.offline import get_plotlyjs
-
-        plotlyjs = get_plotlyjs()
-    return nb, {"charts": charts, "plotlyjs": plotlyjs, "math": has_math(nb),
-                "widgets": "widgets" in nb.metadata}
+    nb.metadata.pop("widgets", None)
+    return nb, {"charts": charts, "widgets": widgets, "math": has_math(nb)}
 
 
-def head_html(info: dict, mathjax_url: str = LOCAL_URLS["mathjax_url"]) -> str:
-    """The page head's scripts for a prepared notebook (``info`` from :func:`prepare_notebook`):
-    plotly.js once, and the local MathJax when the markdown holds TeX."""
-    parts = ["<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"]
-    if info.get("math"):
+def head_html(info: dict, *, plotly_url: str = LOCAL_URLS["plotly_url"],
+              mathjax_url: str | None = LOCAL_URLS["mathjax_url"]) -> str:
+    """The page head's scripts and styles for a prepared notebook (``info`` from
+    :func:`prepare_notebook`): the shared plotly.js when it has charts, the local MathJax when
+    its markdown holds TeX (``mathjax_url`` None: TeX is shown as written), the static widgets'
+    style."""
+    parts = ["<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
+             f"<style>{WIDGET_CSS}</style>"]
+    if info.get("math") and mathjax_url:
         parts.append(
             "<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
             "displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true, "
             "processEnvironments: true, tags: 'ams'}, svg: {fontCache: 'global'}};</script>\n"
-            f'<script src="{mathjax_url}"></script>\n'
-            # the widgets manager (and old plotly outputs) call the MathJax 2 API
-            "<script>if (window.MathJax && !window.MathJax.Hub) { window.MathJax.Hub = {"
-            "Config: function () {}, getAllJax: function () { return []; }, Rerender: function () {},"
-            " Queue: function () { for (var i = 0; i < arguments.length; i++) { var a = arguments[i];"
-            " if (Array.isArray(a) && a[0] === 'Typeset' && window.MathJax.typesetPromise) {"
-            " window.MathJax.typesetPromise(a[2] ? [a[2]] : undefined); } } } }; }</script>")
-    if info.get("plotlyjs"):
-        parts.append(f"<script>{info['plotlyjs']}</script>")
+            f'<script src="{mathjax_url}"></script>')
+    if info.get("charts"):
+        parts.append(f'<script src="{plotly_url}"></script>')
     return "\n".join(parts)
-
-
