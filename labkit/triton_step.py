@@ -318,6 +318,10 @@ class TritonStep:
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
               out: torch.Tensor | None) -> torch.Tensor:
         cfg = self.model.cfg
+        # the kernels index rows as ``ptr + row``: strided ids (a column of a larger
+        # buffer, say) are copied first; contiguous ones, the usual case, as they are
+        tokens, positions, slots = (x if x.is_contiguous() else x.contiguous()
+                                    for x in (tokens, positions, slots))
         logits = out if out is not None else torch.empty(
             (tokens.shape[0], cfg.vocab_size), dtype=cfg.torch_dtype, device=tokens.device)
         for launch in self.launches(tokens, positions, slots, logits):
