@@ -23,6 +23,7 @@ import torch
 from labkit import kernels
 from labkit.fused import agreement
 from labkit.kernels.plan import KERNELS, kernel_plan, kernels_per_step, plan_totals
+from labkit.measure import triton_bench
 from labkit.model import GPTConfig, build_model, generate, preset
 from labkit.stepcost import step_bytes
 from labkit.triton_step import Blocks, choose_blocks, make_triton_step
@@ -363,6 +364,80 @@ def test_the_plan_moves_the_bytes_of_the_floor(name, batch):
 def test_plan_refuses_a_context_past_the_cache():
     with pytest.raises(ValueError):
         kernel_plan(preset("test"), 1, 33)
+
+
+def test_triton_bench_derives_floor_and_ratios():
+    out = triton_bench.derived({"readable": [{"median": 300.0}, {"median": 400.0}],
+                                "fused": [{"median": 200.0}, {"median": 300.0}],
+                                "triton": [{"median": 100.0}, {"median": 330.0}]},
+                               floors=[50.0, 100.0])
+    assert out["x_floor"]["triton"] == [2.0, 3.3]
+    assert out["speedup_vs_fused"] == [2.0, 300.0 / 330.0]
+    assert out["speedup_vs_readable"] == [3.0, 400.0 / 330.0]
+
+
+class _EagerGraphs:
+    """Stands in for a GraphSet on CPU: static inputs, ``replay`` runs the step eagerly."""
+
+    def __init__(self, model, sizes, step):
+        n = max(sizes)
+        self.step, self.sizes = step, sizes
+        self.t = torch.zeros(n, dtype=torch.long)
+        self.p = torch.zeros(n, dtype=torch.long)
+        self.s = torch.full((n,), model.cfg.scratch_slot)
+
+    def copy_inputs(self, t, p, s):
+        b = t.shape[0]
+        self.t[:b], self.p[:b], self.s[:b] = t, p, s
+        return b
+
+    def replay(self, b):
+        assert b in self.sizes
+        return self.step(self.t[:b], self.p[:b], self.s[:b], check=False)
+
+    def release(self):
+        pass
+
+
+@cpu
+def test_measure_triton_assembles_its_record_on_cpu(monkeypatch):
+    """The record's assembly, on CPU: the GPU parts (bandwidth, capture, CUDA-event timing,
+    profiler) replaced by stand-ins, the token checks run for real (interpreter)."""
+    from labkit.model import build_model as build
+    from labkit.timing import Stats
+
+    tb = triton_bench
+    monkeypatch.setattr(tb, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(tb, "_need_compiled", lambda: None)
+    monkeypatch.setattr(tb, "_free", lambda: None)
+    monkeypatch.setattr(tb, "copy_bandwidth", lambda: {"gbps": 4000.0})
+    monkeypatch.setattr(tb, "make_model", lambda name, max_batch, dtype, **kw: _randomise(
+        build(preset(name, max_batch=max_batch, dtype=dtype, **kw), seed=1)))
+    monkeypatch.setattr(tb, "capture_decode_graphs",
+                        lambda model, sizes, step, progress: _EagerGraphs(model, sizes, step))
+    monkeypatch.setattr(tb, "time_cuda_interleaved", lambda fns, **kw: {
+        name: (fn(), Stats.from_samples([100.0 + i, 110.0 + i]))[1]
+        for i, (name, fn) in enumerate(fns.items())})
+    monkeypatch.setattr(tb, "gpu_op_profile", lambda fn: (fn(), {"k": {"count": 11, "us": 2.0}})[1])
+    monkeypatch.setattr(tb, "profile_call", lambda fn: (fn(), {"gpu_ops": 11})[1])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "cpu (stand-ins)")
+    data = tb.measure_triton("test", batch_sizes=[2, 1], dtype="float32", context=8,
+                             max_seq=32, repeats=2, inner=1, new_tokens=2)
+    assert data["batch_sizes"] == [1, 2] and data["steps"] == ["readable", "fused", "triton"]
+    assert all(v is True or (isinstance(v, float) and v == 1.0) for v in data["checks"].values())
+    assert data["triton_kernels_per_step"] == 11 and data["ops_total"]["triton"] == [11, 11]
+    assert [len(data["times"][s]) for s in data["steps"]] == [2, 2, 2]
+    assert data["floor_us"][0] == step_bytes(preset("test"), 1, 8).total / 4e6
+    assert data["speedup_vs_fused"] == [106.0 / 107.0] * 2  # medians of [101, 111], [102, 112]
+    assert len(data["plan_totals"]) == 2 and data["plan"][0]["kernel"] == "ln_qkv_kernel"
+    json.dumps(data)  # a plain, JSON-able dict
+
+
+def test_triton_bench_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        triton_bench.measure_triton("test", batch_sizes=[1])
 
 
 # ---------------------------------------------------------------------------------- GPU
