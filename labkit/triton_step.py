@@ -22,12 +22,14 @@ kernels (gpt2, L = 12: 61; small, L = 4: 21), no metadata kernels (the cache ind
 row is computed inside the kernels from ``positions`` and ``slots``), no copies, no fills.
 Each kernel boundary is a true dependency: a LayerNorm or an attention needs whole rows or
 every head, which a kernel only has once the previous one has finished. Going below five per
-layer needs a grid-wide barrier (a persistent kernel) or float atomics (split-K MLP), which
-would make the step's results depend on timing; neither is done here.
+layer needs a grid-wide barrier (a persistent kernel, one launch for the whole step) or float
+atomics (the MLP in one split-K kernel, whose sums would then depend on the order in which
+programs finish); neither is done here.
 :mod:`labkit.kernels.plan` has the table with the bytes each kernel must move.
 
 Block sizes (:class:`Blocks`) are chosen per batch size by :func:`choose_blocks` (a
-heuristic, not tuned: pass ``blocks=`` to try others). The attention splits are fixed per
+heuristic checked for register spills with :mod:`labkit.kernels.aot`, not timed: pass
+``blocks=`` to try others). The attention splits are fixed per
 batch size from ``max_seq`` and the number of (row, head) pairs, never from the positions,
 so the launch grid depends on the batch size alone.
 

