@@ -501,3 +501,14 @@ def test_gpu_bf16_agreement_and_kernel_count():
     t, p, s = (x.cuda() for x in (torch.tensor([3]), torch.tensor([10]), torch.tensor([0])))
     counts = op_counts(lambda: step(t, p, s, check=False), device="cuda")
     assert sum(counts.values()) == kernels_per_step(m.cfg.n_layer)
+
+
+@pytest.mark.gpu
+@gpu_compiled
+def test_measure_triton_on_the_gpu():
+    data = triton_bench.measure_triton("test", batch_sizes=[1, 4], context=8, max_seq=32,
+                                       repeats=3, inner=2, new_tokens=3)
+    assert all(v is True for k, v in data["checks"].items() if k != "triton_token_agreement")
+    assert data["graph_ops"]["triton"] == [kernels_per_step(2)] * 2
+    assert all(t["median"] > 0 for s in data["steps"] for t in data["times"][s])
+    json.dumps(data)
