@@ -1,0 +1,120 @@
+"""Compile the Triton step's kernels for a GPU without one: every launch of a step goes
+through Triton's compiler to PTX and ``ptxas`` (bundled with Triton) to a cubin, and ptxas
+reports each kernel's registers and spills.
+
+What the interpreter cannot check, this does: that every kernel *compiles* for the target
+(types of loop-carried values, tile shapes ``tl.dot`` takes, constexpr branches), and that
+the tile sizes of :func:`labkit.triton_step.choose_blocks` fit in registers (a spill is a
+slow round trip through local memory). It runs the compiler only, so it needs a process
+whose kernels were loaded for the GPU (no ``TRITON_INTERPRET=1``).
+
+``python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT]`` prints one line per compiled
+kernel (``gpt2 bfloat16 1``: the 12-layer model at batch 1).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+
+import torch
+
+from labkit import kernels
+from labkit.model import TinyGPT, build_model, preset
+from labkit.triton_step import Blocks, gpu_launches
+
+_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+          torch.int64: "i64", torch.int32: "i32"}
+
+
+def _signature(launch) -> dict[str, str]:
+    """Triton's type string of every argument: a pointer ``*bf16``, an ``i32``, an ``fp32``,
+    or ``constexpr``."""
+    sig = {}
+    args = iter(launch.args)
+    for name in launch.kernel.arg_names:
+        if name in launch.constants:
+            sig[name] = "constexpr"
+            continue
+        value = next(args)
+        if isinstance(value, torch.Tensor):
+            sig[name] = "*" + _TYPES[value.dtype]
+        elif isinstance(value, bool):
+            sig[name] = "i1"
+        elif isinstance(value, int):
+            sig[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        elif isinstance(value, float):
+            sig[name] = "fp32"
+        else:
+            raise TypeError(f"{launch.name}: argument {name} is a {type(value).__name__}")
+    return sig
+
+
+def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}a", f.name,
+                              "-o", "/dev/null"], capture_output=True, text=True,
+                             check=True).stderr
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, log)
+        return int(found.group(1)) if found else 0
+
+    return {"registers": number(r"Used (\d+) registers"),
+            "spill_stores": number(r"(\d+) bytes spill stores"),
+            "spill_loads": number(r"(\d+) bytes spill loads")}
+
+
+def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
+                 blocks: Blocks | Mapping[str, int] | None = None) -> list[dict]:
+    """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``; one
+    row per compiled kernel: ``kernel``, ``launches`` per step, ``grid``, ``num_warps``,
+    ``registers``, ``spill_stores``, ``spill_loads`` (bytes) and ``shared_bytes`` (the
+    shared memory Triton asks for: its pipelined loads). Raises
+    ``RuntimeError`` when the kernels were loaded for the interpreter."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if kernels.interpreted():
+        raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
+                           "compile them in a process without it")
+    rows: dict[tuple, dict] = {}
+    for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks):
+        sig = _signature(launch)
+        key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
+               launch.num_warps)
+        if key in rows:
+            rows[key]["launches"] += 1
+            continue
+        compiled = triton.compile(ASTSource(launch.kernel, sig, dict(launch.constants)),
+                                  target=GPUTarget("cuda", arch, 32),
+                                  options={"num_warps": launch.num_warps})
+        rows[key] = {"kernel": launch.name, "launches": 1, "grid": list(launch.grid),
+                     "num_warps": launch.num_warps,
+                     **_ptxas_report(compiled.asm["ptx"], arch),
+                     "shared_bytes": int(compiled.metadata.shared)}
+    return list(rows.values())
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (3, 4):
+        print("usage: python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT]")
+        return 2
+    name, dtype, batch = argv[0], argv[1], int(argv[2])
+    layout = argv[3] if len(argv) == 4 else "slot"
+    model = build_model(preset(name, max_batch=batch, dtype=dtype, kv_layout=layout))
+    for row in compile_step(model, batch):
+        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,130 @@
+"""Decode attention of the Triton step (:mod:`labkit.triton_step`), split along the sequence
+as FlashDecoding does, over the KV cache in place (slot or paged layout).
+
+A decode row has one query per head and attends over its ``pos + 1`` cached positions. One
+program per (row, head) leaves most of the GPU idle at small batches (12 programs for the
+12-layer model at batch 1), so the positions are cut into ``NSPLIT`` splits of ``SPLIT``
+positions and each (row, head, split) program computes a *partial* softmax: the largest score
+``m`` of its split, the sum ``l`` of ``exp(score - m)`` and the unnormalised output
+``acc = sum exp(score - m) v``. The partials combine exactly (the log-sum-exp trick)::
+
+    M = max_s m_s,   y = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s
+
+The combine needs every split of a head, so it runs in the next kernel, which needs every
+head of a row anyway: :func:`attn_out_kernel` combines and multiplies by the output
+projection in one pass. Splits are fixed by ``max_seq`` (a graph cannot pick them from the
+positions): a split past a row's last position loads nothing and writes ``m = -inf, l = 0``.
+
+Bytes per launch (``B`` rows at context ``c``, ``e`` bytes per element):
+:func:`attention_split_kernel` reads q (``B D e``) and the keys and values of every attended
+position (``2 B c D e``, the only bytes of the step that grow with the context) and writes
+the partials (``B H NSPLIT (head_dim + 2)`` float32); :func:`attn_out_kernel` reads the
+partials (once per column block, from L2), ``W_proj`` and its bias (``(D^2 + D) e``) and the
+residual, and writes the residual.
+"""
+
+import triton
+import triton.language as tl
+
+from .common import cache_index, dot_acc
+
+
+@triton.jit
+def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, table_ptr,
+                           m_ptr, l_ptr, acc_ptr, scale, H: tl.constexpr, HD: tl.constexpr,
+                           D: tl.constexpr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr,
+                           BLOCK_SIZE: tl.constexpr, MAX_BLOCKS: tl.constexpr,
+                           NSPLIT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_T: tl.constexpr,
+                           BLOCK_HD: tl.constexpr):
+    """Partial softmax attention of one (row, head, split): positions
+    ``[s * SPLIT, min((s + 1) * SPLIT, pos + 1))`` of the row's slot, read in place.
+
+    Replaces the readable step's attention kernel (with its metadata kernels: key offsets and
+    lengths come from ``positions`` and ``slots`` here). Online softmax over the split's
+    chunks of ``BLOCK_T`` positions: for each chunk the scores ``q . k * scale``, the running maximum,
+    the rescaled sums. This step's k and v were stored by :func:`ln_qkv_kernel` before this
+    launch, so the row's own position is read from the cache like every other."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    slot = tl.load(slot_ptr + b).to(tl.int64)
+    pos = tl.load(pos_ptr + b).to(tl.int64)
+    d = tl.arange(0, BLOCK_HD)
+    d_mask = d < HD
+    q = tl.load(q_ptr + b * D + h * HD + d, mask=d_mask, other=0.0).to(tl.float32)
+    start = s * SPLIT
+    end = tl.minimum(start + SPLIT, pos + 1)
+    m_i = tl.full([], float("-inf"), tl.float32)
+    l_i = tl.full([], 0.0, tl.float32)
+    acc = tl.zeros([BLOCK_HD], dtype=tl.float32)
+    # a fixed number of chunks (SPLIT / BLOCK_T), masked past the row's last position: a
+    # masked load reads no memory (and Triton's interpreter takes no loop bounds read from
+    # memory under numpy 2)
+    for c in range(0, SPLIT, BLOCK_T):
+        t = start + c + tl.arange(0, BLOCK_T)
+        t_mask = t < end
+        index = cache_index(slot, t, table_ptr, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS)
+        offset = index[:, None] * D + h * HD + d[None, :]
+        kv_mask = t_mask[:, None] & d_mask[None, :]
+        k = tl.load(k_cache_ptr + offset, mask=kv_mask, other=0.0).to(tl.float32)
+        scores = tl.sum(k * q[None, :], axis=1) * scale
+        scores = tl.where(t_mask, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=0))
+        # while nothing is attended yet (m_new = -inf) subtract 0, not -inf: no NaN
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_sub)  # rescales what the earlier chunks summed
+        p = tl.exp(scores - m_sub)
+        v = tl.load(v_cache_ptr + offset, mask=kv_mask, other=0.0).to(tl.float32)
+        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+    part = (b * H + h) * NSPLIT + s
+    tl.store(m_ptr + part, m_i)
+    tl.store(l_ptr + part, l_i)
+    tl.store(acc_ptr + part * HD + d, acc, mask=d_mask)
+
+
+@triton.jit
+def attn_out_kernel(m_ptr, l_ptr, acc_ptr, w_ptr, b_ptr, x_ptr, B, H: tl.constexpr,
+                    HD: tl.constexpr, D: tl.constexpr, NSPLIT: tl.constexpr,
+                    BLOCK_S: tl.constexpr, BLOCK_HD: tl.constexpr, BLOCK_B: tl.constexpr,
+                    BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    """Fuses the split combine + output projection + bias + residual add, in place:
+    ``x += combine(partials) @ W_proj.T + b_proj``.
+
+    Replaces the readable step's out-projection GEMM, its bias and the residual add (and
+    FlashDecoding's separate reduction kernel). The reduction dimension of ``W_proj`` is the
+    attention output, head after head, so the program loops over heads: combine that head's
+    splits for its rows (rounded to the model dtype, as the attention output is), multiply by
+    the head's ``head_dim`` columns of ``W_proj``. Reads ``W_proj`` ``(D, D)`` and its bias
+    once, the partials once per program (L2), its tile of ``x``."""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_mask = rows < B
+    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = ns < D
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, BLOCK_HD)
+    d_mask = d < HD
+    part_mask = row_mask[:, None] & (s < NSPLIT)[None, :]
+    out = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
+    for h in range(H):
+        part = (rows[:, None] * H + h) * NSPLIT + s[None, :]              # (BLOCK_B, BLOCK_S)
+        m = tl.load(m_ptr + part, mask=part_mask, other=-float("inf"))
+        l = tl.load(l_ptr + part, mask=part_mask, other=0.0)
+        m_max = tl.where(row_mask, tl.max(m, axis=1), 0.0)  # split 0 is never empty
+        weight = tl.exp(m - m_max[:, None])
+        denom = tl.sum(weight * l, axis=1)
+        denom = tl.where(denom > 0, denom, 1.0)  # padded rows of the block: no partials
+        acc = tl.load(acc_ptr + part[:, :, None] * HD + d[None, None, :],
+                      mask=part_mask[:, :, None] & d_mask[None, None, :], other=0.0)
+        y = tl.sum(weight[:, :, None] * acc, axis=1) / denom[:, None]    # (BLOCK_B, BLOCK_HD)
+        w = tl.load(w_ptr + ns[:, None] * D + h * HD + d[None, :],
+                    mask=n_mask[:, None] & d_mask[None, :], other=0.0)
+        out = dot_acc(out, y.to(w.dtype), w, UPCAST, PRECISION)
+    out += tl.load(b_ptr + ns, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    mask = row_mask[:, None] & n_mask[None, :]
+    offset = rows[:, None] * D + ns[None, :]
+    x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    tl.store(x_ptr + offset, (x + out).to(x_ptr.dtype.element_ty), mask=mask)

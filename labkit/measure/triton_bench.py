@@ -1,0 +1,231 @@
+"""Record ``triton_<preset>``: the Triton decode step beside the readable FULL graph and the
+PyTorch fused step's graph, on a GPU (the measurement behind notebook 12's Triton column).
+
+Correct before fast, in this order, per preset:
+
+1. float32 on the GPU: greedy tokens of the Triton step equal the readable step's (prompts of
+   different lengths, at the smallest and the largest batch size; and once in the paged
+   layout), checks ``triton_tokens_equal_readable_float32`` and ``..._paged``;
+2. bf16: the agreement of the Triton step with the readable one (share of equal greedy tokens,
+   largest logit difference of one step: :func:`labkit.fused.agreement`);
+3. bf16, one FULL graph set per step (readable, fused, triton; one graph per batch size):
+   graph tokens equal eager tokens of the same step, checks ``graph_tokens_equal_eager.*``;
+4. the three graphs replayed *interleaved* per batch size (:func:`labkit.timing.
+   time_cuda_interleaved`: a GPU clock change reaches all three alike), every row attending
+   to ``context`` positions, so the bandwidth floor of the step is defined
+   (:func:`labkit.stepcost.step_bytes` at the copy bandwidth measured first);
+5. after all timings (a profiler session was seen to slow the host for the rest of a
+   process): the GPU operations of one eager step by kernel name with their summed GPU time
+   (:func:`labkit.measure.opcount.gpu_op_profile`), and the GPU operations one replay runs
+   (:func:`labkit.measure.roofline.profile_call`); the Triton step's count is checked
+   against its plan (``5 L + 1``, :mod:`labkit.kernels.plan`).
+
+:func:`record_triton` saves ``triton_small`` and ``triton_gpt2`` with provenance into a run
+folder: the GPU entry point (``python -m labkit.measure.triton_bench RUN_DIR``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from labkit import kernels
+from labkit.checks import as_int, as_size_list
+from labkit.fused import agreement, make_fused_step
+from labkit.graphs import GraphSet, capture_decode_graphs
+from labkit.kernels.plan import kernel_plan, kernels_per_step, plan_totals
+from labkit.measure.bench import _free, _need_cuda, _stats, make_model, random_prompts
+from labkit.measure.opcount import gpu_op_profile
+from labkit.measure.results import save_result
+from labkit.measure.roofline import _inputs, copy_bandwidth, profile_call
+from labkit.model import TinyGPT, generate
+from labkit.stepcost import floor_us, step_bytes
+from labkit.timing import time_cuda_interleaved
+from labkit.triton_step import make_triton_step
+
+#: the steps of the record, in the order they are timed within each round
+STEPS: tuple[str, ...] = ("readable", "fused", "triton")
+#: the parameters ``triton_<preset>`` is measured with by default (the preset changes)
+DEFAULT_PARAMS = {"batch_sizes": [1, 8, 64], "dtype": "bfloat16", "context": 128,
+                  "max_seq": 256, "repeats": 30, "inner": 10, "new_tokens": 8}
+
+
+def derived(times: Mapping[str, Sequence[Mapping]], floors: Sequence[float]) -> dict:
+    """Plain ratios of the medians: ``x_floor[step][i]`` (median / floor at batch size
+    ``i``), ``speedup_vs_fused[i]`` and ``speedup_vs_readable[i]`` (their median over the
+    Triton step's: above 1 = the Triton graph is the faster)."""
+    med = {s: [float(t["median"]) for t in ts] for s, ts in times.items()}
+    return {"x_floor": {s: [round(m / f, 3) for m, f in zip(ms, floors)]
+                        for s, ms in med.items()},
+            "speedup_vs_fused": [f / t for f, t in zip(med["fused"], med["triton"])],
+            "speedup_vs_readable": [r / t for r, t in zip(med["readable"], med["triton"])]}
+
+
+def _need_compiled() -> None:
+    reason = kernels.unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"measure_triton needs Triton: {reason}")
+    if kernels.interpreted():
+        raise RuntimeError("the Triton kernels were loaded for the interpreter "
+                           "(TRITON_INTERPRET=1): a timing of the interpreter measures the "
+                           "host; run in a process without TRITON_INTERPRET")
+
+
+def _graph_step(gs: GraphSet) -> Callable[..., torch.Tensor]:
+    """``(tokens, positions, slots) -> logits`` through the graph of the batch's size."""
+    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        b = gs.copy_inputs(t, p, s)
+        return gs.replay(b)[:b].clone()
+    return step
+
+
+def _tokens_equal(model: TinyGPT, sizes: Sequence[int], new_tokens: int, **kw) -> bool:
+    """Triton greedy tokens equal readable ones for ``model`` at every size in ``sizes``."""
+    step = make_triton_step(model, **kw)
+    return all(agreement(model, random_prompts(model, b, seed=b), new_tokens,
+                         step=step).fraction == 1.0 for b in sizes)
+
+
+def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int,
+                   max_seq: int) -> dict[str, bool]:
+    """Float32 on the GPU: the Triton step's greedy tokens equal the readable step's, slot
+    layout at the smallest and largest size, paged layout at the smallest."""
+    sizes = sorted({batch_sizes[0], batch_sizes[-1]})
+    out = {}
+    for layout, key, at in (("slot", "triton_tokens_equal_readable_float32", sizes),
+                            ("paged", "triton_tokens_equal_readable_float32_paged",
+                             sizes[:1])):
+        model = make_model(preset_name, max_batch=max(batch_sizes), dtype="float32",
+                           max_seq=max_seq, kv_layout=layout)
+        try:
+            out[key] = _tokens_equal(model, at, new_tokens)
+        finally:
+            model = None
+            _free()
+    return out
+
+
+def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
+                   dtype: str = "bfloat16", context: int = 128, max_seq: int = 256,
+                   repeats: int = 30, inner: int = 10, new_tokens: int = 8) -> dict:
+    """Record ``triton_<preset>`` (see the module docstring): per batch size, interleaved
+    replay times of the readable, fused and Triton graphs, the floor, kernels per step,
+    bf16 agreement, checks."""
+    sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
+                                    fix="give batch sizes such as [1, 8, 64]")))
+    repeats = as_int(repeats, "repeats", minimum=1, fix="time at least one sample")
+    inner = as_int(inner, "inner", minimum=1, fix="replay at least once per sample")
+    new_tokens = as_int(new_tokens, "new_tokens", minimum=2,
+                        fix="decode at least 2 new tokens")
+    max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give the cache's positions per slot")
+    context = as_int(context, "context", minimum=1, maximum=max_seq,
+                     fix=f"give the positions each row attends to, at most max_seq={max_seq}")
+    _need_cuda("measure_triton")
+    _need_compiled()
+    bandwidth = copy_bandwidth()
+    checks: dict[str, bool | float] = float32_checks(preset_name, sizes, new_tokens, max_seq)
+    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    cfg = model.cfg
+    triton_step = make_triton_step(model)
+    agree = agreement(model, random_prompts(model, max(sizes)), new_tokens, step=triton_step)
+    checks["triton_token_agreement"] = agree.fraction
+    eager = {"readable": model.decode_step, "fused": make_fused_step(model),
+             "triton": triton_step}
+    graphs: dict[str, GraphSet] = {}
+    times: dict[str, list] = {s: [] for s in STEPS}
+    try:
+        for name in STEPS:
+            graphs[name] = capture_decode_graphs(model, sizes, step=eager[name],
+                                                 progress=False)
+            checks[f"graph_tokens_equal_eager.{name}"] = all(
+                generate(model, p, new_tokens, step_fn=eager[name])
+                == generate(model, p, new_tokens, step_fn=_graph_step(graphs[name]))
+                for p in (random_prompts(model, b, seed=b) for b in sizes))
+        checks["graph_tokens_equal_eager"] = all(checks[f"graph_tokens_equal_eager.{s}"]
+                                                 for s in STEPS)
+        for b in sizes:
+            inputs = _inputs(model, b, context)
+            for gs in graphs.values():
+                gs.copy_inputs(*inputs)
+            stats = time_cuda_interleaved(
+                {s: (lambda gs=graphs[s], b=b: gs.replay(b)) for s in STEPS},
+                warmup=5, repeats=repeats, inner=inner)
+            for s in STEPS:
+                times[s].append(_stats(stats[s]))
+        # profiled after every timing (see the module docstring)
+        count_batch = sizes[0]
+        ops, op_us = {}, {}
+        ops_total: dict[str, list[int]] = {s: [] for s in STEPS}
+        kernel_us: dict[str, list[float]] = {s: [] for s in STEPS}
+        graph_ops: dict[str, list[int]] = {s: [] for s in STEPS}
+        for s in STEPS:
+            for b in sizes:
+                t, p, sl = _inputs(model, b, context)
+                prof = gpu_op_profile(lambda f=eager[s], t=t, p=p, sl=sl: f(t, p, sl, check=False))
+                if b == count_batch:
+                    ops[s] = {k: int(v["count"]) for k, v in prof.items()}
+                    op_us[s] = {k: round(v["us"], 3) for k, v in prof.items()}
+                ops_total[s].append(int(sum(v["count"] for v in prof.values())))
+                kernel_us[s].append(round(sum(v["us"] for v in prof.values()), 3))
+                graphs[s].copy_inputs(t, p, sl)
+                graph_ops[s].append(int(profile_call(
+                    lambda gs=graphs[s], b=b: gs.replay(b))["gpu_ops"]))
+    finally:
+        for gs in graphs.values():
+            gs.release()
+    expected = kernels_per_step(cfg.n_layer)
+    checks["triton_kernels_per_step_equal_plan"] = all(n == expected
+                                                      for n in ops_total["triton"])
+    checks["triton_graph_ops_equal_plan"] = all(n == expected for n in graph_ops["triton"])
+    launch = [triton_step.launch_shape(b) for b in sizes]
+    plans = [kernel_plan(cfg, b, context, splits=ls["splits"]) for b, ls in zip(sizes, launch)]
+    nbytes = [step_bytes(cfg, b, context) for b in sizes]
+    floors = [floor_us(sb.total, bandwidth["gbps"]) for sb in nbytes]
+    data = {
+        "preset": preset_name, "dtype": dtype, "config": cfg.to_dict(), "context": context,
+        "batch_sizes": sizes, "steps": list(STEPS), "interleaved": True,
+        "repeats": repeats, "inner": inner, "times": times, "bandwidth": bandwidth,
+        "step_bytes": [sb.to_dict() for sb in nbytes], "floor_us": floors,
+        **derived(times, floors),
+        "count_batch": count_batch, "ops": ops, "op_us": op_us, "ops_total": ops_total,
+        "kernel_us": kernel_us, "graph_ops": graph_ops,
+        "triton_kernels_per_step": expected, "triton_launch": launch,
+        "plan": plans[0], "plan_totals": [plan_totals(p) for p in plans],
+        "agreement": agree.to_dict(), "checks": checks,
+        "device": torch.cuda.get_device_name(), "versions": _versions(),
+    }
+    model = triton_step = eager = None
+    _free()
+    return data
+
+
+def _versions() -> dict:
+    import triton
+
+    return {"torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda}
+
+
+def record_triton(run_dir: str | Path, presets: Sequence[str] = ("small", "gpt2"),
+                  **overrides) -> list[Path]:
+    """Measure ``triton_<preset>`` for each preset with :data:`DEFAULT_PARAMS` (changed by
+    ``overrides``) and save them (with the environment) under ``run_dir/results``; returns
+    the files."""
+    _need_cuda("record_triton")
+    paths = []
+    for name in presets:
+        params = {**DEFAULT_PARAMS, **overrides, "preset": name}
+        kwargs = {("preset_name" if k == "preset" else k): v for k, v in params.items()}
+        paths.append(save_result(f"triton_{name}", measure_triton(**kwargs), params, run_dir))
+    return paths
+
+
+if __name__ == "__main__":  # python -m labkit.measure.triton_bench RUN_DIR [PRESET ...]
+    if len(sys.argv) < 2:
+        print("usage: python -m labkit.measure.triton_bench RUN_DIR [PRESET ...]")
+        sys.exit(2)
+    for path in record_triton(sys.argv[1], tuple(sys.argv[2:]) or ("small", "gpt2")):
+        print(f"[triton] saved {path}", flush=True)

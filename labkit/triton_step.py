@@ -1,0 +1,408 @@
+"""A decode step in hand-written Triton kernels: five fused kernels per layer and one for the
+LM head.
+
+Same weights (read from the model's parameters on every call, never copied or cached), same
+KV cache (slot or paged layout, read and written in place), same interface and logits
+contract as :meth:`labkit.model.TinyGPT.decode_step` and the PyTorch fused step
+(:mod:`labkit.fused`): ``step(tokens, positions, slots, *, check=None, out=None) -> logits``.
+Build it with :func:`make_triton_step`; capture it like any step
+(``capture_decode_graphs(model, sizes, step=make_triton_step(model))``).
+
+The kernels of one layer (:mod:`labkit.kernels`; each kernel's docstring says what it fuses
+and what it reads)::
+
+    1 ln_qkv_kernel           LN1 + QKV + bias + k/v written into the cache (layer 0: + embeddings)
+    2 attention_split_kernel  attention over the cache in place, split along the sequence
+    3 attn_out_kernel         split combine + out-projection + bias + residual (in place)
+    4 ln_linear_kernel        LN2 + MLP up-projection + bias + GELU
+    5 linear_residual_kernel  MLP down-projection + bias + residual (in place)
+
+and once per step ``ln_linear_kernel`` again as final LayerNorm + LM head: ``5 L + 1``
+kernels (gpt2, L = 12: 61; small, L = 4: 21), no metadata kernels (the cache index of each
+row is computed inside the kernels from ``positions`` and ``slots``), no copies, no fills.
+Each kernel boundary is a true dependency: a LayerNorm or an attention needs whole rows or
+every head, which a kernel only has once the previous one has finished. Going below five per
+layer needs a grid-wide barrier (a persistent kernel, one launch for the whole step) or float
+atomics (the MLP in one split-K kernel, whose sums would then depend on the order in which
+programs finish); neither is done here.
+:mod:`labkit.kernels.plan` has the table with the bytes each kernel must move.
+
+Block sizes (:class:`Blocks`) are chosen per batch size by :func:`choose_blocks` (a
+heuristic checked for register spills with :mod:`labkit.kernels.aot`, not timed: pass
+``blocks=`` to try others). The attention splits are fixed per
+batch size from ``max_seq`` and the number of (row, head) pairs, never from the positions,
+so the launch grid depends on the batch size alone.
+
+Capture-safe: no host sync, shapes depend on the batch size only. The buffers between kernels
+(q, attention partials, residual stream, MLP hidden rows) are allocated once per batch size
+outside capture and kept by the step object, so a graph captured from the step reads them on
+every replay: the step must live as long as its graphs
+(:class:`labkit.graphs.CapturedGraph` keeps its callable). Two calls of the same batch size
+share those buffers: run them on one stream (as labkit does), not concurrently.
+
+CPU: the same kernels run in Triton's interpreter when the process set
+``TRITON_INTERPRET=1`` before importing triton (:mod:`labkit.kernels`), slowly; that is how
+the tests check them without a GPU. Numerics: the readable step's operations in
+another order, float32 accumulation, each kernel's output rounded once to the model dtype
+(the readable step rounds after every operation); float32 tokens equal the readable step's
+(tests), bf16 agreement is reported by :func:`labkit.fused.agreement`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import torch
+
+from labkit import kernels
+from labkit.kernels.plan import kernels_per_step
+from labkit.model import TinyGPT
+
+__all__ = ["Blocks", "Launch", "TritonStep", "choose_blocks", "gpu_launches",
+           "kernels_per_step", "make_triton_step", "unavailable_reason"]
+
+unavailable_reason = kernels.unavailable_reason
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n <= 1``)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Tile sizes of one batch size's launches (powers of two)."""
+
+    #: batch rows per program of the matrix kernels (>= 16: ``tl.dot``'s smallest tile)
+    rows: int = 16
+    #: output features per program of the QKV, out-projection and MLP kernels
+    n: int = 32
+    #: reduction chunk of the matrix kernels
+    k: int = 128
+    #: output features (vocabulary entries) per program of the LM head
+    head_n: int = 64
+    #: positions per chunk of the attention loop
+    t: int = 64
+    #: attention splits along the sequence asked for (1: no split); the step uses
+    #: ``ceil(max_seq / split_size)`` of them, ``split_size`` a multiple of ``t``
+    splits: int = 1
+    #: warps per program (GPU only)
+    warps: int = 4
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Blocks.{f.name} must be a positive int, got {v!r}")
+        for name in ("rows", "n", "k", "head_n", "t", "warps"):
+            v = getattr(self, name)
+            if v & (v - 1):
+                raise ValueError(f"Blocks.{name}={v} is not a power of two")
+        for name in ("rows", "n", "k", "head_n"):
+            if getattr(self, name) < 16:
+                raise ValueError(f"Blocks.{name}={getattr(self, name)} is below 16, the "
+                                 "smallest tile tl.dot takes")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: bytes of one (rows x k) activation tile the heuristic allows: larger tiles spilled
+#: registers when compiled for sm_90 (``labkit.kernels.aot``: ptxas -v)
+TILE_BYTES = 8192
+
+
+def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
+                  sm_count: int | None = None) -> Blocks:
+    """Tile sizes for ``batch`` rows (a starting heuristic, checked for register spills by
+    compiling for sm_90, not timed on a GPU).
+
+    GPU: few rows per step make every matrix kernel a read of its weights, so the output is
+    cut fine (16 columns per program at up to 16 rows) to spread the weights over the SMs;
+    the reduction chunk shrinks as the rows grow (:data:`TILE_BYTES`), 8 warps per program;
+    attention is split until there are about two programs per SM (``sm_count``, default the
+    GPU's), at most one split per ``t`` positions and no more than the combine's partials fit
+    in :data:`TILE_BYTES` twice. Interpreter: the programs run one after
+    another on the CPU, so fewer, larger tiles."""
+    cfg = model.cfg
+    rows = min(64, max(16, _pow2(batch)))
+    if interpret:
+        n, k, head_n, warps = 64, min(128, max(16, _pow2(cfg.d_model))), 64, 4
+        t, sm, most_splits = min(64, _pow2(cfg.max_seq)), 1, cfg.max_seq
+    else:
+        itemsize = torch.empty((), dtype=cfg.torch_dtype).element_size()
+        n, warps = (16 if batch <= 16 else 32), 8
+        k = min(128, max(16, TILE_BYTES // (rows * itemsize)))
+        head_n = 64 if itemsize < 4 and rows <= 16 else 32
+        t = 64 if itemsize < 4 else 32
+        sm = sm_count or _sm_count(model.device)
+        # the combine holds (rows, splits, head_dim) float32 partials per head
+        most_splits = max(1, 2 * TILE_BYTES // (rows * max(16, _pow2(cfg.head_dim)) * 4))
+    splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2 * sm, batch * cfg.n_head),
+                        most_splits))
+    return Blocks(rows=rows, n=n, k=k, head_n=head_n, t=t, splits=splits, warps=warps)
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
+
+
+@dataclass
+class _Workspace:
+    """One batch size's launch shape and the buffers between its kernels."""
+
+    blocks: Blocks
+    #: positions per attention split, and the number of splits
+    split: int
+    nsplit: int
+    x: torch.Tensor        # (B, D) residual stream, model dtype
+    q: torch.Tensor        # (B, D) this step's queries
+    hidden: torch.Tensor   # (B, 4D) GELU output of the MLP
+    m: torch.Tensor        # (B, H, splits) float32: largest score per split
+    l: torch.Tensor        # (B, H, splits) float32: sum of exp(score - m)
+    acc: torch.Tensor      # (B, H, splits, head_dim) float32: unnormalised output
+
+
+@dataclass
+class Launch:
+    """One kernel launch of a step: ``kernel[grid](*args, **constants, num_warps=...)``."""
+
+    kernel: Any
+    grid: tuple[int, ...]
+    #: the runtime arguments, in the kernel's order (tensors, sizes, floats)
+    args: tuple
+    #: the ``tl.constexpr`` arguments (each distinct set is one compiled kernel)
+    constants: dict
+    num_warps: int
+
+    @property
+    def name(self) -> str:
+        return self.kernel.__name__
+
+    def run(self) -> None:
+        self.kernel[self.grid](*self.args, **self.constants, num_warps=self.num_warps)
+
+
+class TritonStep:
+    """The Triton decode step of one model (see the module docstring). Call it like
+    ``model.decode_step``.
+
+    ``blocks``: tile sizes for every batch size (a :class:`Blocks`, or a mapping of the
+    fields to change from :func:`choose_blocks`'s choice); ``None`` = the heuristic.
+
+    The kernels run compiled on the GPU, or in Triton's interpreter when the process set
+    ``TRITON_INTERPRET=1`` before importing triton (:mod:`labkit.kernels`): a model on the
+    CPU needs the interpreter; a model on a GPU under the interpreter runs (every tensor is
+    copied to the host and back), but not in a graph capture.
+    """
+
+    def __init__(self, model: TinyGPT, *,
+                 blocks: Blocks | Mapping[str, int] | None = None) -> None:
+        if not isinstance(model, TinyGPT):
+            raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
+                            "with labkit.model.build_model")
+        if blocks is not None and not isinstance(blocks, (Blocks, Mapping)):
+            raise TypeError(f"blocks must be a Blocks, a mapping of its fields or None, got "
+                            f"{type(blocks).__name__}")
+        if isinstance(blocks, Mapping):
+            unknown = sorted(set(blocks) - {f.name for f in fields(Blocks)})
+            if unknown:
+                raise ValueError(f"unknown Blocks field(s) {unknown}; Blocks has "
+                                 f"{[f.name for f in fields(Blocks)]}")
+            replace(Blocks(), **blocks)  # the values are checked now, not at the first step
+        self._kernels = kernels.load()
+        #: whether the kernels run in Triton's interpreter (else compiled for the GPU)
+        self.interpret = kernels.interpreted()
+        self.model = model
+        self.blocks = blocks
+        cfg = model.cfg
+        self._device, self._dtype = model.device, cfg.torch_dtype
+        # float32 operands (a float32 model, or any model in the interpreter) multiply in
+        # full float32; bf16/fp16 operands ignore this and use the tensor cores
+        self._precision = ("ieee" if (self.interpret or cfg.torch_dtype == torch.float32)
+                           else "tf32")
+        self._block_hd = max(16, _pow2(cfg.head_dim))
+        self._scale = 1.0 / math.sqrt(cfg.head_dim)
+        self._workspaces: dict[int, _Workspace] = {}
+        bad = [n for n, p in model.named_parameters() if not p.is_contiguous()]
+        if bad:
+            raise ValueError(f"the Triton kernels read weights as contiguous rows; "
+                             f"{bad[:3]} are not: make them contiguous and build the step "
+                             "again")
+
+    # ------------------------------------------------------------------ the step
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
+                 check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        self._check(tokens, positions, slots, check, out)
+        with torch.no_grad():
+            return self._step(tokens, positions, slots, out)
+
+    def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               check: bool | None, out: torch.Tensor | None) -> None:
+        """The readable step's checks (shared code: same errors, same rules)."""
+        m = self.model
+        w = m.tok_emb.weight
+        if w.device != self._device or w.dtype != self._dtype:
+            raise RuntimeError(f"the model moved to {w.device} / {w.dtype} after its Triton "
+                               f"step was built on {self._device} / {self._dtype}; build it "
+                               "again with make_triton_step(model)")
+        if not self.interpret and w.device.type != "cuda":
+            raise RuntimeError(
+                f"the model is on {w.device} and Triton compiles for GPUs only; run the "
+                "kernels in Triton's interpreter: set TRITON_INTERPRET=1 before anything "
+                "imports triton (a fresh process), or move the model to a CUDA GPU")
+        m.check_step(tokens, positions, slots, check, who="the Triton step with check=True")
+        if self.interpret and tokens.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("the Triton interpreter copies tensors to the host, which a CUDA "
+                               "graph capture forbids; capture in a process without "
+                               "TRITON_INTERPRET=1")
+        b = tokens.shape[0]
+        if out is not None and (not isinstance(out, torch.Tensor)
+                                or tuple(out.shape) != (b, m.cfg.vocab_size)
+                                or out.dtype != m.cfg.torch_dtype or out.device != m.device
+                                or out.stride(1) != 1):
+            raise ValueError(f"out must be a ({b}, {m.cfg.vocab_size}) {m.cfg.torch_dtype} "
+                             f"tensor on {m.device} with contiguous rows; got "
+                             f"{getattr(out, 'shape', type(out).__name__)}")
+
+    def blocks_for(self, batch: int) -> Blocks:
+        """The tile sizes a step of ``batch`` rows uses."""
+        if isinstance(self.blocks, Blocks):
+            return self.blocks
+        chosen = choose_blocks(self.model, batch, interpret=self.interpret)
+        return replace(chosen, **self.blocks) if self.blocks else chosen
+
+    def launch_shape(self, batch: int) -> dict:
+        """What a step of ``batch`` rows launches: its tile sizes, the attention splits and
+        positions per split, kernels per step."""
+        bl = self.blocks_for(batch)
+        split, nsplit = self._splits(bl)
+        return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
+                "kernels": kernels_per_step(self.model.cfg.n_layer)}
+
+    def _splits(self, bl: Blocks) -> tuple[int, int]:
+        max_seq = self.model.cfg.max_seq
+        split = _cdiv(_cdiv(max_seq, bl.splits), bl.t) * bl.t
+        return split, _cdiv(max_seq, split)
+
+    def _workspace(self, b: int) -> _Workspace:
+        """Batch size ``b``'s buffers: made once outside capture and kept (a graph replays
+        into them); made during a capture they belong to the graph's pool and are not kept."""
+        ws = self._workspaces.get(b)
+        if ws is not None:
+            return ws
+        cfg, dev = self.model.cfg, self.model.device
+        bl = self.blocks_for(b)
+        split, nsplit = self._splits(bl)
+        d, h = cfg.d_model, cfg.n_head
+        f32 = torch.float32
+        ws = _Workspace(
+            blocks=bl, split=split, nsplit=nsplit,
+            x=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
+            q=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
+            hidden=torch.empty((b, 4 * d), dtype=cfg.torch_dtype, device=dev),
+            m=torch.empty((b, h, nsplit), dtype=f32, device=dev),
+            l=torch.empty((b, h, nsplit), dtype=f32, device=dev),
+            acc=torch.empty((b, h, nsplit, cfg.head_dim), dtype=f32, device=dev))
+        if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            self._workspaces[b] = ws
+        return ws
+
+    def _step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+              out: torch.Tensor | None) -> torch.Tensor:
+        cfg = self.model.cfg
+        # the kernels index rows as ``ptr + row``: strided ids (a column of a larger
+        # buffer, say) are copied first; contiguous ones, the usual case, as they are
+        tokens, positions, slots = (x if x.is_contiguous() else x.contiguous()
+                                    for x in (tokens, positions, slots))
+        logits = out if out is not None else torch.empty(
+            (tokens.shape[0], cfg.vocab_size), dtype=cfg.torch_dtype, device=tokens.device)
+        for launch in self.launches(tokens, positions, slots, logits):
+            launch.run()
+        return logits
+
+    def launches(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                 logits: torch.Tensor) -> list[Launch]:
+        """The kernel launches of one step, in order, without running them (the step runs
+        them; :mod:`labkit.kernels.aot` compiles them). No checks here."""
+        m = self.model
+        cfg = m.cfg
+        b, d, h, v = tokens.shape[0], cfg.d_model, cfg.n_head, cfg.vocab_size
+        ws = self._workspace(b)
+        bl = ws.blocks
+        matvec, attention = self._kernels.matvec, self._kernels.attention
+        cache = m.cache
+        paged = cache.layout == "paged"
+        where = {"MAX_SEQ": cfg.max_seq, "PAGED": paged,
+                 "BLOCK_SIZE": cache.block_size if paged else 1,
+                 "MAX_BLOCKS": cache.max_blocks if paged else 1}
+        table = cache.block_table if paged else slots  # slot layout: never read
+        rows = _cdiv(b, bl.rows)
+        tiles = {"BLOCK_B": bl.rows, "UPCAST": self.interpret, "PRECISION": self._precision}
+        out: list[Launch] = []
+
+        def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **constants: Any) -> None:
+            out.append(Launch(kernel, grid, args, constants, bl.warps))
+
+        for i, blk in enumerate(m.blocks):
+            k_cache, v_cache = cache.kv[0, i], cache.kv[1, i]
+            launch(matvec.ln_qkv_kernel, (_cdiv(3 * d, bl.n), rows),
+                   ws.x, tokens, positions, slots, m.tok_emb.weight, m.pos_emb.weight,
+                   blk.ln1.weight, blk.ln1.bias, blk.qkv.weight, blk.qkv.bias, ws.q, k_cache,
+                   v_cache, table, b, blk.ln1.eps, D=d, EMBED=i == 0, BLOCK_N=bl.n,
+                   BLOCK_K=bl.k, **where, **tiles)
+            launch(attention.attention_split_kernel, (b, h, ws.nsplit),
+                   ws.q, k_cache, v_cache, positions, slots, table, ws.m, ws.l, ws.acc,
+                   self._scale, H=h, HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit, SPLIT=ws.split,
+                   BLOCK_T=bl.t, BLOCK_HD=self._block_hd, **where)
+            launch(attention.attn_out_kernel, (_cdiv(d, bl.n), rows),
+                   ws.m, ws.l, ws.acc, blk.proj.weight, blk.proj.bias, ws.x, b, H=h,
+                   HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit, BLOCK_S=_pow2(ws.nsplit),
+                   BLOCK_HD=self._block_hd, BLOCK_N=bl.n, **tiles)
+            launch(matvec.ln_linear_kernel, (_cdiv(4 * d, bl.n), rows),
+                   ws.x, blk.ln2.weight, blk.ln2.bias, blk.fc.weight, blk.fc.bias, ws.hidden,
+                   4 * d, b, blk.ln2.eps, D=d, N=4 * d, HAS_BIAS=True, GELU=True,
+                   BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
+            launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n), rows),
+                   ws.hidden, blk.fc_out.weight, blk.fc_out.bias, ws.x, b, K=4 * d, N=d,
+                   BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
+        w_head = m.lm_head.weight
+        launch(matvec.ln_linear_kernel, (_cdiv(v, bl.head_n), rows),
+               ws.x, m.ln_f.weight, m.ln_f.bias, w_head, w_head, logits, logits.stride(0), b,
+               m.ln_f.eps, D=d, N=v, HAS_BIAS=False, GELU=False, BLOCK_N=bl.head_n,
+               BLOCK_K=bl.k, **tiles)
+        return out
+
+
+def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
+                 blocks: Blocks | Mapping[str, int] | None = None) -> list[Launch]:
+    """The launches a step of ``batch`` rows makes when compiled for a GPU of ``sm_count``
+    SMs (132: an H200), for a model on any device: what :mod:`labkit.kernels.aot` compiles
+    without a GPU. Dummy inputs (token 0, position 0, the scratch slot); nothing runs."""
+    step = TritonStep(model, blocks=blocks)
+    step.interpret = False  # plan the GPU's launches, whatever mode the kernels were loaded in
+    step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
+    if not isinstance(blocks, Blocks):
+        step.blocks = replace(choose_blocks(model, batch, sm_count=sm_count), **(blocks or {}))
+    dev = model.device
+    tokens = torch.zeros(batch, dtype=torch.long, device=dev)
+    slots = torch.full((batch,), model.cfg.scratch_slot, dtype=torch.long, device=dev)
+    logits = torch.empty((batch, model.cfg.vocab_size), dtype=model.cfg.torch_dtype, device=dev)
+    return step.launches(tokens, tokens, slots, logits)
+
+
+def make_triton_step(model: TinyGPT, *,
+                     blocks: Blocks | Mapping[str, int] | None = None) -> TritonStep:
+    """The Triton decode step of ``model``: a callable with the signature of
+    ``model.decode_step`` (see :class:`TritonStep`). Raises ``RuntimeError`` when Triton is
+    not importable (:func:`unavailable_reason` says why)."""
+    return TritonStep(model, blocks=blocks)
