@@ -27,7 +27,7 @@ from labkit.measure.records.kinds import (
     BenchTarget, Compile, Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Modes,
     Multistep, OverheadRun, OverwriteFix, Paged, PagedRun, Pitfall, Pitfalls, PoolAtMaxSeq,
     PoolLayout, PoolMemory, PoolOverwrite, Roofline, RooflineVariant, SweepPoint, Timeline,
-    TimelineEvent, TimelineMethod, TPAllReduce, TPDecode, bench_row,
+    TimelineEvent, TimelineMethod, TPAllReduce, TPDecode, Triton, bench_row,
 )
 from labkit.measure.records.registry import KINDS, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad, ServeLoadPoint, ServeRequest, ServeStep
@@ -38,7 +38,7 @@ __all__ = [
     "GPU_OPS_SCOPE", "ratio", "speedup", "tokens_per_s", "Kind", "parse_kind", "FUSED_STEPS",
     "MULTISTEP_METHODS", "OVERHEAD_METHODS", "PAGED_LAYOUTS", "Bench", "BenchPool",
     "BenchRow", "BenchTarget", "Compile", "Decode", "Dispatcher", "DispatcherOverhead",
-    "Fused", "LaunchOverhead", "Modes", "Multistep", "OverheadRun", "OverwriteFix", "Paged",
+    "Fused", "Triton", "LaunchOverhead", "Modes", "Multistep", "OverheadRun", "OverwriteFix", "Paged",
     "PagedRun", "Pitfall", "Pitfalls", "PoolAtMaxSeq", "PoolLayout", "PoolMemory",
     "PoolOverwrite", "Roofline", "RooflineVariant", "SweepPoint", "Timeline", "TimelineEvent",
     "TimelineMethod", "TPAllReduce", "TPDecode", "bench_row", "KINDS", "SchemaError",

@@ -699,3 +699,45 @@ class TPDecode(_Run):
         mode = "graph" if graph else "eager"
         full, noop = self.at(self.tp(mode), batch), self.at(self.tp(f"{mode}_noop"), batch)
         return None if full is None or noop is None else full - noop
+
+
+@dataclass(frozen=True, kw_only=True)
+class Triton(_Run):
+    """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.triton_step`),
+    each captured in a CUDA graph and sampled in turn: replay µs per batch size, the bytes a
+    step must move and its floor at the measured copy bandwidth (``floor_us``), GPU operations
+    of one eager step by kernel at ``count_batch``, graph nodes per step, bf16 ``agreement``
+    and the checks (float32 tokens equal the readable step's, graph = eager)."""
+
+    RECORD = "triton_<preset>"
+    STEPS = ("readable", "fused", "triton")
+    preset: str = field()  # required here
+    context: int
+    steps: list[str]
+    interleaved: bool = False
+    #: per batch size, the bytes a step must move by part (weights, kv_read, ..., total)
+    step_bytes: list[dict[str, int]]
+    floor_us: list[float]
+    count_batch: int
+    ops: dict[str, dict[str, int]]
+    ops_total: dict[str, list[int]]
+    graph_ops: dict[str, list[int]]
+    triton_kernels_per_step: int
+    agreement: dict[str, float]
+    op_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    kernel_us: dict[str, list[float]] = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        _require(self.times, self.STEPS, f"{where}.times")
+        for key in ("step_bytes", "floor_us"):
+            _same_length(getattr(self, key), self.batch_sizes, f"{where}.{key}",
+                         f"{where}.batch_sizes")
+        for step, col in self.graph_ops.items():
+            _same_length(col, self.batch_sizes, f"{where}.graph_ops.{step}",
+                         f"{where}.batch_sizes")
+
+    def over_floor(self, step: str) -> list[float | None]:
+        """Replay median over the floor at each batch size."""
+        return [None if t is None else t.median / f
+                for t, f in zip(self.times[step], self.floor_us)]
