@@ -29,6 +29,7 @@ import torch
 from labkit.batch import StaticBatch
 from labkit.checks import as_bool, as_int
 from labkit.fused import make_fused_step
+from labkit.triton_step import make_triton_step
 from labkit.graphs import GraphSet, Order, PoolMode, capture_full, check_capture, new_batch
 from labkit.model import Decode, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
@@ -38,8 +39,8 @@ CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE"]
 CUDAGRAPH_MODES: tuple[CudagraphMode, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
 #: the mode of one step: a graph mode, or NONE (eager)
 RuntimeMode = Literal["NONE", "PIECEWISE", "FULL"]
-StepName = Literal["readable", "fused"]
-STEP_NAMES: tuple[StepName, ...] = ("readable", "fused")
+StepName = Literal["readable", "fused", "triton"]
+STEP_NAMES: tuple[StepName, ...] = ("readable", "fused", "triton")
 
 
 class Decision(NamedTuple):
@@ -213,7 +214,8 @@ class PaddingDispatcher:
         elif full_max_size is not None:
             raise ValueError("full_max_size only applies to cudagraph_mode='FULL_AND_PIECEWISE'")
         if step not in STEP_NAMES:
-            raise ValueError(f"step must be 'readable' or 'fused' (labkit.fused), got {step!r}")
+            raise ValueError(f"step must be one of {list(STEP_NAMES)} (labkit.fused, "
+                             f"labkit.triton_step), got {step!r}")
         if step != "readable" and cudagraph_mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
             raise ValueError(f"step={step!r} runs as one piece; piecewise capture cuts the "
                              "readable step at attention. Use cudagraph_mode='FULL' or 'NONE' "
@@ -231,8 +233,9 @@ class PaddingDispatcher:
         self.dispatcher = CudagraphDispatcher(sizes, model.cfg.max_batch, cudagraph_mode,
                                               full_max_size)
         #: the step every runner computes, unchecked (this class checks at its edge)
-        self._decode: Decode = model.decode if step == "readable" else \
-            make_fused_step(model).decode
+        self._decode: Decode = (model.decode if step == "readable" else
+                                make_fused_step(model).decode if step == "fused" else
+                                make_triton_step(model).decode)
         self._lock = threading.Lock()
         self._owner: int | None = None  # with copy_outputs=False: the one thread allowed
         d = self.dispatcher

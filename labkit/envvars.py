@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 CPU_THREADS = "LABKIT_CPU_THREADS"
 FORCE_TIER = "LABKIT_FORCE_TIER"

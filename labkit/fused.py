@@ -88,8 +88,9 @@ from labkit.checks import as_int
 from labkit.kvcache import AttentionKernel, StepMeta, flash_supported
 from labkit.model import DecodeStep, StepFn, TinyGPT, generate
 from labkit.step_checks import Check, check_choice
+from labkit.triton_step import make_triton_step
 
-STEPS: tuple[str, ...] = ("readable", "fused")
+STEPS: tuple[str, ...] = ("readable", "fused", "triton")
 #: ``attention=`` choices of :class:`FusedStep`
 Attention = Literal["auto", "flash", "efficient"]
 ATTENTION: tuple[Attention, ...] = ("auto", "flash", "efficient")
@@ -307,13 +308,16 @@ def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None,
 
 def step_function(model: TinyGPT, step: str | DecodeStep = "readable") -> DecodeStep:
     """The decode step to run: ``"readable"`` (``model.decode_step``), ``"fused"``
-    (:func:`make_fused_step`), or a callable with that signature, returned as is."""
+    (:func:`make_fused_step`), ``"triton"`` (:func:`labkit.triton_step.make_triton_step`,
+    which needs Triton), or a callable with that signature, returned as is."""
     if callable(step):
         return step
     if step == "readable":
         return model.decode_step
     if step == "fused":
         return make_fused_step(model)
+    if step == "triton":
+        return make_triton_step(model)
     raise ValueError(f"step must be one of {list(STEPS)} or a callable (tokens, positions, "
                      f"slots, *, check, out) -> logits; got {step!r}")
 

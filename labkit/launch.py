@@ -37,7 +37,8 @@ import socket
 import time
 import threading
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -111,7 +112,7 @@ def release_graphs() -> int:
             try:
                 obj.reset()
                 n += 1
-            except Exception:  # noqa: BLE001 - never captured, or already reset
+            except Exception:
                 pass
     return n
 
@@ -176,7 +177,7 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
         del payload
         q.put(("shutdown", rank, shutdown(backend)))
         phase(4)
-    except BaseException:  # noqa: BLE001 - every failure goes to the parent, named
+    except BaseException:
         q.put(("error", rank, traceback.format_exc()))
         failed = True
     if failed:  # outside the except block: its traceback (and the graphs it holds) is gone
@@ -189,7 +190,7 @@ def _let_go(backend: str, wait_s: float = 10.0) -> None:
     seconds: a hung destroy must not keep the rank alive (the parent terminates it)."""
     try:
         release_graphs()
-    except Exception:  # noqa: BLE001 - the first error is the one reported
+    except Exception:
         pass
     if not dist.is_initialized():
         return
@@ -197,7 +198,7 @@ def _let_go(backend: str, wait_s: float = 10.0) -> None:
     def destroy() -> None:
         try:
             dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     th = threading.Thread(target=destroy, name="labkit-destroy", daemon=True)
@@ -252,7 +253,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
                          args=(r, world_size, backend, addr, port, fn, tuple(args), q,
                                cpu_threads, float(timeout_s + start_timeout_s)))
              for r in range(world_size)]
-    phase = {r: 0 for r in range(world_size)}
+    phase = dict.fromkeys(range(world_size), 0)
     results: dict[int, bytes] = {}
     errors: dict[int, str] = {}
     closing: dict[int, dict] = {}

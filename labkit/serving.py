@@ -29,7 +29,8 @@ import random
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 

@@ -50,7 +50,8 @@ import copy
 import importlib
 import warnings
 from dataclasses import replace
-from typing import Any, Callable, Literal
+from typing import Any, Literal
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -143,7 +144,7 @@ def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
         warnings.simplefilter("ignore")
         try:
             fn(group_name)
-        except Exception:  # noqa: BLE001 - rendezvous says what is wrong, if anything is
+        except Exception:
             pass
 
 
@@ -284,7 +285,7 @@ class TensorParallelGPT(TinyGPT):
             torch.cuda.synchronize()
 
     @classmethod
-    def load(cls, *args, **kwargs) -> "TensorParallelGPT":
+    def load(cls, *args, **kwargs) -> TensorParallelGPT:
         raise TypeError("TensorParallelGPT is built from a full model: load it with "
                         "TinyGPT.load(path) on every rank, then TensorParallelGPT(full)")
 

@@ -246,6 +246,13 @@ class TritonStep:
         with torch.no_grad():
             return self._step(tokens, positions, slots, out)
 
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """The step without any check: for callers that checked the batch (the dispatcher,
+        graph capture)."""
+        with torch.no_grad():
+            return self._step(tokens, positions, slots, out)
+
     def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                check: bool | None, out: torch.Tensor | None) -> None:
         """The readable step's checks (shared code: same errors, same rules)."""

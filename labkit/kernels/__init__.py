@@ -35,7 +35,7 @@ def unavailable_reason() -> str | None:
     """Why the Triton kernels cannot run here (``None``: Triton imports)."""
     try:
         importlib.import_module("triton.language")
-    except Exception as exc:  # noqa: BLE001 - any import failure means "not here"
+    except Exception as exc:
         return (f"Triton is not importable ({type(exc).__name__}: {exc}); it ships with the "
                 "CUDA builds of torch on Linux, or `pip install triton`")
     return None

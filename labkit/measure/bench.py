@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -455,7 +456,7 @@ def _count_compiled_kernels(model: TinyGPT, t, p, s) -> int:
         torch._dynamo.reset()
         fn = torch.compile(model.decode_step, mode="default")
         return count_gpu_ops(lambda: fn(t, p, s))  # inputs made outside: the step alone
-    except Exception:  # noqa: BLE001 - a count we cannot take is recorded as missing
+    except Exception:
         return -1
 
 
@@ -464,7 +465,7 @@ def _cudagraph_skips() -> list[str]:
         from torch._dynamo.utils import counters
 
         return sorted(str(k) for k in counters.get("inductor", {}) if "skip" in str(k))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
 
 

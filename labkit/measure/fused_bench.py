@@ -24,7 +24,7 @@ with provenance into a run folder: the GPU entry point.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -19,7 +19,7 @@ What these return is turned into tables and sentences by :mod:`labkit.teach.less
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import torch
 

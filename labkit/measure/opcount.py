@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import torch
 

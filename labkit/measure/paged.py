@@ -16,7 +16,7 @@ Before timing the paged model the timed rows (slots ``0..B-1``) get their blocks
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

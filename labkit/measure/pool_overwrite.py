@@ -75,8 +75,8 @@ def _capture_pair(xa: torch.Tensor, xb: torch.Tensor, *, keep_a_temporary: bool,
     # warm-up on the capture stream, as the PyTorch notes ask (these allocations are not pooled)
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        xa * A_SCALE + A_SHIFT  # noqa: B018 - run once, result dropped
-        xb + B_SHIFT  # noqa: B018
+        xa * A_SCALE + A_SHIFT
+        xb + B_SHIFT
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
 

@@ -35,13 +35,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
 from labkit.checks import as_int, as_int_list, as_size_list
 from labkit.conditional import conditional_support
 from labkit.fused import make_fused_step
+from labkit.triton_step import make_triton_step
 from labkit.graphs import capture_callable, capture_decode_graphs, gc_frozen, \
     pool_reserved_bytes
 from labkit.measure import records
@@ -273,6 +275,7 @@ STEP_VARIANTS: dict[str, StepBuilder] = {
     "eager": eager_variant,
     "graph": graph_variant,
     "fused": captured_step_variant(make_fused_step),
+    "triton": captured_step_variant(make_triton_step),
     "compile_reduce_overhead": compile_reduce_overhead_variant,
     "compile_manual_graph": compile_manual_graph_variant,
     "compile_full_cache": compile_reduce_overhead_variant,
@@ -362,7 +365,7 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                 checks[f"{name}_tokens_equal_eager"] = agree == 1.0
                 checks[f"{name}_token_agreement"] = agree
             return runner, run_sizes
-        except Exception as exc:  # noqa: BLE001 - recorded: one failing column keeps the rest
+        except Exception as exc:
             info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
             return None, run_sizes
 
@@ -377,7 +380,7 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                                                                             context))),
                                    profiled_batch=b0)
                 info[name] = {**runner.info, "sizes": run_sizes, "error": None}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         finally:
             info.setdefault(name, {"sizes": run_sizes, "error": "interrupted"})
@@ -397,7 +400,7 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                    for n, (r, rs) in built.items() if r is not None and b in rs}
             try:
                 got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-            except Exception as exc:  # noqa: BLE001 - recorded, the other columns go on
+            except Exception as exc:
                 for n in fns:
                     info[n] = {"sizes": built[n][1], "error": f"{type(exc).__name__}: {exc}"[:2000]}
                     built[n][0].release()
@@ -418,7 +421,7 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                         fn = runner.prepare(b, *_inputs(vmodel, b, context))
                         times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
                                                           inner=inner))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         finally:
             finish(name, runner, run_sizes)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import statistics
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 

@@ -12,7 +12,8 @@ request throughput levels off at its capacity.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 

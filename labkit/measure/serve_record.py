@@ -16,7 +16,7 @@ with their parameters, until they join ``DEFAULTS`` and ``SERVE_RECORDS``:
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 from labkit.measure import records
 from labkit.measure.serve import measure_interleaved, measure_serving

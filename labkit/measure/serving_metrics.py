@@ -21,7 +21,8 @@ time (CUDA events around each step) into the share of the run the GPU was busy. 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

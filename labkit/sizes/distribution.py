@@ -12,7 +12,8 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Mapping, Union
+from typing import Union
+from collections.abc import Iterable, Mapping
 
 from labkit.checks import as_int, as_number
 from labkit.paths import shipped_file

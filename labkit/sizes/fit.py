@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ are in :mod:`labkit.sizes.engines`.
 from __future__ import annotations
 
 from labkit.checks import as_int, as_number
-from labkit.sizes.distribution import DistLike, _as_batch_size, to_distribution
+from labkit.sizes.distribution import DistLike, to_distribution
 
 
 def vllm_v0_sizes() -> list[int]:

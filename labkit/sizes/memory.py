@@ -5,7 +5,8 @@ of a set of sizes in a shared or in private pools. Part of :mod:`labkit.sizes`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Mapping, Sequence, Union
+from typing import Literal, Union
+from collections.abc import Callable, Mapping, Sequence
 
 from labkit.checks import as_number
 from labkit.sizes.padding import _check_sizes

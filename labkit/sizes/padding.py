@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from labkit.checks import as_int, as_size_list
 from labkit.sizes.distribution import (_BATCH_SIZE_FIX, DistLike, _as_batch_size,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Mapping, Sequence, Union
+from typing import Literal, Union
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -14,7 +14,8 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 from labkit.measure.records import Compile, Decode, Dispatcher, LaunchOverhead, PoolMemory, view
 from labkit.env import gpu_slug
 from labkit.measure.results import load_reference, provenance_line, reference_dir

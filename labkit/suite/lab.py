@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from labkit import envvars
 from labkit.suite.engine import kernel_environment, notebooks_dir
@@ -209,7 +209,7 @@ class LabServer:
         sep = "&" if "?" in path else "?"
         return f"{self.base_url}{path}" + (f"{sep}token={self.token}" if with_token else "")
 
-    def start(self) -> "LabServer":
+    def start(self) -> LabServer:
         tmp = Path(self._tmp.name)
         extra = [f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
                  f"--LabApp.user_settings_dir={tmp / 'settings'}"]
@@ -267,7 +267,7 @@ class LabServer:
             stop_process_group(self.proc)
         self.proc = None
 
-    def __enter__(self) -> "LabServer":
+    def __enter__(self) -> LabServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -11,7 +11,8 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 from labkit.env import format_record
 from labkit.measure.results import load_reference, load_result, provenance_line
 from labkit.suite import slides
@@ -62,7 +63,7 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], num_cols: "set[int] | frozenset[int]" = frozenset()) -> str:
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], num_cols: set[int] | frozenset[int] = frozenset()) -> str:
     """An HTML table; cells are already-escaped HTML."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = []

@@ -28,7 +28,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from labkit import envvars
 from labkit.env import contention_warning, environment_record, hardware_tier
@@ -262,7 +263,7 @@ class SweepResult:
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run (or sweep); ``result`` is what was recorded up to then."""
 
-    def __init__(self, result: "RunResult | SweepResult") -> None:
+    def __init__(self, result: RunResult | SweepResult) -> None:
         super().__init__(f"interrupted: {getattr(result, 'run_dir', None) or result.sweep_dir}")
         self.result = result
 

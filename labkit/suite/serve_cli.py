@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -98,7 +98,7 @@ def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None
         try:
             data = measure_record(name)
             save_result(name, data, params, run)
-        except Exception as exc:  # noqa: BLE001 - report it, measure the rest
+        except Exception as exc:
             failed.append(name)
             echo(f"{name}: FAILED after {time.perf_counter() - start:.1f} s: "
                  f"{type(exc).__name__}: {exc}")

@@ -8,7 +8,8 @@ verdicts compare bytes exactly.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from labkit.measure import records as rk
 from labkit.measure.bench import measure_decode, measure_launch_overhead, measure_pool_memory
@@ -141,7 +142,7 @@ def vllm_option_names() -> tuple[set[str], str]:
     try:
         from vllm.config import CompilationConfig  # type: ignore
         from vllm.engine.arg_utils import EngineArgs  # type: ignore
-    except Exception:  # noqa: BLE001 - vllm is not a dependency
+    except Exception:
         return set(VLLM_CUDAGRAPH_NAMES), "vLLM source"
     return {f.name for c in (EngineArgs, CompilationConfig) for f in fields(c)}, "installed vllm"
 

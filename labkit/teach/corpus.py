@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from labkit.paths import shipped_file
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import html
 import platform
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from labkit import __version__, envvars
 from labkit.env import hardware_tier

@@ -15,7 +15,8 @@ from __future__ import annotations
 import weakref
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

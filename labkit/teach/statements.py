@@ -23,7 +23,8 @@ from __future__ import annotations
 import html
 import math
 import string
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 
 class StatementError(AssertionError):

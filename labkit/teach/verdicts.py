@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 #: no record or primary source in reach can decide the claim
 CANNOT = "cannot be checked here"
@@ -41,7 +42,7 @@ class Claim:
     quote: str = ""
 
 
-def timing_verdict(d: "Difference", lower: str, higher: str, same: str = "false") -> str:
+def timing_verdict(d: Difference, lower: str, higher: str, same: str = "false") -> str:
     """The verdict a timing :class:`Difference` allows: its ``untested (...)`` word, else
     ``lower`` / ``higher`` (a measurably lower / higher than b) or ``same`` (no difference)."""
     if not d.tested:

@@ -4,7 +4,8 @@ show the default view as a static figure too, and tag widget cells ``nbval-ignor
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 
 def _common(**kw) -> dict:

@@ -4,7 +4,7 @@ into its kernels' arguments."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from labkit.graphs import capture_callable
@@ -21,7 +21,7 @@ def _segment_of(ptr: int) -> dict | None:
     return None
 
 
-def kernel_pointer_args(graph: "torch.cuda.CUDAGraph", ptrs: Sequence[int]) -> dict | None:
+def kernel_pointer_args(graph: torch.cuda.CUDAGraph, ptrs: Sequence[int]) -> dict | None:
     """Read the argument bytes of every kernel node of ``graph`` (captured with
     ``keep_graph=True``) through the CUDA driver API and report which of ``ptrs`` appear there
     as 8-byte values: the addresses the graph has baked in.
@@ -64,7 +64,7 @@ def kernel_pointer_args(graph: "torch.cuda.CUDAGraph", ptrs: Sequence[int]) -> d
         try:
             name = cu.cuFuncGetName(prm.func)[1]
             name = name.decode() if isinstance(name, bytes) else str(name)
-        except Exception:  # noqa: BLE001 - the name is a nicety
+        except Exception:
             name = ""
         kernels.append({"kernel": name[:120], "n_params": n_params,
                         "pointers_found": [hex(w) for w in words if w in wanted]})
@@ -121,7 +121,7 @@ def address_demo(device: str | torch.device = "cuda", replays: int = 5) -> dict:
                                input_ptr_found=kernel_args["found"][hex(xc.data_ptr())],
                                output_ptr_found=kernel_args["found"][hex(yc.data_ptr())])
         del gc_graph, xc, yc
-    except Exception as exc:  # noqa: BLE001 - optional evidence (needs cuda-python)
+    except Exception as exc:
         kernel_args = {"error": _err_text(exc)}
     seg = graphs[0]["output_segment"] or {}
     result = {

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import gc
 import re
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 
@@ -75,7 +76,7 @@ def _device_ok(device: torch.device) -> bool:
     try:
         t = torch.ones(4, device=device)
         return float((t + 1).sum().item()) == 8.0
-    except Exception:  # noqa: BLE001 - a broken context is exactly what we report
+    except Exception:
         return False
 
 
@@ -106,12 +107,12 @@ def raw_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> str | No
     try:
         with torch.cuda.graph(graph, stream=stream):
             fn(*inputs)
-    except Exception as exc:  # noqa: BLE001 - the point is to show it
+    except Exception as exc:
         err = _err_text(exc)
     del graph
     try:
         torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         err = (err or "") + f"\n(after the failed capture: {_err_text(exc)})"
     _cleanup()
     return err

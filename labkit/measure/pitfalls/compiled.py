@@ -31,7 +31,7 @@ def compiled_output_overwritten(device: str | torch.device = "cuda") -> dict:
         cf(x + 10)                          # a later run reuses the pool's output memory
         try:
             return None, first.tolist()     # reading the first output now
-        except Exception as exc:  # noqa: BLE001 - the point is to show it
+        except Exception as exc:
             return _err_text(exc), None
 
     err_early, val_early = attempt(0)

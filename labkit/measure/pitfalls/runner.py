@@ -4,7 +4,7 @@ demonstration is recorded as failed and never hides the others."""
 from __future__ import annotations
 
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from labkit.measure.pitfalls.addresses import address_demo
@@ -29,7 +29,7 @@ PITFALLS: dict[str, Callable[..., dict]] = {
 def _guarded(name: str, fn: Callable[..., dict], device: str | torch.device) -> dict:
     try:
         return fn(device)
-    except Exception as exc:  # noqa: BLE001 - one failing demo must not hide the others
+    except Exception as exc:
         _cleanup()
         return {"name": name, "rule": RULES.get(name, ""), "what": "the demonstration itself "
                 "failed", "error": _err_text(exc), "fix": "", "fixed_ok": False,
@@ -47,7 +47,7 @@ def run_all_pitfalls(device: str | torch.device = "cuda", *, include_compile: bo
            "pitfalls": [_guarded(n, PITFALLS[n], dev) for n in PITFALL_NAMES]}
     try:
         out["address_demo"] = address_demo(dev)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out["address_demo"] = {"error": _err_text(exc)}
     out["compiled"] = (_guarded("output_overwritten", compiled_output_overwritten, dev)
                        if include_compile else None)

@@ -4,7 +4,8 @@ an exact sum, then timed at every message size, eager and captured in a CUDA gra
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist

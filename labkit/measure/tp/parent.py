@@ -9,7 +9,8 @@ import pickle
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from labkit.checks import as_int, as_int_list
 from labkit.launch import RankError, RankTimeout, check_devices, default_backend, run_ranks

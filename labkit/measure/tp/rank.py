@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import pickle
 import traceback
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -78,14 +79,14 @@ class _Rank:
         value, ok = None, True
         try:
             value = fn()
-        except Exception as exc:  # noqa: BLE001 - recorded, the next measurement runs
+        except Exception as exc:
             ok = False
             self.out["errors"][key] = _reason(exc)
             _say(self.rank, f"{key} failed: {type(exc).__name__}: {exc}")
             if self.device.type == "cuda":
                 try:
                     torch.cuda.synchronize()
-                except Exception:  # noqa: BLE001 - a broken context stays broken
+                except Exception:
                     pass
         flags = self.agree(ok)
         if ok and not all(flags):

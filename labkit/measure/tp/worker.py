@@ -4,7 +4,7 @@ in spawned processes, which import it by its module path) and the table of parts
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from labkit.measure.tp.allreduce import _allreduce_part
 from labkit.measure.tp.decode import _check_part, _decode_part

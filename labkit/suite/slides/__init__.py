@@ -42,7 +42,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from labkit import envvars
 from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks

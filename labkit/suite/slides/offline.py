@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from labkit.suite.slides.assets import SlidesError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html as htmllib
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from nbformat import from_dict
 

@@ -6,7 +6,7 @@ saying which and why (:func:`choose_run`). Part of :mod:`labkit.suite.slides`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from labkit.paths import repo_root
 from labkit.suite.engine import RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path

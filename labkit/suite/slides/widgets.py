@@ -8,7 +8,8 @@ to show what the widget showed when the notebook ran. Part of :mod:`labkit.suite
 from __future__ import annotations
 
 import html
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"

@@ -8,7 +8,8 @@ they all need: the data and the provenance of a record that may be a
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from labkit.measure.results import provenance_line
 
 

@@ -4,7 +4,8 @@ time, and every speed-up over it, follows the host CPU)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import torch
 

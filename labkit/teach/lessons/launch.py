@@ -4,7 +4,8 @@ where the work-per-kernel sweep stops being launch-bound, how much of a trace th
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import LaunchOverhead, view
 from labkit.teach.lessons import median

@@ -3,7 +3,8 @@ dispatcher picks for a batch, rows of a ``modes_<preset>`` record (``labkit.meas
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from labkit.checks import as_int, as_int_list
 from labkit.measure.records import Modes, view

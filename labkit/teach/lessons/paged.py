@@ -3,7 +3,8 @@ lengths (slot layout vs blocks), the block-size trade-off, rows of a ``paged_<pr
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from labkit.checks import as_int, as_int_list
 from labkit.measure.records import Paged, view

@@ -3,7 +3,8 @@ no record holds gets its count from a per-layer fit through two GPT-2-style mode
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from labkit.measure.records import LaunchOverhead, view
 from labkit.teach.lessons import median, record_data

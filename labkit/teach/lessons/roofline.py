@@ -3,7 +3,8 @@ cost model, the compile columns, multi-step graphs (records of :mod:`labkit.meas
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from labkit import stepcost
 from labkit.measure import records as rk

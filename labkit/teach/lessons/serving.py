@@ -8,7 +8,8 @@ claims: each returns an :class:`~labkit.teach.verdicts.Assessment` (a verdict, i
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import ServeLoad, view
 from labkit.measure.serve import metric

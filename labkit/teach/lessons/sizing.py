@@ -4,7 +4,7 @@ distribution."""
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from labkit.measure.records import Bench, Dispatcher, PoolMemory, view
 from labkit.sizes import (Interpolated, LinearFit, expected_padding, expected_step_cost,

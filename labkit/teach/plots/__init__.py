@@ -8,7 +8,7 @@ Every builder takes plain data (lists, dicts from result records) and returns a
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 # one colour per method, the same in every chart of the suite
 COLORS: dict[str, str] = {

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from labkit.measure.records import Compile, view
 from labkit.teach.lessons import record_provenance

@@ -4,7 +4,8 @@ default subtitle."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Decode, view
 from labkit.teach.lessons import median, record_provenance

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Dispatcher, view
 from labkit.teach.plots import COLORS, base_layout, color, register_template

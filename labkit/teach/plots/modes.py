@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from labkit.measure.records import Modes, view
 from labkit.teach.lessons import modes as lm

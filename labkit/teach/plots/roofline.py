@@ -3,7 +3,8 @@ steps per graph (``multistep_<preset>``); a Result's provenance is the default s
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from labkit.measure.records import Multistep, Roofline, view
 from labkit.teach.lessons import record_provenance

@@ -3,7 +3,8 @@ metric of every recorded run in the order served."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from labkit.measure.records import ServeLoad, view
 from labkit.teach.lessons import record_data

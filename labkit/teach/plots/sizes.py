@@ -3,7 +3,7 @@ lists underneath, and graph memory vs expected step time of the Pareto-optimal s
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from labkit.teach.plots import COLORS, base_layout, register_template
 

@@ -3,7 +3,8 @@ bars, the work-per-kernel sweep, CPU/GPU timelines; a Result's provenance is the
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from labkit.measure.records import LaunchOverhead, Timeline, view
 from labkit.teach.lessons import median, record_provenance, stat
