@@ -19,7 +19,7 @@
 # Offline: if a wheelhouse folder .whl/ exists (or LABKIT_WHEELHOUSE names one), everything is
 # installed from it with --no-index.
 # Other knobs: LABKIT_PYTHON (interpreter, default python3), LABKIT_EXTRAS (default: dev, plus
-# images when kaleido can be installed).
+# images when kaleido can be installed and kernels when triton can).
 #
 # Helper used by the tests: `bash scripts/setup.sh --pick-cpu-torch < text` reads the output of
 # `pip index versions torch` and prints the version it would install on a CPU machine.
@@ -366,6 +366,11 @@ elif [[ -z "${LABKIT_EXTRAS+x}" ]]; then
   LABKIT_EXTRAS=dev
   if [[ -z "$WHEELHOUSE" ]] || compgen -G "$WHEELHOUSE/kaleido-*" >/dev/null; then
     LABKIT_EXTRAS=dev,images
+  fi
+  # the Triton step's tests (its marker skips it off Linux x86-64; torch's CUDA builds bring it)
+  if [[ -z "$WHEELHOUSE" ]] || compgen -G "$WHEELHOUSE/triton-*" >/dev/null \
+     || "$PYTHON" -c 'import triton' 2>/dev/null; then
+    LABKIT_EXTRAS="$LABKIT_EXTRAS,kernels"
   fi
 fi
 target=".[${LABKIT_EXTRAS:-}]"
