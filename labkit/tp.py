@@ -46,6 +46,7 @@ clear error where unavailable).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import warnings
@@ -142,10 +143,8 @@ def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
+        with contextlib.suppress(Exception):
             fn(group_name)
-        except Exception:
-            pass
 
 
 def symm_mem_unavailable(device: torch.device) -> str | None:

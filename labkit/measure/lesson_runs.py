@@ -118,7 +118,7 @@ def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dic
     pool smallest-first) and return a record shaped like ``pool_memory_<preset>`` (without
     ``growth_bytes``). Each graph set is released before the next. Needs a CUDA GPU."""
 
-    sizes = sorted(set(int(s) for s in sizes))
+    sizes = sorted({int(s) for s in sizes})
     out: dict = {"preset": None, "sizes": sizes}
     for mode in MODES:
         pool = "private" if mode == "private" else "shared"

@@ -71,7 +71,7 @@ class AttentionOnlyGraphs:
         for f in _META_FIELDS:
             getattr(static, f).copy_(getattr(meta, f))
         sq, sk, sv = self.qkv[b]
-        for layer, (block, g) in enumerate(zip(m.blocks, self.graphs[b])):
+        for block, g in zip(m.blocks, self.graphs[b]):
             q, k, v = block.pre_attention(x)
             sq.copy_(q)
             sk.copy_(k)

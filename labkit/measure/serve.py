@@ -228,7 +228,7 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
     runs: dict[str, list] = {label: [] for label in arms}
     labels, order = list(arms), []
     try:
-        for label, arm in arms.items():
+        for arm in arms.values():
             if key(arm) not in steps:
                 steps[key(arm)] = make_step_fn(model, arm["mode"], arm.get("capture_sizes"))
                 _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed)

@@ -41,7 +41,8 @@ def evaluate_targets(decode: dict[str, Any], pool: Any | None,
     and only when the record shows that no CUDA graph was skipped."""
     out = []
     small = view(decode["small"], Decode) if decode.get("small") else None
-    few = view(compile_few, Compile) if compile_few else None
+    if compile_few:
+        view(compile_few, Compile)  # SchemaError unless a compile record
     if small:
         e, g, d = small.at("eager", 1), small.at("graph", 1), small.at("dispatcher", 1)
         if e and g:

@@ -29,6 +29,7 @@ Charts are drawn :data:`CHART_HEIGHT` pixels high; the deck's script shrinks the
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -99,7 +100,8 @@ def _cut_stream(out) -> None:
     lines = out.get("text", "").splitlines()
     if len(lines) > STREAM_LINES:
         more = len(lines) - STREAM_LINES
-        out["text"] = "\n".join(lines[:STREAM_LINES] + [f"… {more} more line(s) in the notebook"]) + "\n"
+        out["text"] = "\n".join([*lines[:STREAM_LINES],
+                                 f"… {more} more line(s) in the notebook"]) + "\n"
 
 
 def text_lines(text: str) -> float:
@@ -146,7 +148,7 @@ def _split_markdown(source: str, limit: float) -> list[str]:
                                for ln in blocks[0].splitlines()):
         parts.append(blocks.pop(0))  # a section's title slide stays a slide of its own
     for block in blocks:
-        if part and text_lines(_join(part + [block])) > limit:
+        if part and text_lines(_join([*part, block])) > limit:
             parts.append(_join(part))
             part = []
         part.append(block)
@@ -158,7 +160,7 @@ def _split_markdown(source: str, limit: float) -> list[str]:
 def _join(blocks: list[str]) -> str:
     """Blocks joined again; the items of one list stay in one tight list."""
     out = blocks[0]
-    for prev, block in zip(blocks, blocks[1:]):
+    for prev, block in itertools.pairwise(blocks):
         tight = _TOP_ITEM.match(block) and _TOP_ITEM.match(prev)
         out += ("\n" if tight else "\n\n") + block
     return out

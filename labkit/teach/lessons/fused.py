@@ -38,7 +38,7 @@ def time_groups(record: Any, step: str = "fused") -> list[dict]:
         return []
     rows = [{"kind": k, "kernels": int(n), "us": round(t, 1), "share": round(t / total, 3)}
             for k, (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])]
-    return rows + [{"kind": "total", "kernels": sum(r["kernels"] for r in rows),
+    return [*rows, {"kind": "total", "kernels": sum(r["kernels"] for r in rows),
                     "us": round(total, 1), "share": 1.0}]
 
 
