@@ -19,6 +19,7 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
 from labkit.measure.opcount import op_counts
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
+from labkit.kvcache import SlotKVCache
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
 from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda_interleaved
 
@@ -313,6 +314,7 @@ def _shared_pool_at(preset_name: str, sizes: list[int], dtype: str, max_seq: int
                     in_place: bool) -> dict:
     """One shared pool captured largest-first at ``max_seq``: its bytes and the cache's."""
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    assert isinstance(model.cache, SlotKVCache)  # make_model's default layout
     model.cache.in_place = in_place
     cache_bytes = sum(int(t.numel() * t.element_size()) for t in (model.k_cache, model.v_cache))
     gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",

@@ -109,8 +109,8 @@ def stop_signals_raise() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+        for signum, handler in old.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def _say(text: str) -> None:

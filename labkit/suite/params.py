@@ -211,6 +211,7 @@ def declared_parameters(notebook: Path) -> dict[str, Parameter]:
     found: dict[str, Parameter] = {}
     comments = _comments(source)
     for node in tree.body:
+        value: ast.expr | None
         if isinstance(node, ast.Assign):
             targets, value, note = node.targets, node.value, None
         elif isinstance(node, ast.AnnAssign):

@@ -216,7 +216,7 @@ def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
     """``(path, Result or None, error)`` for every ``results/*.json`` of a run."""
 
     folder = run_dir / "results"
-    out = []
+    out: list[tuple[Path, Any, str | None]] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             out.append((path, load_result(path), None))

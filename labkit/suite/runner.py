@@ -266,8 +266,10 @@ class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run (or sweep); ``result`` is what was recorded up to then."""
 
     def __init__(self, result: RunResult | SweepResult) -> None:
-        super().__init__(f"interrupted: {getattr(result, 'run_dir', None) or result.sweep_dir}")
-        self.result = result
+        where = result.run_dir if isinstance(result, RunResult) else result.sweep_dir
+        super().__init__(f"interrupted: {where}")
+        #: a RunResult when run_suite was stopped, a SweepResult when run_sweep was
+        self.result: Any = result
 
 
 def summary_line(result: RunResult) -> str:

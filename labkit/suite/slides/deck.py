@@ -125,7 +125,9 @@ def text_lines(text: str) -> float:
 def _split_markdown(source: str, limit: float) -> list[str]:
     """``source`` cut at blank lines into parts of at most ``limit`` estimated lines, never
     inside a fenced code block or an HTML block (``<details>`` ...); one part when it fits."""
-    blocks, cur, fence, html_depth = [], [], False, 0
+    blocks: list[str] = []
+    cur: list[str] = []
+    fence, html_depth = False, 0
     for line in source.splitlines():
         s = line.strip()
         if s.startswith("```"):
@@ -143,7 +145,8 @@ def _split_markdown(source: str, limit: float) -> list[str]:
         cur.append(line)
     if cur:
         blocks.append("\n".join(cur))
-    parts, part = [], []
+    parts: list[str] = []
+    part: list[str] = []
     if len(blocks) > 1 and all(re.match(r"(#|---|\*\*\*)", ln.strip()) or not ln.strip()
                                for ln in blocks[0].splitlines()):
         parts.append(blocks.pop(0))  # a section's title slide stays a slide of its own
@@ -197,7 +200,8 @@ def _split_visuals(cell) -> list:
     outs = list(cell.get("outputs", []))
     if sum(is_visual(o) for o in outs) < 2:
         return [cell]
-    groups, cur = [], []
+    groups: list[list] = []
+    cur: list = []
     for out in outs:
         if is_visual(out) and any(is_visual(o) for o in cur):
             groups.append(cur)

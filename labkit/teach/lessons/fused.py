@@ -49,9 +49,10 @@ def step_rows(record: Any) -> list[dict]:
     rows = []
     for i, b in enumerate(rec.batch_sizes):
         for s in ("readable", "fused"):
-            t, busy = rec.at(s, b), (rec.kernel_us.get(s) or [None] * (i + 1))[i]
+            recorded = rec.kernel_us.get(s)
+            t, busy = rec.at(s, b), (recorded[i] if recorded else None)
             rows.append({"batch": b, "step": s, "replay (µs)": None if t is None else round(t, 1),
                          "GPU ops": rec.ops_at(s, b),
                          "kernel time (µs)": None if busy is None else round(busy, 1),
-                         "gaps (µs)": None if None in (t, busy) else round(t - busy, 1)})
+                         "gaps (µs)": None if t is None or busy is None else round(t - busy, 1)})
     return rows
