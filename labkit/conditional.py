@@ -39,7 +39,8 @@ def conditional_support() -> dict[str, Any]:
     exists, and whether cuda-python (``cuda.bindings`` or the older ``cuda.cudart``), the
     route NeMo takes to build WHILE nodes by hand, is importable."""
     graph_cls = getattr(torch._C, "_CUDAGraph", None)
-    has = (lambda name: graph_cls is not None and hasattr(graph_cls, name))
+    def has(name: str) -> bool:
+        return graph_cls is not None and hasattr(graph_cls, name)
     cuda_python = next((m for m in ("cuda.bindings.runtime", "cuda.cudart") if _importable(m)),
                        None)
     return {

@@ -63,7 +63,8 @@ def hardware_tier() -> Tier:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _run(cmd: list[str], cwd: str | os.PathLike[str] | None = None, timeout: float = 10.0) -> str | None:
+def _run(cmd: list[str], cwd: str | os.PathLike[str] | None = None,
+         timeout: float = 10.0) -> str | None:
     """stdout of a command, stripped; None when it is missing, fails or times out."""
     if shutil.which(cmd[0]) is None:
         return None

@@ -28,6 +28,7 @@ reported in ``info`` instead of failing the run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import os
@@ -188,18 +189,14 @@ def _let_go(backend: str, wait_s: float = 10.0) -> None:
     """After an error: release graphs (the traceback is gone by now) and destroy the group
     without a barrier (peers may be gone), in a daemon thread waited for at most ``wait_s``
     seconds: a hung destroy must not keep the rank alive (the parent terminates it)."""
-    try:
+    with contextlib.suppress(Exception):
         release_graphs()
-    except Exception:
-        pass
     if not dist.is_initialized():
         return
 
     def destroy() -> None:
-        try:
+        with contextlib.suppress(Exception):
             dist.destroy_process_group()
-        except Exception:
-            pass
 
     th = threading.Thread(target=destroy, name="labkit-destroy", daemon=True)
     th.start()
@@ -214,7 +211,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
 
     ``fn`` must be a module-level function (spawned ranks import it by name) and its result
     picklable, tensors on the host (``.cpu()``: a CUDA result would make the parent touch
-    the GPU). Scripts calling this need the ``if __name__ == "__main__":`` guard (spawn). ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
+    the GPU). Scripts calling this need the ``if __name__ == "__main__":`` guard (spawn).
+    ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
     default ``nccl`` when CUDA is available. ``cpu_threads`` sets ``torch.set_num_threads``
     in each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others
     get ``grace_s`` seconds, then are terminated); a rank still running ``timeout_s`` seconds

@@ -62,7 +62,7 @@ def multistep_decode(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tens
     steps = []
     t, p = tokens, positions
     for i in range(n_steps):
-        t = model.decode_step(t, p, slots, check=True if on_cpu else False).argmax(-1)
+        t = model.decode_step(t, p, slots, check=on_cpu).argmax(-1)
         if out is not None:
             out[:, i].copy_(t)
         else:

@@ -214,7 +214,8 @@ class CircuitBreaker:
         mode, _ = decide_of(self.graph_fn, tokens.shape[0])
         out = self.graph_fn(tokens, positions, slots)
         self.hits.append(mode != "NONE")
-        if len(self.hits) == self.window and self.hit_rate < self.threshold:
+        rate = self.hit_rate
+        if len(self.hits) == self.window and rate is not None and rate < self.threshold:
             self.opened_at = self.clock.now()
             self.trips.append(self.opened_at)
         return out

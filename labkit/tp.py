@@ -46,6 +46,7 @@ clear error where unavailable).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import warnings
@@ -110,8 +111,12 @@ class SymmMemAllReduce:
                                "allreduce='process_group'")
         symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
 
-        self.group = group if group is not None else dist.group.WORLD
-        self.group_name = self.group.group_name
+        world = group if group is not None else dist.group.WORLD
+        if world is None:
+            raise RuntimeError("SymmMemAllReduce needs an initialised torch.distributed process "
+                               "group; start the ranks with labkit.launch.run_ranks")
+        self.group = world
+        self.group_name = world.group_name
         enable_symm_mem(symm_mem, self.group_name)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
         self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
@@ -142,10 +147,8 @@ def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
+        with contextlib.suppress(Exception):
             fn(group_name)
-        except Exception:
-            pass
 
 
 def symm_mem_unavailable(device: torch.device) -> str | None:
@@ -259,7 +262,7 @@ class TensorParallelGPT(TinyGPT):
         self.tok_emb = copy.deepcopy(full.tok_emb)
         self.pos_emb = copy.deepcopy(full.pos_emb)
         self.blocks = nn.ModuleList(TPBlock(b, self.rank, self.world_size, self._reduce)
-                                    for b in full.blocks)
+                                    for b in full.layers)
         self.ln_f = copy.deepcopy(full.ln_f)
         self.lm_head = copy.deepcopy(full.lm_head)  # replicated: see the module docstring
         self.cache = cache_for_config(cfg, heads=self.tp_heads)
@@ -342,8 +345,8 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
             model.cache.release(i)
         model.reset_cache()
     out["generate"] = (generate(full, prompts, new_tokens), generate(tp, prompts, new_tokens))
-    mode = "graph" if device.type == "cuda" else "eager"
-    disp = PaddingDispatcher(tp, dispatch_sizes, mode=mode)
+    disp = PaddingDispatcher(tp, dispatch_sizes,
+                             mode="graph" if device.type == "cuda" else "eager")
     out["dispatch"] = generate(tp, prompts, new_tokens,  # host-side metadata, as documented
                                step_fn=lambda t, p, s: disp.step(t, p.cpu(), s.cpu()))
     out["dispatch_steps"] = disp.counters.steps

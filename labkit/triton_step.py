@@ -360,7 +360,7 @@ class TritonStep:
         def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **constants: Any) -> None:
             out.append(Launch(kernel, grid, args, constants, bl.warps))
 
-        for i, blk in enumerate(m.blocks):
+        for i, blk in enumerate(m.layers):
             k_cache, v_cache = cache.kv[0, i], cache.kv[1, i]
             launch(matvec.ln_qkv_kernel, (_cdiv(3 * d, bl.n), rows),
                    ws.x, tokens, positions, slots, m.tok_emb.weight, m.pos_emb.weight,

@@ -67,7 +67,7 @@ def read_gpt2_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     try:
         with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
                 name = key[len(_PREFIX):] if key.startswith(_PREFIX) else key
                 if _IGNORED.fullmatch(name):
                     continue

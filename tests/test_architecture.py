@@ -105,9 +105,9 @@ def test_no_import_circle():
         state[m] = 1
         for t in graph.get(m, ()):
             if state.get(t) == 1:
-                raise AssertionError("import circle: " + " -> ".join(path + [m, t]))
+                raise AssertionError("import circle: " + " -> ".join([*path, m, t]))
             if t not in state:
-                visit(t, path + [m])
+                visit(t, [*path, m])
         state[m] = 2
 
     for m in graph:

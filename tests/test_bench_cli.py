@@ -58,7 +58,7 @@ def test_targets_pass_and_fail_on_values():
 def test_plan_runs_compile_apart_from_manual_graphs():
     names = [n for n, _, _ in plan(quick=True, record=False)]
     assert "decode_small" in names and "compile_times_small" in names
-    kw = dict((n, k) for n, _, k in plan(quick=True, record=False))
+    kw = {n: k for n, _, k in plan(quick=True, record=False)}
     assert kw["decode_small"]["methods"] == ["eager", "graph", "dispatcher"]
     assert kw["compile_times_small"]["methods"] == ["compile"]
     assert len(plan(quick=False, record=True)) > len(plan(quick=False, record=False))
@@ -66,7 +66,7 @@ def test_plan_runs_compile_apart_from_manual_graphs():
 
 def test_plan_measures_recorded_kinds_with_the_records_defaults():
     steps = {n: (f, k) for n, f, k in plan(quick=False, record=True)}
-    for name in RECORDED + ("pool_memory_gpt2",):
+    for name in (*RECORDED, "pool_memory_gpt2"):
         func, params = records.DEFAULTS[name]
         assert steps[name] == (func, records.measure_kwargs(params)), name
     # the bench table's decode: the record's defaults, at the bench's sizes and methods
@@ -79,7 +79,7 @@ def test_plan_measures_recorded_kinds_with_the_records_defaults():
 
 def test_merge_compile_refuses_a_record_without_times():
     d = _decode([1000, 1200], [100, 150], [104, 160])
-    with pytest.raises(SchemaError, match="field 'data.times' is missing"):
+    with pytest.raises(SchemaError, match=r"field 'data.times' is missing"):
         merge_compile(d, {"preset": "small", "batch_sizes": [8]})
 
 

@@ -71,9 +71,8 @@ def test_stand_in_replay_reads_the_captured_tensors_and_returns_none():
     x = torch.tensor([7.0, 7.0])                  # rebinding: the graph still reads the old one
     g.replay()
     assert out.tolist() == [15.0, 18.0]
-    with pytest.raises(RuntimeError, match="already captured"):
-        with cuda.graph(g):
-            pass
+    with pytest.raises(RuntimeError, match="already captured"), cuda.graph(g):
+        pass
 
 
 def test_graph_api_picks_the_device():

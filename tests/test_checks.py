@@ -31,5 +31,5 @@ def test_as_size_list_keeps_order_and_refuses_bad_lists():
             as_size_list(bad, "sizes")
     with pytest.raises(ValueError, match=r"sizes: \[2, 4\] appear more than once .* list each "):
         as_size_list([4, 2, 4, 2, 1], "sizes", distinct=True)
-    with pytest.raises(ValueError, match="sizes must not be empty.*; such as"):
+    with pytest.raises(ValueError, match=r"sizes must not be empty.*; such as"):
         as_size_list([], "sizes", fix="such as [1, 2]")

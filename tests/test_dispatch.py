@@ -148,7 +148,7 @@ def test_shared_dispatcher_is_correct_from_two_threads(model):
                 out = d.step(*batches[i])
                 if out.shape != expected[i].shape or not torch.equal(out, expected[i]):
                     wrong[i] += 1
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
@@ -313,7 +313,7 @@ def test_dispatcher_overhead_measurement_logic_on_cpu():
                                        device="cpu", timer=timer)
     rec = records.parse("dispatcher_overhead", data)
     run = rec.run("test")
-    assert calls == {m: 2 for m in records.OVERHEAD_METHODS}
+    assert calls == dict.fromkeys(records.OVERHEAD_METHODS, 2)
     assert run.checks == {"dispatcher_tokens_equal_eager": True, "same_logits_every_method": True}
     assert run.batch_sizes == [1, 4] and all(r is not None for r in run.over_replay("step_host"))
     assert (rec.repeats, rec.inner) == (2, 2)

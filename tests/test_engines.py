@@ -8,7 +8,7 @@ import pytest
 from labkit.sizes import engines as es
 
 # vLLM 0.13.0: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)
-VLLM_512 = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+VLLM_512 = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
 
 
 def test_vllm_default_sizes_follow_the_rule():
@@ -95,7 +95,7 @@ def test_sglang_default_max_bs_by_gpu_memory(mib, tp, want):
 
 def test_from_sglang_defaults_on_an_h200():
     s = es.from_sglang()
-    want = [1, 2, 4, 8, 12] + list(range(16, 257, 8))
+    want = [1, 2, 4, 8, 12, *range(16, 257, 8)]
     assert s.capture_sizes == tuple(want) and s.max_capture_size == 256
     assert s.mode == "full" and s.padding and s.padded(13) == 16 and s.padded(257) is None
 

@@ -41,7 +41,7 @@ def test_good_values(tmp_path: Path) -> None:
     assert envvars.git_commit(env) == "0123abcd"
     assert envvars.plotly_renderer(env) == "plotly_mimetype+notebook"
     envvars.check_environment(env)
-    empty = {name: "" for name in envvars.READERS}  # empty means unset: the defaults
+    empty = dict.fromkeys(envvars.READERS, "")  # empty means unset: the defaults
     assert envvars.cpu_threads(empty) is None and envvars.force_tier(empty) == "auto"
     assert envvars.run_dir(empty) is None and envvars.lab_token(empty) is None
     assert envvars.plotly_renderer(empty, default="png") == "png"

@@ -76,7 +76,7 @@ def test_fused_reads_the_live_weights_every_call():
 def test_write_kv_writes_what_write_writes():
     for layout in ("slot", "paged"):
         m = _model(layout)
-        t, p, s = _step_inputs(3)
+        _, p, s = _step_inputs(3)
         for slot, pos in zip(s.tolist(), p.tolist()):
             m.cache.reserve(slot, pos + 1)
         meta = m.cache.step_meta(p, s)

@@ -62,7 +62,7 @@ def test_graph_dispatcher_is_correct_from_two_threads(model):
             for _ in range(100):
                 if not torch.equal(d.step(*batches[i]), expected[i]):
                     wrong[i] += 1
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]

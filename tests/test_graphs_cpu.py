@@ -12,7 +12,7 @@ from labkit.model import build_model, preset
 def _raise(exc):
     try:
         raise exc
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         return e
 
 

@@ -96,7 +96,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start_labkit_lab(tmp_path: Path) -> tuple[subprocess.Popen, int, "lablib.LabServer"]:
+def _start_labkit_lab(tmp_path: Path) -> tuple[subprocess.Popen, int, lablib.LabServer]:
     """``python -m labkit lab`` as a user starts it, on a free port with a known token and a
     private runtime folder; returns it once JupyterLab answers, with the server's pid (from
     the server's runtime file) and a client for the server."""

@@ -86,7 +86,7 @@ def test_live_pool_comparison_is_shaped_like_a_pool_memory_record_on_gpu():
     for mode in runs.MODES:
         assert live[mode]["total_bytes"] > 0 and set(live[mode]["capture_s"]) == {"1", "2", "4"}
     rows = lm.summary_rows(live)                 # what notebook 04 shows
-    assert [r["strategy"] for r in rows][0] == "private pool per size"
+    assert next(r["strategy"] for r in rows) == "private pool per size"
 
 
 @pytest.mark.gpu

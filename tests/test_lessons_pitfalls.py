@@ -41,7 +41,7 @@ def test_summary_rows_and_by_name():
     assert rows[0]["fixed"] == "yes" and rows[1]["fixed"] == "NO"
     assert rows[1]["what happened"] == ""
     assert set(pitfalls.by_name(rec)) == {"host_sync", "rng"}
-    with pytest.raises(SchemaError, match="'data.pitfalls' is missing"):
+    with pytest.raises(SchemaError, match=r"'data.pitfalls' is missing"):
         pitfalls.by_name({"x": 1})
     with pytest.raises(SchemaError, match="fixed_ok"):
         pitfalls.summary_rows({"pitfalls": [{"name": "rng", "fixed_ok": "yes"}]})

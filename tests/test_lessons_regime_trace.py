@@ -41,7 +41,7 @@ def test_regime_rows_measure_count_and_estimate():
     bw = regime.sweep_bandwidth(lo)
     big = {"name": "big", "n_layer": 20, "d_model": 128, "d_ff": 256, "vocab_size": 500,
            "gated": True}
-    small, mid, est = regime.regime_rows(lo, {"a": _dec(4, 65), "b": _dec(12, 173)}, big)
+    small, _mid, est = regime.regime_rows(lo, {"a": _dec(4, 65), "b": _dec(12, 173)}, big)
     assert (small["name"], small["kernels"], small["counted"]) == ("a", 65, True)
     assert small["launch_us"] == pytest.approx(650.0)
     assert small["weight_bytes"] == regime.weight_bytes(4, 64, 1000)

@@ -471,7 +471,7 @@ def test_load_trace_refuses_bad_cells(tmp_path):
     for cell in ("2.5", "True", "-3", "", "x"):
         path = tmp_path / "t.csv"
         path.write_text(f"step,batch_size\n0,4\n1,{cell}\n", encoding="utf-8")
-        refused(lambda: sizes.load_trace(path), "batch_size")
+        refused(lambda path=path: sizes.load_trace(path), "batch_size")
 
 
 # ------------------------------------------------------------------------------ timing

@@ -196,7 +196,7 @@ def test_config_refuses_non_int_and_non_positive_values(field, value, error):
 def test_config_refuses_inconsistent_values_and_keeps_ints():
     with pytest.raises(ValueError, match="not divisible by n_head"):
         GPTConfig(d_model=30, n_head=4)
-    with pytest.raises(ValueError, match="GPTConfig.n_head"):
+    with pytest.raises(ValueError, match=r"GPTConfig.n_head"):
         GPTConfig(n_head=0)                             # not a ZeroDivisionError
     with pytest.raises(ValueError, match="dtype"):
         GPTConfig(dtype=torch.float32)

@@ -144,7 +144,8 @@ def readme_commands() -> list[str]:
     blocks = re.findall(r"^```[^\n]*\n(.*?)^```", (ROOT / "README.md").read_text(), re.M | re.S)
     out = []
     for block in blocks:
-        lines = [l.strip() for l in block.splitlines() if l.strip() and not l.strip().startswith("#")]
+        lines = [ln.strip() for ln in block.splitlines()
+                 if ln.strip() and not ln.strip().startswith("#")]
         out.append(lines)
     return out
 
@@ -174,7 +175,7 @@ def test_makefile_targets():
 def test_ci_runs_readme_test_command():
     ci = ROOT / ".ci" / "run"
     test_cmd = readme_commands()[1][0]
-    lines = [l.strip() for l in ci.read_text().splitlines()]
+    lines = [ln.strip() for ln in ci.read_text().splitlines()]
     assert test_cmd in lines, f".ci/run must run the README's test command {test_cmd!r}"
     assert lines[0].startswith("#!") and "bash" in lines[0]
     assert os.stat(ci).st_mode & stat.S_IXUSR, ".ci/run is not executable"

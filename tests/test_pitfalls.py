@@ -24,7 +24,8 @@ def test_err_text_keeps_chain_and_drops_cpp_frames():
         try:
             raise ValueError("first")
         except ValueError:
-            raise RuntimeError("second\nframe #0: c10::whatever\nException raised from x")
+            raise RuntimeError(  # noqa: B904 (the implicit chain is what is tested)
+                "second\nframe #0: c10::whatever\nException raised from x")
     except RuntimeError as exc:
         text = pitfalls._err_text(exc)
     assert text.startswith("ValueError: first")
@@ -33,8 +34,7 @@ def test_err_text_keeps_chain_and_drops_cpp_frames():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU message")
 def test_live_pitfalls_refuse_cpu_with_a_clear_message():
-    for fn in list(pitfalls.PITFALLS.values()) + [pitfalls.address_demo,
-                                                   pitfalls.run_all_pitfalls]:
+    for fn in [*pitfalls.PITFALLS.values(), pitfalls.address_demo, pitfalls.run_all_pitfalls]:
         with pytest.raises(RuntimeError, match="recorded 'pitfalls' reference"):
             fn("cpu")
 

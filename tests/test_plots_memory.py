@@ -42,8 +42,8 @@ def test_summary_totals_and_the_smaller_order_within_one_segment():
 
 
 def test_allocator_constants_and_the_hidden_layer():
-    assert (lm.SMALL_SIZE, lm.SMALL_BUFFER, lm.MIN_LARGE_ALLOC, lm.LARGE_BUFFER,
-            lm.ROUND_LARGE) == (MiB, 2 * MiB, 10 * MiB, 20 * MiB, 2 * MiB)
+    got = (lm.SMALL_SIZE, lm.SMALL_BUFFER, lm.MIN_LARGE_ALLOC, lm.LARGE_BUFFER, lm.ROUND_LARGE)
+    assert got == (MiB, 2 * MiB, 10 * MiB, 20 * MiB, 2 * MiB)
     d = preset("test").d_model
     assert lm.hidden_bytes(record(), 8) == 8 * 4 * d * 2        # bf16
     assert lm.hidden_bytes({**record(), "dtype": "float32"}, 8) == 8 * 4 * d * 4

@@ -183,7 +183,7 @@ def test_copy_to_reference_and_load(tmp_path, data_root):
 def test_copy_to_reference_refuses_other_hardware(tmp_path, data_root):
     run = tmp_path / "run"
     save_result("decode", {"eager_ms": 9.0}, run_dir=run, env=CPU_ENV)
-    with pytest.raises(ValueError, match="measured elsewhere: decode.json \\(cpu\\)"):
+    with pytest.raises(ValueError, match=r"measured elsewhere: decode.json \(cpu\)"):
         copy_to_reference(run, "h200")
     assert not (data_root / "reference" / "h200").exists()
     assert copy_to_reference(run, "h200", force=True)

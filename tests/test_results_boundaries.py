@@ -53,7 +53,7 @@ def snapshot(folder: Path) -> dict:
                                   "h200/../h200/pitfalls", "/etc/passwd", "..", ".hidden",
                                   "a\\b", "", "launch overhead"])
 def test_load_reference_refuses_names_that_are_not_plain(name):
-    with pytest.raises(ValueError, match="plain|no folder parts") as err:
+    with pytest.raises(ValueError, match=r"plain|no folder parts") as err:
         load_reference(name)
     assert repr(name) in str(err.value)
 

@@ -86,7 +86,7 @@ def test_request_larger_than_the_pool_is_an_error_and_frees_everything():
 
 
 def test_request_longer_than_max_seq_is_refused():
-    with pytest.raises(ValueError, match="request 1.*max_seq=32"):
+    with pytest.raises(ValueError, match=r"request 1.*max_seq=32"):
         ServingEngine(_model(), clock=SimClock()).run([TraceRequest(0, 2, 2),
                                                         TraceRequest(0, 30, 4)])
 
@@ -117,7 +117,7 @@ def test_dispatcher_modes_give_eager_tokens_and_record_padding(mode):
 
 
 def test_make_step_fn_rejects_unknown_mode():
-    with pytest.raises(ValueError, match="'fast'.*eager"):
+    with pytest.raises(ValueError, match=r"'fast'.*eager"):
         make_step_fn(_model(), "fast")
 
 

@@ -65,7 +65,7 @@ def test_empty_and_bad_timelines():
     m = run_metrics([], [])
     assert m["completed"] == 0 and m["output_throughput"] is None
     bad = [{"arrival_s": 1.0, "token_times_s": [0.5]}]
-    with pytest.raises(ValueError, match="request 0.*before its arrival"):
+    with pytest.raises(ValueError, match=r"request 0.*before its arrival"):
         run_metrics(bad, [])
 
 
@@ -80,7 +80,7 @@ def test_serve_record_kind_validates():
     with pytest.raises(SchemaError, match=r"data.steps\[1\].padded.*below batch"):
         records.parse("serve_full", bad)
     del bad["requests"]
-    with pytest.raises(SchemaError, match="data.requests"):
+    with pytest.raises(SchemaError, match=r"data.requests"):
         records.parse("serve_x", bad)
 
 

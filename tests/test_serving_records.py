@@ -248,7 +248,7 @@ def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, caps
 
 def test_record_params_are_the_defaults_and_unknown_names_are_refused():
     assert serve_record.record_params("serve_full") == records.default_params("serve_full")
-    with pytest.raises(ValueError, match="serve_nope.*serve_eager"):
+    with pytest.raises(ValueError, match=r"serve_nope.*serve_eager"):
         serve_record.record_params("serve_nope")
     with pytest.raises(ValueError, match="not a serving record"):
         serve_record.measure_record("decode_small")

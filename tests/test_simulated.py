@@ -120,14 +120,12 @@ def test_graph_api_and_misuse():
     assert graph_api("cpu") is standin_cuda and graph_api("cuda") is torch.cuda
     g = cuda.CUDAGraph()
     assert g.pool() is None
-    with pytest.raises(TypeError, match="graph_pool_handle"):
-        with cuda.graph(g, pool="mine"):
-            pass
+    with pytest.raises(TypeError, match="graph_pool_handle"), cuda.graph(g, pool="mine"):
+        pass
     with cuda.graph(g):
         pass
-    with pytest.raises(RuntimeError, match="already captured"):
-        with cuda.graph(g):
-            pass
+    with pytest.raises(RuntimeError, match="already captured"), cuda.graph(g):
+        pass
     s = cuda.Stream()
     s.wait_stream(cuda.current_stream())
     with cuda.stream(s):

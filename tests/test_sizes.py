@@ -256,7 +256,7 @@ def test_optimal_sizes_simple_facts():
     assert optimal_sizes(d, 1, eager_cost=lambda b: 0.0) == [1]
     # more sizes never cost more
     costs = [direct_cost(optimal_sizes(d, k), d) for k in range(1, 8)]
-    assert all(x >= y - 1e-12 for x, y in zip(costs, costs[1:]))
+    assert all(x >= y - 1e-12 for x, y in itertools.pairwise(costs))
 
 
 def test_optimal_sizes_memory_budget_binds():
@@ -371,7 +371,7 @@ def test_pareto_front_on_trace_is_monotone_and_fast():
                          residual_per_graph=1e6, step_time=lambda s: 170.0 + 0.5 * s)
     assert len(front) >= 2
     assert all(a.memory < b.memory and a.expected_cost > b.expected_cost
-               for a, b in zip(front, front[1:]))
+               for a, b in itertools.pairwise(front))
     with pytest.raises(ValueError, match="candidates_k"):
         pareto_front(d, [], memory_per_size=linear_memory(1, 1))
 

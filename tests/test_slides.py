@@ -294,7 +294,7 @@ def test_fetch_script_pins_every_package_the_exports_copy():
 def test_missing_npm_gives_install_advice(tmp_path, monkeypatch):
     monkeypatch.setenv(slides.WEB_DIR_ENV, str(tmp_path / "web"))
     monkeypatch.setattr(slides.assets.shutil, "which", lambda name: None)
-    with pytest.raises(slides.SlidesError, match="Install Node.js"):
+    with pytest.raises(slides.SlidesError, match=r"Install Node.js"):
         slides.ensure_web_assets(quiet=True)
 
 
@@ -593,7 +593,7 @@ def test_run_page_with_a_remote_script_is_refused(tmp_path):
     src = _hint_notebook(tmp_path / "98_hint.ipynb", extra_output={
         "text/html": '<link rel="stylesheet" href="https://cdn.example.org/lib.css"><p>x</p>'})
     target = tmp_path / "html" / "98_hint.html"
-    with pytest.raises(slides.RemoteAssetError, match="cdn.example.org/lib.css"):
+    with pytest.raises(slides.RemoteAssetError, match=r"cdn.example.org/lib.css"):
         report.export_notebook_html(src, target)
     assert not target.exists()
 

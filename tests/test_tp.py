@@ -78,7 +78,7 @@ def test_check_tp_split_names_the_heads_and_the_world_size():
 
 def test_tensor_parallel_gpt_needs_a_process_group():
     assert not dist.is_initialized()
-    with pytest.raises(RuntimeError, match="process group.*run_ranks"):
+    with pytest.raises(RuntimeError, match=r"process group.*run_ranks"):
         TensorParallelGPT(build_model(GPTConfig(**CFG)))
 
 

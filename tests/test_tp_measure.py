@@ -253,7 +253,7 @@ def test_the_symm_mem_parts_run_end_to_end_on_one_rank(fake_symm_mem):
     for part in ("check_symm", "allreduce_symm", "decode_symm"):
         _PARTS[part](r)
     out = r.out
-    assert {k: v for k, v in out["errors"].items()} == {}
+    assert dict(out["errors"]) == {}
     assert out["checks"]["tp_tokens_equal_tp1.symm_mem.eager"] is True
     assert out["checks"]["tp_tokens_equal_tp1.symm_mem.dispatcher_eager"] is True
     assert out["checks"]["sum_exact.one_shot_eager"] is True

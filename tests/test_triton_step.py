@@ -76,7 +76,7 @@ def _randomise(m):
         for name, p in m.named_parameters():
             if name.endswith("bias"):
                 p.copy_((torch.randn(p.shape, generator=g) * 0.1).to(p))
-            elif name.startswith("blocks") and ".ln" in name or name.startswith("ln_f"):
+            elif (name.startswith("blocks") and ".ln" in name) or name.startswith("ln_f"):
                 p.copy_((1 + torch.randn(p.shape, generator=g) * 0.1).to(p))
     return m
 
@@ -184,7 +184,7 @@ def test_padded_rows_write_only_the_scratch_slot(layout):
     changed = (kv_got != kv0).flatten(4).any(-1)  # (2, layers, slots or blocks, positions)
     if layout == "slot":
         allowed = torch.zeros_like(changed)
-        for row, (slot, pos) in enumerate(zip(s.tolist(), p.tolist())):
+        for slot, pos in zip(s.tolist(), p.tolist()):
             allowed[:, :, slot, pos] = True
         assert changed[:, :, :2].any() and not (changed & ~allowed).any()
     else:  # the scratch slot owns no blocks: its rows land in the pad block 0

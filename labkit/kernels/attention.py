@@ -41,9 +41,9 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
 
     Replaces the readable step's attention kernel (with its metadata kernels: key offsets and
     lengths come from ``positions`` and ``slots`` here). Online softmax over the split's
-    chunks of ``BLOCK_T`` positions: for each chunk the scores ``q . k * scale``, the running maximum,
-    the rescaled sums. This step's k and v were stored by :func:`ln_qkv_kernel` before this
-    launch, so the row's own position is read from the cache like every other."""
+    chunks of ``BLOCK_T`` positions: for each chunk the scores ``q . k * scale``, the running
+    maximum, the rescaled sums. This step's k and v were stored by :func:`ln_qkv_kernel` before
+    this launch, so the row's own position is read from the cache like every other."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)

@@ -40,8 +40,9 @@ def kernels_per_step(n_layer: int) -> int:
 
 
 def _row(kernel: str, role: str, launches: int, **bytes_: int) -> dict:
-    row = {"kernel": kernel, "role": role, "launches": launches,
-           **dict.fromkeys(("weights", "embedding_rows", "kv_read", "kv_write", "logits_write", "activations"), 0)}
+    row: dict[str, Any] = {"kernel": kernel, "role": role, "launches": launches,
+           **dict.fromkeys(("weights", "embedding_rows", "kv_read", "kv_write", "logits_write",
+                            "activations"), 0)}
     row.update(bytes_)
     row["compulsory"] = sum(row[k] for k in ("weights", "embedding_rows", "kv_read",
                                              "kv_write", "logits_write"))

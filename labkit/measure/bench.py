@@ -19,6 +19,7 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
 from labkit.measure.opcount import op_counts
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
+from labkit.kvcache import SlotKVCache
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
 from labkit.timing import Stats, launch_bound_sweep, launch_overhead, time_cuda_interleaved
 
@@ -89,8 +90,8 @@ def count_step_ops(model: TinyGPT, batch_size: int = 1,
     """GPU operations of one decode step (``step(tokens, positions, slots)``, default the
     eager ``model.decode_step``) at ``batch_size``: the inputs are made and copied to the GPU
     *before* counting, so only the step's own kernels, copies and fills count
-    (:data:`labkit.measure.records.GPU_OPS_COUNTED`). Every record's ``kernels_per_step`` / ``gpu_ops_per_step`` comes
-    from here."""
+    (:data:`labkit.measure.records.GPU_OPS_COUNTED`). Every record's ``kernels_per_step`` /
+    ``gpu_ops_per_step`` comes from here."""
     t, p, s = step_inputs(model, batch_size)
     fn = step or model.decode_step
     return count_gpu_ops(lambda: fn(t, p, s))
@@ -121,7 +122,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                    repeats: int = 30, inner: int = 10) -> dict:
     """Record ``decode_<preset>``: decode step time per method and batch size."""
     _need_cuda("measure_decode")
-    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    batch_sizes = sorted({int(b) for b in batch_sizes})
     unknown = set(methods) - {"eager", "graph", "dispatcher", "compile"}
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; use eager, graph, dispatcher, "
@@ -268,8 +269,8 @@ def measure_pool_memory(preset_name: str,
     ``model.cache.in_place = False``, at ``gather_max_seq``; ``None`` skips it).
     """
     _need_cuda("measure_pool_memory")
-    sizes = sorted(set(int(b) for b in sizes))
-    max_seqs = sorted(set(int(m) for m in max_seqs))
+    sizes = sorted({int(b) for b in sizes})
+    max_seqs = sorted({int(m) for m in max_seqs})
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype)
     out: dict = {"preset": preset_name, "sizes": sizes, "dtype": dtype,
                  "max_seq": model.cfg.max_seq}
@@ -313,6 +314,7 @@ def _shared_pool_at(preset_name: str, sizes: list[int], dtype: str, max_seq: int
                     in_place: bool) -> dict:
     """One shared pool captured largest-first at ``max_seq``: its bytes and the cache's."""
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    assert isinstance(model.cache, SlotKVCache)  # make_model's default layout
     model.cache.in_place = in_place
     cache_bytes = sum(int(t.numel() * t.element_size()) for t in (model.k_cache, model.v_cache))
     gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",
@@ -337,8 +339,8 @@ def measure_dispatcher(preset_name: str,
     (:func:`labkit.timing.time_cuda_interleaved`), so their ratios hold across clock changes.
     """
     _need_cuda("measure_dispatcher")
-    capture_sizes = sorted(set(int(b) for b in capture_sizes))
-    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    capture_sizes = sorted({int(b) for b in capture_sizes})
+    batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes + capture_sizes), dtype=dtype)
     disp = PaddingDispatcher(model, capture_sizes, progress=False, copy_outputs=False)
     exact_sizes = [b for b in batch_sizes if b <= capture_sizes[-1]]
@@ -390,7 +392,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
     GPU clock reaches all of them alike; the record says so with ``interleaved: True``
     (records made before that field timed one method after another)."""
     _need_cuda("measure_compile")
-    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
     t0 = time.perf_counter()
     disp = PaddingDispatcher(model, batch_sizes, progress=False)

@@ -112,9 +112,8 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
             inputs = step_inputs(model, b)
             for disp in disps.values():
                 disp.load_inputs(*inputs)
-            got = time_cuda_interleaved(
-                {step: (lambda d=disp, b=b: d.graphs.replay(b)) for step, disp in disps.items()},
-                warmup=5, repeats=repeats, inner=inner)
+            fns = {step: (lambda d=disp, b=b: d.graphs.replay(b)) for step, disp in disps.items()}
+            got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
             for step in STEPS:
                 times[step].append(_stats(got[step]))
     finally:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from labkit.graphs import capture_decode_graphs
+from labkit.graphs import Order, PoolMode, capture_decode_graphs
 from labkit.measure.bench import step_inputs
 from labkit.measure.opcount import count_dispatched_ops  # noqa: F401 - notebook 02 calls it here
 from labkit.model import TinyGPT, generate
@@ -118,11 +118,11 @@ def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dic
     pool smallest-first) and return a record shaped like ``pool_memory_<preset>`` (without
     ``growth_bytes``). Each graph set is released before the next. Needs a CUDA GPU."""
 
-    sizes = sorted(set(int(s) for s in sizes))
+    sizes = sorted({int(s) for s in sizes})
     out: dict = {"preset": None, "sizes": sizes}
     for mode in MODES:
-        pool = "private" if mode == "private" else "shared"
-        order = "smallest_first" if mode == "shared_smallest_first" else "largest_first"
+        pool: PoolMode = "private" if mode == "private" else "shared"
+        order: Order = "smallest_first" if mode == "shared_smallest_first" else "largest_first"
         gs = capture_decode_graphs(model, sizes, pool=pool, order=order, warmup=warmup,
                                    progress=False)
         try:

@@ -16,24 +16,25 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, fields
-from typing import Any
-from collections.abc import Sequence
+from typing import Any, cast
+from collections.abc import Callable, Sequence
 
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.graphs import CapturedGraph, capture_callable, gc_frozen, pool_reserved_bytes
 from labkit.kvcache import StepMeta
 from labkit.measure import records
 from labkit.measure.bench import (_free, _need_cuda, _stats, count_step_ops,
                                   make_model, step_inputs, tokens_match)
-from labkit.model import TinyGPT, attention
+from labkit.model import Block, TinyGPT, attention
 from labkit.timing import time_cuda_interleaved
 
 #: the modes a ``modes_<preset>`` record times, in chart order
 MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
 #: the dispatcher's ``cudagraph_mode`` for each dispatcher-driven mode
-CUDAGRAPH_MODE = {"eager": "NONE", "piecewise": "PIECEWISE", "full": "FULL"}
+CUDAGRAPH_MODE: dict[str, CudagraphMode] = {"eager": "NONE", "piecewise": "PIECEWISE",
+                                            "full": "FULL"}
 _META_FIELDS = tuple(f.name for f in fields(StepMeta))
 
 
@@ -71,7 +72,7 @@ class AttentionOnlyGraphs:
         for f in _META_FIELDS:
             getattr(static, f).copy_(getattr(meta, f))
         sq, sk, sv = self.qkv[b]
-        for layer, (block, g) in enumerate(zip(m.blocks, self.graphs[b])):
+        for block, g in zip(cast("list[Block]", m.blocks), self.graphs[b]):  # no list copy
             q, k, v = block.pre_attention(x)
             sq.copy_(q)
             sk.copy_(k)
@@ -101,7 +102,7 @@ def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = 
     handle = pool if pool is not None else torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()
     graphs: dict[int, list[CapturedGraph]] = {}
-    qkv: dict[int, tuple[torch.Tensor, ...]] = {}
+    qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     metas: dict[int, StepMeta] = {}
     with gc_frozen():
         for bs in sorted({int(b) for b in sizes}, reverse=True):
@@ -173,7 +174,7 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     capture_s: dict[str, float] = {}
     checks: dict[str, bool] = {}
     runners: dict[str, Any] = {}
-    steps: dict[str, Any] = {}
+    steps: dict[str, Callable[..., torch.Tensor]] = {}
     for mode in MODES:
         if mode == "attention_only":
             runner, secs = _timed_capture(lambda: capture_attention_only(model, batch_sizes))
@@ -197,9 +198,8 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     times: dict[str, list] = {m: [] for m in MODES}
     for b in batch_sizes:
         t, p, s = step_inputs(model, b)
-        got = time_cuda_interleaved(
-            {m: (lambda f=steps[m]: f(t, p, s)) for m in MODES}, warmup=5, repeats=repeats,
-            inner=inner)
+        fns = {m: (lambda f=steps[m]: f(t, p, s)) for m in MODES}
+        got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
         for m in MODES:
             times[m].append(_stats(got[m]))
     t1, p1, s1 = step_inputs(model, batch_sizes[0])

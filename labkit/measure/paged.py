@@ -22,6 +22,7 @@ import torch
 
 from labkit.checks import as_int, as_int_list
 from labkit.dispatch import PaddingDispatcher
+from labkit.kvcache import PagedKVCache, SlotKVCache
 from labkit.measure.bench import _free, _need_cuda, _stats, random_prompts, step_inputs, \
     tokens_match
 from labkit.model import TinyGPT, build_model, generate, preset
@@ -94,11 +95,13 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
         raise ValueError("give at least one batch size and one max_seq")
     _need_cuda("measure_paged")
     max_batch = max(batch_sizes)
-    runs, checks = [], {}
+    runs: list[dict] = []
+    checks: dict[str, bool | float] = {}
     for max_seq in max_seqs:
         slot = _build(preset_name, "slot", max_batch=max_batch, max_seq=max_seq,
                       block_size=block_size, dtype=dtype)
         prompts = random_prompts(slot, max_batch)
+        assert isinstance(slot.cache, SlotKVCache)  # _build(..., "slot") made it
         slot.cache.in_place = True
         in_place_tokens = generate(slot, prompts, new_tokens)
         in_place, checks[f"graph_tokens_equal_eager.slot_in_place.{max_seq}"] = \
@@ -124,6 +127,7 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
             for _, disp in layouts.values():
                 disp.release()
         cache = paged.cache
+        assert isinstance(cache, PagedKVCache)  # _build(..., "paged") made it
         block_bytes = cache.nbytes() // cache.num_blocks
         runs.append({"max_seq": max_seq, "times": times,
                      "cache_bytes": {"slot": slot.cache.nbytes(), "paged_pool": cache.nbytes(),

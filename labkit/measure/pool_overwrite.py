@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import os
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -158,8 +159,8 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
         p["gb"].replay()
         copied = out_b.clone()
         p["ga"].replay()
-        clone = {"copy_after_replay_a": _values(copied),
-                 "kept_output_after_replay_a": _values(out_b)}
+        clone: dict[str, Any] = {"copy_after_replay_a": _values(copied),
+                                 "kept_output_after_replay_a": _values(out_b)}
         clone["ok"] = clone["copy_after_replay_a"] == [expected_b]
         del p, out_b, copied
         _release()

@@ -52,7 +52,7 @@ from labkit.measure.bench import _free, _need_cuda, _pool_segments, _stats, make
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT
 from labkit.multistep import capture_multistep, multistep_decode
-from labkit.timing import time_cuda, time_cuda_interleaved
+from labkit.timing import Stats, time_cuda, time_cuda_interleaved
 
 __all__ = ["Runner", "STEP_VARIANTS", "DEFAULT_VARIANTS", "captured_step_variant",
            "copy_bandwidth", "matmul_rate", "profile_call", "measure_roofline",
@@ -67,13 +67,16 @@ def copy_bandwidth(nbytes: int = 2**30, repeats: int = 20) -> dict:
     A copy reads ``nbytes`` and writes ``nbytes``: ``gbps = 2 * nbytes / time``."""
     _need_cuda("copy_bandwidth")
     nbytes = as_int(nbytes, "nbytes", minimum=2**20, fix="copy at least 1 MiB (1 GiB is usual)")
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
-    dst = torch.empty_like(src)
-    s = time_cuda(lambda: dst.copy_(src), warmup=3, repeats=repeats, inner=5)
-    del src, dst
+    s = _timed_copy(nbytes, repeats)  # its buffers are gone when it returns
     _free()
     return {"bytes": nbytes, "counted": "read + write", "copy": s.to_dict(),
             "gbps": 2 * nbytes / (s.median * 1e3)}
+
+
+def _timed_copy(nbytes: int, repeats: int) -> Stats:
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    return time_cuda(lambda: dst.copy_(src), warmup=3, repeats=repeats, inner=5)
 
 
 def matmul_rate(n: int = 8192, repeats: int = 10, dtype: torch.dtype = torch.bfloat16) -> dict:
@@ -81,14 +84,17 @@ def matmul_rate(n: int = 8192, repeats: int = 10, dtype: torch.dtype = torch.bfl
     (``tflops = 2 n^3 / time``)."""
     _need_cuda("matmul_rate")
     n = as_int(n, "n", minimum=256, fix="use a large square GEMM such as 8192")
-    a = torch.randn(n, n, device="cuda", dtype=dtype)
-    b = torch.randn(n, n, device="cuda", dtype=dtype)
-    c = torch.empty(n, n, device="cuda", dtype=dtype)
-    s = time_cuda(lambda: torch.mm(a, b, out=c), warmup=3, repeats=repeats, inner=3)
-    del a, b, c
+    s = _timed_matmul(n, dtype, repeats)  # its matrices are gone when it returns
     _free()
     return {"n": n, "dtype": str(dtype).replace("torch.", ""), "time": s.to_dict(),
             "tflops": 2 * n**3 / (s.median * 1e6)}
+
+
+def _timed_matmul(n: int, dtype: torch.dtype, repeats: int) -> Stats:
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    c = torch.empty(n, n, device="cuda", dtype=dtype)
+    return time_cuda(lambda: torch.mm(a, b, out=c), warmup=3, repeats=repeats, inner=3)
 
 
 def profile_call(fn: Callable[[], object]) -> dict:
@@ -476,35 +482,10 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     pool = torch.cuda.graph_pool_handle()
     equal = []
     for b in sizes:
-        one = capture_multistep(model, b, 1, pool=pool)
-        many = capture_multistep(model, b, n_steps, pool=pool)
-        t, p, s = _prefilled(model, b)
-        ref = multistep_decode(model, t, p, s, n_steps).clone()  # eager: the one-step path
-        many.load(t, p, s)
-        equal.append(bool(torch.equal(many.replay(), ref)))
-
-        def host_sync() -> None:
-            for _ in range(n_steps):
-                ids = one.replay()[:, 0].tolist()  # to the host (a server checks stop tokens)
-                one.tokens.copy_(torch.tensor(ids))  # and back
-
-        def device_feed() -> None:
-            for _ in range(n_steps):
-                one.replay()
-                one.feed_back()
-
-        def multi() -> None:
-            many.replay()
-            many.feed_back()
-
-        for g in (one, many):
-            g.load(t, p, s)
-        # samples interleaved: a GPU clock change between series once read as a 3-10% loss
-        stats = time_cuda_interleaved({"host_sync": host_sync, "one_step_graphs": device_feed,
-                                       "multistep": multi}, warmup=3, repeats=repeats, inner=1)
+        same, stats = _time_multistep(model, b, n_steps, pool, repeats)  # its graphs die here
+        equal.append(same)
         for name, st in stats.items():
             times[name].append(_stats(st.per(n_steps)))
-        del one, many
         _free()
     checks["multistep_tokens_equal_single_steps"] = all(equal)
     out = {"preset": preset_name, "dtype": dtype, "batch_sizes": sizes, "n_steps": n_steps,
@@ -515,6 +496,39 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     model = None
     _free()
     return out
+
+
+def _time_multistep(model: TinyGPT, b: int, n_steps: int, pool: Any,
+                    repeats: int) -> tuple[bool, dict[str, Stats]]:
+    """For :func:`measure_multistep`, batch size ``b``: whether the ``n_steps``-step graph's
+    tokens equal ``n_steps`` eager steps, and the three ways' times for ``n_steps`` steps."""
+    one = capture_multistep(model, b, 1, pool=pool)
+    many = capture_multistep(model, b, n_steps, pool=pool)
+    t, p, s = _prefilled(model, b)
+    ref = multistep_decode(model, t, p, s, n_steps).clone()  # eager: the one-step path
+    many.load(t, p, s)
+    equal = bool(torch.equal(many.replay(), ref))
+
+    def host_sync() -> None:
+        for _ in range(n_steps):
+            ids = one.replay()[:, 0].tolist()  # to the host (a server checks stop tokens)
+            one.tokens.copy_(torch.tensor(ids))  # and back
+
+    def device_feed() -> None:
+        for _ in range(n_steps):
+            one.replay()
+            one.feed_back()
+
+    def multi() -> None:
+        many.replay()
+        many.feed_back()
+
+    for g in (one, many):
+        g.load(t, p, s)
+    # samples interleaved: a GPU clock change between series once read as a 3-10% loss
+    stats = time_cuda_interleaved({"host_sync": host_sync, "one_step_graphs": device_feed,
+                                   "multistep": multi}, warmup=3, repeats=repeats, inner=1)
+    return equal, stats
 
 
 def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
@@ -565,7 +579,9 @@ def record_all(out_dir: str | os.PathLike[str], names: Sequence[str] = RECORDS) 
 
 
 def _worker(name: str, func: str, kwargs: dict, out_dir: str) -> int:
-    fn = {"measure_roofline": measure_roofline, "measure_multistep": measure_multistep}[func]
+    fns: dict[str, Callable[..., dict]] = {"measure_roofline": measure_roofline,
+                                           "measure_multistep": measure_multistep}
+    fn = fns[func]
     path = save_result(name, fn(**kwargs), records.DEFAULTS[name][1], out_dir)
     print(f"[roofline] saved {path}", flush=True)
     return 0

@@ -26,7 +26,7 @@ from labkit.checks import as_int
 from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows
 from labkit.model import GPTConfig, TinyGPT, build_model, preset
 from labkit.serving import (
-    STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, breaker_settings,
+    STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, StepMode, breaker_settings,
     decide_of, eager_step, make_step_fn,
 )
 from labkit.traces import TraceRequest, load_request_trace
@@ -131,7 +131,7 @@ def _release(steps: Mapping[Any, Callable]) -> None:
 
 
 def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | Sequence[
-                        TraceRequest] = "synthetic_requests_poisson", mode: str = "eager", *,
+                        TraceRequest] = "synthetic_requests_poisson", mode: StepMode = "eager", *,
                     device: str | None = None, dtype: str = "float32", max_batch: int = 16,
                     kv_layout: str = "slot", num_blocks: int | None = None,
                     capture_sizes: Sequence[int] | None = None, seed: int = 0,
@@ -228,7 +228,7 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
     runs: dict[str, list] = {label: [] for label in arms}
     labels, order = list(arms), []
     try:
-        for label, arm in arms.items():
+        for arm in arms.values():
             if key(arm) not in steps:
                 steps[key(arm)] = make_step_fn(model, arm["mode"], arm.get("capture_sizes"))
                 _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed)

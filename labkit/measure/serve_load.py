@@ -21,7 +21,7 @@ from labkit.checks import as_int
 from labkit.measure.serve import check_serving
 from labkit.measure.serving_metrics import run_metrics
 from labkit.model import build_model
-from labkit.serving import RealClock, ServingEngine, SimClock, make_step_fn
+from labkit.serving import RealClock, ServingEngine, SimClock, StepMode, make_step_fn
 from labkit.traces import TraceRequest, request_trace
 
 #: the length distribution of the load traces (as ``synthetic_requests_poisson``)
@@ -46,7 +46,7 @@ def check_rates(rates: Sequence[float]) -> list[float]:
     return [float(r) for r in out]
 
 
-def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[str] = ("eager", "full"),
+def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("eager", "full"),
                        rates: Sequence[float] = (10.0, 20.0, 40.0, 80.0, 160.0), *,
                        n_requests: int = 48, device: str | None = None,
                        dtype: str = "bfloat16", max_batch: int = 16,

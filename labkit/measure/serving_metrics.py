@@ -14,12 +14,13 @@ arrival time ``a``, token times ``t_0 .. t_{n-1}`` (seconds from the start of th
 Each latency is summarised by mean, median, P90 and P99 in milliseconds (NumPy's linear
 percentiles, as vLLM). Step-level series (graph hit rate, padded-row waste, eager fallbacks)
 are cut into windows of simulated or wall time; :func:`gpu_busy` sums the decode steps' GPU
-time (CUDA events around each step) into the share of the run the GPU was busy. Pure functions of the run's data
-(``ServeRun.to_data()`` or a ``serve_<name>`` record's ``data``).
+time (CUDA events around each step) into the share of the run the GPU was busy. Pure
+functions of the run's data (``ServeRun.to_data()`` or a ``serve_<name>`` record's ``data``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 from collections.abc import Mapping, Sequence
@@ -55,14 +56,14 @@ def latencies(requests: Sequence[Any]) -> dict[str, list[float]]:
         a, times = float(_get(r, "arrival_s")), [float(t) for t in _get(r, "token_times_s")]
         if not times:
             continue
-        if any(b < a_ for a_, b in zip(times, times[1:])) or times[0] < a:
+        if any(b < a_ for a_, b in itertools.pairwise(times)) or times[0] < a:
             raise ValueError(f"request {i}: token times {times} go back in time or start before "
                              f"its arrival {a}; give times in order, after the arrival")
         out["ttft"].append(times[0] - a)
         out["e2el"].append(times[-1] - a)
         if len(times) > 1:
             out["tpot"].append((times[-1] - times[0]) / (len(times) - 1))
-            out["itl"].extend(b - a_ for a_, b in zip(times, times[1:]))
+            out["itl"].extend(b - a_ for a_, b in itertools.pairwise(times))
     return out
 
 

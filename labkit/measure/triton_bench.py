@@ -126,14 +126,14 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
     _need_cuda("measure_triton")
     _need_compiled()
     bandwidth = copy_bandwidth()
-    checks: dict[str, bool | float] = float32_checks(preset_name, sizes, new_tokens, max_seq)
+    checks: dict[str, bool | float] = {**float32_checks(preset_name, sizes, new_tokens, max_seq)}
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
     cfg = model.cfg
     triton_step = make_triton_step(model)
     agree = agreement(model, random_prompts(model, max(sizes)), new_tokens, step=triton_step)
     checks["triton_token_agreement"] = agree.fraction
-    eager = {"readable": model.decode_step, "fused": make_fused_step(model),
-             "triton": triton_step}
+    eager: dict[str, Callable[..., torch.Tensor]] = {
+        "readable": model.decode_step, "fused": make_fused_step(model), "triton": triton_step}
     graphs: dict[str, GraphSet] = {}
     times: dict[str, list] = {s: [] for s in STEPS}
     try:
@@ -150,9 +150,8 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
             inputs = _inputs(model, b, context)
             for gs in graphs.values():
                 gs.copy_inputs(*inputs)
-            stats = time_cuda_interleaved(
-                {s: (lambda gs=graphs[s], b=b: gs.replay(b)) for s in STEPS},
-                warmup=5, repeats=repeats, inner=inner)
+            fns = {s: (lambda gs=graphs[s], b=b: gs.replay(b)) for s in STEPS}
+            stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
             for s in STEPS:
                 times[s].append(_stats(stats[s]))
         # profiled after every timing (see the module docstring)
@@ -164,15 +163,16 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
         for s in STEPS:
             for b in sizes:
                 t, p, sl = _inputs(model, b, context)
-                prof = gpu_op_profile(lambda f=eager[s], t=t, p=p, sl=sl: f(t, p, sl, check=False))
+                step = eager[s]  # profiled in this iteration: the lambda needs no defaults
+                prof = gpu_op_profile(lambda: step(t, p, sl, check=False))
                 if b == count_batch:
                     ops[s] = {k: int(v["count"]) for k, v in prof.items()}
                     op_us[s] = {k: round(v["us"], 3) for k, v in prof.items()}
                 ops_total[s].append(int(sum(v["count"] for v in prof.values())))
                 kernel_us[s].append(round(sum(v["us"] for v in prof.values()), 3))
                 graphs[s].copy_inputs(t, p, sl)
-                graph_ops[s].append(int(profile_call(
-                    lambda gs=graphs[s], b=b: gs.replay(b))["gpu_ops"]))
+                gs = graphs[s]
+                graph_ops[s].append(int(profile_call(lambda: gs.replay(b))["gpu_ops"]))
     finally:
         for gs in graphs.values():
             gs.release()

@@ -12,13 +12,12 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Union
 from collections.abc import Iterable, Mapping
 
 from labkit.checks import as_int, as_number
 from labkit.paths import shipped_file
 
-DistLike = Union[Mapping[int, float], Iterable[int]]
+DistLike = Mapping[int, float] | Iterable[int]
 """A batch-size distribution: ``{size: count or probability}`` or observed sizes."""
 
 

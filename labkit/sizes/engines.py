@@ -229,8 +229,8 @@ def sglang_default_capture_sizes(max_bs: int, *, disable_padding: bool = False,
     if disable_padding:
         out = list(range(1, m + 1))
     elif not speculative:
-        out = ([1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16))
-               + list(range(512, m + 1, 32)))
+        out = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
+               *range(512, m + 1, 32)]
     else:
         out = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
                + list(range(72, 257, 8)) + list(range(272, m + 1, 16)))
@@ -265,7 +265,7 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
             else as_int(max_running_requests, "max_running_requests", minimum=1))
     if pool is not None:
         if max(sizes) > pool:
-            sizes = sizes + [pool]
+            sizes = [*sizes, pool]
         sizes = [b for b in sizes if b <= pool]
     sizes = sorted(set(sizes))
     running = pool if pool is not None else max_bs

@@ -40,4 +40,4 @@ def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None =
     ladder = [1 << i for i in range(q.bit_length()) if (1 << i) < q]
     if max_sizes is not None:
         ladder = ladder[len(ladder) - (int(max_sizes) - 1):] if int(max_sizes) > 1 else []
-    return ladder + [q]
+    return [*ladder, q]

@@ -5,13 +5,13 @@ of a set of sizes in a shared or in private pools. Part of :mod:`labkit.sizes`.
 from __future__ import annotations
 
 import math
-from typing import Literal, Union
+from typing import Literal
 from collections.abc import Callable, Mapping, Sequence
 
 from labkit.checks import as_number
 from labkit.sizes.padding import _check_sizes
 
-MemoryModel = Union[Callable[[int], float], Mapping[int, float]]
+MemoryModel = Callable[[int], float] | Mapping[int, float]
 """Graph memory in bytes per captured size: a function (e.g. ``a + b * size``) or measurements."""
 Pool = Literal["shared", "private"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -19,7 +19,7 @@ from labkit.sizes.distribution import DistLike, _as_batch_size, to_distribution
 from labkit.sizes.memory import MemoryModel, Pool, _check_memory_model, _check_pool, _mem_of
 from labkit.sizes.padding import _check_sizes
 
-CostModel = Union[Literal["padded_rows"], Callable[[int], float]]
+CostModel = Literal["padded_rows"] | Callable[[int], float]
 """``"padded_rows"`` (wasted rows per step) or ``step_time(padded_size)`` of one graph replay."""
 
 

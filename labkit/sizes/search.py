@@ -7,6 +7,7 @@ a Lagrangian incumbent. Part of :mod:`labkit.sizes`.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -75,7 +76,7 @@ def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
     if mem is None or prob.pool == "shared":
         if mem is None:
             classes: list[list[int]] = [list(range(len(cands)))]
-        elif all(x <= y for x, y in zip(mem, mem[1:])):
+        elif all(x <= y for x, y in itertools.pairwise(mem)):
             classes = [list(range(len(cands)))]  # max memory = memory of the largest size
         else:                                     # one run per memory ceiling M
             classes = [[i for i, x in enumerate(mem) if x <= ceil] for ceil in sorted(set(mem))]

@@ -24,7 +24,7 @@ EXIT_INCOMPLETE = 3
 
 
 def _command_line() -> str:
-    return " ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if sys.argv else ""
+    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
 
 
 def _print_plan(notebooks: list[Path], per_notebook: dict[Path, dict]) -> None:
@@ -129,7 +129,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
         why = re.sub(r"\s*\(pass force=True to override\)", "", " ".join(str(exc).split()))
         raise SuiteError(f"{why}: a reference folder holds only results measured on the GPU "
                          "it is named after; run the notebooks on that GPU (`labkit run`) and "
-                         "file that run, or name the GPU they were measured on with --gpu") from None
+                         "file that run, or name the GPU they were measured on with "
+                         "--gpu") from None
     for p in copied:
         print(p)
     print(f"{len(copied)} result(s) recorded as references for {args.gpu}")
@@ -191,7 +192,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
     if own:
         raise SuiteError(f"{', '.join(own)}: labkit lab sets the address, port, token and folder "
                          "itself (127.0.0.1, --port, $LABKIT_LAB_TOKEN, notebooks/); other "
-                         "jupyter lab options are passed on, e.g. --ServerApp.shutdown_no_activity_timeout=3600")
+                         "jupyter lab options are passed on, e.g. "
+                         "--ServerApp.shutdown_no_activity_timeout=3600")
     bad = [a for a in extra if not a.startswith("--")]
     if bad:
         raise SuiteError(f"{' '.join(bad)}: labkit lab takes no file names; jupyter lab options "
@@ -244,7 +246,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, RuntimeError) as exc:  # a bad value: say which, one line
         print(f"labkit serve: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"labkit serve: {summary_line(data['metrics'], device=data.get('device'), mode=args.mode)}")
+    line = summary_line(data["metrics"], device=data.get("device"), mode=args.mode)
+    print(f"labkit serve: {line}")
     print(path)
     return 0
 
@@ -300,7 +303,8 @@ def _one_line(exc: BaseException) -> str:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message already says what went wrong and what to do."""
     out: list[type[BaseException]] = [FileNotFoundError]
-    for mod, name in (("labkit.suite.slides", "SlidesError"), ("labkit.suite.images", "ImagesError"),
+    for mod, name in (("labkit.suite.slides", "SlidesError"),
+                      ("labkit.suite.images", "ImagesError"),
                       ("labkit.suite.lab", "LabError"), ("labkit.measure.results", "SchemaError"),
                       ("labkit.graphs", "CaptureError")):
         module = sys.modules.get(mod)

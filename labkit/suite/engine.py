@@ -263,7 +263,9 @@ def _sliced_client_class() -> type:
     from traitlets import Type
 
     class SlicedChannel(AsyncZMQSocketChannel):
-        async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        # jupyter_client's own AsyncZMQSocketChannel overrides the sync get_msg with a coroutine
+        async def get_msg(  # type: ignore[override]
+                self, timeout: float | None = None) -> dict[str, Any]:
             assert self.socket is not None
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:

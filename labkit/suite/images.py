@@ -2,8 +2,8 @@
 slides made with other tools.
 
 The figures are built from the recorded reference results (``data/reference/<gpu>/``, via
-:func:`labkit.measure.results.load_reference`) with the suite's plotly builders, and drawn by kaleido
-1.x, which drives the machine's own Chromium. labkit never downloads a browser: without one,
+:func:`labkit.measure.results.load_reference`) with the suite's plotly builders, and drawn by
+kaleido 1.x, which drives the machine's own Chromium. labkit never downloads a browser: without one,
 :func:`find_browser` raises an error saying how to install it (``apt-get install chromium``).
 """
 
@@ -73,7 +73,8 @@ def figure_bytes(fig: Any, fmt: str = "png", *, width: int = WIDTH, height: int 
     kaleido = _kaleido()
     browser = browser or find_browser()
     scale = scale if scale is not None else (PNG_SCALE if fmt == "png" else 1)
-    return kaleido.calc_fig_sync(fig, opts=dict(format=fmt, width=width, height=height, scale=scale),
+    return kaleido.calc_fig_sync(fig, opts=dict(format=fmt, width=width, height=height,
+                                                scale=scale),
                                  kopts=dict(path=browser, mathjax=False))
 
 
@@ -179,26 +180,27 @@ class Chart:
 def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     """The suite's key charts, in notebook order."""
     out = [
-        Chart("01_launch_overhead", "launch_overhead", "labkit.teach.plots.timing:launch_overhead_bars",
-              _generic_launch),
+        Chart("01_launch_overhead", "launch_overhead",
+              "labkit.teach.plots.timing:launch_overhead_bars", _generic_launch),
         Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart",
               _generic_sweep),
     ]
     for p in presets:
-        out.append(Chart(f"02_decode_step_{p}", f"decode_{p}", "labkit.teach.plots.decode:step_time_chart",
-                         _generic_decode))
+        out.append(Chart(f"02_decode_step_{p}", f"decode_{p}",
+                         "labkit.teach.plots.decode:step_time_chart", _generic_decode))
     for p in presets:
-        out.append(Chart(f"03_timeline_{p}", f"timeline_{p}", "labkit.teach.plots.timing:timeline_chart",
-                         None))
+        out.append(Chart(f"03_timeline_{p}", f"timeline_{p}",
+                         "labkit.teach.plots.timing:timeline_chart", None))
     for p in presets:
-        out.append(Chart(f"04_pool_memory_{p}", f"pool_memory_{p}", "labkit.teach.plots.memory:pool_totals",
-                         _generic_pools, takes_data=True))
+        out.append(Chart(f"04_pool_memory_{p}", f"pool_memory_{p}",
+                         "labkit.teach.plots.memory:pool_totals", _generic_pools, takes_data=True))
     for p in presets:
-        out.append(Chart(f"05_dispatcher_{p}", f"dispatcher_{p}", "labkit.teach.plots.dispatch:step_times",
-                         _generic_dispatcher, takes_data=True))
+        out.append(Chart(f"05_dispatcher_{p}", f"dispatcher_{p}",
+                         "labkit.teach.plots.dispatch:step_times", _generic_dispatcher,
+                         takes_data=True))
     for p in presets:
-        out.append(Chart(f"08_compile_{p}", f"compile_{p}", "labkit.teach.plots.compile:step_time_bars",
-                         _generic_compile))
+        out.append(Chart(f"08_compile_{p}", f"compile_{p}",
+                         "labkit.teach.plots.compile:step_time_bars", _generic_compile))
     out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart", None,
                      takes_data=True))
     for p in presets:

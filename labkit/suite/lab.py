@@ -109,24 +109,20 @@ def stop_signals_raise() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+        for signum, handler in old.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def _say(text: str) -> None:
     """Print to stderr; a closed terminal (SIGHUP) must not stop the shutdown."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to the process group ``pgid`` (nothing when the group is gone)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_process_group(proc: subprocess.Popen, grace: float = 20.0) -> int:
@@ -135,10 +131,8 @@ def stop_process_group(proc: subprocess.Popen, grace: float = 20.0) -> int:
     SIGKILL (at once on a second Ctrl-C or stop signal). Returns its exit status."""
     pgid = proc.pid
     _signal_group(pgid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt, LabStopped):
         proc.wait(timeout=grace)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt, LabStopped):
-        pass
     # whatever is left of the group (the server, or children it left behind)
     _signal_group(pgid, signal.SIGKILL)
     return proc.wait()
@@ -214,12 +208,11 @@ class LabServer:
         extra = [f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
                  f"--LabApp.user_settings_dir={tmp / 'settings'}"]
         env = dict(server_environment(), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(lab_command(self.root_dir, self.port, self.token,
-                                                 extra_args=extra),
-                                     stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
-        log.close()
+        with open(self.log_path, "wb") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(lab_command(self.root_dir, self.port, self.token,
+                                                     extra_args=extra),
+                                         stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

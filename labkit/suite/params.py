@@ -62,11 +62,12 @@ class Rule:
             what.append(" ".join(f"{op} {_num(v)}" for op, v in self.bounds))
         base = kind or "any value"
         if kind == "list":
-            base = f"a non-empty list of {self.item_kind or 'values'}" if (self.choices or self.bounds) \
-                else f"a list of {self.item_kind or 'values'}"
+            items = self.item_kind or "values"
+            base = (f"a non-empty list of {items}" if (self.choices or self.bounds)
+                    else f"a list of {items}")
             text = base + (", each " + " and ".join(what) if what else "")
         else:
-            text = (" ".join([base] + what) if self.bounds and not self.choices
+            text = (" ".join([base, *what]) if self.bounds and not self.choices
                     else (what[0] if self.choices else base))
         return text + (" or null" if self.nullable else "")
 
@@ -210,6 +211,7 @@ def declared_parameters(notebook: Path) -> dict[str, Parameter]:
     found: dict[str, Parameter] = {}
     comments = _comments(source)
     for node in tree.body:
+        value: ast.expr | None
         if isinstance(node, ast.Assign):
             targets, value, note = node.targets, node.value, None
         elif isinstance(node, ast.AnnAssign):
@@ -435,7 +437,8 @@ def value_problem(value: Any, param: Parameter) -> tuple[str, str] | None:
     return None
 
 
-def unknown_parameter_error(names: Sequence[str], declared: Mapping[Path, Mapping[str, Any]]) -> SuiteError:
+def unknown_parameter_error(names: Sequence[str],
+                            declared: Mapping[Path, Mapping[str, Any]]) -> SuiteError:
     """The error for parameter names no selected notebook declares (closest names suggested)."""
     known = sorted(set().union(*(set(d) for d in declared.values()))) if declared else []
     parts = []

@@ -26,7 +26,8 @@ border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.ok { color: #1b7f3b; font-weight: 600; } .failed, .interrupted { color: #b00020; font-weight: 600; }
+.ok { color: #1b7f3b; font-weight: 600; }
+.failed, .interrupted { color: #b00020; font-weight: 600; }
 .skipped, .pending, .running { color: #888; font-weight: 600; }
 .err { color: #b00020; font-family: ui-monospace, monospace; font-size: 0.9em;
        white-space: pre-wrap; }
@@ -63,7 +64,8 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], num_cols: set[int] | frozenset[int] = frozenset()) -> str:
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]],
+           num_cols: set[int] | frozenset[int] = frozenset()) -> str:
     """An HTML table; cells are already-escaped HTML."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = []
@@ -159,8 +161,9 @@ def export_notebook_html(notebook: Path, out_html: Path, *,
 
 
 def _is_stats(obj: Any) -> bool:
-    return isinstance(obj, dict) and "median" in obj and isinstance(obj.get("median"), (int, float)) \
-        and not isinstance(obj.get("median"), bool)
+    return (isinstance(obj, dict) and "median" in obj
+            and isinstance(obj.get("median"), (int, float))
+            and not isinstance(obj.get("median"), bool))
 
 
 def headline_numbers(data: Any, max_depth: int = 3, max_list: int = 4) -> dict[str, float]:
@@ -198,7 +201,8 @@ def headline_numbers(data: Any, max_depth: int = 3, max_list: int = 4) -> dict[s
     return out
 
 
-def compare_with_reference(data: dict, ref_data: dict, limit: int = 6) -> list[tuple[str, float, float]]:
+def compare_with_reference(data: dict, ref_data: dict,
+                           limit: int = 6) -> list[tuple[str, float, float]]:
     """``(path, run value, reference value)`` for up to ``limit`` headline numbers both share."""
     mine = headline_numbers(data)
     ref = headline_numbers(ref_data)
@@ -212,7 +216,7 @@ def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
     """``(path, Result or None, error)`` for every ``results/*.json`` of a run."""
 
     folder = run_dir / "results"
-    out = []
+    out: list[tuple[Path, Any, str | None]] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             out.append((path, load_result(path), None))
@@ -247,8 +251,8 @@ def _notebooks_section(record: dict) -> str:
             status += f'<div class="err">{_e(err.get("summary"))}</div>'
         if nb.get("html_error"):
             status += f'<div class="err">HTML export: {_e(nb["html_error"])}</div>'
-        res = ", ".join(f'<a href="results/{_e(r)}.json">{_e(r)}</a>' for r in nb.get("results") or []) \
-            or '<span class="muted">-</span>'
+        res = ", ".join(f'<a href="results/{_e(r)}.json">{_e(r)}</a>'
+                        for r in nb.get("results") or []) or '<span class="muted">-</span>'
         rows.append([str(i), f"<b>{_e(nb.get('name'))}</b>", status,
                      _duration(nb.get("duration_s")), ptext, res, links])
     return "<h2>Notebooks</h2>" + _table(
@@ -263,13 +267,15 @@ def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
                 "recorded reference results instead of saving new ones.") \
             if record.get("tier") == "cpu" else "No result records were saved in this run."
         return f'<h2>Results</h2><p class="muted">{_e(note)}</p>'
-    producer = {r: nb.get("name") for nb in record.get("notebooks", []) for r in nb.get("results") or []}
+    producer = {r: nb.get("name") for nb in record.get("notebooks", [])
+                for r in nb.get("results") or []}
     rows, comparisons = [], []
     for path, res, err in loaded:
         name = path.stem
         link = f'<a href="results/{_e(path.name)}">{_e(name)}</a>'
         if res is None:
-            rows.append([link, _e(producer.get(name, "")), f'<span class="err">{_e(err)}</span>', ""])
+            rows.append([link, _e(producer.get(name, "")), f'<span class="err">{_e(err)}</span>',
+                         ""])
             continue
         heads = list(headline_numbers(res.data).items())[:4]
         htext = "<br>".join(f"<code>{_e(k)}</code>: {_e(_fmt_num(v))}" for k, v in heads) \
@@ -280,7 +286,8 @@ def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
             pairs = compare_with_reference(res.data, ref.data)
             if pairs:
                 comparisons.append((name, provenance_line(ref), pairs))
-    out = "<h2>Results</h2>" + _table(["record", "notebook", "provenance", "headline numbers"], rows)
+    out = "<h2>Results</h2>" + _table(["record", "notebook", "provenance", "headline numbers"],
+                                      rows)
     if comparisons:
         out += f"<h2>Compared with the {_e(reference_gpu)} reference</h2>"
         for name, prov, pairs in comparisons:
@@ -297,7 +304,8 @@ def _env_section(env: dict) -> str:
         text = format_record(env)
     except Exception:
         text = ""
-    rows = [[f"<code>{_e(k)}</code>", _value(v) if v is not None else '<span class="muted">unknown</span>']
+    unknown = '<span class="muted">unknown</span>'
+    rows = [[f"<code>{_e(k)}</code>", _value(v) if v is not None else unknown]
             for k, v in env.items()]
     return ("<h2>Environment</h2>" + (f"<pre>{_e(text)}</pre>" if text else "")
             + "<details><summary>all fields</summary>" + _table(["field", "value"], rows)
@@ -423,12 +431,14 @@ def _differences_section(sweep_dir: Path, record: dict) -> str:
         rec_rows, out_rows = sweep_differences(sweep_dir, record)
     except Exception as exc:  # the page still shows the runs
         return f'<h2>What differs</h2><p class="err">{_e(type(exc).__name__)}: {_e(exc)}</p>'
-    heads = [f"run {_e(r.get('index'))}: <code>{_e(', '.join(f'{k}={v!r}' for k, v in (r.get('combination') or {}).items()))}</code>"
-             for r in runs]
+    def combo(r: dict) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in (r.get("combination") or {}).items())
+
+    heads = [f"run {_e(r.get('index'))}: <code>{_e(combo(r))}</code>" for r in runs]
     parts = ["<h2>What differs between the runs</h2>"]
     if rec_rows:
         more = len(rec_rows) - DIFF_ROWS
-        parts.append("<h3>Result records</h3>" + _table(["record", "number"] + heads,
+        parts.append("<h3>Result records</h3>" + _table(["record", "number", *heads],
                                                        rec_rows[:DIFF_ROWS]))
         if more > 0:
             parts.append(f'<p class="muted">and {more} more numbers</p>')
@@ -438,7 +448,7 @@ def _differences_section(sweep_dir: Path, record: dict) -> str:
     if out_rows:
         more = len(out_rows) - DIFF_ROWS
         parts.append("<h3>Notebook outputs (lines holding a number)</h3>"
-                     + _table(["notebook", "cell"] + heads, out_rows[:DIFF_ROWS]))
+                     + _table(["notebook", "cell", *heads], out_rows[:DIFF_ROWS]))
         if more > 0:
             parts.append(f'<p class="muted">and {more} more lines</p>')
     else:
@@ -456,7 +466,8 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
     sub = (f"{_status(record.get('status'))} · {n_ok}/{len(runs)} runs ok · notebooks: "
            f"{_e(', '.join(record.get('notebooks') or []))} · started {_e(record.get('started'))}"
            f" · {_duration(record.get('duration_s'))}")
-    grid_rows = [[f"<code>{_e(k)}</code>", ", ".join(_value(v) for v in vals)] for k, vals in grid.items()]
+    grid_rows = [[f"<code>{_e(k)}</code>", ", ".join(_value(v) for v in vals)]
+                 for k, vals in grid.items()]
     rows = []
     for r in runs:
         combo = r.get("combination") or {}
@@ -477,14 +488,15 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
              "<h2>Grid</h2>" + _table(["parameter", "values"], grid_rows)]
     if base:
         parts.append("<h2>Fixed parameters</h2>" + _table(
-            ["parameter", "value"], [[f"<code>{_e(k)}</code>", _value(v)] for k, v in base.items()]))
+            ["parameter", "value"],
+            [[f"<code>{_e(k)}</code>", _value(v)] for k, v in base.items()]))
     parts.append("<h2>Runs</h2>" + _table(
         ["#"] + [f"<code>{_e(k)}</code>" for k in keys]
         + ["status", "notebooks ok", "duration", "results", "run folder"], rows,
         {len(keys) + 2, len(keys) + 3}))
     parts.append(_differences_section(Path(sweep_dir), record))
-    parts.append('<p class="muted">Written by <code>labkit run --sweep</code>; the same facts are in '
-                 '<a href="sweep.json">sweep.json</a>.</p>')
+    parts.append('<p class="muted">Written by <code>labkit run --sweep</code>; the same facts '
+                 'are in <a href="sweep.json">sweep.json</a>.</p>')
     return _page(title, "\n".join(parts))
 
 

@@ -39,7 +39,8 @@ from labkit.suite.engine import (RUN_FILE, SWEEP_FILE, NotebookResult, SuiteErro
 from labkit.suite.params import (
     Parameter, assign_parameters, declared_parameters, load_param_file, load_yaml_mapping,
 )
-from labkit.suite.report import export_notebook_html, format_duration, write_run_index, write_sweep_index
+from labkit.suite.report import export_notebook_html, format_duration, write_run_index, \
+    write_sweep_index
 
 #: Version of the ``run.json`` / ``sweep.json`` layout.
 RUN_SCHEMA = 1
@@ -48,9 +49,9 @@ SWEEP_NOTEBOOKS_KEY = "notebooks"
 
 _STAMP = "%Y%m%d-%H%M%S"
 
-__all__ = ["RunPlan", "RunResult", "RunInterrupted", "SweepPlan", "SweepResult", "SuiteError", "plan_run",
-           "plan_sweep", "run_suite", "run_sweep", "merge_params", "load_grid", "combinations",
-           "summary_line", "sweep_summary_line", "format_duration"]
+__all__ = ["RunPlan", "RunResult", "RunInterrupted", "SweepPlan", "SweepResult", "SuiteError",
+           "plan_run", "plan_sweep", "run_suite", "run_sweep", "merge_params", "load_grid",
+           "combinations", "summary_line", "sweep_summary_line", "format_duration"]
 
 
 def _utc_now() -> _dt.datetime:
@@ -218,7 +219,8 @@ class RunResult:
 
     @property
     def failed(self) -> list[str]:
-        return [e["name"] for e in self.record["notebooks"] if e["status"] in ("failed", "interrupted")]
+        return [e["name"] for e in self.record["notebooks"]
+                if e["status"] in ("failed", "interrupted")]
 
     @property
     def pages_missing(self) -> list[str]:
@@ -264,8 +266,10 @@ class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run (or sweep); ``result`` is what was recorded up to then."""
 
     def __init__(self, result: RunResult | SweepResult) -> None:
-        super().__init__(f"interrupted: {getattr(result, 'run_dir', None) or result.sweep_dir}")
-        self.result = result
+        where = result.run_dir if isinstance(result, RunResult) else result.sweep_dir
+        super().__init__(f"interrupted: {where}")
+        #: a RunResult when run_suite was stopped, a SweepResult when run_sweep was
+        self.result: Any = result
 
 
 def summary_line(result: RunResult) -> str:
@@ -422,8 +426,8 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
             bar.set_description(f"labkit run: {entry['name']}")
             entry["status"] = "running"
             when = _iso(_utc_now())
-            res = execute_notebook(nb_path, run_dir / entry["output"], parameters=entry["parameters"],
-                                   run_dir=run_dir, timeout=timeout,
+            res = execute_notebook(nb_path, run_dir / entry["output"],
+                                   parameters=entry["parameters"], run_dir=run_dir, timeout=timeout,
                                    log_path=run_dir / entry["kernel_log"])
             results.append(res)
             _fill(entry, res, when)
@@ -509,7 +513,8 @@ def run_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | N
     declared = plan.declared
     try:
         for i, combo in enumerate(plan.combos, 1):
-            say(f"sweep {i}/{len(plan.combos)}: " + ", ".join(f"{k}={v!r}" for k, v in combo.items()))
+            say(f"sweep {i}/{len(plan.combos)}: "
+                + ", ".join(f"{k}={v!r}" for k, v in combo.items()))
             run_params = {**plan.base, **combo}
             run_plan = RunPlan(plan.notebooks, run_params,
                                assign_parameters(run_params, declared, may_skip=plan.unused),

@@ -17,10 +17,11 @@ from labkit.measure import records
 from labkit.measure.results import new_run_dir, save_result
 from labkit.measure.serve import check_serving, measure_serving
 from labkit.measure.serve_record import measure_record
+from labkit.serving import StepMode
 from labkit.traces import load_request_trace
 
 
-def run_serve(*, trace: str, mode: str, preset_name: str, device: str | None, dtype: str,
+def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | None, dtype: str,
               max_batch: int, kv_layout: str, num_blocks: int | None,
               capture_sizes: Sequence[int] | None, seed: int, clock: str, decode_ms: float,
               max_requests: int | None, window_s: float, breaker: dict | None, name: str | None,

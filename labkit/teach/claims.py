@@ -37,7 +37,8 @@ def check_replay_speedup(records: Mapping[str, Any]) -> Assessment:
     (``measure_decode`` samples eager and graph interleaved, p10-p90 spreads), the host's
     cost per launch beside it (``launch_overhead``) and the eager step's cost per kernel."""
     lo, hi = CLAIMED_SPEEDUP
-    per, words = {}, []
+    per: dict[str, dict[str, Any]] = {}
+    words: list[str] = []
     for name in sorted(n for n in records if n.startswith("decode_")):
         d = view(records[name], Decode)
         if not {"eager", "graph"} <= set(d.methods):

@@ -137,10 +137,17 @@ class SimulatedGraph:
 
 
 _STREAM = SimpleNamespace(wait_stream=lambda other: None)  # CPU work runs in order
+
+
+@contextmanager
+def _on_stream(stream: object) -> Iterator[None]:
+    yield  # CPU work runs in order: nothing to switch
+
+
 #: the names a hand-written capture uses, as ``torch.cuda`` spells them
 standin_cuda = SimpleNamespace(CUDAGraph=StandInGraph, graph=graph, graph_pool_handle=Pool,
                                Stream=lambda: _STREAM, current_stream=lambda: _STREAM,
-                               stream=contextmanager(lambda s: iter([None])))
+                               stream=_on_stream)
 
 
 def graph_api(device: str | torch.device) -> Any:

@@ -5,6 +5,7 @@ into its kernels' arguments."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from labkit.graphs import capture_callable
@@ -42,7 +43,7 @@ def kernel_pointer_args(graph: torch.cuda.CUDAGraph, ptrs: Sequence[int]) -> dic
     if err != ok:
         return None
     wanted = {int(p) for p in ptrs}
-    kernels = []
+    kernels: list[dict[str, Any]] = []
     for node in nodes:
         err, kind = cu.cuGraphNodeGetType(node)
         if err != ok or kind != cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
@@ -58,6 +59,8 @@ def kernel_pointer_args(graph: torch.cuda.CUDAGraph, ptrs: Sequence[int]) -> dic
                 break
             size = int(res[2])
             arg = ctypes.c_void_p.from_address(base + 8 * i).value
+            if arg is None:  # a null parameter pointer: nothing to read there
+                break
             data = ctypes.string_at(arg, size)
             words += [int.from_bytes(data[j:j + 8], "little") for j in range(0, size - 7, 8)]
             n_params += 1

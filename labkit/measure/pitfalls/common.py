@@ -41,7 +41,9 @@ def _require_cuda(device: str | torch.device) -> torch.device:
 def _err_text(exc: BaseException, limit: int = 1200) -> str:
     """``Type: message`` of an exception and of the exceptions it was raised during (C++ stack
     traces cut), innermost first."""
-    chain, seen, e = [], set(), exc
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         chain.append(e)
         seen.add(id(e))

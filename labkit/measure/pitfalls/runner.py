@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from labkit.measure.pitfalls.addresses import address_demo
@@ -43,7 +44,7 @@ def run_all_pitfalls(device: str | torch.device = "cuda", *, include_compile: bo
     "compiled": dict | None}`` (recorded as result ``"pitfalls"``).
     """
     dev = _require_cuda(device)
-    out = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
            "pitfalls": [_guarded(n, PITFALLS[n], dev) for n in PITFALL_NAMES]}
     try:
         out["address_demo"] = address_demo(dev)

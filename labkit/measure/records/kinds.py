@@ -19,7 +19,7 @@ from labkit.timing import Stats
 
 Times = dict[str, list[Stats | None]]
 PAGED_LAYOUTS = ("slot_in_place", "slot_gather", "paged")
-FUSED_STEPS = ("readable", "fused")
+FUSED_STEPS: tuple[Literal["readable", "fused"], ...] = ("readable", "fused")
 MULTISTEP_METHODS = ("host_sync", "one_step_graphs", "multistep")
 #: what ``dispatcher_overhead`` times per batch size, cheapest first: the dispatcher's graph
 #: replayed bare; device inputs copied in + replay; host inputs staged + replay; ``step`` with

@@ -23,7 +23,11 @@ def _symm_buffer(r: _Rank, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor
         raise RuntimeError(f"symmetric memory is unavailable: {why}")
     symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
 
-    name = dist.group.WORLD.group_name
+    world = dist.group.WORLD
+    if world is None:
+        raise RuntimeError("symmetric memory needs an initialised torch.distributed process "
+                           "group; start the ranks with labkit.launch.run_ranks")
+    name = world.group_name
     enable_symm_mem(symm_mem, name)
     buf = symm_mem.empty(numel, dtype=dtype, device=r.device)
     r.symm_handles.append(symm_mem.rendezvous(buf, name))  # kept alive with the buffer

@@ -4,6 +4,7 @@ part uses."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import traceback
@@ -84,10 +85,8 @@ class _Rank:
             self.out["errors"][key] = _reason(exc)
             _say(self.rank, f"{key} failed: {type(exc).__name__}: {exc}")
             if self.device.type == "cuda":
-                try:
+                with contextlib.suppress(Exception):
                     torch.cuda.synchronize()
-                except Exception:
-                    pass
         flags = self.agree(ok)
         if ok and not all(flags):
             bad = [r for r, f in enumerate(flags) if not f]

@@ -5,8 +5,9 @@ OFFLINE (no CDN address left in the page), charts included.
   ``labkit run``): the one given, else the newest COMPLETE run (status ok, every notebook asked
   for executed, not one run of a sweep; :func:`choose_run`), and the result says which. Without
   one, the notebooks are executed here (the suite engine, :mod:`labkit.suite.engine`, into a
-  temporary folder), so a CPU machine still gets decks showing the recorded reference charts. Notebooks are named as for
-  ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``, ``workshop_90min``, a path).
+  temporary folder), so a CPU machine still gets decks showing the recorded reference charts.
+  Notebooks are named as for ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``,
+  ``workshop_90min``, a path).
 * Cells tagged ``parameters`` / ``injected-parameters`` are dropped. A deck shows what the deck
   rules choose per cell (:mod:`~.deck`: code hidden unless tagged ``slide-code``; statement,
   set-up and exercise-check cells left out; one visual per slide; long text split; charts
@@ -45,7 +46,8 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from labkit import envvars
-from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, execute_notebook as _execute, find_notebooks
+from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks
+from labkit.suite.engine import execute_notebook as _execute
 from labkit.suite.engine import display_path
 from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, NPM_PARTS, PLOTLY_FILE,
                                         WEB_DIR_ENV, SlidesError, copy_assets, ensure_web_assets,

@@ -56,7 +56,8 @@ class SlidesError(RuntimeError):
 
 
 def web_dir() -> Path:
-    """Folder holding ``node_modules`` with the web assets (``build/web`` or ``$LABKIT_WEB_DIR``)."""
+    """Folder holding ``node_modules`` with the web assets (``build/web`` or
+    ``$LABKIT_WEB_DIR``)."""
     return envvars.web_dir() or repo_root() / "build" / "web"
 
 

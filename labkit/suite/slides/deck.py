@@ -29,6 +29,7 @@ Charts are drawn :data:`CHART_HEIGHT` pixels high; the deck's script shrinks the
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -99,7 +100,8 @@ def _cut_stream(out) -> None:
     lines = out.get("text", "").splitlines()
     if len(lines) > STREAM_LINES:
         more = len(lines) - STREAM_LINES
-        out["text"] = "\n".join(lines[:STREAM_LINES] + [f"… {more} more line(s) in the notebook"]) + "\n"
+        out["text"] = "\n".join([*lines[:STREAM_LINES],
+                                 f"… {more} more line(s) in the notebook"]) + "\n"
 
 
 def text_lines(text: str) -> float:
@@ -123,7 +125,9 @@ def text_lines(text: str) -> float:
 def _split_markdown(source: str, limit: float) -> list[str]:
     """``source`` cut at blank lines into parts of at most ``limit`` estimated lines, never
     inside a fenced code block or an HTML block (``<details>`` ...); one part when it fits."""
-    blocks, cur, fence, html_depth = [], [], False, 0
+    blocks: list[str] = []
+    cur: list[str] = []
+    fence, html_depth = False, 0
     for line in source.splitlines():
         s = line.strip()
         if s.startswith("```"):
@@ -141,12 +145,13 @@ def _split_markdown(source: str, limit: float) -> list[str]:
         cur.append(line)
     if cur:
         blocks.append("\n".join(cur))
-    parts, part = [], []
+    parts: list[str] = []
+    part: list[str] = []
     if len(blocks) > 1 and all(re.match(r"(#|---|\*\*\*)", ln.strip()) or not ln.strip()
                                for ln in blocks[0].splitlines()):
         parts.append(blocks.pop(0))  # a section's title slide stays a slide of its own
     for block in blocks:
-        if part and text_lines(_join(part + [block])) > limit:
+        if part and text_lines(_join([*part, block])) > limit:
             parts.append(_join(part))
             part = []
         part.append(block)
@@ -158,7 +163,7 @@ def _split_markdown(source: str, limit: float) -> list[str]:
 def _join(blocks: list[str]) -> str:
     """Blocks joined again; the items of one list stay in one tight list."""
     out = blocks[0]
-    for prev, block in zip(blocks, blocks[1:]):
+    for prev, block in itertools.pairwise(blocks):
         tight = _TOP_ITEM.match(block) and _TOP_ITEM.match(prev)
         out += ("\n" if tight else "\n\n") + block
     return out
@@ -195,7 +200,8 @@ def _split_visuals(cell) -> list:
     outs = list(cell.get("outputs", []))
     if sum(is_visual(o) for o in outs) < 2:
         return [cell]
-    groups, cur = [], []
+    groups: list[list] = []
+    cur: list = []
     for out in outs:
         if is_visual(out) and any(is_visual(o) for o in cur):
             groups.append(cur)

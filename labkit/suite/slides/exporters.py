@@ -31,7 +31,8 @@ _TEMPLATES = {
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
-<style>.reveal .slides h1, .reveal .slides h2, .reveal .slides h3, .reveal .slides h4 { text-transform: none; }
+<style>.reveal .slides h1, .reveal .slides h2, .reveal .slides h3,
+.reveal .slides h4 { text-transform: none; }
 :root { --jp-code-font-size: 17px; --jp-cell-prompt-width: 90px; }
 .reveal .slides section > .labkit-fit { transform-origin: 0 0; }
 .reveal .jp-InputPrompt, .reveal .jp-OutputPrompt { display: none; }
@@ -53,7 +54,9 @@ _TEMPLATES = {
     });
     function resizeCharts(slide) {
       if (!window.Plotly || !slide) { return; }
-      slide.querySelectorAll('.js-plotly-plot').forEach(function (gd) { window.Plotly.Plots.resize(gd); });
+      slide.querySelectorAll('.js-plotly-plot').forEach(function (gd) {
+        window.Plotly.Plots.resize(gd);
+      });
     }
     var MIN_SCALE = {{ resources.labkit_min_scale | default(0.5, true) }};
     var MIN_CHART = {{ resources.labkit_min_chart | default(280, true) }};

@@ -22,8 +22,8 @@ DROP_TAGS = ("parameters", "injected-parameters")
 #: Height (px) of a chart on a page.
 PAGE_CHART_HEIGHT = 525
 
-_MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$\w])\$[^$\s][^$\n]*?(?<!\s)\$(?![\w$])|\\\(|\\\[|\\begin\{",
-                   re.S)
+_MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$\w])\$[^$\s][^$\n]*?(?<!\s)\$(?![\w$])"
+                   r"|\\\(|\\\[|\\begin\{", re.S)
 
 
 def has_math(nb) -> bool:
@@ -61,7 +61,8 @@ def output_html(out: dict, chart_height: int = PAGE_CHART_HEIGHT) -> str:
     if kind == "stream":
         return f"<pre>{htmllib.escape(_text(out.get('text')))}</pre>"
     if kind == "error":
-        return f"<pre>{htmllib.escape(str(out.get('ename')))}: {htmllib.escape(str(out.get('evalue')))}</pre>"
+        name, value = (htmllib.escape(str(out.get(k))) for k in ("ename", "evalue"))
+        return f"<pre>{name}: {value}</pre>"
     data = out.get("data") or {}
     if "application/vnd.plotly.v1+json" in data:
         return chart_html(dict(data["application/vnd.plotly.v1+json"]), chart_height)
@@ -100,7 +101,8 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
     def render(out: dict) -> str:
         nonlocal charts
         data = out.get("data") or {}
-        if "application/vnd.plotly.v1+json" in data or "plotly-graph-div" in _text(data.get("text/html")):
+        if ("application/vnd.plotly.v1+json" in data
+                or "plotly-graph-div" in _text(data.get("text/html"))):
             charts += 1
         return output_html(out, chart_height)
 

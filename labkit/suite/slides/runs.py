@@ -32,7 +32,8 @@ def _entry_for(record: dict, source: Path) -> dict | None:
         if not isinstance(e, dict) or e.get("name") != source.stem:
             continue
         given = e.get("input")
-        if not given or (Path(str(given)).parent.name == SOLUTIONS) == (source.parent.name == SOLUTIONS):
+        if not given or ((Path(str(given)).parent.name == SOLUTIONS)
+                         == (source.parent.name == SOLUTIONS)):
             return e
     return None
 
@@ -106,7 +107,8 @@ def check_run_dir(run_dir: Path) -> Path:
         raise SuiteError(f"{shown} is a sweep folder, not a run folder: pass one of its runs"
                          f"{which}")
     record = read_run_record(run_dir)
-    if record is None or record.get("kind", RUN_KIND) != RUN_KIND or not (run_dir / "notebooks").is_dir():
+    if (record is None or record.get("kind", RUN_KIND) != RUN_KIND
+            or not (run_dir / "notebooks").is_dir()):
         raise SuiteError(f"{shown} is not a run folder (it has no readable {RUN_FILE} and "
                          "notebooks/): pass a folder made by `labkit run` (runs/<stamp>/)")
     return run_dir
@@ -124,7 +126,9 @@ def _sweep_runs(sweep_dir: Path) -> list[str]:
 
 
 def _names(stems: Sequence[str]) -> str:
-    return ", ".join(stems) if len(stems) <= 4 else f"{', '.join(stems[:3])} and {len(stems) - 3} more"
+    if len(stems) <= 4:
+        return ", ".join(stems)
+    return f"{', '.join(stems[:3])} and {len(stems) - 3} more"
 
 
 def choose_run(sources: Sequence[Path], run_dir: Path | None = None, root: Path | None = None
@@ -147,6 +151,7 @@ def choose_run(sources: Sequence[Path], run_dir: Path | None = None, root: Path 
     if found is None:
         return None, (f"no complete run holds {what}: executing here (`labkit run` makes a run; "
                       f"--run PATH picks one){skipped}")
-    return found, f"using run {display_path(found)} (the newest complete run holding {what}){skipped}"
+    return found, (f"using run {display_path(found)} (the newest complete run holding {what})"
+                   f"{skipped}")
 
 

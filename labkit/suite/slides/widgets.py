@@ -53,6 +53,7 @@ def _number(value: Any) -> str:
 
 def _slider(name: str, s: dict) -> str:
     desc = s.get("description") or ""
+    value: Any
     if name.startswith("Selection"):
         labels = list(s.get("_options_labels") or [])
         idx = s.get("index")

@@ -38,7 +38,7 @@ def time_groups(record: Any, step: str = "fused") -> list[dict]:
         return []
     rows = [{"kind": k, "kernels": int(n), "us": round(t, 1), "share": round(t / total, 3)}
             for k, (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])]
-    return rows + [{"kind": "total", "kernels": sum(r["kernels"] for r in rows),
+    return [*rows, {"kind": "total", "kernels": sum(r["kernels"] for r in rows),
                     "us": round(total, 1), "share": 1.0}]
 
 
@@ -49,9 +49,10 @@ def step_rows(record: Any) -> list[dict]:
     rows = []
     for i, b in enumerate(rec.batch_sizes):
         for s in ("readable", "fused"):
-            t, busy = rec.at(s, b), (rec.kernel_us.get(s) or [None] * (i + 1))[i]
+            recorded = rec.kernel_us.get(s)
+            t, busy = rec.at(s, b), (recorded[i] if recorded else None)
             rows.append({"batch": b, "step": s, "replay (µs)": None if t is None else round(t, 1),
                          "GPU ops": rec.ops_at(s, b),
                          "kernel time (µs)": None if busy is None else round(busy, 1),
-                         "gaps (µs)": None if None in (t, busy) else round(t - busy, 1)})
+                         "gaps (µs)": None if t is None or busy is None else round(t - busy, 1)})
     return rows

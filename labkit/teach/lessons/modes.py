@@ -73,7 +73,7 @@ def mode_rows(record: Any) -> list[dict]:
              "× vs eager": None if x is None else round(x, 2),
              "graph launches / step": d.graphs_per_step.get(m),
              "launches counted": d.graph_launches_counted.get(m),
-             "pool (MiB)": None if d.pool_bytes.get(m) is None
-             else round(d.pool_bytes[m] / 2**20, 1)}
+             "pool (MiB)": None if (pool := d.pool_bytes.get(m)) is None
+             else round(pool / 2**20, 1)}
             for m in modes_of(d) for b, t, x in zip(d.batch_sizes, d.median_us(m),
                                                      d.speedup_vs_eager(m))]

@@ -48,7 +48,8 @@ def regime_rows(launch_record: Any, decodes: Mapping[str, Any],
     least a replay can take) and ``read_share`` (of that floor)."""
     lo = view(launch_record, LaunchOverhead)
     host, node = median(lo.host_per_launch), median(lo.gpu_per_graph_node)
-    bw, shapes = sweep_bandwidth(launch_record), []
+    bw = sweep_bandwidth(launch_record)
+    shapes: list[list[Any]] = []  # [name, kernels, kernels per layer (fitted) or None, shape]
     for name, rec in decodes.items():
         c = record_data(rec)["config"]
         shapes.append([name, gpu_ops_per_step(rec), None, dict(

@@ -92,7 +92,8 @@ def compile_rows(record: Any) -> list[dict]:
     r = view(record, Roofline)
     rows = []
     for name in r.methods:
-        v, row = r.variants.get(name), {"variant": variant_label(name)}
+        v = r.variants.get(name)
+        row: dict[str, Any] = {"variant": variant_label(name)}
         for b in r.compile_sizes or r.batch_sizes[:1]:
             t = row[f"batch {b} (µs)"] = _r(r.at(name, b))
             row[f"batch {b} vs FULL graph"] = ("" if name == "graph" or None in (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from labkit.measure.records import Bench, Dispatcher, PoolMemory, view
-from labkit.sizes import (Interpolated, LinearFit, expected_padding, expected_step_cost,
+from labkit.sizes import (Interpolated, LinearFit, Pool, expected_padding, expected_step_cost,
                           isotonic, linear_fit, set_memory)
 
 MiB = 2**20
@@ -80,7 +80,7 @@ def size_set_rows(dist, named: Mapping[str, Sequence[int]], *,
                   step_time: Callable[[int], float] | None = None,
                   eager_time: Callable[[int], float] | None = None,
                   memory: Callable[[int], float] | Mapping[int, float] | None = None,
-                  pool: str = "shared", residual_per_graph: float = 0.0) -> list[dict]:
+                  pool: Pool = "shared", residual_per_graph: float = 0.0) -> list[dict]:
     """Named capture-size lists on a distribution: size count, hit rate, padded rows and waste
     per step, and (with the models) expected step time (µs) and graph memory (MiB)."""
     rows = []

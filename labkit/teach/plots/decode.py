@@ -51,7 +51,7 @@ def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any]
     import plotly.graph_objects as go
 
     fig, subs, cats = go.Figure(), [], set()
-    for i, (name, rec) in enumerate(records.items()):
+    for name, rec in records.items():
         data = view(rec, Decode)
         gpu = (getattr(rec, "env", None) or {}).get("gpu_name") or "GPU"
         fig.add_trace(_bar(data.batch_sizes, data.times["eager"], f"{gpu} eager, {name}",

@@ -77,7 +77,7 @@ def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
     return base_layout(fig, title, "batch size", "rows computed", subtitle=subtitle)
 
 
-def hit_waste(results: Mapping[str, object], *, title: str = "", subtitle: str = ""):
+def hit_waste(results: Mapping[str, Any], *, title: str = "", subtitle: str = ""):
     """Grouped bars per size choice: hit rate and waste (%) of ``results[name]``, a
     ``DispatchCounters.to_dict()`` or a :class:`labkit.sizes.PaddingReport`."""
     register_template()

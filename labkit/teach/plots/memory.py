@@ -51,8 +51,9 @@ def pool_growth(data: Any, *, subtitle: str = ""):
     sizes, fig = sorted(pool.sizes), go.Figure()
     x = list(range(1, len(sizes) + 1))
     for mode, seq in (("shared_largest_first", sizes[::-1]), ("shared_smallest_first", sizes)):
-        ys = [pool.layout(mode).growth_bytes.get(bs) for bs in seq]
-        if None not in ys:
+        grown = [pool.layout(mode).growth_bytes.get(bs) for bs in seq]
+        ys = [y for y in grown if y is not None]
+        if len(ys) == len(grown):
             fig.add_trace(go.Scatter(x=x, y=[y / MiB for y in ys], name=label(mode),
                                      mode="lines+markers+text", text=[str(b) for b in seq],
                                      textposition="top center", line=dict(color=color(mode))))

@@ -33,8 +33,9 @@ def stats_error_bars(stats: Sequence[Any]) -> dict:
     m = [stat(s, "median") for s in stats]
     lo, hi = [stat(s, "p10") for s in stats], [stat(s, "p90") for s in stats]
     return dict(type="data", symmetric=False,
-                array=[h - x if None not in (h, x) else 0 for h, x in zip(hi, m)],
-                arrayminus=[x - low if None not in (low, x) else 0 for low, x in zip(lo, m)])
+                array=[h - x if h is not None and x is not None else 0 for h, x in zip(hi, m)],
+                arrayminus=[x - low if low is not None and x is not None else 0
+                            for low, x in zip(lo, m)])
 
 
 def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None = None):
