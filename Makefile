@@ -7,12 +7,12 @@ STAMP := $(VENV)/.labkit-setup-done
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-package test-notebooks run lab images slides bench clean-notebooks check
+.PHONY: help setup test lint test-package test-notebooks run lab images slides bench clean-notebooks check
 
 help:
 	@echo "make setup            create $(VENV) and install labkit with its dependencies"
 	@echo "make run              set up, then run the notebook suite (labkit run; ARGS=... adds options)"
-	@echo "make test             set up, then pytest tests/ and execute every notebook with nbval (CI;"
+	@echo "make test             set up, then ruff + mypy, pytest tests/ and every notebook with nbval (CI;"
 	@echo "                     solutions/ in strict mode: every exercise check must pass)"
 	@echo "make lab              start JupyterLab on notebooks/ (ARGS=\"--port 9000 --no-browser\";"
 	@echo "                     other jupyter lab options, --Name.option=value, are passed on)"
@@ -30,8 +30,14 @@ $(STAMP): pyproject.toml scripts/setup.sh
 setup:
 	LABKIT_VENV=$(VENV) bash scripts/setup.sh
 
-# The CI test command (README, .ci/run): the package tests, then every notebook on this machine.
-test: test-package test-notebooks
+# The CI test command (README, .ci/run): lint and types, the package tests, then every notebook
+# on this machine.
+test: lint test-package test-notebooks
+
+# ruff's rules and mypy's strict modules are in pyproject.toml
+lint: $(STAMP)
+	$(PY) -m ruff check labkit tests
+	$(PY) -m mypy labkit
 
 test-package: $(STAMP)
 	$(PY) -m pytest -q tests

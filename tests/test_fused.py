@@ -120,7 +120,8 @@ def test_fused_step_notices_a_model_cast_after_it_was_built():
 def test_step_function_names_and_errors():
     m = _model()
     assert step_function(m, "readable") == m.decode_step
-    assert callable(step_function(m, "fused")) and STEPS == ("readable", "fused")
+    assert callable(step_function(m, "fused")) and STEPS == ("readable", "fused", "triton")
+    assert type(step_function(m, "triton")).__name__ == "TritonStep"  # no kernel runs yet
     assert step_function(m, print) is print
     with pytest.raises(ValueError, match="step must be one of"):
         step_function(m, "fast")
@@ -180,7 +181,7 @@ def test_dispatcher_refuses_fused_piecewise_and_unknown_steps():
     m = _model()
     with pytest.raises(ValueError, match="piecewise capture cuts the readable step"):
         PaddingDispatcher(m, [1, 2], cudagraph_mode="PIECEWISE", step="fused")
-    with pytest.raises(ValueError, match="step must be 'readable' or 'fused'"):
+    with pytest.raises(ValueError, match="step must be one of"):
         PaddingDispatcher(m, [1, 2], step="quick")
 
 
@@ -440,7 +441,7 @@ def test_measure_fused_on_the_gpu():
     data = measure_fused("test", batch_sizes=(1, 4), dtype="bfloat16", repeats=3, inner=2,
                          new_tokens=4)
     rec = R.parse("fused_test", data)
-    assert rec.batch_sizes == [1, 4] and set(rec.times) == set(STEPS)
+    assert rec.batch_sizes == [1, 4] and set(rec.times) == set(R.FUSED_STEPS)
     assert rec.checks["fused_tokens_equal_readable_float32"] is True
     assert rec.checks["graph_tokens_equal_eager"] is True
     assert rec.ops_at("fused", 1) < rec.ops_at("readable", 1)
@@ -482,7 +483,7 @@ def test_measure_fused_samples_both_steps_in_turn_on_cpu(monkeypatch):
     monkeypatch.setattr(fb, "time_cuda_interleaved", interleaved)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in")
     data = measure_fused("test", batch_sizes=(1, 2), repeats=2, inner=1, new_tokens=2)
-    assert calls == [(2, STEPS), (2, STEPS)]          # one call per batch size, both steps
+    assert calls == [(2, R.FUSED_STEPS)] * 2          # one call per batch size, both steps
     rec = R.parse("fused_test", data)
     assert data["interleaved"] is True and rec.median_us("fused") == [20.0, 20.0]
     assert rec.checks["graph_tokens_equal_eager"] is True

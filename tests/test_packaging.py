@@ -167,9 +167,9 @@ def test_makefile_targets():
     for name in ("setup", "test", "run", "lab", "slides", "bench", "clean-notebooks", "check"):
         assert name in targets, f"Makefile lacks target {name}"
     # run and test set up first (through the setup stamp)
-    for name in ("run", "test-package", "test-notebooks"):
+    for name in ("run", "lint", "test-package", "test-notebooks"):
         assert "$(STAMP)" in targets[name]
-    assert set(targets["test"].split()) == {"test-package", "test-notebooks"}
+    assert set(targets["test"].split()) == {"lint", "test-package", "test-notebooks"}
 
 
 def test_ci_runs_readme_test_command():

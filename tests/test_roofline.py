@@ -288,17 +288,14 @@ def test_multistep_rows_give_gains_and_interleaved_verdicts():
     assert lr.multistep_rows(rec)[1]["host_sync vs one_step_graphs"] == "a higher"
 
 
-def test_conditional_probe_and_verdict():
+def test_conditional_probe():
     sup = conditional_support()
     assert set(sup) >= {"torch", "cuda_built", "if_node", "while_node", "cuda_python"}
     assert sup["torch"] == torch.__version__
     if not torch.cuda.is_available():
         assert if_node_demo()["ok"] is False
     probe = multistep_record()["conditional"]
-    assert "no IF-node and no WHILE-node" in lr.conditional_verdict(probe)
-    assert "an IF-node and a WHILE-node" in lr.conditional_verdict(
-        {**probe, "if_node": True, "while_node": True})
-    assert "CPU build" in lr.conditional_verdict({"torch": "x", "cuda_built": False})
+    assert probe["if_node"] is False and probe["while_node"] is False
 
 
 def test_cache_copy_numbers():

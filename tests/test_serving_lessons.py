@@ -107,28 +107,43 @@ def test_p99_claim_cannot_be_checked_and_graphs_alone_need_interleaving():
     assert a.evidence["graphs_alone_verdict"]["tpot_ms.p99"] == "holds"
 
 
-def test_gpu_busy_claim_untested_until_recorded():
+def test_gpu_busy_claim_untested_until_recorded_then_not_checkable():
+    """The records time decode steps (CUDA events around each step, an eager step's idle gaps
+    included), not the kernels' running time that utilisation counts: the claim cannot be
+    checked; the comparison of the step share is kept as evidence."""
     assert ls.check_gpu_busy({}).verdict == "untested (not recorded)"
     assert ls.check_gpu_busy({"serve_eager": EAGER, "serve_full": FULL}).verdict == \
         "untested (not recorded)"
     e = serve("eager", [metrics(7, 6, 1000, 0.0, busy=b) for b in (0.60, 0.58, 0.61)])
     f = serve("full", [metrics(6, 1.6, 1500, busy=b) for b in (0.30, 0.29, 0.33)])
-    assert ls.check_gpu_busy({"serve_graphs_ab": ab({"eager": e, "full": f})}).verdict == "false"
-    assert ls.check_gpu_busy({"serve_graphs_ab": ab({"eager": f, "full": e})}).verdict == "partly"
-    assert ls.check_gpu_busy({"serve_eager": e, "serve_full": f}).verdict == \
-        "untested (not interleaved)"
+    both = ls.check_gpu_busy({"serve_graphs_ab": ab({"eager": e, "full": f})})
+    assert both.verdict == CANNOT and both.evidence["difference"].word == "a lower"
+    swapped = ls.check_gpu_busy({"serve_graphs_ab": ab({"eager": f, "full": e})})
+    assert swapped.verdict == CANNOT and swapped.evidence["difference"].word == "a higher"
+    apart = ls.check_gpu_busy({"serve_eager": e, "serve_full": f})
+    assert apart.verdict == CANNOT and \
+        apart.evidence["difference"].word == "untested (not interleaved)"
 
 
-def test_the_h200_references_give_untested_verdicts():
+def test_the_h200_references_verdicts():
     recs = {n: load_reference(n) for n in ("serve_eager", "serve_full", "serve_capped",
                                            "serve_breaker")}
+    # separate records: one run each (breaker), not interleaved (graphs vs eager)
     assert ls.check_breaker(recs).verdict == "untested (1 run)"
-    assert ls.check_gpu_busy(recs).verdict == "untested (not recorded)"
+    gpu = ls.check_gpu_busy(recs)
+    assert gpu.verdict == CANNOT and gpu.evidence["difference"].word == "untested (not interleaved)"
     p99 = ls.check_graphs_p99(recs)
     assert p99.verdict == CANNOT and not p99.evidence["interleaved"]
-    # serve_eager's first run is the cold one
+    # recorded after a discarded warm-up run: no cold first run left
     ttft = ls.runs_of(recs["serve_eager"], "ttft_ms.median")
-    assert ttft[0] > 10 * max(ttft[1:])
+    assert max(ttft) < 2 * min(ttft)
+    # the interleaved records decide
+    recs.update({n: load_reference(n) for n in ("serve_graphs_ab", "serve_breaker_ab")})
+    brk = ls.check_breaker(recs)
+    assert brk.verdict == "false" and brk.evidence["runs"] == 3
+    assert brk.evidence["differences"]["ttft_ms.median"].word == "a higher"
+    gpu = ls.check_gpu_busy(recs)
+    assert gpu.verdict == CANNOT and gpu.evidence["difference"].word == "a lower"
 
 
 def test_load_rows():

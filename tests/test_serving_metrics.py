@@ -107,7 +107,7 @@ def test_serve_record_optional_fields_of_an_interleaved_record():
     assert not old.interleaved and old.arms == {} and old.warmup_runs == 0
     with pytest.raises(SchemaError, match="two arms"):
         records.parse("serve_x", {**data, "arms": {"off": arm}})
-    with pytest.raises(SchemaError, match=r"arms\['on'\].repeats"):
+    with pytest.raises(SchemaError, match=r"arms\.on\.repeats"):
         records.parse("serve_x", {**data, "arms": {"off": arm, "on": {**arm, "repeats": 3}}})
 
 

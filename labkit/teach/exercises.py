@@ -8,12 +8,9 @@
 By default a check never raises on a wrong answer (a student notebook with open TODOs keeps
 running under papermill and nbval); :attr:`Exercise.passed` says whether every check passed.
 
-**Strict mode** (for the solution notebooks): with the environment variable
-``LABKIT_STRICT_EXERCISES=1`` every check must pass. A failing or unanswered check raises
-:class:`StrictExerciseError` (an ``AssertionError``) naming the exercise, the check, what was
-expected and what was got, and :meth:`Exercise.report` raises when an exercise made no check
-at all. ``make test`` executes ``notebooks/solutions/`` this way, so a wrong worked answer
-fails CI.
+**Strict mode** (``LABKIT_STRICT_EXERCISES=1``, how ``make test`` runs the solutions): a
+failing or unanswered check raises :class:`StrictExerciseError` naming the exercise, the check,
+the expected and the given answer, and so does an exercise that made no check at all.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import platform
+import re
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -73,15 +74,6 @@ def configure_plotly() -> str:
     return renderer
 
 
-def _display_html(text: str) -> None:
-    try:
-        from IPython.display import HTML, display
-
-        display(HTML(text))
-    except ImportError:  # plain python: print the text content
-        print(text)
-
-
 def reference_folder(gpus: int = 1, gpu: str = "h200") -> str:
     """The reference folder name for measurements on ``gpus`` GPUs of one kind:
     ``h200`` for one, ``h200x2`` for two (``data/reference/<name>/``)."""
@@ -91,15 +83,14 @@ def reference_folder(gpus: int = 1, gpu: str = "h200") -> str:
 
 
 def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
+    color = "#a35a00"
     if ctx.too_few_gpus:
         msg = (f"<b>Too few GPUs for the live tier</b>: this notebook measures on "
                f"{ctx.gpus_needed} GPUs and this machine has {ctx.gpus_here}. Its CUDA "
                "measurements are shown from recorded reference results "
                f"(<code>data/reference/{html.escape(ctx.reference_gpu)}/</code>); run it on a "
                f"machine with {ctx.gpus_needed} GPUs to measure live.")
-        return (f'<div style="border-left:6px solid #a35a00;padding:6px 12px;'
-                f'background:#f7f7f7">{msg}</div>')
-    if ctx.live:
+    elif ctx.live:
         msg = (f"<b>Live tier</b>: measurements run on this machine's GPU "
                f"(<code>{html.escape(gpu_name or 'CUDA device')}</code>).")
         color = "#1b7f3b"
@@ -108,7 +99,6 @@ def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
                "choice run live on the CPU; every CUDA measurement is shown from recorded "
                f"reference results (<code>data/reference/{html.escape(ctx.reference_gpu)}/</code>"
                "), labelled with the GPU, torch version and date they came from.")
-        color = "#a35a00"
     return (f'<div style="border-left:6px solid {color};padding:6px 12px;'
             f'background:#f7f7f7">{msg}</div>')
 
@@ -122,10 +112,7 @@ def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
     ``h200x2`` for two)."""
     import torch
 
-    folder = reference_folder(gpus)  # checks gpus
-    reference_gpu = reference_gpu or folder
-
-
+    reference_gpu = reference_gpu or reference_folder(gpus)  # checks gpus
     threads = envvars.cpu_threads()
     if threads:  # CI and small shared machines: one thread is far faster for a tiny model
         torch.set_num_threads(threads)
@@ -139,7 +126,8 @@ def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
         print(f"labkit {__version__} | torch {torch.__version__} | "
               f"python {platform.python_version()} | tier: {tier}"
               + (f" | GPU: {gpu}" if gpu else ""))
-        _display_html(banner_html(ctx, gpu))
+        banner = banner_html(ctx, gpu)
+        statements.show(banner, re.sub("<[^>]+>", "", banner))
     return ctx
 
 
@@ -148,7 +136,6 @@ def measure_or_reference(ctx: NotebookContext, name: str, measure: Callable[[], 
     """On the GPU tier run ``measure()``, save it as result ``name`` and return it;
     on the CPU tier load the recorded reference ``name`` instead. Either way the returned
     :class:`labkit.measure.results.Result` says where its numbers came from."""
-
     if ctx.live:
         data = measure()
         res = load_result(save_result(name, data, params or {}))
@@ -157,14 +144,17 @@ def measure_or_reference(ctx: NotebookContext, name: str, measure: Callable[[], 
         res = load_reference(name, gpu=ctx.reference_gpu)
         label = "RECORDED REFERENCE (not measured on this machine)"
     if show:
-        _display_html(f'<div style="font-size:90%;color:#555">{label}: '
-                      f"{html.escape(provenance_line(res))}</div>")
+        _provenance_note(label, res)
     return res
+
+
+def _provenance_note(label: str, res: Any) -> None:
+    line = f"{label}: {provenance_line(res)}"
+    statements.show(f'<div style="font-size:90%;color:#555">{html.escape(line)}</div>', line)
 
 
 def reference_or_none(ctx: NotebookContext, name: str) -> Any:
     """The recorded reference ``name`` or ``None`` if it has not been recorded."""
-
     try:
         return load_reference(name, gpu=ctx.reference_gpu)
     except FileNotFoundError:
@@ -187,6 +177,5 @@ def measure_many_or_reference(ctx: NotebookContext, names: Sequence[str],
                        f"{sorted(got)}")
     out = {n: load_result(save_result(n, got[n], params or {})) for n in names}
     for n, res in out.items():
-        _display_html(f'<div style="font-size:90%;color:#555">measured live: {html.escape(n)}: '
-                      f"{html.escape(provenance_line(res))}</div>")
+        _provenance_note(f"measured live: {n}", res)
     return out

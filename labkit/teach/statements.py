@@ -13,9 +13,8 @@ follows the sentence with a cell tagged ``statement``::
   instead ("on this GPU: 26 vs 31 MiB") and the notebook goes on: a different GPU may
   legitimately differ, and the learner should see it.
 
-:func:`say` is the one formatting helper for prose that carries numbers from a record: a
-markdown template whose ``{name}`` fields are filled with :func:`fmt`, so no float noise
-reaches the page.
+:func:`say` shows prose that carries numbers from a record: a markdown template whose
+``{name}`` fields :func:`fmt` fills without float noise.
 """
 
 from __future__ import annotations
@@ -45,9 +44,7 @@ def fmt(value: Any, spec: str = "") -> str:
         return str(value)
     if value == 0:
         return "0"
-    digits = max(0, 2 - int(math.floor(math.log10(abs(value)))))
-    text = f"{value:,.{digits}f}"
-    return text
+    return f"{value:,.{max(0, 2 - math.floor(math.log10(abs(value))))}f}"
 
 
 class _Formatter(string.Formatter):
@@ -60,51 +57,33 @@ def render(template: str, /, **values: Any) -> str:
     return _Formatter().vformat(template, (), values)
 
 
-def _in_kernel() -> bool:
+def show(rich: str, plain: str, kind: str = "HTML") -> None:
+    """Display ``rich`` (``kind``: ``"HTML"`` or ``"Markdown"``) in a notebook; print
+    ``plain`` outside one."""
     try:
-        from IPython import get_ipython
+        from IPython import display, get_ipython
     except ImportError:
-        return False
-    return get_ipython() is not None
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(plain)
+    else:
+        display.display(getattr(display, kind)(rich))
 
 
 def say(template: str, /, **values: Any) -> None:
     """Show ``template`` as markdown with ``values`` filled in (:func:`render`); outside a
     notebook print it."""
     text = render(template, **values)
-    if _in_kernel():
-        from IPython.display import Markdown, display
-
-        display(Markdown(text))
-    else:
-        print(text)
-
-
-def _show(html_text: str, plain: str) -> None:
-    if _in_kernel():
-        from IPython.display import HTML, display
-
-        display(HTML(html_text))
-    else:
-        print(plain)
+    show(text, text, "Markdown")
 
 
 def is_reference(records: Any) -> bool | None:
     """True when any of ``records`` (a Result, or an iterable or mapping of them) was loaded
     from ``data/reference/``; False when all are live results; None when none says."""
-    if records is None:
-        return None
-    if isinstance(records, Mapping):
-        items: Iterable[Any] = records.values()
-    elif isinstance(records, (list, tuple, set)):
-        items = records
-    else:
-        items = (records,)
-    flags = [getattr(r, "reference", None) for r in items if r is not None]
-    flags = [f for f in flags if f is not None]
-    if not flags:
-        return None
-    return any(flags)
+    items: Iterable[Any] = (records.values() if isinstance(records, Mapping) else records
+                            if isinstance(records, (list, tuple, set)) else (records,))
+    flags = [r.reference for r in items if hasattr(r, "reference")]
+    return any(flags) if flags else None
 
 
 def check(statement: str, holds: Any, shows: str = "", *, recorded: bool) -> bool:
@@ -123,9 +102,9 @@ def check(statement: str, holds: Any, shows: str = "", *, recorded: bool) -> boo
             f"the notebook states {statement!r}, but the recorded reference shows "
             f"{shows or 'otherwise'}: change the text (and this check) to what the record "
             "shows, or re-record the reference")
-    _show('<div style="border-left:6px solid #a35a00;padding:6px 12px;background:#fff4e5">'
-          f"<b>On this machine the statement does not hold:</b> {html.escape(statement)}"
-          f"<br>this run shows: {html.escape(shows or 'otherwise')}</div>",
-          f"on this machine the statement does not hold: {statement}; this run shows: "
-          f"{shows or 'otherwise'}")
+    show('<div style="border-left:6px solid #a35a00;padding:6px 12px;background:#fff4e5">'
+         f"<b>On this machine the statement does not hold:</b> {html.escape(statement)}"
+         f"<br>this run shows: {html.escape(shows or 'otherwise')}</div>",
+         f"on this machine the statement does not hold: {statement}; this run shows: "
+         f"{shows or 'otherwise'}")
     return False

@@ -4,7 +4,7 @@ cost model, the compile columns, multi-step graphs (records of :mod:`labkit.meas
 from __future__ import annotations
 
 from typing import Any
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from labkit import stepcost
 from labkit.measure import records as rk
@@ -141,13 +141,3 @@ def multistep_rows(record: Any) -> list[dict]:
                                                            default=MULTISTEP_INTERLEAVED).word
                         for a in ("multistep", "host_sync")}})
     return rows
-
-
-def conditional_verdict(s: Mapping) -> str:
-    """A :func:`labkit.conditional.conditional_support` probe in one sentence (notebook 09)."""
-    if not s.get("cuda_built"):
-        return f"torch {s.get('torch')} is a CPU build: no CUDA graph of any kind here."
-    cp = ("is importable: a WHILE node can be added by hand, as NeMo does"
-          if s.get("cuda_python") else "is not installed")
-    return (f"torch {s.get('torch')} has {'an' if s.get('if_node') else 'no'} IF-node and "
-            f"{'a' if s.get('while_node') else 'no'} WHILE-node binding; cuda-python {cp}.")
