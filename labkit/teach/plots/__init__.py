@@ -45,8 +45,9 @@ def register_template() -> None:
         t = go.layout.Template(base)
         t.layout.font = dict(family="Inter, Helvetica, Arial, sans-serif", size=14)
         t.layout.colorway = list(COLORS.values())
-        t.layout.margin = dict(l=60, r=20, t=60, b=50)
-        t.layout.legend = dict(orientation="h", yanchor="bottom", y=1.02, x=0)
+        # the legend under the plot: above it, it runs into two-line titles (title + source)
+        t.layout.margin = dict(l=60, r=20, t=70, b=110)
+        t.layout.legend = dict(orientation="h", yanchor="top", y=-0.25, x=0)
         t.layout.hoverlabel = dict(namelength=-1)
         pio.templates[TEMPLATE] = t
     pio.templates.default = TEMPLATE

@@ -13,7 +13,7 @@ from labkit.teach.plots import color
 from labkit.teach.plots.timing import finish, stats_error_bars
 
 #: colours of the step variants and the multi-step ways not in the suite's palette
-COLORS = {"fused": "#17becf", "compile_reduce_overhead": color("compile"),
+COLORS = {"fused": "#ff7f0e", "compile_reduce_overhead": color("compile"),
           "compile_manual_graph": "#e377c2", "host_sync": color("eager"),
           "one_step_graphs": color("graph"), "multistep": "#2ca02c"}
 MULTISTEP = {"host_sync": "one-step graph, tokens to the host and back each step",

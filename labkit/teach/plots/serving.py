@@ -35,7 +35,8 @@ def latency_load_chart(load: Any, *, key: str = "ttft_ms.p99", subtitle: str = "
                              mode="lines", line=dict(color="#999999", dash="dot")), row=1, col=2)
     fig.update_xaxes(type="log", title_text="offered rate (requests/s)")
     fig.update_yaxes(type="log", row=1, col=1)
-    return base_layout(fig, "Latency–load curve", "", "", subtitle=subtitle)
+    fig = base_layout(fig, "Latency–load curve", "", "", subtitle=subtitle)
+    return fig.update_layout(margin=dict(t=110))  # the panel titles under the two-line title
 
 
 def monitoring_chart(runs: Mapping[str, Any], *, subtitle: str = ""):
@@ -65,7 +66,7 @@ def monitoring_chart(runs: Mapping[str, Any], *, subtitle: str = ""):
                                      name=f"{name}: breaker trips",
                                      marker=dict(symbol="x", size=10, color=c)), row=1, col=1)
     fig.update_xaxes(title_text="time since the start (s)", row=3, col=1)
-    fig.update_layout(height=650)
+    fig.update_layout(height=650, margin=dict(t=110))  # the panel titles under the title
     return base_layout(fig, "Monitoring: what a serving dashboard would plot", "", "",
                        subtitle=subtitle)
 

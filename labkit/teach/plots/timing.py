@@ -20,11 +20,12 @@ OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"),
 
 
 def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
-    """:func:`labkit.teach.plots.base_layout`, with room for a subtitle above the legend."""
+    """:func:`labkit.teach.plots.base_layout`, with room for a two-line title (the legend sits
+    under the plot, from the template)."""
     register_template()
     fig = base_layout(fig, title, x, y, subtitle=subtitle, **kw)
     if subtitle:
-        fig.update_layout(margin=dict(t=120), legend=dict(y=1.0, yanchor="bottom"))
+        fig.update_layout(margin=dict(t=100))
     return fig
 
 
