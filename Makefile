@@ -5,6 +5,8 @@ VENV ?= $(or $(LABKIT_VENV),.venv)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.labkit-setup-done
 ARGS ?=
+# pytest workers (pytest-xdist): one per core by default; JOBS=0 runs in this process
+JOBS ?= auto
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test lint test-package test-notebooks run lab images slides bench clean-notebooks check
@@ -40,14 +42,16 @@ lint: $(STAMP)
 	$(PY) -m mypy labkit
 
 test-package: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(JOBS) tests
 
 # nbval executes every cell of every notebook. The student notebooks have open TODOs: their
 # exercise checks only print. The worked solutions run in strict mode (LABKIT_STRICT_EXERCISES=1,
 # see labkit/teach/exercises.py): a wrong or unanswered exercise fails. The variable is set in
 # the pytest process, whose environment the notebook kernels inherit. Both runs always happen.
 # pytest exits 5 when it collects nothing: accepted only while that folder holds no notebook.
-NBVAL = LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q --nbval-lax --nbval-current-env
+# Workers take whole notebooks (--dist loadfile): a notebook's cells share one kernel.
+NBVAL = LABKIT_CPU_THREADS=$${LABKIT_CPU_THREADS:-1} $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
+	--nbval-lax --nbval-current-env
 
 test-notebooks: $(STAMP)
 	@status=0; \
