@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -110,8 +111,6 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    import re
-
     from labkit.measure.results import copy_to_reference
 
     run_dir = Path(args.run_dir)
@@ -297,7 +296,9 @@ def _positive_int(text: str) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """The message on one line: line breaks (and the indentation after them) become one space;
+    spaces inside a line, such as in a quoted value, stay as they are."""
+    return re.sub(r"\s*\n\s*", " ", str(exc)).strip() or type(exc).__name__
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
