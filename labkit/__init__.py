@@ -1,19 +1,20 @@
 """labkit: CUDA Graphs for LLM decode, as a teaching workbook and experiment suite.
 
-The core sits at the top of the package: a tiny GPT with a static KV cache (``labkit.model``),
-launch-overhead timers (``labkit.timing``), pooled multi-graph capture (``labkit.graphs``), the
-padding dispatcher (``labkit.dispatch``), a fused decode step (``labkit.fused``), GPT-2 weights
-(``labkit.weights``), capture-size choice (``labkit.sizes``), the hardware
-tier and environment record (``labkit.env``), where files are (``labkit.paths``) and the
-``LABKIT_*`` environment variables, each checked where it is read (``labkit.envvars``). Around it
-three wings, each importing only the ones below it::
+The decode engine sits at the top of the package (model, KV cache, static batch, capture,
+piecewise, dispatcher, fused and Triton steps, timers); the rooms built on it and the wings
+around it import only what lies below them::
 
-    labkit.suite    the command line: run, bench, slides, lab, images, train
-    labkit.teach    notebook helpers: set-up, lessons, plots, widgets, exercises, claims
-    labkit.measure  GPU measurements, pitfall demos, result records
-    labkit.*        the core
+    labkit.suite        the command line: run, bench, slides, lab, images, train
+    labkit.teach        notebook helpers: set-up, statements, lessons, plots, widgets
+    labkit.measure      GPU measurements, pitfall demos, result records
+    labkit.serving      continuous batching over request traces
+    labkit.distributed  tensor-parallel decode and its launcher
+    labkit.roofline     the roofline probes: step cost, multistep graphs, conditional nodes
+    labkit.*            the decode engine (and labkit.sizes, labkit.kernels)
+    labkit.support      plumbing: environment record, LABKIT_* variables, paths, corpus
 
-Importing ``labkit`` itself is cheap: submodules are imported explicitly.
+CONTRIBUTING.md lists every module with its one job. Importing ``labkit`` itself is cheap:
+submodules are imported explicitly.
 """
 
 __version__ = "0.1.0"

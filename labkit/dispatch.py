@@ -29,7 +29,7 @@ import torch
 from labkit.batch import StaticBatch
 from labkit.checks import as_bool, as_int
 from labkit.fused import make_fused_step
-from labkit.triton_step import make_triton_step
+from labkit.kernels.step import make_triton_step
 from labkit.graphs import GraphSet, Order, PoolMode, capture_full, check_capture, new_batch
 from labkit.model import Decode, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
@@ -215,7 +215,7 @@ class PaddingDispatcher:
             raise ValueError("full_max_size only applies to cudagraph_mode='FULL_AND_PIECEWISE'")
         if step not in STEP_NAMES:
             raise ValueError(f"step must be one of {list(STEP_NAMES)} (labkit.fused, "
-                             f"labkit.triton_step), got {step!r}")
+                             f"labkit.kernels.step), got {step!r}")
         if step != "readable" and cudagraph_mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
             raise ValueError(f"step={step!r} runs as one piece; piecewise capture cuts the "
                              "readable step at attention. Use cudagraph_mode='FULL' or 'NONE' "

@@ -88,7 +88,7 @@ from labkit.checks import as_int
 from labkit.kvcache import AttentionKernel, StepMeta, flash_supported
 from labkit.model import DecodeStep, StepFn, TinyGPT, generate
 from labkit.step_checks import Check, check_choice
-from labkit.triton_step import make_triton_step
+from labkit.kernels.step import make_triton_step
 
 STEPS: tuple[str, ...] = ("readable", "fused", "triton")
 #: ``attention=`` choices of :class:`FusedStep`
@@ -308,7 +308,7 @@ def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None,
 
 def step_function(model: TinyGPT, step: str | DecodeStep = "readable") -> DecodeStep:
     """The decode step to run: ``"readable"`` (``model.decode_step``), ``"fused"``
-    (:func:`make_fused_step`), ``"triton"`` (:func:`labkit.triton_step.make_triton_step`,
+    (:func:`make_fused_step`), ``"triton"`` (:func:`labkit.kernels.step.make_triton_step`,
     which needs Triton), or a callable with that signature, returned as is."""
     if callable(step):
         return step

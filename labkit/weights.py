@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from labkit import envvars
+from labkit.support import envvars
 from labkit.model import GPTConfig, TinyGPT, as_device, generate
 
 #: GPT-2's model sizes: d_model -> heads (small, medium, large, xl)
@@ -179,7 +179,7 @@ def load_gpt2(path: str | Path, *, n_head: int | None = None,
 
 def gpt2_weights_path(path: str | Path | None = None) -> Path | None:
     """The GPT-2 checkpoint to use: ``path`` when given (it must exist), else
-    ``LABKIT_GPT2_WEIGHTS`` (checked by :func:`labkit.envvars.gpt2_weights`), else None."""
+    ``LABKIT_GPT2_WEIGHTS`` (checked by :func:`labkit.support.envvars.gpt2_weights`), else None."""
     if path is None:
         return envvars.gpt2_weights()
     p = Path(path).expanduser()

@@ -6,10 +6,10 @@ tokens), after comment lines (``#``) that say the trace is synthetic and how it 
 
 * arrivals: ``poisson`` (exponential gaps at a fixed rate) or ``bursty`` (a two-state
   Markov-modulated Poisson process: a quiet and a busy rate, exponential periods of each);
-* prompt and output lengths: lognormal (``labkit.traces.request_lengths``), clipped so that
+* prompt and output lengths: lognormal (``labkit.serving.traces.request_lengths``), clipped so that
   prompt + output fits ``max_seq`` (256: the ``char``, ``small`` and ``gpt2`` presets).
 
-Uses ``labkit.traces.request_trace`` (standard library random numbers only), so the output is
+Uses ``labkit.serving.traces.request_trace`` (standard library random numbers only), so the output is
 the same on any machine. Run from the repository root::
 
     python scripts/make_request_traces.py            # rewrites the files
@@ -25,7 +25,7 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.traces import TraceFile, regenerate_main, request_trace, trace_csv  # noqa: E402
+from labkit.serving.traces import TraceFile, regenerate_main, request_trace, trace_csv  # noqa: E402
 
 LENGTHS = dict(max_seq=256, prompt_median=64.0, prompt_sigma=0.8, output_median=64.0,
                output_sigma=0.8)
@@ -46,7 +46,7 @@ def render(name: str, spec: dict) -> str:
     """The CSV text of trace ``name``."""
     args = ", ".join(f"{k}={v!r}" for k, v in spec.items())
     comment = (f"SYNTHETIC serving trace {name}: stands for no real service.\n"
-               f"made by scripts/make_request_traces.py: labkit.traces.request_trace({args})")
+               f"made by scripts/make_request_traces.py: labkit.serving.traces.request_trace({args})")
     return trace_csv(request_trace(**spec), comment)
 
 

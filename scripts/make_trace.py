@@ -40,7 +40,7 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.traces import TraceFile, regenerate_main  # noqa: E402
+from labkit.serving.traces import TraceFile, regenerate_main  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.paths import repo_root
+from labkit.support.paths import repo_root
 from labkit.suite import report, slides
 from labkit.teach.plots import COLORS
 from pngutil import read_png

@@ -1,4 +1,4 @@
-"""labkit.corpus: byte tokenizer, the shipped corpus (checked against SOURCE.md), split."""
+"""labkit.support.corpus: byte tokenizer, the shipped corpus (checked against SOURCE.md), split."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.corpus import DEFAULT_CORPUS, corpus_path, encode, load_corpus, train_val_split
+from labkit.support.corpus import DEFAULT_CORPUS, corpus_path, encode, load_corpus, train_val_split
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "data" / "corpus" / "SOURCE.md"

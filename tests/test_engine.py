@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 import labkit
-from labkit.envvars import EnvVarError
+from labkit.support.envvars import EnvVarError
 from labkit.suite import engine, params
 from labkit.suite.engine import SuiteError
 from labkit.suite.params import Parameter

@@ -1,4 +1,4 @@
-"""labkit.env: hardware tier, environment record, GPU slugs."""
+"""labkit.support.env: hardware tier, environment record, GPU slugs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from labkit import __version__, env
+from labkit import __version__
+
+from labkit.support import env
 
 EXPECTED_KEYS = {
     "tier", "gpu_name", "gpu_count", "driver", "cuda", "torch", "python", "platform", "cpu",

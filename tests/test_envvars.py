@@ -1,4 +1,4 @@
-"""labkit.envvars: every LABKIT_* variable the package reads, with good and bad values; a bad
+"""labkit.support.envvars: every LABKIT_* variable the package reads, with good and bad values; a bad
 value's error names the variable, the value and what is allowed, wherever it is read."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit import envvars, paths
-from labkit.env import hardware_tier
-from labkit.envvars import EnvVarError
+from labkit.support import envvars
+
+from labkit.support import paths
+from labkit.support.env import hardware_tier
+from labkit.support.envvars import EnvVarError
 from labkit.measure import results
 from labkit.suite import slides
 
@@ -18,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_labkit_variable_read_in_the_package_has_a_reader() -> None:
-    """A new ``os.environ`` read of a LABKIT_* name must go through labkit.envvars."""
+    """A new ``os.environ`` read of a LABKIT_* name must go through labkit.support.envvars."""
     read = set()
     for py in (ROOT / "labkit").rglob("*.py"):
         text = py.read_text(encoding="utf-8")

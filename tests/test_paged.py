@@ -17,7 +17,7 @@ from labkit.measure import records as R
 from labkit.measure.paged import LAYOUTS, measure_paged
 from labkit.teach.lessons import paged as lp
 from labkit.teach.plots import paged as pp
-from labkit.traces import Request, request_lengths
+from labkit.serving.traces import Request, request_lengths
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import pytest
 
 from labkit.measure import records as R
 from labkit.measure.results import Result, load_result, save_result
-from labkit.paths import data_dir
+from labkit.support.paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_FILES = sorted((data_dir() / "reference").glob("*/*.json"))

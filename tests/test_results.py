@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit import paths
+from labkit.support import paths
 from labkit.measure import results
 from labkit.measure.results import (
     SCHEMA_VERSION,

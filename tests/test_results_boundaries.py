@@ -24,7 +24,7 @@ from labkit.measure.results import (
     to_jsonable,
     write_text_atomic,
 )
-from labkit.paths import data_dir
+from labkit.support.paths import data_dir
 
 CPU_ENV = {"tier": "cpu", "cpu": "test"}
 

@@ -11,14 +11,14 @@ import sys
 import pytest
 import torch
 
-from labkit import stepcost
-from labkit.conditional import conditional_support, if_node_demo
+from labkit.roofline import stepcost
+from labkit.roofline.conditional import conditional_support, if_node_demo
 from labkit.measure import records as R
 from labkit.measure import roofline as mr
 from labkit.teach.lessons import fairness
 from labkit.measure.results import SchemaError, load_result, save_result
 from labkit.model import build_model, generate, preset
-from labkit.multistep import capture_multistep, multistep_decode, single_steps
+from labkit.roofline.multistep import capture_multistep, multistep_decode, single_steps
 from labkit.teach.lessons import roofline as lr
 from labkit.teach.plots import roofline as pr
 
@@ -414,7 +414,7 @@ def test_measure_roofline_assembles_a_valid_record_on_cpu(cpu_measure, tmp_path)
 
 
 def test_measure_multistep_assembles_a_valid_record_on_cpu(cpu_measure, monkeypatch, tmp_path):
-    from labkit.multistep import MultiStepGraph
+    from labkit.roofline.multistep import MultiStepGraph
 
     class Eager(MultiStepGraph):
         def replay(self):

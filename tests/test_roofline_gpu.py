@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.conditional import conditional_support, if_node_demo
+from labkit.roofline.conditional import conditional_support, if_node_demo
 from labkit.measure import records as R
 from labkit.measure.results import load_result, save_result
 from labkit.measure.roofline import copy_bandwidth, matmul_rate, measure_multistep, \
     measure_roofline
 from labkit.model import build_model, preset
-from labkit.multistep import capture_multistep, single_steps
+from labkit.roofline.multistep import capture_multistep, single_steps
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""The continuous-batching engine (labkit.serving) on CPU: scheduling, no cache leak, tokens
+"""The continuous-batching engine (labkit.serving.loop) on CPU: scheduling, no cache leak, tokens
 equal to generating each request alone, reproducibility, the circuit breaker."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import torch
 
 from labkit.kvcache import CacheFullError
 from labkit.model import build_model, generate, preset
-from labkit.serving import (
+from labkit.serving.loop import (
     STEP_MODES, CircuitBreaker, ServingEngine, SimClock, eager_step, make_step_fn,
     prompt_tokens,
 )
-from labkit.traces import TraceRequest
+from labkit.serving.traces import TraceRequest
 
 TRACE = [TraceRequest(0.0, 5, 6), TraceRequest(0.0, 3, 1), TraceRequest(0.015, 7, 10),
          TraceRequest(0.02, 4, 3), TraceRequest(0.02, 9, 12), TraceRequest(0.021, 2, 2),

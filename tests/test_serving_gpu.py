@@ -7,8 +7,8 @@ from labkit.measure.records import Serve, ServeLoad, view
 from labkit.measure.serve import measure_interleaved, measure_serving
 from labkit.measure.serve_load import measure_load_curve
 from labkit.model import build_model, preset
-from labkit.serving import RealClock, ServingEngine, make_step_fn
-from labkit.traces import request_trace
+from labkit.serving.loop import RealClock, ServingEngine, make_step_fn
+from labkit.serving.traces import request_trace
 
 pytestmark = pytest.mark.gpu
 

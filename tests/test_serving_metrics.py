@@ -14,7 +14,7 @@ from labkit.measure import records
 from labkit.measure.results import SchemaError, load_result, save_result
 from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows, summarize
 from labkit.suite.cli import main
-from labkit.traces import (
+from labkit.serving.traces import (
     TraceFormatError, TraceRequest, arrival_times, load_request_trace, request_trace, trace_csv,
 )
 

@@ -16,7 +16,7 @@ from labkit.measure.serve_load import check_rates, load_trace, measure_load_curv
 from labkit.measure import serve_record
 from labkit.suite import cli, serve_cli
 from labkit.suite.cli import main
-from labkit.traces import TraceRequest
+from labkit.serving.traces import TraceRequest
 
 TRACE = [TraceRequest(0.0, 3, 4), TraceRequest(0.0, 5, 2), TraceRequest(0.02, 2, 3)]
 

@@ -1,5 +1,5 @@
-"""Tensor-parallel decode (labkit.tp) on two gloo ranks against the full model, and the rank
-launcher (labkit.launch): results, errors naming the rank, time-bounded joins, no leftovers."""
+"""Tensor-parallel decode (labkit.distributed.tp) on two gloo ranks against the full model, and the rank
+launcher (labkit.distributed.launch): results, errors naming the rank, time-bounded joins, no leftovers."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from labkit.launch import RankError, RankTimeout, check_devices, run_ranks
+from labkit.distributed.launch import RankError, RankTimeout, check_devices, run_ranks
 from labkit.model import GPTConfig, build_model
-from labkit.tp import TensorParallelGPT, check_tp_split, rank_check
+from labkit.distributed.tp import TensorParallelGPT, check_tp_split, rank_check
 
 # 4 heads: two per rank at world size 2; small enough for milliseconds per step
 CFG = dict(vocab_size=97, n_layer=2, n_head=4, d_model=32, max_seq=32)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from labkit.launch import RankTimeout, release_graphs, run_ranks, shutdown
+from labkit.distributed.launch import RankTimeout, release_graphs, run_ranks, shutdown
 from labkit.measure.records import SchemaError, TPAllReduce, TPDecode, parse
 from labkit.measure.results import gpus_used, load_result
 from labkit.measure.tp import TARGET_ALLREDUCE_BYTES, decode_methods, default_spec
@@ -195,7 +195,7 @@ def fake_symm_mem(monkeypatch, one_gloo_rank):
     import importlib
 
     import labkit.measure.tp.allreduce as mtp  # the module whose _symm_buffer asks
-    import labkit.tp as ltp
+    import labkit.distributed.tp as ltp
 
     sm = importlib.import_module("torch.distributed._symmetric_memory")
     calls: dict[str, int] = {"one_shot": 0, "two_shot": 0, "rendezvous": 0}
@@ -225,7 +225,7 @@ def fake_symm_mem(monkeypatch, one_gloo_rank):
 
 
 def test_symm_mem_unavailable_names_the_reason_for_a_cuda_device_on_cpu():
-    from labkit.tp import symm_mem_unavailable
+    from labkit.distributed.tp import symm_mem_unavailable
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -234,7 +234,7 @@ def test_symm_mem_unavailable_names_the_reason_for_a_cuda_device_on_cpu():
 
 
 def test_symm_mem_allreduce_copies_in_and_out(fake_symm_mem):
-    from labkit.tp import SymmMemAllReduce
+    from labkit.distributed.tp import SymmMemAllReduce
 
     ar = SymmMemAllReduce(None, 16, torch.float32, torch.device("cpu"))
     assert fake_symm_mem["rendezvous"] == 1 and ar.buffer.numel() == 16

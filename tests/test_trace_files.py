@@ -1,9 +1,9 @@
-"""labkit.traces.write_or_check / regenerate_main: the write and --check loop of the trace
+"""labkit.serving.traces.write_or_check / regenerate_main: the write and --check loop of the trace
 scripts (scripts/make_trace.py, scripts/make_request_traces.py)."""
 
 from __future__ import annotations
 
-from labkit.traces import regenerate_main, write_or_check
+from labkit.serving.traces import regenerate_main, write_or_check
 
 FILES = [("a.csv", "x\n1\n", "wrote a"), ("b.csv", "y\n2\n", "wrote b")]
 

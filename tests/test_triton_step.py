@@ -1,4 +1,4 @@
-"""The Triton decode step (labkit.triton_step, labkit.kernels): same tokens as the readable
+"""The Triton decode step (labkit.kernels.step, labkit.kernels): same tokens as the readable
 step in float32, same cache writes (slot and paged layouts, padded rows in the scratch slot
 only), bf16 agreement, five kernels per layer and one for the head; the kernel plan's bytes.
 
@@ -22,11 +22,11 @@ import torch
 
 from labkit import kernels
 from labkit.fused import agreement
-from labkit.kernels.plan import KERNELS, kernel_plan, kernels_per_step, plan_totals
+from labkit.roofline.kernel_plan import KERNELS, kernel_plan, kernels_per_step, plan_totals
 from labkit.measure import triton_bench
 from labkit.model import GPTConfig, build_model, generate, preset
-from labkit.stepcost import step_bytes
-from labkit.triton_step import Blocks, choose_blocks, make_triton_step
+from labkit.roofline.stepcost import step_bytes
+from labkit.kernels.step import Blocks, choose_blocks, make_triton_step
 
 
 def _load_kernels() -> tuple[str | None, bool]:
@@ -290,7 +290,7 @@ import json
 import torch
 from labkit.kernels.aot import compile_step
 from labkit.model import build_model, preset
-from labkit.triton_step import make_triton_step
+from labkit.kernels.step import make_triton_step
 out = {}
 try:  # kernels compiled for the GPU: a CPU model builds (its launches compile) but cannot run
     make_triton_step(build_model(preset("test")))(*[torch.tensor([0])] * 3)

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from labkit import envvars
-from labkit.envvars import EnvVarError
+from labkit.support import envvars
+from labkit.support.envvars import EnvVarError
 from labkit.fused import make_fused_step
 from labkit.model import generate
 from labkit.weights import (decode_gpt2, gpt2_config, gpt2_tokenizer, gpt2_weights_path,

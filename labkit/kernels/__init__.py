@@ -1,11 +1,11 @@
-"""Triton kernels of the Triton decode step (:mod:`labkit.triton_step`), and their loader.
+"""Triton kernels of the Triton decode step (:mod:`labkit.kernels.step`), and their loader.
 
 * :mod:`labkit.kernels.matvec` -- the matrix kernels (LayerNorm folded into the projection
   that follows it; bias, GELU, residual add or cache write in the epilogue);
 * :mod:`labkit.kernels.attention` -- split (FlashDecoding-style) attention over the cache in
   place, and the split combine folded into the output projection;
 * :mod:`labkit.kernels.common` -- the device helpers they share;
-* :mod:`labkit.kernels.plan` -- the kernel table: what each kernel fuses, launches per step,
+* :mod:`labkit.roofline.kernel_plan` -- the kernel table: what each kernel fuses, launches per step,
   bytes it must move (plain arithmetic, no Triton needed);
 * :mod:`labkit.kernels.aot` -- every launch of a step compiled for sm_90 without a GPU, with
   each kernel's registers and spills as ptxas reports them.

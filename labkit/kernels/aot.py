@@ -4,7 +4,7 @@ reports each kernel's registers and spills.
 
 What the interpreter cannot check, this does: that every kernel *compiles* for the target
 (types of loop-carried values, tile shapes ``tl.dot`` takes, constexpr branches), and that
-the tile sizes of :func:`labkit.triton_step.choose_blocks` fit in registers (a spill is a
+the tile sizes of :func:`labkit.kernels.step.choose_blocks` fit in registers (a spill is a
 slow round trip through local memory). It runs the compiler only, so it needs a process
 whose kernels were loaded for the GPU (no ``TRITON_INTERPRET=1``).
 
@@ -24,7 +24,7 @@ import torch
 
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
-from labkit.triton_step import Blocks, gpu_launches
+from labkit.kernels.step import Blocks, gpu_launches
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
           torch.int64: "i64", torch.int32: "i32"}

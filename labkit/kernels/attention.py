@@ -1,4 +1,4 @@
-"""Decode attention of the Triton step (:mod:`labkit.triton_step`), split along the sequence
+"""Decode attention of the Triton step (:mod:`labkit.kernels.step`), split along the sequence
 as FlashDecoding does, over the KV cache in place (slot or paged layout).
 
 A decode row has one query per head and attends over its ``pos + 1`` cached positions. One

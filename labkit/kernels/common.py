@@ -1,4 +1,4 @@
-"""Device helpers shared by the Triton kernels of :mod:`labkit.triton_step` (``@triton.jit``
+"""Device helpers shared by the Triton kernels of :mod:`labkit.kernels.step` (``@triton.jit``
 functions, inlined into the kernels that call them).
 
 Loaded through :func:`labkit.kernels.load`, which decorates them for the GPU or for Triton's

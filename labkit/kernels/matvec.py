@@ -1,4 +1,4 @@
-"""The matrix kernels of the Triton decode step (:mod:`labkit.triton_step`): each one reads a
+"""The matrix kernels of the Triton decode step (:mod:`labkit.kernels.step`): each one reads a
 weight matrix once and does everything around it that needs no other kernel's output.
 
 A decode step multiplies a few rows (the batch) by each weight matrix: the work is reading
@@ -13,7 +13,7 @@ rows are masked, never stored). A LayerNorm needs whole rows, so each program co
 rows' mean and variance itself (``D`` values per row, a re-read from L2, not from HBM).
 
 Bytes each kernel must read from memory, per launch (``B`` rows, ``D`` = d_model, ``e`` bytes
-per element; :func:`labkit.kernels.plan.kernel_plan` adds them up):
+per element; :func:`labkit.roofline.kernel_plan.kernel_plan` adds them up):
 
 * :func:`ln_qkv_kernel`: LN1 (``2D e``), the QKV weight and bias (``(3D^2 + 3D) e``), the
   rows (``B D e``; the first layer reads two embedding rows per row instead); writes q

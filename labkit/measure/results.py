@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit import envvars
+from labkit.support import envvars
 from labkit import __version__
-from labkit.env import environment_record, gpu_slug
+from labkit.support.env import environment_record, gpu_slug
 from labkit.measure import records
 from labkit.measure.records import SchemaError
-from labkit.paths import data_dir, repo_root
+from labkit.support.paths import data_dir, repo_root
 
 #: Version of the JSON layout written by :func:`save_result`.
 SCHEMA_VERSION = 1
@@ -51,7 +51,7 @@ __all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_resul
 @dataclass
 class Result:
     """One result record. ``data`` holds the measurements, ``params`` the knobs they were
-    taken with, ``env`` the :func:`labkit.env.environment_record` of the machine."""
+    taken with, ``env`` the :func:`labkit.support.env.environment_record` of the machine."""
 
     name: str
     data: dict
@@ -234,7 +234,7 @@ def save_result(
     """Write ``<run_dir>/results/<name>.json`` and return its path.
 
     ``run_dir`` defaults to :func:`default_run_dir`; ``env`` to a fresh
-    :func:`labkit.env.environment_record`. An existing file of the same name is replaced.
+    :func:`labkit.support.env.environment_record`. An existing file of the same name is replaced.
     ``data`` of a known record kind (:mod:`labkit.measure.records`) must have that kind's
     fields, else :class:`SchemaError` is raised and nothing is written.
     """

@@ -18,8 +18,8 @@ the memory allows, and what several steps per graph buy (notebook 12).
   step and graph launches per step (profiler), so that "CUDA graphs were really used" is
   a measured fact (``graph_launches >= 1``, and no skip in Inductor's counters).
 
-The bytes a step must move come from :mod:`labkit.stepcost` (the record keeps the config and
-the context length, :class:`labkit.measure.records.Roofline` derives the floor).
+The bytes a step must move come from :mod:`labkit.roofline.stepcost` (the record keeps the
+config and the context length, :class:`labkit.measure.records.Roofline` derives the floor).
 
 A new step variant is one entry: ``STEP_VARIANTS["name"] = builder`` where
 ``builder(model, batch_sizes) -> Runner``; :func:`captured_step_variant` turns any
@@ -41,9 +41,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from labkit.checks import as_int, as_int_list, as_size_list
-from labkit.conditional import conditional_support
+from labkit.roofline.conditional import conditional_support
 from labkit.fused import make_fused_step
-from labkit.triton_step import make_triton_step
+from labkit.kernels.step import make_triton_step
 from labkit.graphs import capture_callable, capture_decode_graphs, gc_frozen, \
     pool_reserved_bytes
 from labkit.measure import records
@@ -51,7 +51,7 @@ from labkit.measure.bench import _free, _need_cuda, _pool_segments, _stats, make
     random_prompts, token_agreement
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT
-from labkit.multistep import capture_multistep, multistep_decode
+from labkit.roofline.multistep import capture_multistep, multistep_decode
 from labkit.timing import Stats, time_cuda, time_cuda_interleaved
 
 __all__ = ["Runner", "STEP_VARIANTS", "DEFAULT_VARIANTS", "captured_step_variant",
@@ -470,7 +470,8 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
     Checks before timing: the ``n_steps``-step graph's tokens equal ``n_steps`` eager steps.
     Also records what this PyTorch offers of conditional nodes
-    (:func:`labkit.conditional.conditional_support`, :func:`labkit.conditional.if_node_demo`).
+    (:func:`labkit.roofline.conditional.conditional_support`,
+    :func:`labkit.roofline.conditional.if_node_demo`).
     """
     sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes")))
     n_steps = as_int(n_steps, "n_steps", minimum=2, maximum=max_seq // 2,
@@ -532,9 +533,10 @@ def _time_multistep(model: TinyGPT, b: int, n_steps: int, pool: Any,
 
 
 def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
-    """:func:`labkit.conditional.if_node_demo` in a fresh Python process, so that a CUDA error
-    it might leave behind cannot touch this process; the failure is reported, not raised."""
-    code = ("import json; from labkit.conditional import if_node_demo; "
+    """:func:`labkit.roofline.conditional.if_node_demo` in a fresh Python process, so that a
+    CUDA error it might leave behind cannot touch this process; the failure is reported, not
+    raised."""
+    code = ("import json; from labkit.roofline.conditional import if_node_demo; "
             "print('IFNODE ' + json.dumps(if_node_demo()))")
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """Serve a request trace on the tiny GPT and return the data of a ``serve_<name>`` record.
 
-* :func:`measure_serving` builds the model and the step function (:mod:`labkit.serving`) once,
+* :func:`measure_serving` builds the model and the step function (:mod:`labkit.serving.loop`) once,
   runs the trace through the continuous-batching engine on a real or simulated clock, and
   returns every request's token times, every decode step, the metrics of
   :func:`labkit.measure.serving_metrics.run_metrics` and the step series in windows.
@@ -25,11 +25,11 @@ import torch
 from labkit.checks import as_int
 from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows
 from labkit.model import GPTConfig, TinyGPT, build_model, preset
-from labkit.serving import (
+from labkit.serving.loop import (
     STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, StepMode, breaker_settings,
     decide_of, eager_step, make_step_fn,
 )
-from labkit.traces import TraceRequest, load_request_trace
+from labkit.serving.traces import TraceRequest, load_request_trace
 
 CLOCKS: tuple[str, ...] = ("real", "sim")
 
@@ -141,7 +141,7 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                     warmup_runs: int | None = None, keep_timeline: bool = True,
                     progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run ``trace`` (a name in ``data/traces``, a CSV path or a list of
-    :class:`TraceRequest`) in step ``mode`` (:data:`labkit.serving.STEP_MODES`) and return the
+    :class:`TraceRequest`) in step ``mode`` (:data:`labkit.serving.loop.STEP_MODES`) and return the
     data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per decode step
     (prefill free): a reproducible schedule; ``'real'`` measures. ``breaker`` (``window``,
     ``threshold``, ``cooldown_s``) wraps the step function in a :class:`CircuitBreaker`.

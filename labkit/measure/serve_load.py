@@ -2,7 +2,7 @@
 
 :func:`measure_load_curve` builds the model and each mode's step function once (graphs are
 captured once per mode), then serves one SYNTHETIC Poisson trace per request rate
-(:func:`labkit.traces.request_trace`, the length distribution of the shipped
+(:func:`labkit.serving.traces.request_trace`, the length distribution of the shipped
 ``synthetic_requests_poisson`` trace) and keeps each run's metrics
 (:func:`labkit.measure.serving_metrics.run_metrics`): the data of a ``serving_load_<preset>``
 record. As the rate rises past what a mode can serve, its queue grows and TTFT climbs; its
@@ -21,8 +21,8 @@ from labkit.checks import as_int
 from labkit.measure.serve import check_serving
 from labkit.measure.serving_metrics import run_metrics
 from labkit.model import build_model
-from labkit.serving import RealClock, ServingEngine, SimClock, StepMode, make_step_fn
-from labkit.traces import TraceRequest, request_trace
+from labkit.serving.loop import RealClock, ServingEngine, SimClock, StepMode, make_step_fn
+from labkit.serving.traces import TraceRequest, request_trace
 
 #: the length distribution of the load traces (as ``synthetic_requests_poisson``)
 LENGTHS: dict[str, float] = {"prompt_median": 64.0, "prompt_sigma": 0.8,

@@ -13,12 +13,12 @@ Correct before fast, in this order, per preset:
 4. the three graphs replayed *interleaved* per batch size (:func:`labkit.timing.
    time_cuda_interleaved`: a GPU clock change reaches all three alike), every row attending
    to ``context`` positions, so the bandwidth floor of the step is defined
-   (:func:`labkit.stepcost.step_bytes` at the copy bandwidth measured first);
+   (:func:`labkit.roofline.stepcost.step_bytes` at the copy bandwidth measured first);
 5. after all timings (a profiler session was seen to slow the host for the rest of a
    process): the GPU operations of one eager step by kernel name with their summed GPU time
    (:func:`labkit.measure.opcount.gpu_op_profile`), and the GPU operations one replay runs
    (:func:`labkit.measure.roofline.profile_call`); the Triton step's count is checked
-   against its plan (``5 L + 1``, :mod:`labkit.kernels.plan`).
+   against its plan (``5 L + 1``, :mod:`labkit.roofline.kernel_plan`).
 
 :func:`record_triton` saves ``triton_small`` and ``triton_gpt2`` with provenance into a run
 folder: the GPU entry point (``python -m labkit.measure.triton_bench RUN_DIR``).
@@ -36,15 +36,15 @@ from labkit import kernels
 from labkit.checks import as_int, as_size_list
 from labkit.fused import agreement, make_fused_step
 from labkit.graphs import GraphSet, capture_decode_graphs
-from labkit.kernels.plan import kernel_plan, kernels_per_step, plan_totals
+from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_totals
 from labkit.measure.bench import _free, _need_cuda, _stats, make_model, random_prompts
 from labkit.measure.opcount import gpu_op_profile
 from labkit.measure.results import save_result
 from labkit.measure.roofline import _inputs, copy_bandwidth, profile_call
 from labkit.model import TinyGPT, generate
-from labkit.stepcost import floor_us, step_bytes
+from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.timing import time_cuda_interleaved
-from labkit.triton_step import make_triton_step
+from labkit.kernels.step import make_triton_step
 
 #: the steps of the record, in the order they are timed within each round
 STEPS: tuple[str, ...] = ("readable", "fused", "triton")

@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Iterable, Mapping
 
 from labkit.checks import as_int, as_number
-from labkit.paths import shipped_file
+from labkit.support.paths import shipped_file
 
 DistLike = Mapping[int, float] | Iterable[int]
 """A batch-size distribution: ``{size: count or probability}`` or observed sizes."""

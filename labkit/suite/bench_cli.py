@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-from labkit.env import contention_warning
+from labkit.support.env import contention_warning
 from labkit.measure import bench, records, roofline
 from labkit.measure.pitfalls import run_all_pitfalls
 from labkit.measure.records import Bench, Compile, Decode, PoolMemory, view
@@ -238,7 +238,7 @@ def summarize_bench(run: Path, failed: list[str] | None = None,
 
 def contention_lines(run: Path) -> list[str]:
     """One line per record of run folder ``run`` whose environment shows a busy host
-    (:func:`labkit.env.contention_warning`): its host-bound columns deserve suspicion."""
+    (:func:`labkit.support.env.contention_warning`): its host-bound columns deserve suspicion."""
     out = []
     for p in sorted((run / "results").glob("*.json")):
         warning = contention_warning(load_result(p).env)

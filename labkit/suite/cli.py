@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from labkit import __version__
-from labkit.envvars import EnvVarError
+from labkit.support.envvars import EnvVarError
 from labkit.suite.engine import SuiteError
 from labkit.suite.params import parse_param_items
 
@@ -103,7 +103,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from labkit.env import environment_record, format_record
+    from labkit.support.env import environment_record, format_record
 
     rec = environment_record()
     print(json.dumps(rec, indent=2) if args.json else format_record(rec))

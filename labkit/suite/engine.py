@@ -25,8 +25,8 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 import labkit
-from labkit import envvars
-from labkit.paths import repo_root
+from labkit.support import envvars
+from labkit.support.paths import repo_root
 
 #: The numbered suite notebooks (what runs when no notebook is named).
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -164,7 +164,7 @@ def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | No
     process's): ``PYTHONPATH`` (this labkit first), ``LABKIT_RUN_DIR`` (when ``run_dir``),
     ``PLOTLY_RENDERER`` (given, else the environment's, else the offline-friendly default) and
     ``LABKIT_CPU_THREADS`` (when given). Every LABKIT_* value the kernel would see is checked
-    first (:class:`labkit.envvars.EnvVarError`)."""
+    first (:class:`labkit.support.envvars.EnvVarError`)."""
     base = dict(os.environ if environ is None else environ)
     out = {"PYTHONPATH": kernel_pythonpath(base)}
     if run_dir is not None:

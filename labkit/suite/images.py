@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 from labkit.measure.records import Compile, Decode, Dispatcher, LaunchOverhead, PoolMemory, view
-from labkit.env import gpu_slug
+from labkit.support.env import gpu_slug
 from labkit.measure.results import load_reference, provenance_line, reference_dir
 from labkit.teach.plots import bars, lines, register_template
 

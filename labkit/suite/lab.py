@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from collections.abc import Iterator, Sequence
 
-from labkit import envvars
+from labkit.support import envvars
 from labkit.suite.engine import kernel_environment, notebooks_dir
 
 LOOPBACK = "127.0.0.1"

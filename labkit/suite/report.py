@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterable
-from labkit.env import format_record
+from labkit.support.env import format_record
 from labkit.measure.results import load_reference, load_result, provenance_line
 from labkit.suite import slides
 

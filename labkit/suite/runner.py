@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from labkit import envvars
-from labkit.env import contention_warning, environment_record, hardware_tier
+from labkit.support import envvars
+from labkit.support.env import contention_warning, environment_record, hardware_tier
 from labkit.measure.results import new_folder, to_jsonable, write_text_atomic
 from labkit.suite.engine import (RUN_FILE, SWEEP_FILE, NotebookResult, SuiteError, display_path,
                                  execute_notebook, find_notebooks)
@@ -112,7 +112,8 @@ def plan_run(notebooks: Sequence[str] | None, params: dict | None = None,
     """Check a run before anything is made: notebooks exist, every parameter is declared by at
     least one of them with a value of the declared type, the LABKIT_* variables are valid.
     A name from ``param_file`` that only notebooks outside the selection declare is not passed
-    (listed in ``unused``). Raises :class:`SuiteError` / :class:`labkit.envvars.EnvVarError`."""
+    (listed in ``unused``). Raises :class:`SuiteError` /
+    :class:`labkit.support.envvars.EnvVarError`."""
     envvars.check_environment()
     nb_paths = find_notebooks(notebooks, nb_dir)
     file_params = load_param_file(param_file)

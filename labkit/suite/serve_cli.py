@@ -17,8 +17,8 @@ from labkit.measure import records
 from labkit.measure.results import new_run_dir, save_result
 from labkit.measure.serve import check_serving, measure_serving
 from labkit.measure.serve_record import measure_record
-from labkit.serving import StepMode
-from labkit.traces import load_request_trace
+from labkit.serving.loop import StepMode
+from labkit.serving.traces import load_request_trace
 
 
 def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | None, dtype: str,

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.model import TinyGPT, build_model, preset
-from labkit.corpus import encode, load_corpus, train_val_split
+from labkit.support.corpus import encode, load_corpus, train_val_split
 
 
 def _sample(ids: torch.Tensor, batch: int, seq: int, gen: torch.Generator):

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from labkit import __version__, envvars
-from labkit.env import hardware_tier
+from labkit import __version__
+
+from labkit.support import envvars
+from labkit.support.env import hardware_tier
 from labkit.measure.results import load_reference, load_result, provenance_line, save_result
 from labkit.teach import statements
 from labkit.teach.plots import register_template

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from labkit import stepcost
+from labkit.roofline import stepcost
 from labkit.measure.records.derived import ratio, speedup
 from labkit.measure.records.fields import (
     Checks, Kind, _Fail, _fail, _require, _same_length, _scalar, _Timed, parse_kind,
@@ -577,7 +577,8 @@ class RooflineVariant(Kind):
 class Roofline(_Run):
     """``roofline_<preset>``: µs per step per variant and batch size, every row attending to
     ``context`` positions; the measured copy bandwidth (GB/s, read + write) and bf16 matmul
-    rate (TFLOP/s); the floors derived from the model ``config`` (:mod:`labkit.stepcost`)."""
+    rate (TFLOP/s); the floors derived from the model ``config``
+    (:mod:`labkit.roofline.stepcost`)."""
 
     RECORD = "roofline_<preset>"
     config: dict
@@ -602,7 +603,7 @@ class Roofline(_Run):
             raise _Fail(f"{where}.variants", f"names variants {extra} that {where}.times lacks")
 
     def step_bytes(self) -> list[int]:
-        """Bytes one step moves at each batch size (:func:`labkit.stepcost.step_bytes`)."""
+        """Bytes one step moves at each batch size (:func:`labkit.roofline.stepcost.step_bytes`)."""
         return [stepcost.step_bytes(self.config, b, self.context).total
                 for b in self.batch_sizes]
 
@@ -703,7 +704,7 @@ class TPDecode(_Run):
 
 @dataclass(frozen=True, kw_only=True)
 class Triton(_Run):
-    """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.triton_step`),
+    """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.kernels.step`),
     each captured in a CUDA graph and sampled in turn: replay µs per batch size, the bytes a
     step must move and its floor at the measured copy bandwidth (``floor_us``), GPU operations
     of one eager step by kernel at ``count_batch``, graph nodes per step, bf16 ``agreement``

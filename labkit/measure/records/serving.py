@@ -55,7 +55,7 @@ class ServeArm(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Serve(Kind):
-    """``serve_<name>``: a continuous-batching run of a request trace (:mod:`labkit.serving`)
+    """``serve_<name>``: a continuous-batching run of a request trace (:mod:`labkit.serving.loop`)
     in one step ``mode``: every request's token times, every decode step, and the metrics of
     :func:`labkit.measure.serving_metrics.run_metrics` (TTFT/TPOT/ITL/E2EL in ms, ...; on
     CUDA since the GPU busy time was added, also ``gpu_busy_s`` and ``gpu_busy_share``)."""

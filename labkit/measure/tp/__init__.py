@@ -1,10 +1,10 @@
 """Records ``tp_allreduce`` and ``tp_decode_<preset>``: tensor-parallel decode on ``N`` ranks
 (notebook 14, ``labkit tp``).
 
-Everything runs inside ranks started by :func:`labkit.launch.run_ranks` (NCCL, one GPU per
-rank; gloo on CPU with tiny sizes, so the whole path is tested without a GPU). Each rank runs
-the same *parts* in the same order (lockstep); a part that raises is recorded as a reason
-(``errors``) and the next part still runs; every rank learns which parts failed on any rank
+Everything runs inside ranks started by :func:`labkit.distributed.launch.run_ranks` (NCCL,
+one GPU per rank; gloo on CPU with tiny sizes, so the whole path is tested without a GPU).
+Each rank runs the same *parts* in the same order (lockstep); a part that raises is recorded as
+a reason (``errors``) and the next part still runs; every rank learns which parts failed on any rank
 through a gloo control group (a rank never waits in a collective its peer skipped).
 :func:`measure_tp` runs two launches: the process-group (NCCL) parts, then the
 symmetric-memory parts (the riskier ones, which may be unavailable), each with its own

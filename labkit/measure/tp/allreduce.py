@@ -13,7 +13,7 @@ import torch.distributed as dist
 from labkit.graphs import capture_callable
 from labkit.measure.tp.rank import _Rank, _say, _time
 from labkit.timing import time_cuda
-from labkit.tp import enable_symm_mem, symm_mem_unavailable
+from labkit.distributed.tp import enable_symm_mem, symm_mem_unavailable
 
 
 def _symm_buffer(r: _Rank, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor, str]:
@@ -26,7 +26,7 @@ def _symm_buffer(r: _Rank, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor
     world = dist.group.WORLD
     if world is None:
         raise RuntimeError("symmetric memory needs an initialised torch.distributed process "
-                           "group; start the ranks with labkit.launch.run_ranks")
+                           "group; start the ranks with labkit.distributed.launch.run_ranks")
     name = world.group_name
     enable_symm_mem(symm_mem, name)
     buf = symm_mem.empty(numel, dtype=dtype, device=r.device)

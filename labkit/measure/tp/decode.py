@@ -12,7 +12,7 @@ from labkit.graphs import capture_decode_graphs
 from labkit.measure.bench import random_prompts, step_inputs
 from labkit.measure.tp.rank import _noop, _Rank, _say, _time
 from labkit.model import TinyGPT, build_model, generate, preset
-from labkit.tp import SymmMemAllReduce, TensorParallelGPT
+from labkit.distributed.tp import SymmMemAllReduce, TensorParallelGPT
 
 
 def _models(r: _Rank, dtype: str, max_batch: int) -> tuple[TinyGPT, TensorParallelGPT]:

@@ -13,7 +13,8 @@ from typing import Any
 from collections.abc import Callable, Sequence
 
 from labkit.checks import as_int, as_int_list
-from labkit.launch import RankError, RankTimeout, check_devices, default_backend, run_ranks
+from labkit.distributed.launch import (RankError, RankTimeout, check_devices, default_backend,
+                                       run_ranks)
 from labkit.measure.tp.spec import (PG_METHODS, PG_PARTS, SYMM_METHODS, SYMM_PARTS,
                                     decode_methods, default_spec)
 from labkit.measure.tp.worker import rank_main

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from labkit.launch import rank_device
+from labkit.distributed.launch import rank_device
 from labkit.timing import Stats, time_cuda, time_host
 
 

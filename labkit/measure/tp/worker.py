@@ -1,5 +1,6 @@
-"""The function every rank runs (:func:`rank_main`, started by :func:`labkit.launch.run_ranks`
-in spawned processes, which import it by its module path) and the table of parts it runs."""
+"""The function every rank runs (:func:`rank_main`, started by
+:func:`labkit.distributed.launch.run_ranks` in spawned processes, which import it by its
+module path) and the table of parts it runs."""
 
 from __future__ import annotations
 

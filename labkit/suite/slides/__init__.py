@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
-from labkit import envvars
+from labkit.support import envvars
 from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks
 from labkit.suite.engine import execute_notebook as _execute
 from labkit.suite.engine import display_path

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from collections.abc import Iterable
 
-from labkit import envvars
-from labkit.paths import repo_root
+from labkit.support import envvars
+from labkit.support.paths import repo_root
 
 #: Folder (under the output folder) that receives the JavaScript/CSS copies.
 ASSETS_DIR = "assets"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from collections.abc import Sequence
 
-from labkit.paths import repo_root
+from labkit.support.paths import repo_root
 from labkit.suite.engine import RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path
 
 #: The ``kind`` a ``labkit run`` folder's ``run.json`` has (a sweep's ``sweep.json`` has another).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Sequence
 
-from labkit import stepcost
+from labkit.roofline import stepcost
 from labkit.measure import records as rk
 from labkit.measure.records import Multistep, Roofline, view
 from labkit.teach.lessons.fairness import compare

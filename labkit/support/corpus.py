@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from collections.abc import Sequence
 
-from labkit.paths import shipped_file
+from labkit.support.paths import shipped_file
 
 DEFAULT_CORPUS = "alice"  # Alice's Adventures in Wonderland (Lewis Carroll, 1865), ~148 KB
 

@@ -38,7 +38,7 @@ from labkit.checks import as_int
 from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
 from labkit.model import TinyGPT
-from labkit.traces import TraceRequest
+from labkit.serving.traces import TraceRequest
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

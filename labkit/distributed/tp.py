@@ -114,7 +114,7 @@ class SymmMemAllReduce:
         world = group if group is not None else dist.group.WORLD
         if world is None:
             raise RuntimeError("SymmMemAllReduce needs an initialised torch.distributed process "
-                               "group; start the ranks with labkit.launch.run_ranks")
+                               "group; start the ranks with labkit.distributed.launch.run_ranks")
         self.group = world
         self.group_name = world.group_name
         enable_symm_mem(symm_mem, self.group_name)
@@ -248,8 +248,9 @@ class TensorParallelGPT(TinyGPT):
                              f"{allreduce!r}")
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TensorParallelGPT needs an initialised torch.distributed "
-                               "process group; start the ranks with labkit.launch.run_ranks "
-                               "(or call dist.init_process_group first)")
+                               "process group; start the ranks with "
+                               "labkit.distributed.launch.run_ranks (or call "
+                               "dist.init_process_group first)")
         cfg = replace(full.cfg)
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -297,8 +298,8 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
                prompts: list[list[int]] | None = None, new_tokens: int = 6,
                dispatch_sizes: tuple[int, ...] = (1, 2, 4),
                allreduce: AllReduceKind = "process_group") -> dict:
-    """Run on every rank (:func:`labkit.launch.run_ranks`): the tensor-parallel model against
-    the full one built from the same seed on this rank's device.
+    """Run on every rank (:func:`labkit.distributed.launch.run_ranks`): the tensor-parallel
+    model against the full one built from the same seed on this rank's device.
 
     Returns, for the parent to compare: the ``prefill`` and ``decode`` logits (full, TP; on
     the host), their max abs difference, the greedy tokens of each step (full, TP),

@@ -5,7 +5,7 @@
 * :func:`environment_record` collects the facts a measurement depends on (GPU, driver, CUDA,
   torch, clocks, git commit, ...). Anything that cannot be read is ``None``; nothing is guessed.
 
-torch is imported lazily, so ``import labkit.env`` stays cheap and works without torch.
+torch is imported lazily, so ``import labkit.support.env`` stays cheap and works without torch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from labkit import __version__, envvars
+from labkit import __version__
+
+from labkit.support import envvars
 
 Tier = Literal["gpu", "cpu"]
 

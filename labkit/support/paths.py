@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from labkit import envvars
+from labkit.support import envvars
 
 DATA_DIR_ENV = envvars.DATA_DIR
 
 
 def repo_root() -> Path:
     """The checkout holding this package (editable install), else the current directory."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     if (here / "pyproject.toml").exists() and (here / "labkit").is_dir():
         return here
     return Path.cwd()

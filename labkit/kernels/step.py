@@ -25,7 +25,7 @@ every head, which a kernel only has once the previous one has finished. Going be
 layer needs a grid-wide barrier (a persistent kernel, one launch for the whole step) or float
 atomics (the MLP in one split-K kernel, whose sums would then depend on the order in which
 programs finish); neither is done here.
-:mod:`labkit.kernels.plan` has the table with the bytes each kernel must move.
+:mod:`labkit.roofline.kernel_plan` has the table with the bytes each kernel must move.
 
 Block sizes (:class:`Blocks`) are chosen per batch size by :func:`choose_blocks` (a
 heuristic checked for register spills with :mod:`labkit.kernels.aot`, not timed: pass
@@ -58,8 +58,17 @@ from typing import Any
 import torch
 
 from labkit import kernels
-from labkit.kernels.plan import kernels_per_step
+from labkit.checks import as_int
 from labkit.model import TinyGPT
+
+
+#: launches per layer: every kernel once, ``ln_linear_kernel`` once for the MLP
+PER_LAYER = 5
+
+
+def kernels_per_step(n_layer: int) -> int:
+    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
+    return PER_LAYER * as_int(n_layer, "n_layer", minimum=1) + 1
 
 __all__ = ["Blocks", "Launch", "TritonStep", "choose_blocks", "gpu_launches",
            "kernels_per_step", "make_triton_step", "unavailable_reason"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterable
 
 from labkit.checks import as_int
-from labkit.paths import shipped_file
+from labkit.support.paths import shipped_file
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ the bytes it must move -- so the floor of each kernel, and of the step, is plain
 
 Pure arithmetic on a model config (a :class:`labkit.model.GPTConfig` or a record's
 ``config`` dict), no Triton and no torch needed. The byte classes are those of
-:func:`labkit.stepcost.step_bytes` (weights, embedding rows, keys and values read and
+:func:`labkit.roofline.stepcost.step_bytes` (weights, embedding rows, keys and values read and
 written, logits), so the table's compulsory bytes add up to the step's bandwidth floor;
 ``activations`` are the small intermediates (q, partial softmax, hidden rows, residual) that
 one kernel writes and the next reads, which the floor leaves out (they stay in L2 at these
@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.checks import as_int
-from labkit.stepcost import DTYPE_BYTES, config_fields
+from labkit.kernels.step import kernels_per_step
+from labkit.roofline.stepcost import DTYPE_BYTES, config_fields
 
 __all__ = ["KERNELS", "kernel_plan", "kernels_per_step", "plan_totals"]
 
@@ -29,15 +30,6 @@ KERNELS: dict[str, str] = {
                         "LayerNorm + LM head",
     "linear_residual_kernel": "MLP down-projection + bias + residual add",
 }
-
-#: launches per layer: every kernel once, ``ln_linear_kernel`` once for the MLP
-PER_LAYER = 5
-
-
-def kernels_per_step(n_layer: int) -> int:
-    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
-    return PER_LAYER * as_int(n_layer, "n_layer", minimum=1) + 1
-
 
 def _row(kernel: str, role: str, launches: int, **bytes_: int) -> dict:
     row: dict[str, Any] = {"kernel": kernel, "role": role, "launches": launches,
@@ -94,7 +86,7 @@ def kernel_plan(cfg: Any, batch: int, context: int, splits: int = 1) -> list[dic
 
 def plan_totals(plan: list[dict]) -> dict:
     """The plan's sums: ``launches`` (kernels per step), every byte class and ``compulsory``
-    (what :func:`labkit.stepcost.step_bytes` calls ``total``)."""
+    (what :func:`labkit.roofline.stepcost.step_bytes` calls ``total``)."""
     keys = ("launches", "weights", "embedding_rows", "kv_read", "kv_write", "logits_write",
             "compulsory", "activations")
     return {k: sum(int(r[k]) for r in plan) for k in keys}
