@@ -24,10 +24,8 @@ STAGING_RING = 4
 
 def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
     """``dst[i].copy_(src[i])`` for all ``i``: one ``_foreach_copy_`` when the pairs allow it."""
-    foreach = getattr(torch, "_foreach_copy_", None)
-    if foreach is not None and all(s.device == d.device and s.dtype == d.dtype
-                                   for s, d in zip(src, dst)):
-        foreach(dst, src)
+    if all(s.device == d.device and s.dtype == d.dtype for s, d in zip(src, dst)):
+        torch._foreach_copy_(dst, src)
     else:
         for d, s in zip(dst, src):
             d.copy_(s, non_blocking=True)
@@ -66,11 +64,6 @@ class StaticBatch:
     @property
     def slots(self) -> torch.Tensor:
         return self.inputs[2]
-
-    @property
-    def index(self) -> torch.Tensor:
-        """``(2, capacity)``: positions and slots."""
-        return self.inputs[1:]
 
     def view(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The first ``rows`` rows: (tokens, positions, slots) as a graph of ``rows`` reads them."""

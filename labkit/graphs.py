@@ -3,15 +3,11 @@
 As a serving engine does it (vLLM, SGLang): the static inputs (a
 :class:`labkit.batch.StaticBatch`) are allocated once at the largest size, graph ``bs`` reading
 their first ``bs`` rows; each callable is warmed up on a side stream with PyTorch's sync debug
-mode set to ``error`` (a host sync is caught *before* capture, with the line that caused it);
-the garbage collector is frozen; the graphs go into private pools or one shared pool, largest
-or smallest first; each pool's memory is read from the allocator's per-pool accounting
+mode set to ``error`` (a host sync is caught *before* capture, with its line); the garbage
+collector is frozen; pool memory is read from the allocator's per-pool accounting
 (``torch.cuda.memory_snapshot()``), not from global counters that cuBLAS workspaces distort.
-
-The step to capture is passed in (``model.decode_step``, the fused step, any callable of that
-signature): this layer picks none. Bad captures raise :class:`CaptureError` subclasses naming
-the rule broken and the fix. Public functions check their arguments; ``capture_full`` and
-``capture_unchecked`` take checked ones.
+The step to capture is passed in; bad captures raise :class:`CaptureError` subclasses naming
+the rule broken and the fix. ``capture_full`` and ``capture_unchecked`` take checked arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
@@ -158,14 +154,9 @@ def gc_frozen() -> Iterator[None]:
 
 @dataclass
 class CapturedGraph:
-    """One captured callable: replay it after copying new data into ``inputs``.
-
-    ``fn`` is the callable that was captured, kept for as long as the graph: a replay reads
-    every tensor the capture read, and tensors the callable owns (buffers a step object
-    caches between calls, say) would otherwise be freed with it while the graph still points
-    at their memory. The caching allocator then hands that memory to the next eager
-    allocation and the replay reads garbage (found with the fused step: NaN logits, then an
-    illegal memory access at batch 256)."""
+    """One captured callable: replay it after copying new data into ``inputs``. ``fn`` is kept
+    as long as the graph: tensors it owns would otherwise be freed while the graph still reads
+    them (found with the fused step: NaN logits, then an illegal memory access at batch 256)."""
 
     graph: torch.cuda.CUDAGraph
     inputs: tuple[torch.Tensor, ...]
@@ -220,10 +211,7 @@ def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], po
     try:
         with torch.cuda.stream(stream):
             for _ in range(warmup):
-                if check_sync:
-                    with sync_debug_errors():
-                        fn(*inputs)
-                else:
+                with sync_debug_errors() if check_sync else nullcontext():
                     fn(*inputs)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
@@ -284,18 +272,6 @@ class GraphSet:
     @property
     def sizes(self) -> list[int]:
         return sorted(self.graphs)
-
-    @property
-    def tokens(self) -> torch.Tensor:
-        return self.batch.tokens
-
-    @property
-    def positions(self) -> torch.Tensor:
-        return self.batch.positions
-
-    @property
-    def slots(self) -> torch.Tensor:
-        return self.batch.slots
 
     @property
     def logits(self) -> torch.Tensor | None:
@@ -359,16 +335,21 @@ def progress_bar(items: Sequence[T], enabled: bool | None, desc: str) -> Iterabl
     return tqdm(items, desc=desc, unit="graph", leave=False)  # type: ignore[no-any-return]
 
 
-def release_after_failure(captured: dict[Any, Any], exc: BaseException,
-                          what: str) -> BaseException:
-    """Release everything ``captured`` (size -> graphs) after a failed capture and return the
-    exception to raise: out of memory says which sizes were released."""
-    done = sorted(captured)
-    release(captured)
-    if isinstance(exc, CaptureOOMError):
-        return CaptureOOMError(exc.rule, exc.fix + f" ({what} already captured for sizes {done} "
-                               "were released; the model and its cache are intact)", exc.detail)
-    return exc
+@contextmanager
+def capturing(captured: dict[Any, Any], what: str) -> Iterator[None]:
+    """The garbage collector frozen; on any error everything ``captured`` (size -> graphs) is
+    released and the error raised again (out of memory says which sizes were released)."""
+    try:
+        with gc_frozen():
+            yield
+    except BaseException as exc:
+        done = sorted(captured)
+        release(captured)
+        if isinstance(exc, CaptureOOMError):
+            raise CaptureOOMError(exc.rule, exc.fix + f" ({what} already captured for sizes "
+                                  f"{done} were released; the model and its cache are intact)",
+                                  exc.detail) from exc
+        raise
 
 
 def new_batch(model: TinyGPT, logits_rows: int) -> StaticBatch:
@@ -452,16 +433,10 @@ def capture_full(model: TinyGPT, sizes: list[int], batch: StaticBatch, decode: D
     def one_step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         return decode(t, p, s, None if logits is None else logits[:t.shape[0]])
 
-    try:
-        with gc_frozen():
-            for bs in progress_bar(seq, progress, f"capturing ({pool} pool)"):
-                graphs[bs] = capture_unchecked(one_step, batch.view(bs), handle, stream,
-                                               warmup, check_sync, label=bs)
-                if on_captured is not None:
-                    on_captured(bs, graphs[bs])
-    except BaseException as exc:
-        err = release_after_failure(graphs, exc, "graphs")
-        if err is exc:
-            raise
-        raise err from exc
+    with capturing(graphs, "graphs"):
+        for bs in progress_bar(seq, progress, f"capturing ({pool} pool)"):
+            graphs[bs] = capture_unchecked(one_step, batch.view(bs), handle, stream, warmup,
+                                           check_sync, label=bs)
+            if on_captured is not None:
+                on_captured(bs, graphs[bs])
     return GraphSet(graphs, batch, pool, order, capture_order=seq)

@@ -76,10 +76,6 @@ class BlockAllocator:
         """Blocks not handed out."""
         return len(self._free)
 
-    @property
-    def used(self) -> int:
-        return self.num_blocks - 1 - len(self._free)
-
     def allocate(self, n: int) -> list[int]:
         """``n`` free blocks, or :class:`CacheFullError` (nothing is taken then)."""
         if n > len(self._free):
@@ -323,15 +319,6 @@ class PagedKVCache(KVCache):
         return self.k[layer][table].view(shape), self.v[layer][table].view(shape)
 
 
-def make_cache(layout: str, layers: int, max_batch: int, max_seq: int, heads: int,
-               head_dim: int, dtype: torch.dtype, **options: Any) -> KVCache:
-    """A cache of ``layout`` ``'slot'`` or ``'paged'`` (``options``: ``block_size``,
-    ``num_blocks`` for paged, ``in_place`` for slot)."""
-    check_choice(layout, "kv layout", LAYOUTS)
-    cls = SlotKVCache if layout == "slot" else PagedKVCache
-    return cls(layers, max_batch, max_seq, heads, head_dim, dtype, **options)
-
-
 class CacheConfig(Protocol):
     """What :func:`cache_for_config` reads from a model config (a ``labkit.model.GPTConfig``)."""
 
@@ -354,8 +341,8 @@ def cache_for_config(cfg: CacheConfig, heads: int | None = None) -> KVCache:
     if heads is not None:
         heads = as_int(heads, "heads", minimum=1, maximum=cfg.n_head,
                        fix=f"give the heads this cache holds, 1 to n_head={cfg.n_head}")
-    options = ({"block_size": cfg.block_size, "num_blocks": cfg.num_blocks}
-               if cfg.kv_layout == "paged" else {})
-    return make_cache(cfg.kv_layout, cfg.n_layer, cfg.max_batch, cfg.max_seq,
-                      cfg.n_head if heads is None else heads, cfg.head_dim, torch.float32,
-                      **options)
+    shape = (cfg.n_layer, cfg.max_batch, cfg.max_seq, cfg.n_head if heads is None else heads,
+             cfg.head_dim)
+    if cfg.kv_layout == "paged":
+        return PagedKVCache(*shape, block_size=cfg.block_size, num_blocks=cfg.num_blocks)
+    return SlotKVCache(*shape)

@@ -1,11 +1,9 @@
 """A GPT-2-style decoder with a static KV cache, small enough to read in one sitting.
 
 The decode step can be captured in a CUDA graph: the KV cache (:mod:`labkit.kvcache`) is
-allocated once and read in place; ``decode_step(tokens, positions, slots)`` takes device
-tensors, reads nothing back to the host, and its shapes depend on the batch size alone; each
-row sits at its own position in its own cache slot. :meth:`TinyGPT.decode_step` checks its
-batch (:mod:`labkit.step_checks`) and runs :meth:`TinyGPT.decode`, which checks nothing: the
-dispatcher and graph capture, which check at their own edge, call that.
+allocated once; ``decode_step(tokens, positions, slots)`` reads nothing back to the host and
+its shapes depend on the batch size alone. :meth:`TinyGPT.decode_step` checks its batch
+(:mod:`labkit.step_checks`) and runs :meth:`TinyGPT.decode`, which checks nothing.
 """
 
 from __future__ import annotations
@@ -52,9 +50,8 @@ class Decode(Protocol):
 
 @dataclass
 class GPTConfig:
-    """Shape of a :class:`TinyGPT`; a bad value (sizes are positive ``int``: ``2.5``, ``"3"``,
-    ``True`` are refused, not coerced) raises naming the field and the fix. ``max_batch``
-    live cache slots ``0..max_batch-1``; the cache holds :attr:`num_slots` ``= max_batch + 1``,
+    """Shape of a :class:`TinyGPT`; a bad value (``2.5``, ``"3"``, ``True`` for a size) raises
+    naming the field and the fix. The cache holds :attr:`num_slots` ``= max_batch + 1`` slots,
     the last the :attr:`scratch_slot` that padded rows write (never a live request's)."""
 
     vocab_size: int = 256
@@ -176,13 +173,6 @@ class Block(nn.Module):
         MLP: the next layer's input ``(B, 1, D)``."""
         return self._mlp(x + self.proj(y.reshape(x.shape)))
 
-    def forward_step(self, x: torch.Tensor, cache: KVCache, layer: int,
-                     meta: StepMeta) -> torch.Tensor:
-        """One new token per row ``x`` ``(B, 1, D)``: write k, v into the cache, attend over
-        the row's positions in place."""
-        q, k, v = self.pre_attention(x)
-        return self.post_attention(x, attention(cache, layer, q, k, v, meta))
-
 
 def attention(cache: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               meta: StepMeta) -> torch.Tensor:
@@ -194,11 +184,8 @@ def attention(cache: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: t
 
 
 class TinyGPT(nn.Module):
-    """GPT-2-style decoder (learned positions, pre-LN, GELU MLP) with a static KV cache.
-
-    Unlike GPT-2 the output head is not tied to the embedding: random weights then give
-    varied tokens, which makes token-for-token comparisons meaningful.
-    """
+    """GPT-2-style decoder (learned positions, pre-LN, GELU MLP) with a static KV cache; the
+    output head is not tied to the embedding, so random weights give varied tokens."""
 
     cache: KVCache
     _arange: torch.Tensor
@@ -264,9 +251,8 @@ class TinyGPT(nn.Module):
 
     def check_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                    check: Check, who: str = "decode_step") -> int:
-        """The checks of one decode step's inputs (every checked step function runs them):
-        ``check`` as :mod:`labkit.step_checks` says; in the paged layout, with values checked,
-        each slot must own room for its position. Returns the batch size."""
+        """The checks of one decode step's inputs (``check`` as :mod:`labkit.step_checks` says;
+        paged layout with values checked: each slot owns room). Returns the batch size."""
         cfg = self.cfg
         b = check_batch(tokens, positions, slots, device=self.device, vocab_size=cfg.vocab_size,
                         max_batch=cfg.max_batch, max_seq=cfg.max_seq, check=check, who=who)
@@ -290,12 +276,9 @@ class TinyGPT(nn.Module):
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """Run prompts ``(B, T)`` of one length, fill cache slots ``slots`` at positions 0..T-1.
-
-        Returns the logits of the last prompt position, ``(B, V)``. ``slots`` must be distinct
-        live slots (not the scratch slot); values are checked for CPU tensors (CUDA tensors:
-        check them on the host first, e.g. with :func:`labkit.step_checks.check_slots`).
-        """
+        """Run prompts ``(B, T)`` of one length into distinct live ``slots`` at positions
+        0..T-1; returns the last position's logits ``(B, V)``. Values are checked for CPU
+        tensors (CUDA: check on the host first, :func:`labkit.step_checks.check_slots`)."""
         check_id_tensor("tokens", tokens, 2, self.device)
         check_id_tensor("slots", slots, 1, self.device)
         b, t = tokens.shape
@@ -321,11 +304,9 @@ class TinyGPT(nn.Module):
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                     *, check: Check = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """One decode step: token ``tokens[i]`` sits at ``positions[i]`` of slot ``slots[i]``.
-        Returns logits ``(B, V)`` (into ``out`` when given: graphs write one static buffer
-        outside their pool). ``check`` (:mod:`labkit.step_checks`): by default values are
-        checked for CPU tensors only (on CUDA that costs a host sync per step; the dispatcher
-        is the checked path); ``False`` for capture and padded batches (their padded rows
-        share the scratch slot)."""
+        Returns logits ``(B, V)`` (into ``out`` when given). ``check`` as
+        :mod:`labkit.step_checks` says; ``False`` for capture and padded batches (their padded
+        rows share the scratch slot)."""
         self.check_step(tokens, positions, slots, check)
         return self.decode(tokens, positions, slots, out)
 
@@ -335,7 +316,8 @@ class TinyGPT(nn.Module):
         """:meth:`decode_step` without any check: for callers that checked the batch."""
         x, meta = self.embed_step(tokens, positions, slots)
         for i, block in enumerate(self.layers):
-            x = block.forward_step(x, self.cache, i, meta)
+            q, k, v = block.pre_attention(x)
+            x = block.post_attention(x, attention(self.cache, i, q, k, v, meta))
         return self.head(x, out=out)
 
     # The pieces of decode, for piecewise capture (labkit.piecewise): no checks here.
@@ -473,17 +455,11 @@ def _check_prompts(model: object, prompts: object, max_new_tokens: object,
 @torch.no_grad()
 def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: int,
              step_fn: StepFn | None = None) -> list[list[int]]:
-    """Greedy decoding of several prompts (lengths may differ) in one batch.
-
-    Each prompt is prefilled alone into its own cache slot, then all rows decode together,
-    each at its own position. ``step_fn(tokens, positions, slots) -> logits`` replaces
-    ``model.decode_step`` (a graph replay or a padding dispatcher, say). Returns the new
-    token ids of each prompt.
-
-    A prompt of ``L`` tokens and ``N >= 1`` new tokens writes positions ``0 .. L + N - 2``
-    (the last new token is returned, never fed back), so it fits when
-    ``L + N - 1 <= max_seq``. Everything is checked before anything is written.
-    """
+    """Greedy decoding of several prompts (lengths may differ) in one batch: each prompt is
+    prefilled alone into its own slot, then all rows decode together. ``step_fn(tokens,
+    positions, slots) -> logits`` replaces ``model.decode_step``. Returns each prompt's new
+    ids. ``L`` prompt tokens and ``N >= 1`` new ones write positions ``0 .. L + N - 2`` (the
+    last new token is never fed back). Everything is checked before anything is written."""
     ids, n_new = _check_prompts(model, prompts, max_new_tokens, step_fn)
     if not ids or n_new == 0:
         return [[] for _ in ids]

@@ -28,8 +28,8 @@ import torch
 
 from labkit.batch import StaticBatch
 from labkit.graphs import (
-    CapturedGraph, capture_unchecked, check_capture, gc_frozen, new_batch,
-    progress_bar, release, release_after_failure, require_cuda,
+    CapturedGraph, capture_unchecked, capturing, check_capture, new_batch, progress_bar,
+    release, require_cuda,
 )
 from labkit.kvcache import StepMeta
 from labkit.model import TinyGPT, attention
@@ -146,23 +146,16 @@ def capture_pieces(model: TinyGPT, sizes: list[int], batch: StaticBatch, *, pool
     first, middles, last = _pieces(model)
     order = sorted(sizes, reverse=True)
     captured: dict[int, list[CapturedGraph]] = {}
-    try:
-        with gc_frozen():
-            for bs in progress_bar(order, progress, "capturing pieces"):
-                def capture(fn: Piece, *inputs: torch.Tensor, i: int,
-                            bs: int = bs) -> CapturedGraph:
-                    return capture_unchecked(fn, inputs, handle, stream, warmup, check_sync,
-                                             label=(bs, i))
-                graphs = [capture(first, *batch.view(bs), i=0)]
-                for i, piece in enumerate(middles, start=1):
-                    graphs.append(capture(piece, graphs[-1].output[0], y[:bs], i=i))
-                out = None if batch.logits is None else batch.logits[:bs]
-                graphs.append(capture(lambda x_, y_, o=out: last(x_, y_, out=o),
-                                      graphs[-1].output[0], y[:bs], i=len(middles) + 1))
-                captured[bs] = graphs
-    except BaseException as exc:
-        err = release_after_failure(captured, exc, "pieces")
-        if err is exc:
-            raise
-        raise err from exc
+    with capturing(captured, "pieces"):
+        for bs in progress_bar(order, progress, "capturing pieces"):
+            def capture(fn: Piece, *inputs: torch.Tensor, i: int, bs: int = bs) -> CapturedGraph:
+                return capture_unchecked(fn, inputs, handle, stream, warmup, check_sync,
+                                         label=(bs, i))
+            graphs = [capture(first, *batch.view(bs), i=0)]
+            for i, piece in enumerate(middles, start=1):
+                graphs.append(capture(piece, graphs[-1].output[0], y[:bs], i=i))
+            out = None if batch.logits is None else batch.logits[:bs]
+            graphs.append(capture(lambda x_, y_, o=out: last(x_, y_, out=o),
+                                  graphs[-1].output[0], y[:bs], i=len(middles) + 1))
+            captured[bs] = graphs
     return PiecewiseGraphs(model, captured, batch, y, handle, capture_order=order)

@@ -49,9 +49,9 @@ def test_bf16_graph_logits_bitwise_equal_eager_at_captured_sizes(bf16_model):
         p = torch.randint(0, 60, (bs,), generator=g).cuda()
         s = torch.randperm(bs, generator=g).cuda()
         eager = bf16_model.decode_step(t, p, s).clone()
-        gs.tokens[:bs].copy_(t)
-        gs.positions[:bs].copy_(p)
-        gs.slots[:bs].copy_(s)
+        gs.batch.tokens[:bs].copy_(t)
+        gs.batch.positions[:bs].copy_(p)
+        gs.batch.slots[:bs].copy_(s)
         assert torch.equal(gs.replay(bs), eager), bs
     for bs in SIZES:
         d = PaddingDispatcher(bf16_model, [bs], graphs=None, progress=False)
@@ -62,12 +62,12 @@ def test_bf16_graph_logits_bitwise_equal_eager_at_captured_sizes(bf16_model):
 
 def test_a_graph_set_passed_in_is_used_and_not_rewritten(fp32_model):
     gs = capture_decode_graphs(fp32_model, SIZES, progress=False)
-    before = (gs.batch, dict(gs.graphs), gs.tokens.data_ptr(), gs.logits.data_ptr())
+    before = (gs.batch, dict(gs.graphs), gs.batch.tokens.data_ptr(), gs.logits.data_ptr())
     d = PaddingDispatcher(fp32_model, SIZES, graphs=gs, progress=False)
     assert d.graphs is gs and d.batch is gs.batch
     for bs in (1, 3, 16, 20):
         assert tokens_match(fp32_model, d.step, bs, new_tokens=6, seed=bs), bs
-    assert (gs.batch, dict(gs.graphs), gs.tokens.data_ptr(), gs.logits.data_ptr()) == before
+    assert (gs.batch, dict(gs.graphs), gs.batch.tokens.data_ptr(), gs.logits.data_ptr()) == before
     gs.release()
 
 

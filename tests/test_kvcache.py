@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from labkit.kvcache import (PAD_BLOCK, BlockAllocator, CacheFullError, PagedKVCache,
-                            SlotKVCache, cache_for_config, make_cache)
+                            SlotKVCache, cache_for_config)
 from labkit.model import build_model, generate, preset
 
 PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11]]
@@ -124,9 +124,7 @@ def test_paged_pool_can_be_smaller_than_the_slot_cache():
     assert out == generate(slot, [[1, 2, 3]] * 3, 10)
 
 
-def test_make_cache_refuses_bad_layouts_and_block_sizes():
-    with pytest.raises(ValueError, match="kv layout"):
-        make_cache("ring", 1, 2, 8, 1, 4, torch.float32)
+def test_the_config_refuses_bad_layouts_and_block_sizes():
     with pytest.raises(ValueError, match="multiple of block_size"):  # checked at the config
         preset("test", kv_layout="paged", block_size=5)
     with pytest.raises(ValueError, match="kv_layout"):
@@ -197,8 +195,8 @@ def test_paged_equals_slot_tokens_on_gpu():
 
 @pytest.mark.parametrize("layout", ["slot", "paged"])
 def test_attend_refuses_an_unknown_kernel_in_every_layout(layout):
-    options = {"block_size": 4} if layout == "paged" else {}
-    cache = make_cache(layout, 1, 2, 8, 2, 4, torch.float32, **options)
+    cache = SlotKVCache(1, 2, 8, 2, 4) if layout == "slot" else PagedKVCache(1, 2, 8, 2, 4,
+                                                                             block_size=4)
     meta = cache.step_meta(torch.tensor([0]), torch.tensor([0]))
     with pytest.raises(ValueError, match="kernel must be one of"):
         cache.attend(0, torch.zeros(1, 2, 4), meta, kernel="fast")
