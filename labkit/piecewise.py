@@ -12,16 +12,16 @@ layers, ``L + 1`` captured pieces and ``L`` eager attentions::
     piece i      output projection + MLP of layer i-1, LayerNorm + qkv of layer i
     piece L      output projection + MLP of layer L-1, final LayerNorm, output head
 
-Each attention's result is copied into one static buffer the next piece reads; the pieces of
-every size share one pool (in FULL_AND_PIECEWISE the full graphs' too) and one
-:class:`labkit.batch.StaticBatch`. Without CUDA :func:`piecewise_step` runs the same cut.
+Each attention's result is copied into one static buffer the next piece reads; all pieces share
+one pool (in FULL_AND_PIECEWISE the full graphs' too). Without CUDA :func:`piecewise_step` runs
+the same cut.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -83,17 +83,11 @@ class PiecewiseGraphs:
     pieces: dict[int, list[CapturedGraph]]
     batch: StaticBatch
     y: torch.Tensor
-    pool: Any
-    capture_order: list[int] = field(default_factory=list)
     static: bool = True
 
     @property
     def sizes(self) -> list[int]:
         return sorted(self.pieces)
-
-    @property
-    def logits(self) -> torch.Tensor | None:
-        return self.batch.logits
 
     def graphs_per_step(self) -> int:
         return self.model.cfg.n_layer + 1
@@ -144,18 +138,16 @@ def capture_pieces(model: TinyGPT, sizes: list[int], batch: StaticBatch, *, pool
     handle = pool if pool is not None else torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()
     first, middles, last = _pieces(model)
-    order = sorted(sizes, reverse=True)
     captured: dict[int, list[CapturedGraph]] = {}
     with capturing(captured, "pieces"):
-        for bs in progress_bar(order, progress, "capturing pieces"):
-            def capture(fn: Piece, *inputs: torch.Tensor, i: int, bs: int = bs) -> CapturedGraph:
-                return capture_unchecked(fn, inputs, handle, stream, warmup, check_sync,
-                                         label=(bs, i))
-            graphs = [capture(first, *batch.view(bs), i=0)]
-            for i, piece in enumerate(middles, start=1):
-                graphs.append(capture(piece, graphs[-1].output[0], y[:bs], i=i))
+        for bs in progress_bar(sorted(sizes, reverse=True), progress, "capturing pieces"):
             out = None if batch.logits is None else batch.logits[:bs]
-            graphs.append(capture(lambda x_, y_, o=out: last(x_, y_, out=o),
-                                  graphs[-1].output[0], y[:bs], i=len(middles) + 1))
+            def head(x: torch.Tensor, y_: torch.Tensor, o: torch.Tensor | None = out) -> Any:
+                return last(x, y_, out=o)
+            graphs: list[CapturedGraph] = []
+            for i, piece in enumerate([first, *middles, head]):
+                inputs = batch.view(bs) if i == 0 else (graphs[-1].output[0], y[:bs])
+                graphs.append(capture_unchecked(piece, inputs, handle, stream, warmup,
+                                                check_sync, label=(bs, i)))
             captured[bs] = graphs
-    return PiecewiseGraphs(model, captured, batch, y, handle, capture_order=order)
+    return PiecewiseGraphs(model, captured, batch, y)
