@@ -2,14 +2,10 @@
 writes them (vLLM keeps them apart from capture too: ``InputBatch``/``BlockTable`` in
 ``vllm/v1/worker`` stage inputs; ``CUDAGraphWrapper`` "does not store persistent buffers or copy
 any runtime inputs"). Tokens, positions and slots are the rows of one ``(3, capacity)`` int64
-buffer (host metadata arrives in one copy); the logits lie outside every graph pool. A row that
-holds no request holds the *pad row* (token 0, position 0, the scratch slot), said once in
-:attr:`StaticBatch.pad`: padded rows write only the scratch slot.
-
-Host metadata goes through a ring of :data:`STAGING_RING` pinned staging buffers, each with an
-event saying when its last copy read it, so the host prepares the next steps while the GPU runs
-earlier ones (with one buffer the host waited for the GPU every step: on the H200 that
-serialised them and doubled the small model's step).
+buffer; the logits lie outside every graph pool. A row that holds no request holds the *pad
+row* (token 0, position 0, the scratch slot). Host metadata goes through a ring of
+:data:`STAGING_RING` pinned buffers, each with an event, so the host prepares the next steps
+while the GPU runs earlier ones (with one buffer the H200 doubled the small model's step).
 """
 
 from __future__ import annotations
@@ -32,14 +28,13 @@ def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
 
 
 class StaticBatch:
-    """The static inputs of one model's graphs (rows ``0..capacity-1``, default ``max_batch``)
-    and, with ``logits_rows``, the static logits ``(logits_rows, vocab)`` the graphs write.
-    ``stage``: send host metadata through the staging ring (``None``: when on a GPU)."""
+    """The static inputs of one model's graphs (``max_batch`` rows) and, with ``logits_rows``,
+    the static logits ``(logits_rows, vocab)`` the graphs write. ``stage``: send host metadata
+    through the staging ring (``None``: when on a GPU)."""
 
-    def __init__(self, model: TinyGPT, capacity: int | None = None, logits_rows: int = 0,
-                 stage: bool | None = None) -> None:
+    def __init__(self, model: TinyGPT, logits_rows: int = 0, stage: bool | None = None) -> None:
         cfg, dev = model.cfg, model.device
-        self.capacity = n = capacity or cfg.max_batch
+        self.capacity = n = cfg.max_batch
         self.stage = dev.type == "cuda" if stage is None else stage
         #: the pad row, once per column: token 0, position 0, the scratch slot (on the host)
         self.pad = torch.tensor([0, 0, cfg.scratch_slot]).repeat_interleave(n).view(3, n)
@@ -77,8 +72,7 @@ class StaticBatch:
         if self.stage and positions.device.type == "cpu" and slots.device.type == "cpu":
             self._stage(tokens, positions, slots, b)
         else:
-            _copy([self.inputs[0, :b], self.inputs[1, :b], self.inputs[2, :b]],
-                  [tokens, positions, slots])
+            _copy(list(self.inputs[:, :b]), [tokens, positions, slots])
             if self._live > b:
                 self.inputs[:, b:self._live].copy_(self._pad[:, b:self._live])
         self._live = b

@@ -1,19 +1,12 @@
 """The padding dispatcher: serve any batch size from a few captured graphs, split as vLLM
-splits it: :class:`CudagraphDispatcher` only decides (vLLM's ``CudagraphDispatcher``,
-``vllm/v1/cudagraph_dispatcher.py``): from the batch's row count and a padding table, the
-:class:`Decision` (runtime mode, rows to compute), and it counts; it holds no tensors.
-:class:`labkit.batch.StaticBatch` owns and stages the static inputs (vLLM's ``InputBatch``).
-Runners compute the logits of the first ``rows`` rows of the static batch, one interface
-(``replay(rows)``, ``static``): :class:`labkit.graphs.GraphSet` (FULL),
+splits it. :class:`CudagraphDispatcher` only decides (vLLM's ``CudagraphDispatcher``,
+``vllm/v1/cudagraph_dispatcher.py``) each batch's :class:`Decision` from a padding table, and
+counts; :class:`labkit.batch.StaticBatch` stages the static inputs (vLLM's ``InputBatch``);
+runners (``replay(rows)``) compute: :class:`labkit.graphs.GraphSet` (FULL),
 :class:`labkit.piecewise.PiecewiseGraphs` (PIECEWISE), :class:`EagerRunner` (NONE, and the CPU
-stand-in of both). :meth:`PaddingDispatcher.step`: check at the edge, decide, stage, run.
-
-Modes are vLLM's ``CUDAGraphMode`` (``vllm/config/compilation.py``): ``FULL`` (one graph per
-size, attention inside), ``PIECEWISE`` (attention eager between captured pieces:
-:mod:`labkit.piecewise`), ``FULL_AND_PIECEWISE`` (full graphs up to ``full_max_size``, pieces
-above), ``NONE`` (eager); a step's runtime mode is ``NONE``, ``PIECEWISE`` or ``FULL``.
-Batches above the largest size run eager (counted). Without CUDA the same decisions run
-eagerly (``capture=False``), so the logic is tested everywhere.
+stand-in of both). Modes are vLLM's ``CUDAGraphMode`` (``vllm/config/compilation.py``);
+``FULL_AND_PIECEWISE``: full graphs up to ``full_max_size``, pieces above. Batches above the
+largest size run eager (counted).
 """
 
 from __future__ import annotations
@@ -44,10 +37,9 @@ STEP_NAMES: tuple[StepName, ...] = ("readable", "fused", "triton")
 
 
 class Decision(NamedTuple):
-    """What one step runs: ``mode`` and the rows it computes (``padded``; for NONE the batch's
-    own rows). A tuple, so ``mode, padded = decide(b)`` reads as before. vLLM keys the same
-    decision by a ``BatchDescriptor(num_tokens, num_reqs, uniform)``; here a batch is uniform
-    decode, one token per request, and its row count is the whole key."""
+    """What one step runs: ``mode`` and the rows it computes (``padded``; NONE: the batch's own).
+    vLLM keys it by a ``BatchDescriptor(num_tokens, num_reqs, uniform)``; a batch here is
+    uniform decode, so its row count is the whole key."""
 
     mode: RuntimeMode
     padded: int
@@ -108,11 +100,8 @@ class DispatchCounters:
 
 
 class CudagraphDispatcher:
-    """The decision alone: which runtime mode and padded size each batch gets, and the counters.
-
-    Takes checked values (:class:`PaddingDispatcher` checks them): ``sizes`` sorted capture
-    sizes, ``max_batch`` the largest batch served, ``cudagraph_mode``, ``full_max_size`` (only
-    FULL_AND_PIECEWISE: full graphs up to it, pieces above)."""
+    """The decision alone: which runtime mode and padded size each batch gets, and the counters;
+    takes values :class:`PaddingDispatcher` checked (``sizes`` sorted)."""
 
     def __init__(self, sizes: list[int], max_batch: int, cudagraph_mode: CudagraphMode = "FULL",
                  full_max_size: int | None = None) -> None:
@@ -176,19 +165,13 @@ class EagerRunner:
 class PaddingDispatcher:
     """Route each decode step to the smallest captured graph that fits, padding the rest.
 
-    ``capture`` (``None``: on CUDA) captures the graphs; ``False`` runs the same padded batches
-    eagerly (``mode='graph'``/``'eager'`` is its deprecated spelling). ``copy_outputs=False``:
-    a graph step returns a view of the static logits that the next step overwrites (a copy
-    fewer). The checked path: every batch is checked on the host before anything is copied
-    (``check`` as in :mod:`labkit.step_checks`; ``True`` by default, so CUDA metadata costs one
-    ``.cpu()``, a host sync, per step); a bad batch raises and changes nothing (no buffer,
-    cache or counter). ``step='fused'``: the fused step of :mod:`labkit.fused` (FULL and NONE
-    only). ``graphs=``: a FULL :class:`GraphSet` of the same sizes and step, captured before;
-    the dispatcher stages into its static batch and never changes the set.
-
-    Threads: one lock serialises each step; with ``copy_outputs=True`` every caller gets its own
-    tensor, with ``False`` the first thread that steps it owns it (another's step raises). On
-    CUDA, threads sharing a dispatcher must use the same stream.
+    ``capture`` (``None``: on CUDA; ``mode='graph'``/``'eager'`` is its deprecated spelling)
+    captures the graphs; ``False`` runs the same padded batches eagerly. ``copy_outputs=False``:
+    a graph step returns a view of the static logits that the next step overwrites, and the
+    first thread that steps it owns it. Every batch is checked (``check`` as in
+    :mod:`labkit.step_checks`, ``True`` by default) before anything is copied. ``graphs=``: a
+    FULL :class:`GraphSet` of the same sizes and step, captured before and never changed. One
+    lock serialises each step; on CUDA, threads sharing a dispatcher must use the same stream.
     """
 
     def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *,

@@ -35,8 +35,6 @@ ORDERS: tuple[Order, ...] = ("largest_first", "smallest_first")
 PoolId = tuple[int, int]
 T = TypeVar("T")
 
-# ---------------------------------------------------------------------------------- errors
-
 
 class CaptureError(RuntimeError):
     """A capture broke a rule of CUDA graphs. ``rule`` and ``fix`` say which and what to do."""
@@ -149,9 +147,6 @@ def gc_frozen() -> Iterator[None]:
             gc.enable()
 
 
-# ---------------------------------------------------------------------------------- one graph
-
-
 @dataclass
 class CapturedGraph:
     """One captured callable: replay it after copying new data into ``inputs``. ``fn`` is kept
@@ -232,15 +227,10 @@ def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], po
                          t1 - t0, label, fn=fn)
 
 
-# ---------------------------------------------------------------------------------- pool memory
-
-
 def _pool_bytes(pool: Iterable[int], key: str) -> int:
-    pid, total = tuple(pool), 0
-    for seg in torch.cuda.memory_snapshot():
-        if tuple(seg.get("segment_pool_id", (0, 0))) == pid:
-            total += int(seg.get(key, 0))
-    return total
+    pid = tuple(pool)
+    return sum(int(seg.get(key, 0)) for seg in torch.cuda.memory_snapshot()
+               if tuple(seg.get("segment_pool_id", (0, 0))) == pid)
 
 
 def pool_reserved_bytes(pool: Iterable[int]) -> int:
@@ -251,9 +241,6 @@ def pool_reserved_bytes(pool: Iterable[int]) -> int:
 def pool_active_bytes(pool: Iterable[int]) -> int:
     """Bytes in ``pool`` held by live blocks (graph intermediates kept for replay, outputs)."""
     return _pool_bytes(pool, "active_size")
-
-
-# ---------------------------------------------------------------------------------- decode graphs
 
 
 @dataclass
@@ -292,18 +279,13 @@ class GraphSet:
             raise KeyError(f"no graph captured for batch size {bs}; captured: {self.sizes}")
         return cast(torch.Tensor, self.graphs[bs].replay())
 
-    def pools(self) -> dict[PoolId, list[int]]:
-        """Pool id -> the batch sizes whose graphs live in it."""
-        out: dict[PoolId, list[int]] = {}
-        for bs, g in self.graphs.items():
-            out.setdefault(g.pool, []).append(bs)
-        return out
-
     def memory_report(self) -> dict[str, Any]:
         """Per-pool reserved bytes (allocator accounting), total, and capture times."""
+        by_pool: dict[PoolId, list[int]] = {}
+        for bs, g in self.graphs.items():
+            by_pool.setdefault(g.pool, []).append(bs)
         pools = [{"sizes": sorted(sizes), "reserved_bytes": pool_reserved_bytes(pid),
-                  "active_bytes": pool_active_bytes(pid)}
-                 for pid, sizes in self.pools().items()]
+                  "active_bytes": pool_active_bytes(pid)} for pid, sizes in by_pool.items()]
         return {"pool_mode": self.pool_mode, "order": self.order,
                 "capture_order": self.capture_order, "pools": pools,
                 "total_reserved_bytes": sum(p["reserved_bytes"] for p in pools),

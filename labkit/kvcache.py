@@ -6,14 +6,12 @@ positions per slot. :class:`PagedKVCache`: blocks of one pool and a block table 
 entries owning nothing point at (the idea of vLLM's ``PAD_SLOT_ID``). A step's metadata is a
 :class:`StepMeta` of device tensors shaped by the batch size only (capture-safe).
 
-Reading: the slot layout on CUDA is read **in place** by PyTorch's memory-efficient kernel
-(``aten::_efficient_attention_forward``) over the layer flattened to ``(num_slots * max_seq,
-heads, head_dim)``, row keys starting at ``slot * max_seq`` (``cu_seqlens_k``), ``pos + 1``
-of them (``seqlen_k``): on an H200 (torch 2.11) capture-safe and equal to the gathered
-reference (bitwise in float32); ``kernel="flash"`` uses FlashAttention 2's variable-length
-kernel on the same offsets (bf16/fp16). The paged layout, and every layout on CPU, run the
-plain-math reference over gathered rows: paging in plain PyTorch buys memory, not speed (that
-needs a kernel reading the block table, as vLLM's FlashAttention / FlashInfer backends do).
+The slot layout on CUDA is read **in place** by PyTorch's memory-efficient kernel
+(``aten::_efficient_attention_forward``, or FlashAttention 2's with ``kernel="flash"``) over
+the flattened layer, row keys from ``slot * max_seq`` (``cu_seqlens_k``), ``pos + 1`` of them:
+on an H200 capture-safe and bitwise equal to the gathered reference in float32. The paged
+layout, and CPU, run the plain-math reference over gathered rows (paging in plain PyTorch buys
+memory, not speed: vLLM's FlashAttention / FlashInfer backends read the block table).
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ ATTENTION_KERNELS: tuple[AttentionKernel, ...] = ("efficient", "flash")
 
 
 def flash_supported(dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether PyTorch's FlashAttention kernel takes queries of ``dtype`` and ``head_dim``
-    (fp16/bf16, head_dim a multiple of 8 up to 256; the memory-efficient kernel also takes
-    float32)."""
+    """Whether PyTorch's FlashAttention kernel takes ``dtype`` (fp16/bf16) and ``head_dim`` (a
+    multiple of 8 up to 256)."""
     return dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256
 
 
@@ -64,8 +61,8 @@ class StepMeta:
 
 
 class BlockAllocator:
-    """Hands out the blocks ``1..num_blocks-1`` of a paged cache on the host (block 0, the pad
-    block, never). Not thread-safe: one allocator belongs to one engine loop."""
+    """Hands out the blocks ``1..num_blocks-1`` of a paged cache on the host (never block 0, the
+    pad block); one allocator belongs to one engine loop (not thread-safe)."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
@@ -115,8 +112,7 @@ class KVCache(nn.Module):
         self.register_buffer("_arange", torch.arange(max_seq), persistent=False)
 
     def _allocate(self, shape: tuple[int, ...]) -> None:
-        """Keys and values in ONE buffer ``kv`` ``(2, *shape)`` (``k``, ``v`` are views), so
-        one indexed copy writes both (:meth:`write_kv`)."""
+        """Keys and values in ONE buffer ``kv`` ``(2, *shape)``: one indexed copy writes both."""
         self.register_buffer("kv", torch.zeros((2, *shape), dtype=self.dtype),
                              persistent=False)
 
@@ -189,16 +185,14 @@ class KVCache(nn.Module):
         vf.index_copy_(0, meta.write_index, v)
 
     def write_kv(self, layer: int, kv: torch.Tensor, meta: StepMeta) -> None:
-        """:meth:`write` of ``kv`` ``(2, B, heads, head_dim)`` (any strides) in ONE indexed
-        copy: the fused step's cache write (``index_copy_`` by the flat index: ``index_put_``
-        by (slot, position) was slower on an H200, by more than the index's own kernel)."""
+        """:meth:`write` of ``kv`` ``(2, B, heads, head_dim)`` in ONE indexed copy (the fused
+        step's; ``index_put_`` by (slot, position) was slower on an H200)."""
         self.flat_kv(layer).index_copy_(1, meta.write_index, kv)
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
                kernel: AttentionKernel = "efficient") -> torch.Tensor:
-        """Attention of each row's query ``(B, heads, head_dim)`` over its positions
-        ``0..pos``: ``(B, heads, head_dim)``. Read in place where the cache can (``kernel``),
-        else the plain-math reference over gathered rows (which ignores ``kernel``)."""
+        """Attention of each row's query ``(B, heads, head_dim)`` over its positions ``0..pos``,
+        read in place where the cache can (``kernel``), else the reference over gathered rows."""
         check_choice(kernel, "kernel", ATTENTION_KERNELS)
         out = self._in_place(layer, q, meta, kernel)
         if out is not None:
@@ -259,11 +253,9 @@ class SlotKVCache(KVCache):
 
 
 class PagedKVCache(KVCache):
-    """Blocks of ``block_size`` positions in one pool ``(layers, num_blocks, block_size,
-    heads, head_dim)``; a block table maps each slot's logical blocks to pool blocks. The table
-    lives twice, as in vLLM: a host copy :meth:`reserve` and :meth:`release` edit, and a device
-    copy the step reads (synced after each edit). Arguments as :class:`labkit.model.GPTConfig`
-    checks them (``num_blocks`` None: the slot layout's room plus the pad block)."""
+    """Blocks of ``block_size`` positions in one pool ``(layers, num_blocks, block_size, heads,
+    head_dim)``; a block table maps each slot's blocks to pool blocks, twice as in vLLM: a host
+    copy :meth:`reserve` and :meth:`release` edit, and a device copy the step reads."""
 
     layout: Layout = "paged"
     block_table: torch.Tensor
@@ -335,9 +327,8 @@ class CacheConfig(Protocol):
 
 
 def cache_for_config(cfg: CacheConfig, heads: int | None = None) -> KVCache:
-    """The float32 cache a model of (checked) config ``cfg`` decodes into, on the CPU (the
-    model moves it with ``.to``), with ``heads`` heads (default ``cfg.n_head``; a
-    tensor-parallel rank passes its share)."""
+    """The float32 CPU cache a model of (checked) config ``cfg`` decodes into, with ``heads``
+    heads (default ``cfg.n_head``; a tensor-parallel rank passes its share)."""
     if heads is not None:
         heads = as_int(heads, "heads", minimum=1, maximum=cfg.n_head,
                        fix=f"give the heads this cache holds, 1 to n_head={cfg.n_head}")

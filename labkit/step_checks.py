@@ -1,8 +1,6 @@
 """The checks of the decode engine's public edge, in one place: a decode batch (kinds, dtypes,
-devices and shapes, which read no values and so are safe during capture; then token ids,
-positions and slots, read on the host), the capture sizes and the named choices. The model,
-the capture functions and the dispatcher call them where a call enters the engine; what they
-call inside takes checked values. Each error names the input, the problem and the fix.
+devices and shapes, safe during capture; then values, read on the host), the capture sizes and
+the named choices. What the edge calls inside takes checked values.
 
 ``check`` means one thing wherever a step takes it (:meth:`labkit.model.TinyGPT.decode_step`,
 :meth:`labkit.dispatch.PaddingDispatcher.step`): kinds and shapes are always checked; values
@@ -46,14 +44,6 @@ def check_capture_sizes(sizes: Iterable[int], max_batch: int | None = None) -> l
     return out
 
 
-def check_check(check: object) -> Check:
-    """``check`` must be ``True``, ``False`` or ``None`` (see the module docstring)."""
-    if check is not None and not isinstance(check, bool):
-        raise TypeError(f"check must be True, False or None, got {check!r}; pass True to "
-                        "check values, None for host values only, False to skip")
-    return check
-
-
 def check_slots(slots: Sequence[int], max_batch: int) -> None:
     """Refuse cache slots of one batch outside ``[0, max_batch)`` (slot ``max_batch`` is the
     scratch slot, never a live request's) or repeated (two rows writing one slot overwrite
@@ -91,25 +81,6 @@ def check_id_tensor(name: str, t: object, ndim: int, device: torch.device, *,
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
 
 
-def check_step_shapes(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                      device: torch.device, max_batch: int, *, host_ok: bool = False) -> int:
-    """The kinds, dtypes, devices and shapes of one decode step's ``tokens``, ``positions``
-    and ``slots`` (1-D, one entry per row, 1 to ``max_batch`` rows). Reads no values.
-    Returns the batch size."""
-    for name, t in (("tokens", tokens), ("positions", positions), ("slots", slots)):
-        check_id_tensor(name, t, 1, device, host_ok=host_ok)
-    b = tokens.shape[0]
-    if positions.shape[0] != b or slots.shape[0] != b:
-        raise ValueError(f"tokens, positions and slots must have one entry per row; got "
-                         f"{b}, {positions.shape[0]}, {slots.shape[0]}")
-    if b < 1:
-        raise ValueError("empty batch: give at least one row")
-    if b > max_batch:
-        raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
-                         f"{max_batch}; build the model with a larger max_batch")
-    return b
-
-
 def check_token_ids(lo: int, hi: int, vocab_size: int) -> None:
     """Token ids (their smallest ``lo`` and largest ``hi``) must lie in ``[0, vocab_size)``."""
     if lo < 0 or hi >= vocab_size:
@@ -139,11 +110,24 @@ def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
 def check_batch(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
                 device: torch.device, vocab_size: int, max_batch: int, max_seq: int,
                 check: Check, host_ok: bool = False, who: str = "the step") -> int:
-    """All the checks of one decode batch (``check`` as in the module docstring); raises
-    before anything is written. Returns the batch size."""
-    check = check_check(check)
-    b = check_step_shapes(tokens, positions, slots, device, max_batch, host_ok=host_ok)
+    """All the checks of one decode batch (``check`` as in the module docstring): kinds,
+    dtypes, devices and shapes (1-D, one entry per row, 1 to ``max_batch`` rows), then values;
+    raises before anything is written. Returns the batch size."""
+    if check is not None and not isinstance(check, bool):
+        raise TypeError(f"check must be True, False or None, got {check!r}; pass True to "
+                        "check values, None for host values only, False to skip")
     host = (tokens, positions, slots)
+    for name, t in zip(("tokens", "positions", "slots"), host):
+        check_id_tensor(name, t, 1, device, host_ok=host_ok)
+    b = tokens.shape[0]
+    if positions.shape[0] != b or slots.shape[0] != b:
+        raise ValueError(f"tokens, positions and slots must have one entry per row; got "
+                         f"{b}, {positions.shape[0]}, {slots.shape[0]}")
+    if b < 1:
+        raise ValueError("empty batch: give at least one row")
+    if b > max_batch:
+        raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
+                         f"{max_batch}; build the model with a larger max_batch")
     if check is False or (check is None and any(t.device.type != "cpu" for t in host)):
         return b
     if any(t.is_cuda for t in host) and torch.cuda.is_current_stream_capturing():
