@@ -15,6 +15,7 @@ import bisect
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
@@ -24,7 +25,7 @@ from labkit.checks import as_bool, as_int
 from labkit.fused import make_fused_step
 from labkit.kernels.step import make_triton_step
 from labkit.graphs import GraphSet, Order, PoolMode, capture_full, check_capture, new_batch
-from labkit.model import Decode, TinyGPT
+from labkit.model import Decode, StepFn, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
 from labkit.step_checks import Check, check_batch, check_capture_sizes, check_choice
 
@@ -147,19 +148,16 @@ class Runner(Protocol):
 
 
 class EagerRunner:
-    """A runner that runs ``decode`` (or, ``piecewise``, the step cut at attention) eagerly on
-    the static batch: NONE, and the CPU stand-in of the graph modes."""
+    """A runner that runs ``step`` eagerly on the static batch: NONE, and the CPU stand-in of
+    the graph modes."""
 
     static = False
 
-    def __init__(self, model: TinyGPT, batch: StaticBatch, decode: Decode,
-                 piecewise: bool = False) -> None:
-        self.model, self.batch, self.decode, self.piecewise = model, batch, decode, piecewise
+    def __init__(self, batch: StaticBatch, step: StepFn) -> None:
+        self.batch, self.step = batch, step
 
     def replay(self, rows: int) -> torch.Tensor:
-        if self.piecewise:
-            return piecewise_step(self.model, *self.batch.view(rows))
-        return self.decode(*self.batch.view(rows))
+        return self.step(*self.batch.view(rows))
 
 
 class PaddingDispatcher:
@@ -235,12 +233,11 @@ class PaddingDispatcher:
             shared = next(iter(self.graphs.graphs.values())).pool if self.graphs else None
             self.pieces = capture_pieces(model, d.piecewise_sizes, self.batch, pool=shared,
                                          **kw)
-        eager = EagerRunner(model, self.batch, self._decode)
+        eager = EagerRunner(self.batch, self._decode)
         self._runners: dict[RuntimeMode, Runner] = {
             "NONE": eager, "FULL": self.graphs or eager,
-            "PIECEWISE": self.pieces or EagerRunner(model, self.batch, self._decode, True)}
+            "PIECEWISE": self.pieces or EagerRunner(self.batch, partial(piecewise_step, model))}
 
-    # ------------------------------------------------------------------ the decision
     @property
     def mode(self) -> Literal["graph", "eager"]:
         """Deprecated: ``'graph'`` when the dispatcher captured graphs, else ``'eager'``."""
@@ -273,7 +270,6 @@ class PaddingDispatcher:
         with self._lock:
             self.dispatcher.counters = DispatchCounters()
 
-    # ------------------------------------------------------------------ the step
     def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                check: Check) -> int:
         cfg = self.model.cfg

@@ -171,12 +171,10 @@ class CapturedGraph:
 def capture_callable(fn: Callable[..., Any], *inputs: torch.Tensor, pool: Any = None,
                      stream: torch.cuda.Stream | None = None, warmup: int = 3,
                      check_sync: bool = True, label: object = None) -> CapturedGraph:
-    """Warm up ``fn(*inputs)`` on a side stream, then capture it into a CUDA graph.
-
-    ``pool``: a handle from ``torch.cuda.graph_pool_handle()`` or another graph's ``pool()``
-    to share memory; ``None`` gives the graph a private pool. Raises :class:`CaptureError`
-    naming the broken rule; a failed capture leaves nothing captured behind.
-    """
+    """Warm up ``fn(*inputs)`` on a side stream, then capture it into a CUDA graph. ``pool``: a
+    handle from ``torch.cuda.graph_pool_handle()`` or another graph's ``pool()`` to share memory
+    (``None``: a private pool). A failed capture raises :class:`CaptureError` and leaves nothing
+    behind."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     warmup = as_int(warmup, "warmup", minimum=0, fix="warm up 0 or more times (3 is usual)")
@@ -368,14 +366,10 @@ def capture_decode_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: PoolMod
                           on_captured: Callable[[int, CapturedGraph], None] | None = None,
                           batch: StaticBatch | None = None,
                           step: DecodeStep | None = None) -> GraphSet:
-    """Capture ``step`` (default ``model.decode_step``; the fused step of :mod:`labkit.fused`,
-    or any callable of that signature, called with ``check=False``) once per batch size.
-
-    The inputs are ``batch`` (default: a new :class:`StaticBatch`), whose pad rows (token 0,
-    position 0, the scratch slot) make warm-up and capture write only the scratch slot. On an
-    error every graph captured so far is released. ``on_captured(bs, graph)`` is called after
-    each capture (to read pool growth, say).
-    """
+    """Capture ``step`` (default ``model.decode_step``, called with ``check=False``) once per
+    batch size on ``batch`` (default: a new :class:`StaticBatch`), whose pad rows make warm-up
+    and capture write only the scratch slot. On an error every graph captured so far is
+    released. ``on_captured(bs, graph)`` is called after each capture."""
     sizes = check_capture(model, sizes, pool, order, warmup, progress, check_sync)
     if on_captured is not None and not callable(on_captured):
         raise TypeError(f"on_captured must be callable (bs, graph) or None, got "

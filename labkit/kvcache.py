@@ -124,7 +124,6 @@ class KVCache(nn.Module):
     def v(self) -> torch.Tensor:
         return self.kv[1]
 
-    # ------------------------------------------------------------------ per layout
     def write_index(self, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Flat index of each (slot, position) in a layer's cache viewed as
         ``(-1, heads, head_dim)``."""
@@ -149,7 +148,6 @@ class KVCache(nn.Module):
         """Attention read in place, or ``None`` where this cache cannot (the reference runs)."""
         return None
 
-    # ------------------------------------------------------------------ common
     def reset(self) -> None:
         """Zero every key and value."""
         self.kv.zero_()

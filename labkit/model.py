@@ -51,8 +51,8 @@ class Decode(Protocol):
 @dataclass
 class GPTConfig:
     """Shape of a :class:`TinyGPT`; a bad value (``2.5``, ``"3"``, ``True`` for a size) raises
-    naming the field and the fix. The cache holds :attr:`num_slots` ``= max_batch + 1`` slots,
-    the last the :attr:`scratch_slot` that padded rows write (never a live request's)."""
+    naming the field and the fix. The cache holds ``max_batch + 1`` slots, the last
+    the :attr:`scratch_slot` that padded rows write (never a live request's)."""
 
     vocab_size: int = 256
     n_layer: int = 4
@@ -99,10 +99,6 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
-
-    @property
-    def num_slots(self) -> int:
-        return self.max_batch + 1
 
     @property
     def scratch_slot(self) -> int:
@@ -169,16 +165,15 @@ class Block(nn.Module):
         return q, k, v
 
     def post_attention(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Residual output projection of the attention result ``y`` ``(B, H, hd)``, then the
-        MLP: the next layer's input ``(B, 1, D)``."""
+        """Output projection of the attention result ``y`` ``(B, H, hd)`` and the MLP, both
+        residual: the next layer's input ``(B, 1, D)``."""
         return self._mlp(x + self.proj(y.reshape(x.shape)))
 
 
 def attention(cache: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               meta: StepMeta) -> torch.Tensor:
-    """The part of a decode step that touches the KV cache: write this step's k, v, attend
-    each row over its positions. Piecewise capture runs exactly this eagerly between graphs
-    (as vLLM runs its attention op, with the cache write inside, between captured pieces)."""
+    """The part of a decode step that touches the KV cache: write this step's k, v, attend each
+    row over its positions (piecewise capture runs this eagerly between graphs, as vLLM does)."""
     cache.write(layer, k, v, meta)
     return cache.attend(layer, q, meta)  # (B, H, hd)
 
@@ -211,7 +206,6 @@ class TinyGPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    # ------------------------------------------------------------------ helpers
     @property
     def device(self) -> torch.device:
         return self.tok_emb.weight.device
@@ -226,8 +220,7 @@ class TinyGPT(nn.Module):
 
     @property
     def k_cache(self) -> torch.Tensor:
-        """All keys: ``(layers, num_slots, max_seq, heads, head_dim)`` (slot layout) or
-        ``(layers, blocks, block_size, heads, head_dim)`` (paged)."""
+        """All keys: ``(layers, slots or blocks, max_seq or block_size, heads, head_dim)``."""
         return self.cache.k
 
     @property
@@ -260,7 +253,6 @@ class TinyGPT(nn.Module):
             self._check_room(slots.tolist(), [p + 1 for p in positions.tolist()])
         return b
 
-    # ------------------------------------------------------------------ forward passes
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Full-sequence forward pass without the cache: logits ``(B, T, V)``. Reference path."""
         check_id_tensor("tokens", tokens, 2, self.device)
@@ -334,7 +326,6 @@ class TinyGPT(nn.Module):
             return cast(torch.Tensor, self.lm_head(h))
         return torch.mm(h, self.lm_head.weight.t(), out=out)
 
-    # ------------------------------------------------------------------ weights
     def save(self, path: str | Path, extra_metadata: dict[str, str] | None = None) -> None:
         """Save weights and config as safetensors (config, and any extra strings, in the
         metadata)."""
