@@ -1,7 +1,7 @@
 """The static batch: the buffers every captured graph of one model reads, and the only code that
 writes them (vLLM keeps them apart from capture too: ``InputBatch``/``BlockTable`` in
 ``vllm/v1/worker`` stage inputs; ``CUDAGraphWrapper`` "does not store persistent buffers or copy
-any runtime inputs"). Tokens, positions and slots are the rows of one ``(3, capacity)`` int64
+any runtime inputs"). Tokens, positions and slots are the rows of one ``(3, max_batch)`` int64
 buffer; the logits lie outside every graph pool. A row that holds no request holds the *pad
 row* (token 0, position 0, the scratch slot). Host metadata goes through a ring of
 :data:`STAGING_RING` pinned buffers, each with an event, so the host prepares the next steps
@@ -34,7 +34,7 @@ class StaticBatch:
 
     def __init__(self, model: TinyGPT, logits_rows: int = 0, stage: bool | None = None) -> None:
         cfg, dev = model.cfg, model.device
-        self.capacity = n = cfg.max_batch
+        n = cfg.max_batch
         self.stage = dev.type == "cuda" if stage is None else stage
         #: the pad row, once per column: token 0, position 0, the scratch slot (on the host)
         self.pad = torch.tensor([0, 0, cfg.scratch_slot]).repeat_interleave(n).view(3, n)

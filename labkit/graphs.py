@@ -364,12 +364,11 @@ def capture_decode_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: PoolMod
                           order: Order = "largest_first", warmup: int = 3,
                           progress: bool | None = None, check_sync: bool = True,
                           on_captured: Callable[[int, CapturedGraph], None] | None = None,
-                          batch: StaticBatch | None = None,
                           step: DecodeStep | None = None) -> GraphSet:
     """Capture ``step`` (default ``model.decode_step``, called with ``check=False``) once per
-    batch size on ``batch`` (default: a new :class:`StaticBatch`), whose pad rows make warm-up
-    and capture write only the scratch slot. On an error every graph captured so far is
-    released. ``on_captured(bs, graph)`` is called after each capture."""
+    batch size on a new :class:`StaticBatch`, whose pad rows make warm-up and capture write only
+    the scratch slot. On an error every graph captured so far is released.
+    ``on_captured(bs, graph)`` is called after each capture."""
     sizes = check_capture(model, sizes, pool, order, warmup, progress, check_sync)
     if on_captured is not None and not callable(on_captured):
         raise TypeError(f"on_captured must be callable (bs, graph) or None, got "
@@ -379,12 +378,7 @@ def capture_decode_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: PoolMod
                         f"labkit.fused.make_fused_step(model), ...), got {step!r}")
     require_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                f"{model.device}); on CPU use eager decode_step", model)
-    if batch is None:
-        batch = new_batch(model, sizes[-1])
-    rows = 0 if batch.logits is None else batch.logits.shape[0]
-    if min(batch.capacity, rows) < sizes[-1]:
-        raise ValueError(f"the static batch holds {batch.capacity} rows and {rows} rows of "
-                         f"logits; the largest size is {sizes[-1]}")
+    batch = new_batch(model, sizes[-1])
     fn = step or model.decode_step
 
     def decode(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor,

@@ -112,18 +112,16 @@ class PiecewiseGraphs:
 
 
 def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any = None,
-                             batch: StaticBatch | None = None, warmup: int = 3,
-                             progress: bool | None = None,
+                             warmup: int = 3, progress: bool | None = None,
                              check_sync: bool = True) -> PiecewiseGraphs:
     """Capture the ``L + 1`` pieces of the decode step for each size in ``sizes`` (largest
     first) into one shared pool (``pool``: a handle or another graph's ``pool()``; None makes
-    a new one). ``batch`` may be the static batch of full graphs, so one copy-in serves both
-    modes."""
+    a new one)."""
     checked = check_capture(model, sizes, "shared", "largest_first", warmup, progress,
                             check_sync)
     require_cuda("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                f"{model.device}); on CPU use piecewise_step", model)
-    return capture_pieces(model, checked, batch or new_batch(model, checked[-1]), pool=pool,
+    return capture_pieces(model, checked, new_batch(model, checked[-1]), pool=pool,
                           warmup=warmup, progress=progress, check_sync=check_sync)
 
 
