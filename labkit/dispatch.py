@@ -106,7 +106,7 @@ class CudagraphDispatcher:
 
     def __init__(self, sizes: list[int], max_batch: int, cudagraph_mode: CudagraphMode = "FULL",
                  full_max_size: int | None = None) -> None:
-        self.sizes, self.cudagraph_mode, self.full_max_size = sizes, cudagraph_mode, full_max_size
+        self.sizes, self.cudagraph_mode = sizes, cudagraph_mode
         self.table = padding_table(sizes, max_batch)
         limit = {"FULL": sizes[-1], "FULL_AND_PIECEWISE": full_max_size or 0}.get(cudagraph_mode, 0)
         self.full_sizes = [b for b in sizes if b <= limit]
@@ -238,15 +238,8 @@ class PaddingDispatcher:
             "NONE": eager, "FULL": self.graphs or eager,
             "PIECEWISE": self.pieces or EagerRunner(self.batch, partial(piecewise_step, model))}
 
-    @property
-    def mode(self) -> Literal["graph", "eager"]:
-        """Deprecated: ``'graph'`` when the dispatcher captured graphs, else ``'eager'``."""
-        return "graph" if self.capture else "eager"
-
     # what the decision says, read through (vLLM's runner asks its dispatcher the same)
     sizes = property(lambda self: self.dispatcher.sizes)
-    cudagraph_mode = property(lambda self: self.dispatcher.cudagraph_mode)
-    full_max_size = property(lambda self: self.dispatcher.full_max_size)
     full_sizes = property(lambda self: self.dispatcher.full_sizes)
     piecewise_sizes = property(lambda self: self.dispatcher.piecewise_sizes)
     counters = property(lambda self: self.dispatcher.counters)

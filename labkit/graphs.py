@@ -308,10 +308,7 @@ def progress_bar(items: Sequence[T], enabled: bool | None, desc: str) -> Iterabl
     """``items``, with a progress bar when ``enabled`` (``None``: more than four of them)."""
     if not (len(items) > 4 if enabled is None else enabled):
         return items
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return items
+    from tqdm.auto import tqdm
     return tqdm(items, desc=desc, unit="graph", leave=False)  # type: ignore[no-any-return]
 
 

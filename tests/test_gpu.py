@@ -34,7 +34,7 @@ def bf16_model():
 
 def test_graph_equals_eager_at_every_captured_and_padded_size(fp32_model):
     d = PaddingDispatcher(fp32_model, SIZES, progress=False)
-    assert d.mode == "graph"
+    assert d.capture is True
     for bs in range(1, max(SIZES) + 6):
         assert tokens_match(fp32_model, d.step, bs, new_tokens=10, seed=bs), bs
     assert d.counters.eager_fallbacks > 0  # 17..21 ran eager
