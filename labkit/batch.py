@@ -65,9 +65,8 @@ class StaticBatch:
         return self.inputs[0, :rows], self.inputs[1, :rows], self.inputs[2, :rows]
 
     def load(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> int:
-        """Copy a checked batch of ``b`` rows into rows ``0..b-1``; every row past it then holds
-        the pad row. Metadata on the host while the buffers are on a GPU is staged (one copy of
-        the whole buffer); device metadata is copied directly. Returns ``b``."""
+        """Copy a checked batch of ``b`` rows into rows ``0..b-1`` (rows past it: the pad row);
+        host metadata for a GPU is staged, device metadata copied directly. Returns ``b``."""
         b = tokens.shape[0]
         if self.stage and positions.device.type == "cpu" and slots.device.type == "cpu":
             self._stage(tokens, positions, slots, b)
@@ -80,9 +79,8 @@ class StaticBatch:
 
     def _stage(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                b: int) -> None:
-        """Host metadata: fill the next staging buffer of the ring (rows past ``b``: the pad
-        row) and copy all of it in at once. Host tokens ride in the same copy; tokens on the
-        GPU (fed back from the last step's argmax) are copied on their own."""
+        """Fill the next staging buffer of the ring (rows past ``b``: the pad row) and copy it
+        in at once; tokens on the GPU (the last step's argmax) are copied on their own."""
         if not self._ring:
             pin = self.inputs.is_cuda
             self._ring = [self.pad.clone().pin_memory() if pin else self.pad.clone()

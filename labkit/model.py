@@ -295,10 +295,8 @@ class TinyGPT(nn.Module):
 
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                     *, check: Check = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """One decode step: token ``tokens[i]`` sits at ``positions[i]`` of slot ``slots[i]``.
-        Returns logits ``(B, V)`` (into ``out`` when given). ``check`` as
-        :mod:`labkit.step_checks` says; ``False`` for capture and padded batches (their padded
-        rows share the scratch slot)."""
+        """One decode step, token ``tokens[i]`` at ``positions[i]`` of slot ``slots[i]``: logits
+        ``(B, V)`` (into ``out`` when given). ``check`` as :mod:`labkit.step_checks` says."""
         self.check_step(tokens, positions, slots, check)
         return self.decode(tokens, positions, slots, out)
 
@@ -327,8 +325,7 @@ class TinyGPT(nn.Module):
         return torch.mm(h, self.lm_head.weight.t(), out=out)
 
     def save(self, path: str | Path, extra_metadata: dict[str, str] | None = None) -> None:
-        """Save weights and config as safetensors (config, and any extra strings, in the
-        metadata)."""
+        """Save weights as safetensors, the config (and any extra strings) in the metadata."""
         from safetensors.torch import save_file
 
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}

@@ -76,12 +76,11 @@ def piecewise_step(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tensor
 
 @dataclass
 class PiecewiseGraphs:
-    """Piecewise-captured decode steps for several batch sizes over one static batch: a
-    runner of the dispatcher (``replay(rows)``)."""
+    """Piecewise-captured decode steps for several batch sizes over one static batch, with the
+    buffer ``y`` the attentions write: a runner of the dispatcher (``replay(rows)``)."""
 
     model: TinyGPT
     pieces: dict[int, list[CapturedGraph]]
-    batch: StaticBatch
     y: torch.Tensor
     static: bool = True
 
@@ -148,4 +147,4 @@ def capture_pieces(model: TinyGPT, sizes: list[int], batch: StaticBatch, *, pool
                 graphs.append(capture_unchecked(piece, inputs, handle, stream, warmup,
                                                 check_sync, label=(bs, i)))
             captured[bs] = graphs
-    return PiecewiseGraphs(model, captured, batch, y)
+    return PiecewiseGraphs(model, captured, y)

@@ -30,9 +30,8 @@ def check_choice(value: object, name: str, choices: Sequence[S]) -> S:
 
 
 def check_capture_sizes(sizes: Iterable[int], max_batch: int | None = None) -> list[int]:
-    """The capture sizes, sorted; a clear error when the list is empty, an entry is not a
-    positive ``int`` (``2.5``, ``"3"``, ``True`` are refused, not coerced), a size repeats, or
-    one exceeds the cache's ``max_batch``."""
+    """The capture sizes, sorted; an error when the list is empty, an entry is not a positive
+    ``int`` (``2.5``, ``"3"``, ``True`` are refused), a size repeats or exceeds ``max_batch``."""
     if max_batch is not None:
         max_batch = as_int(max_batch, "max_batch", minimum=1)
     out = sorted(as_size_list(sizes, "capture sizes", distinct=True,
@@ -45,9 +44,8 @@ def check_capture_sizes(sizes: Iterable[int], max_batch: int | None = None) -> l
 
 
 def check_slots(slots: Sequence[int], max_batch: int) -> None:
-    """Refuse cache slots of one batch outside ``[0, max_batch)`` (slot ``max_batch`` is the
-    scratch slot, never a live request's) or repeated (two rows writing one slot overwrite
-    each other's cache). Host-side ints only."""
+    """Refuse host-side cache slots of one batch outside ``[0, max_batch)`` (``max_batch`` is
+    the scratch slot) or repeated (two rows writing one slot overwrite each other's cache)."""
     slots = list(slots)
     if len(set(slots)) == len(slots) and all(0 <= x < max_batch for x in slots):
         return
@@ -65,9 +63,8 @@ def check_slots(slots: Sequence[int], max_batch: int) -> None:
 
 def check_id_tensor(name: str, t: object, ndim: int, device: torch.device, *,
                     host_ok: bool = False) -> None:
-    """``t`` must be a tensor of integer ids (int64 or int32) with ``ndim`` dimensions on
-    ``device``; with ``host_ok`` also on the CPU or another device of the same type (batch
-    metadata that :class:`labkit.dispatch.PaddingDispatcher` copies in)."""
+    """``t`` must be an int64/int32 tensor with ``ndim`` dimensions on ``device`` (with
+    ``host_ok`` also on the CPU or another device of that type: metadata to copy in)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     on_device = (t.device.type in ("cpu", device.type)) if host_ok else t.device == device
