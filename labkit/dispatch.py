@@ -240,8 +240,6 @@ class PaddingDispatcher:
 
     # what the decision says, read through (vLLM's runner asks its dispatcher the same)
     sizes = property(lambda self: self.dispatcher.sizes)
-    full_sizes = property(lambda self: self.dispatcher.full_sizes)
-    piecewise_sizes = property(lambda self: self.dispatcher.piecewise_sizes)
     counters = property(lambda self: self.dispatcher.counters)
 
     def padded_size(self, bs: int) -> int | None:
@@ -272,9 +270,8 @@ class PaddingDispatcher:
 
     def load_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
                     slots: torch.Tensor, *, check: Check = True) -> int:
-        """Check a batch, copy it into the static batch (padded rows: the pad row) and return
-        the padded size (0 when the batch is above the largest graph). A bad batch raises and
-        copies nothing."""
+        """Check a batch, copy it into the static batch and return the padded size (0 above the
+        largest graph). A bad batch raises and copies nothing."""
         with self._lock:
             b = self._check(tokens, positions, slots, check)
             p = self.dispatcher.table[b]
@@ -284,9 +281,8 @@ class PaddingDispatcher:
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
              check: Check = True) -> torch.Tensor:
-        """Logits ``(b, V)`` for one decode step of ``b`` rows; same contract as
-        :meth:`TinyGPT.decode_step`: check at the edge, decide, stage, run the runner the
-        decision names. Safe to call from several threads."""
+        """Logits ``(b, V)`` for one decode step of ``b`` rows (the contract of
+        :meth:`TinyGPT.decode_step`): check at the edge, decide, stage, run."""
         with self._lock:
             if not self.copy_outputs:
                 self._claim()
