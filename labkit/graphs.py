@@ -277,13 +277,18 @@ class GraphSet:
             raise KeyError(f"no graph captured for batch size {bs}; captured: {self.sizes}")
         return cast(torch.Tensor, self.graphs[bs].replay())
 
+    def pools(self) -> dict[PoolId, list[int]]:
+        """Pool id -> the batch sizes whose graphs live in it."""
+        out: dict[PoolId, list[int]] = {}
+        for bs, g in self.graphs.items():
+            out.setdefault(g.pool, []).append(bs)
+        return out
+
     def memory_report(self) -> dict[str, Any]:
         """Per-pool reserved bytes (allocator accounting), total, and capture times."""
-        by_pool: dict[PoolId, list[int]] = {}
-        for bs, g in self.graphs.items():
-            by_pool.setdefault(g.pool, []).append(bs)
         pools = [{"sizes": sorted(sizes), "reserved_bytes": pool_reserved_bytes(pid),
-                  "active_bytes": pool_active_bytes(pid)} for pid, sizes in by_pool.items()]
+                  "active_bytes": pool_active_bytes(pid)}
+                 for pid, sizes in self.pools().items()]
         return {"pool_mode": self.pool_mode, "order": self.order,
                 "capture_order": self.capture_order, "pools": pools,
                 "total_reserved_bytes": sum(p["reserved_bytes"] for p in pools),

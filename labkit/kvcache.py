@@ -73,6 +73,10 @@ class BlockAllocator:
         """Blocks not handed out."""
         return len(self._free)
 
+    @property
+    def used(self) -> int:
+        return self.num_blocks - 1 - len(self._free)
+
     def allocate(self, n: int) -> list[int]:
         """``n`` free blocks, or :class:`CacheFullError` (nothing is taken then)."""
         if n > len(self._free):
