@@ -1,29 +1,22 @@
 """Run one function on ``N`` ranks (processes) with ``torch.distributed``, results to the parent.
 
-:func:`run_ranks` spawns ``world_size`` processes (``torch.multiprocessing``, start method
-``spawn``: a forked CUDA context is unusable), sets ``MASTER_ADDR``/``MASTER_PORT`` to a free
-local port, initialises a process group (``gloo`` on CPU, ``nccl`` on GPUs, one device per
+:func:`run_ranks` spawns the ranks (start method ``spawn``: a forked CUDA context is unusable)
+on a free local port, initialises a process group (``gloo`` on CPU, ``nccl`` with one GPU per
 rank), calls ``fn(rank, world_size, *args)`` on each and returns the results in rank order.
 
 Shutdown is explicit and the same on every rank (:func:`shutdown`): release every CUDA graph
-still alive (``gc.collect()``, then ``reset()`` each ``torch.cuda.CUDAGraph`` left), then
-``torch.cuda.synchronize()``, ``barrier``, ``torch.cuda.synchronize()``,
-``destroy_process_group``. Why graphs first: a graph that captured an NCCL collective holds a
-reference on the communicator (NCCL counts these "persistent" references and drops one only
-when CUDA destroys the graph, through a user-object callback); ``ncclCommDestroy``/``Abort``
-wait for that count to reach zero, so destroying the group while a captured graph is alive
-waits forever. That is how a first try hung at ``destroy_process_group`` after capture (the
-reports: pytorch/pytorch issue 115388; vLLM pull request 39846, which found NCCL's
-``commDestroySync`` spinning on ``localPersistentRefs``). The synchronize after the release
-lets CUDA run those callbacks; the barrier makes sure no peer still runs a collective. Each
-rank reports how long each shutdown step took (``run_ranks(..., info=...)``).
+still alive, ``synchronize``, ``barrier``, ``synchronize``, ``destroy_process_group``. Graphs
+first: a graph that captured an NCCL collective holds a "persistent" reference on the
+communicator, dropped only when CUDA destroys the graph, and ``ncclCommDestroy`` waits for it,
+so destroying the group with such a graph alive hangs (pytorch/pytorch issue 115388; vLLM
+pull request 39846 found ``commDestroySync`` spinning on ``localPersistentRefs``). The
+synchronize lets CUDA run those callbacks; the barrier makes sure no peer still runs a
+collective.
 
-The parent's wait is time-bounded: a rank that does not finish in ``timeout_s`` seconds
-(counted once every rank has joined the group; starting up, spawn, imports and
-``init_process_group``, has its own ``start_timeout_s``) is terminated and
-:class:`RankTimeout` names it and the phase it was stuck in. With ``shutdown_timeout_s`` a
-rank that has sent its result but hangs in shutdown is terminated after that long and
-reported in ``info`` instead of failing the run.
+The parent's wait is bounded: ``start_timeout_s`` until every rank joined the group, then
+``timeout_s``; a rank still running is terminated and :class:`RankTimeout` names it and its
+phase. With ``shutdown_timeout_s`` a rank that sent its result but hangs in shutdown is
+terminated after that long and reported in ``info`` instead of failing the run.
 """
 
 from __future__ import annotations
@@ -97,10 +90,8 @@ def rank_device() -> torch.device:
 
 
 def release_graphs() -> int:
-    """Free what a rank's function left behind: ``gc.collect()``, then ``reset()`` every
-    ``torch.cuda.CUDAGraph`` still alive (a cycle, a cache, a traceback may hold one). Returns
-    how many graphs were reset. A graph that captured an NCCL collective keeps the
-    communicator from being destroyed (see the module docstring)."""
+    """``gc.collect()``, then ``reset()`` every ``torch.cuda.CUDAGraph`` still alive (a cycle,
+    a cache, a traceback may hold one); returns how many were reset."""
     gc.collect()
     if not torch.cuda.is_available():
         return 0
@@ -119,9 +110,8 @@ def release_graphs() -> int:
 
 
 def shutdown(backend: str) -> dict[str, float]:
-    """The explicit shutdown order: release graphs, synchronize the device, barrier,
-    synchronize, destroy the group. Returns the seconds each step took (``total_s`` too)
-    and ``graphs_reset`` (how many graphs were still alive)."""
+    """The shutdown of the module docstring; returns the seconds of each step, ``total_s``
+    and ``graphs_reset``."""
     times: dict[str, float] = {}
     t_start = t = time.perf_counter()
 
@@ -186,9 +176,8 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
 
 
 def _let_go(backend: str, wait_s: float = 10.0) -> None:
-    """After an error: release graphs (the traceback is gone by now) and destroy the group
-    without a barrier (peers may be gone), in a daemon thread waited for at most ``wait_s``
-    seconds: a hung destroy must not keep the rank alive (the parent terminates it)."""
+    """After an error: release graphs and destroy the group without a barrier (peers may be
+    gone), in a daemon thread waited for at most ``wait_s`` seconds."""
     with contextlib.suppress(Exception):
         release_graphs()
     if not dist.is_initialized():
@@ -209,23 +198,13 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
               shutdown_timeout_s: float | None = None, info: dict | None = None) -> list[Any]:
     """``[fn(0, N, *args), ..., fn(N-1, N, *args)]``, each run in its own process on one rank.
 
-    ``fn`` must be a module-level function (spawned ranks import it by name) and its result
-    picklable, tensors on the host (``.cpu()``: a CUDA result would make the parent touch
-    the GPU). Scripts calling this need the ``if __name__ == "__main__":`` guard (spawn).
-    ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
-    default ``nccl`` when CUDA is available. ``cpu_threads`` sets ``torch.set_num_threads``
-    in each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others
-    get ``grace_s`` seconds, then are terminated); a rank still running ``timeout_s`` seconds
-    after every rank joined the group (or not joined ``start_timeout_s`` after the spawn)
-    gives :class:`RankTimeout` naming it and its phase. Every process is joined before this
-    returns or raises: none is left behind.
-
-    ``info`` (a dict, optional) is filled with ``shutdown`` (rank -> seconds per shutdown step,
-    :func:`shutdown`) and ``shutdown_hung`` (ranks terminated in shutdown). With
-    ``shutdown_timeout_s`` a run whose ranks all sent their result returns them even when some
-    rank hangs in shutdown: after that many seconds it is terminated and listed in
-    ``info['shutdown_hung']`` (a rank that dies in shutdown after its result shows in
-    ``info['exit_codes']``).
+    ``fn`` must be a module-level function and its result picklable with tensors on the host
+    (callers need the ``if __name__ == "__main__":`` guard). ``backend``: ``'gloo'`` or
+    ``'nccl'`` (default when CUDA is available); ``cpu_threads``: ``torch.set_num_threads`` in
+    each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others get
+    ``grace_s`` seconds); a rank past its time gives :class:`RankTimeout` (the module
+    docstring). Every process is joined before this returns or raises. ``info`` is filled
+    with ``shutdown`` (rank -> seconds per step), ``shutdown_hung`` and ``exit_codes``.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args), got "
