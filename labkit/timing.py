@@ -83,11 +83,8 @@ def _check_counts(warmup: int, repeats: int, inner: int) -> None:
 
 def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
               inner: int = 1, sync: bool = False) -> Stats:
-    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample.
-
-    With ``sync=True`` and CUDA present, each sample ends with ``torch.cuda.synchronize()``,
-    so it measures launch + GPU execution + sync.
-    """
+    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample; ``sync=True`` (with
+    CUDA) ends each sample with ``torch.cuda.synchronize()``."""
     _check_fn(fn)
     _check_counts(warmup, repeats, inner)
     do_sync = as_bool(sync, "sync") and torch.cuda.is_available()
@@ -108,20 +105,10 @@ def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
 
 def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
               inner: int = 10) -> Stats:
-    """GPU time per call of ``fn`` (µs) from CUDA events around ``inner`` back-to-back calls.
-
-    Warm-up first (module load, cuBLAS handles, allocator), then ``repeats`` samples.
-    Raises on a machine without CUDA: there is no GPU time to measure.
-    """
+    """GPU time per call of ``fn`` (µs) from CUDA events around ``inner`` back-to-back calls,
+    after ``warmup`` calls; raises without CUDA."""
     _check_fn(fn)
-    _check_counts(warmup, repeats, inner)
-    if not torch.cuda.is_available():
-        raise RuntimeError("time_cuda needs a CUDA GPU (torch.cuda.is_available() is False); "
-                           "use time_host on CPU")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    return Stats.from_samples([_event_sample(fn, inner) for _ in range(repeats)])
+    return _time_events({"fn": fn}, warmup, repeats, inner, "time_cuda")["fn"]
 
 
 def _event_sample(fn: Callable[[], object], inner: int) -> float:
@@ -137,18 +124,22 @@ def _event_sample(fn: Callable[[], object], inner: int) -> float:
 
 def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 10,
                           repeats: int = 50, inner: int = 10) -> dict[str, Stats]:
-    """:func:`time_cuda` for several callables whose times will be compared as ratios: the
-    samples alternate (one of ``a``, one of ``b``, ...), so a change of GPU clock during the
-    run (measured on the H200: a 12-layer step at batch 64 moved between ~0.84 and ~0.93 ms
-    from one series to the next) reaches every callable alike instead of one of them."""
+    """:func:`time_cuda` for callables compared as ratios: the samples alternate, so a change
+    of GPU clock during the run (on the H200 a 12-layer step at batch 64 moved between ~0.84
+    and ~0.93 ms from one series to the next) reaches every callable alike."""
     if not isinstance(fns, Mapping) or not fns:
         raise TypeError("fns must be a non-empty mapping name -> callable taking no arguments")
     for fn in fns.values():
         _check_fn(fn)
+    return _time_events(fns, warmup, repeats, inner, "time_cuda_interleaved")
+
+
+def _time_events(fns: Mapping[str, Callable[[], object]], warmup: int, repeats: int,
+                 inner: int, who: str) -> dict[str, Stats]:
     _check_counts(warmup, repeats, inner)
     if not torch.cuda.is_available():
-        raise RuntimeError("time_cuda_interleaved needs a CUDA GPU (torch.cuda.is_available() "
-                           "is False); use time_host on CPU")
+        raise RuntimeError(f"{who} needs a CUDA GPU (torch.cuda.is_available() is False); use "
+                           "time_host on CPU")
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -189,13 +180,9 @@ class LaunchOverhead:
 
 def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int = 200,
                     repeats: int = 50, warmup: int = 5) -> LaunchOverhead:
-    """Measure launch costs with ``x.add_(1)`` on a one-element tensor.
-
-    * host per launch: host time to issue ``n_kernels`` launches, divided by ``n_kernels``
-      (the GPU runs each in ~1 µs, so the host is the bottleneck);
-    * launch + sync: one launch then ``synchronize``;
-    * GPU per graph node: a graph of ``n_kernels`` nodes, replay time / ``n_kernels``.
-    """
+    """Launch costs of ``x.add_(1)`` on a one-element tensor: host time to issue one launch
+    (of a burst of ``n_kernels``), one launch + ``synchronize``, GPU time per eager kernel and
+    per node of a graph of ``n_kernels`` nodes."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = as_device(device)
@@ -254,11 +241,8 @@ class WorkPoint:
 
 def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None = None, *,
                        n_kernels: int = 50, repeats: int = 20) -> list[WorkPoint]:
-    """Time ``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph.
-
-    Small tensors are launch-bound (eager ≫ graph); once a kernel's own work exceeds the
-    launch cost the two meet. On CPU only the eager column is measured.
-    """
+    """``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph (graph: CUDA only):
+    small tensors are launch-bound, large ones meet."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = as_device(device)
