@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks import as_bool, as_int, as_int_list, as_number
+from labkit.checks import as_int, as_int_list, as_number
 from labkit.graphs import capture_callable
 from labkit.model import as_device
 
@@ -56,11 +56,6 @@ class Stats:
         return Stats(self.median / count, self.p10 / count, self.p90 / count,
                      self.mean / count, self.n, self.unit)
 
-    @property
-    def spread(self) -> float:
-        """(p90 - p10) / median: the relative spread."""
-        return (self.p90 - self.p10) / self.median if self.median else float("nan")
-
     def to_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
 
@@ -82,23 +77,17 @@ def _check_counts(warmup: int, repeats: int, inner: int) -> None:
 
 
 def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
-              inner: int = 1, sync: bool = False) -> Stats:
-    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample; ``sync=True`` (with
-    CUDA) ends each sample with ``torch.cuda.synchronize()``."""
+              inner: int = 1) -> Stats:
+    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample."""
     _check_fn(fn)
     _check_counts(warmup, repeats, inner)
-    do_sync = as_bool(sync, "sync") and torch.cuda.is_available()
     for _ in range(warmup):
         fn()
-    if do_sync:
-        torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(inner):
             fn()
-        if do_sync:
-            torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) * 1e6 / inner)
     return Stats.from_samples(samples)
 

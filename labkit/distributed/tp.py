@@ -262,9 +262,7 @@ class TensorParallelGPT(TinyGPT):
 
 
 def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int = 4,
-               prompts: list[list[int]] | None = None, new_tokens: int = 6,
-               dispatch_sizes: tuple[int, ...] = (1, 2, 4),
-               allreduce: AllReduceKind = "process_group") -> dict:
+               prompts: list[list[int]] | None = None, new_tokens: int = 6) -> dict:
     """Run on every rank (:func:`labkit.distributed.launch.run_ranks`): the tensor-parallel
     model against the full one of the same seed. Returns (full, TP) pairs of the prefill and
     decode logits (on the host) with their max differences, the greedy tokens of each step,
@@ -273,7 +271,7 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
         dist.get_backend() == "nccl") else torch.device("cpu")
     config = GPTConfig(**cfg)
     full = build_model(config, device, seed=seed)
-    tp = TensorParallelGPT(full, allreduce=allreduce)
+    tp = TensorParallelGPT(full)
     if device.type == "cuda":
         tp.warmup_collectives()
     if prompts is None:
@@ -308,7 +306,7 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
             model.cache.release(i)
         model.reset_cache()
     out["generate"] = (generate(full, prompts, new_tokens), generate(tp, prompts, new_tokens))
-    disp = PaddingDispatcher(tp, dispatch_sizes,
+    disp = PaddingDispatcher(tp, (1, 2, 4),
                              mode="graph" if device.type == "cuda" else "eager")
     out["dispatch"] = generate(tp, prompts, new_tokens,  # host-side metadata, as documented
                                step_fn=lambda t, p, s: disp.step(t, p.cpu(), s.cpu()))
