@@ -1,47 +1,32 @@
 """A fused decode step in plain PyTorch: the readable step's arithmetic in fewer, fatter kernels.
 
-Same weights (read live on every call), same KV cache, same interface as
-:meth:`labkit.model.TinyGPT.decode_step`; build it with :func:`make_fused_step`. Per layer::
+Same weights (read live), same KV cache, same interface as ``TinyGPT.decode_step``
+(:func:`make_fused_step`). Per layer: LN1; QKV as one GEMM with its bias in the cuBLASLt
+epilogue; k and v into the cache in one ``index_copy_``; attention over the cache in place;
+the out-projection GEMM added onto the residual (``addmm_``, ``beta=1``); LN2; the MLP
+up-projection with bias and GELU in the epilogue (``torch._addmm_activation``); the
+down-projection added onto the residual; one broadcast add of the residual's biases: 9
+kernels against the readable step's 12 to 15, ``9 L + 11`` a step (gpt2: 119) when cuBLAS runs
+each GEMM as one kernel. For gpt2's down-projection at small batches it adds split-K
+reductions (12 more); forbidding split-K made the step twice as slow on an H200, so labkit
+keeps cuBLAS's choice (:func:`labkit.measure.opcount.op_counts` counts them).
 
-    1 layer_norm                  LN1
-    2 GEMM + bias epilogue        QKV in one cuBLASLt call (torch.addmm with a 1-D bias)
-    3 index_copy_                 k and v into the cache together (one indexed copy)
-    4 attention                   FlashAttention or memory-efficient kernel, cache read in place
-    5 GEMM, beta=1                out-projection added onto the residual (addmm_ in place)
-    6 layer_norm                  LN2
-    7 GEMM + bias + GELU epilogue MLP up-projection (torch._addmm_activation)
-    8 GEMM, beta=1                MLP down-projection added onto the residual (addmm_)
-    9 broadcast add               the two biases of the residual stream, see below
+``attention=``: ``"efficient"`` (the readable step's kernel), ``"flash"`` (FlashAttention 2's
+variable-length kernel, bf16/fp16) or ``"auto"``: flash up to ``FLASH_MAX_ROW_HEADS``.
+``branches=``: the bias pairs and metadata (5 kernels) run on a side stream joined by events,
+parallel branches of a captured graph (``None``: only while capturing; ``True``: eagerly too).
 
-versus 12 to 15 in the readable step. Per step add 2 embedding gathers and their sum, the first
-layer's bias add, 3 metadata kernels, 2 bias gathers, final LayerNorm and head: ``9 L + 11``
-kernels (gpt2: 119), when cuBLAS runs each GEMM as one kernel. For the 12-layer model's MLP
-down-projection at small batches it picks split-K plus a reduction (12 more); forbidding
-split-K (``allow_bf16_reduced_precision_reduction = (False, False)``) made the whole step more
-than twice as slow on an H200, so labkit keeps cuBLAS's choice
-(:func:`labkit.measure.opcount.op_counts` counts them).
+The residual stream is kept as two rows ``s = [x, x + b_proj]``: row 1 is the ``C`` of the
+out-projection, which so yields the middle stream with its bias in; after the down-projection
+one broadcast add ``s' = x + [b_fc_out, b_fc_out + b_proj(next)]`` writes both rows of the next
+layer (the pairs come from the live parameters: one stack, one cumsum). cuBLASLt fuses bias
+and GELU only for GEMMs of at least 2 rows (``isInputCompliesAddmmCudaLt``,
+``aten/src/ATen/native/cuda/Blas.cpp``), so a batch of 1 is carried as 2 rows.
 
-Attention (``attention=``): ``"efficient"`` (the readable step's kernel), ``"flash"``
-(FlashAttention 2's variable-length kernel, bf16/fp16 only) or ``"auto"``: flash while
-``batch * heads <= FLASH_MAX_ROW_HEADS`` (faster there on an H200, slower beyond).
-
-Branches (``branches=``): the bias pairs and metadata (5 kernels) depend only on parameters,
-positions and slots, so while a graph is captured (``None``, the default) they run on a side
-stream joined back by events: parallel branches of the graph, off the critical path.
-``branches=True`` forks eager calls too (with ``record_stream`` for the allocator).
-
-The residual stream is kept as TWO rows ``s = [x, x + b_proj]``: row 1 is the ``C`` of the
-out-projection (``beta=1``), which so yields the middle stream with its bias in. After the
-down-projection one broadcast add ``s' = x + [b_fc_out, b_fc_out + b_proj(next)]`` writes both
-rows of the next layer; the pairs come from the live parameters each step (one stack, one
-cumsum). cuBLASLt fuses bias and GELU only for GEMMs of at least 2 rows
-(``isInputCompliesAddmmCudaLt``, ``aten/src/ATen/native/cuda/Blas.cpp``), so a batch of 1 is
-carried as 2 rows; the padded row is never attended nor written to the cache.
-
-Lifetime: a graph captured from the step reads its small buffers (key offsets per batch size)
-on every replay, so :class:`labkit.graphs.CapturedGraph` keeps the step alive (freed, it gave
-NaN logits and an illegal memory access on the H200; ``tests/test_fused.py`` checks this).
-Numerics: float32 tokens equal the readable step's; bf16 agreement: :func:`agreement`.
+A captured graph reads the step's small buffers on every replay, so
+:class:`labkit.graphs.CapturedGraph` keeps the step alive (freed, it gave NaN logits and an
+illegal memory access on the H200). float32 tokens equal the readable step's; bf16 agreement:
+:func:`agreement`.
 """
 
 from __future__ import annotations

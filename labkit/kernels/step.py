@@ -43,19 +43,15 @@ from labkit import kernels
 from labkit.checks import as_int
 from labkit.model import TinyGPT
 
-
-#: launches per layer: every kernel once, ``ln_linear_kernel`` once for the MLP
-PER_LAYER = 5
-
-
-def kernels_per_step(n_layer: int) -> int:
-    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
-    return PER_LAYER * as_int(n_layer, "n_layer", minimum=1) + 1
-
 __all__ = ["Blocks", "Launch", "TritonStep", "choose_blocks", "gpu_launches",
            "kernels_per_step", "make_triton_step", "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
+
+
+def kernels_per_step(n_layer: int) -> int:
+    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
+    return 5 * as_int(n_layer, "n_layer", minimum=1) + 1
 
 
 def _pow2(n: int) -> int:
@@ -71,21 +67,13 @@ def _cdiv(a: int, b: int) -> int:
 class Blocks:
     """Tile sizes of one batch size's launches (powers of two)."""
 
-    #: batch rows per program of the matrix kernels (>= 16: ``tl.dot``'s smallest tile)
-    rows: int = 16
-    #: output features per program of the QKV, out-projection and MLP kernels
-    n: int = 32
-    #: reduction chunk of the matrix kernels
-    k: int = 128
-    #: output features (vocabulary entries) per program of the LM head
-    head_n: int = 64
-    #: positions per chunk of the attention loop
-    t: int = 64
-    #: attention splits along the sequence asked for (1: no split); the step uses
-    #: ``ceil(max_seq / split_size)`` of them, ``split_size`` a multiple of ``t``
-    splits: int = 1
-    #: warps per program (GPU only)
-    warps: int = 4
+    rows: int = 16     # batch rows per program of the matrix kernels (>= 16 for tl.dot)
+    n: int = 32        # output features per program of the QKV, out-projection and MLP
+    k: int = 128       # reduction chunk of the matrix kernels
+    head_n: int = 64   # vocabulary entries per program of the LM head
+    t: int = 64        # positions per chunk of the attention loop
+    splits: int = 1    # attention splits asked for (the step uses ceil(max_seq / split_size))
+    warps: int = 4     # warps per program (GPU only)
 
     def __post_init__(self) -> None:
         for f in fields(self):
