@@ -172,12 +172,12 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
         q.put(("error", rank, traceback.format_exc()))
         failed = True
     if failed:  # outside the except block: its traceback (and the graphs it holds) is gone
-        _let_go(backend)
+        _let_go()
 
 
-def _let_go(backend: str, wait_s: float = 10.0) -> None:
+def _let_go() -> None:
     """After an error: release graphs and destroy the group without a barrier (peers may be
-    gone), in a daemon thread waited for at most ``wait_s`` seconds."""
+    gone), in a daemon thread waited for at most 10 seconds."""
     with contextlib.suppress(Exception):
         release_graphs()
     if not dist.is_initialized():
@@ -189,7 +189,7 @@ def _let_go(backend: str, wait_s: float = 10.0) -> None:
 
     th = threading.Thread(target=destroy, name="labkit-destroy", daemon=True)
     th.start()
-    th.join(wait_s)
+    th.join(10.0)
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),

@@ -225,7 +225,6 @@ class TensorParallelGPT(TinyGPT):
         self.group = group
         dev = as_device(device) if device is not None else full.device
         self.cfg = cfg
-        self.allreduce_kind = allreduce
         self.allreduce: Callable[[torch.Tensor], torch.Tensor] = ProcessGroupAllReduce(group)
         self.tok_emb = copy.deepcopy(full.tok_emb)
         self.pos_emb = copy.deepcopy(full.pos_emb)
