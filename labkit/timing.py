@@ -172,9 +172,8 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
     """Launch costs of ``x.add_(1)`` on a one-element tensor: host time to issue one launch
     (of a burst of ``n_kernels``), one launch + ``synchronize``, GPU time per eager kernel and
     per node of a graph of ``n_kernels`` nodes."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = as_device(device)
+    device = as_device(("cuda" if torch.cuda.is_available() else "cpu") if device is None
+                       else device)
     n_kernels = as_int(n_kernels, "n_kernels", minimum=1, fix="launch at least one kernel")
     _check_counts(warmup, repeats, 1)
     x = torch.zeros(1, device=device)
@@ -185,8 +184,7 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
 
     notes: list[str] = []
     if device.type != "cuda":
-        host = time_host(burst, warmup=warmup, repeats=repeats)
-        host = host.per(n_kernels)
+        host = time_host(burst, warmup=warmup, repeats=repeats).per(n_kernels)
         notes.append("CPU tensor: host figure is PyTorch's per-op dispatch cost; no kernel "
                      "launch, no GPU figures")
         return LaunchOverhead(str(device), host, None, None, None, n_kernels, notes)
@@ -208,11 +206,10 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
         torch.cuda.synchronize()
 
     launch_sync = time_host(one_sync, warmup=warmup, repeats=repeats * 4)
-    eager_gpu = time_cuda(burst, warmup=warmup, repeats=repeats, inner=1)
-    eager_gpu = eager_gpu.per(n_kernels)
+    eager_gpu = time_cuda(burst, warmup=warmup, repeats=repeats, inner=1).per(n_kernels)
     captured = capture_callable(lambda t: [t.add_(1) for _ in range(n_kernels)], x, warmup=1)
-    node = time_cuda(captured.graph.replay, warmup=warmup, repeats=repeats, inner=5)
-    node = node.per(n_kernels)
+    node = time_cuda(captured.graph.replay, warmup=warmup, repeats=repeats,
+                     inner=5).per(n_kernels)
     notes.append("GPU per eager kernel is bounded below by the host launch rate: when the host "
                  "issues slower than the GPU runs, the GPU waits between kernels")
     del captured
@@ -232,9 +229,8 @@ def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None 
                        n_kernels: int = 50, repeats: int = 20) -> list[WorkPoint]:
     """``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph (graph: CUDA only):
     small tensors are launch-bound, large ones meet."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = as_device(device)
+    device = as_device(("cuda" if torch.cuda.is_available() else "cpu") if device is None
+                       else device)
     numels = as_int_list(numels, "numels", minimum=1, maximum=2**31 - 1,
                          fix="give tensor sizes in elements, e.g. [1, 1024, 1048576]")
     n_kernels = as_int(n_kernels, "n_kernels", minimum=1, fix="launch at least one kernel")
@@ -247,15 +243,14 @@ def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None 
             for _ in range(n_kernels):
                 t.mul_(1.0001)
 
+        graph = None
         if device.type == "cuda":
             eager = time_cuda(burst, warmup=3, repeats=repeats, inner=1)
             captured = capture_callable(burst, x, warmup=1)
-            graph = time_cuda(captured.graph.replay, warmup=3, repeats=repeats, inner=1)
+            graph = time_cuda(captured.graph.replay, warmup=3, repeats=repeats,
+                              inner=1).per(n_kernels)
             del captured
         else:
             eager = time_host(burst, warmup=2, repeats=repeats)
-            graph = None
-        eager = eager.per(n_kernels)
-        graph = graph.per(n_kernels) if graph is not None else None
-        points.append(WorkPoint(int(n), eager, graph))
+        points.append(WorkPoint(int(n), eager.per(n_kernels), graph))
     return points
