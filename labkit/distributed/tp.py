@@ -84,12 +84,8 @@ class SymmMemAllReduce:
             raise RuntimeError(f"allreduce='symm_mem' is unavailable: {why}; use "
                                "allreduce='process_group'")
         symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
-
         world = group if group is not None else dist.group.WORLD
-        if world is None:
-            raise RuntimeError("SymmMemAllReduce needs an initialised torch.distributed process "
-                               "group; start the ranks with labkit.distributed.launch.run_ranks")
-        self.group = world
+        assert world is not None  # symm_mem_unavailable checked that the group is initialised
         self.group_name = world.group_name
         enable_symm_mem(symm_mem, self.group_name)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
