@@ -1,22 +1,18 @@
 """Run one function on ``N`` ranks (processes) with ``torch.distributed``, results to the parent.
 
-:func:`run_ranks` spawns the ranks (start method ``spawn``: a forked CUDA context is unusable)
-on a free local port, initialises a process group (``gloo`` on CPU, ``nccl`` with one GPU per
-rank), calls ``fn(rank, world_size, *args)`` on each and returns the results in rank order.
+:func:`run_ranks` spawns the ranks (``spawn``: a forked CUDA context is unusable), initialises
+a process group (``gloo`` on CPU, ``nccl`` with one GPU per rank), calls
+``fn(rank, world_size, *args)`` on each and returns the results in rank order.
 
-Shutdown is explicit and the same on every rank (:func:`shutdown`): release every CUDA graph
-still alive, ``synchronize``, ``barrier``, ``synchronize``, ``destroy_process_group``. Graphs
-first: a graph that captured an NCCL collective holds a "persistent" reference on the
-communicator, dropped only when CUDA destroys the graph, and ``ncclCommDestroy`` waits for it,
-so destroying the group with such a graph alive hangs (pytorch/pytorch issue 115388; vLLM
-pull request 39846 found ``commDestroySync`` spinning on ``localPersistentRefs``). The
-synchronize lets CUDA run those callbacks; the barrier makes sure no peer still runs a
-collective.
+Every rank shuts down the same way (:func:`shutdown`): release every CUDA graph still alive,
+``synchronize``, ``barrier``, ``synchronize``, ``destroy_process_group``. Graphs first: a graph
+that captured an NCCL collective holds a persistent reference on the communicator, which
+``ncclCommDestroy`` waits for, so destroying the group first hangs (pytorch/pytorch issue
+115388; vLLM pull request 39846 found ``commDestroySync`` spinning on ``localPersistentRefs``).
 
-The parent's wait is bounded: ``start_timeout_s`` until every rank joined the group, then
-``timeout_s``; a rank still running is terminated and :class:`RankTimeout` names it and its
-phase. With ``shutdown_timeout_s`` a rank that sent its result but hangs in shutdown is
-terminated after that long and reported in ``info`` instead of failing the run.
+The parent's wait is bounded (``start_timeout_s`` to join the group, then ``timeout_s``): a
+rank still running is terminated and :class:`RankTimeout` names it and its phase. With
+``shutdown_timeout_s`` a rank hung in shutdown after its result is reported in ``info``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,22 @@
 """Tensor-parallel decode: one :class:`~labkit.model.TinyGPT` split across ``N`` ranks.
 
-:class:`TensorParallelGPT` is built on every rank from the same full model and keeps this
-rank's share (Megatron-LM's split, as vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear``
-in ``vllm/model_executor/layers/linear.py``): QKV and MLP-in are column-parallel (``n_head / N``
-heads, ``4 d / N`` units, no communication); the attention output and MLP-out projections are
-row-parallel (a partial product, one all-reduce, then the bias: two all-reduces a layer);
-each rank owns the KV cache of its heads; embeddings and LayerNorms are replicated.
+:class:`TensorParallelGPT` keeps this rank's share of the same full model (Megatron-LM's
+split, as vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear`` in
+``vllm/model_executor/layers/linear.py``): QKV and MLP-in column-parallel (``n_head / N``
+heads, ``4 d / N`` units), the attention-out and MLP-out projections row-parallel (a partial
+product, an all-reduce, the bias: two all-reduces a layer), the KV cache of its heads;
+embeddings, LayerNorms and the vocabulary head replicated. A split head would add a third
+collective on the step's largest tensor ``(B, V)`` to save a small weight read (gpt2: 77 MB
+in bf16, ~20 us on an H200); replicated, the logits are bit-identical on all ranks. vLLM
+splits it (``VocabParallelEmbedding`` / ``ParallelLMHead``) for its large vocabularies.
 
-The vocabulary head is replicated too: every rank needs the full logits row to pick the same
-token in lockstep, so a split head would add a third collective on the step's largest tensor,
-``(B, V)``, to save a small weight read (gpt2: 77 MB in bf16, some 20 us on an H200); the
-logits stay bit-identical on all ranks. vLLM splits it (``VocabParallelEmbedding`` /
-``ParallelLMHead`` + ``LogitsProcessor`` gather) for its large vocabularies and TP sizes.
-
-Capture safety: the step interface is TinyGPT's, so ``generate``, the padding dispatcher and
-graph capture work on it, every rank in lockstep; the collectives work in place on fixed
-shapes and never read a value on the host. NCCL creates its communicator on the first
-collective, which must not happen inside a capture: call
-:meth:`TensorParallelGPT.warmup_collectives` first. vLLM's ``graph_capture()``
-(``vllm/distributed/parallel_state.py``) prepares each communicator for capture, and its
-custom all-reduce (``vllm/distributed/device_communicators/custom_all_reduce.py``,
-``CustomAllreduce``) registers the graph's buffers after capture (``register_graph_buffers``)
-so replays read each peer's memory directly. The PyTorch analogue is
-``torch.distributed._symmetric_memory``: ``allreduce='symm_mem'`` (CUDA only).
+Capture safety: the step interface is TinyGPT's and the collectives work in place on fixed
+shapes without reading the host. NCCL makes its communicator on the first collective, which
+must not happen in a capture: :meth:`TensorParallelGPT.warmup_collectives` first. vLLM's
+``graph_capture()`` (``vllm/distributed/parallel_state.py``) prepares each communicator, and
+its ``CustomAllreduce`` (``vllm/distributed/device_communicators/custom_all_reduce.py``)
+registers the graph's buffers (``register_graph_buffers``) so replays read each peer's memory;
+the PyTorch analogue is ``torch.distributed._symmetric_memory`` (``allreduce='symm_mem'``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A decode step in hand-written Triton kernels: five fused kernels per layer and one for the
 LM head.
 
-Same weights (read live on every call), same KV cache (slot or paged, read and written in
-place), same interface and logits as :meth:`labkit.model.TinyGPT.decode_step` and
-:mod:`labkit.fused`; build it with :func:`make_triton_step` and capture it like any step
-(``capture_decode_graphs(model, sizes, step=make_triton_step(model))``). One layer::
+Same weights (read live), KV cache (slot or paged, in place), interface and logits as
+``TinyGPT.decode_step``; :func:`make_triton_step` builds it, graphs capture it like any step.
+One layer (each kernel's docstring says what it fuses and reads)::
 
     1 ln_qkv_kernel           LN1 + QKV + bias + k/v written into the cache (layer 0: + embeddings)
     2 attention_split_kernel  attention over the cache in place, split along the sequence
@@ -12,22 +11,13 @@ place), same interface and logits as :meth:`labkit.model.TinyGPT.decode_step` an
     4 ln_linear_kernel        LN2 + MLP up-projection + bias + GELU
     5 linear_residual_kernel  MLP down-projection + bias + residual (in place)
 
-and ``ln_linear_kernel`` once more as final LayerNorm + LM head: ``5 L + 1`` kernels (gpt2:
-61), no metadata kernels, copies or fills. Each boundary is a true dependency (a LayerNorm or
-an attention needs whole rows or every head); fewer would need a grid-wide barrier or float
-atomics. :mod:`labkit.roofline.kernel_plan` has the bytes each kernel must move.
-
-Tile sizes (:class:`Blocks`) come from :func:`choose_blocks` per batch size (a heuristic
-checked for spills with :mod:`labkit.kernels.aot`, not timed); the attention splits depend on
-``max_seq`` and the batch size, never on the positions, so the grid depends on the batch size
-alone. Capture-safe: no host sync; the buffers between kernels are allocated once per batch
-size outside capture and kept by the step, so the step must live as long as its graphs
-(:class:`labkit.graphs.CapturedGraph` keeps it) and two calls must not run concurrently.
-
-CPU: the kernels run in Triton's interpreter when ``TRITON_INTERPRET=1`` was set before
-triton was imported (:mod:`labkit.kernels`). Numerics: float32 accumulation, each kernel's
-output rounded once; float32 tokens equal the readable step's, bf16 agreement is
-:func:`labkit.fused.agreement`.
+and ``ln_linear_kernel`` as final LayerNorm + LM head: ``5 L + 1`` kernels (gpt2: 61), no
+metadata kernels, copies or fills. Each boundary is a true dependency; fewer would need a
+grid-wide barrier or float atomics. Tiles (:class:`Blocks`, :func:`choose_blocks`) and the
+attention splits depend on the batch size alone, so the grid does too. Capture-safe: no host
+sync; the buffers between kernels are made once per batch size outside capture and kept, so
+the step must outlive its graphs and two calls must not run concurrently. On CPU the kernels
+run in Triton's interpreter (:mod:`labkit.kernels`); float32 tokens equal the readable step's.
 """
 
 from __future__ import annotations
