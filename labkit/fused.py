@@ -80,7 +80,6 @@ class FusedStep:
                                       device=model.device)
         self._key_start: dict[int, torch.Tensor] = {}
 
-    # ------------------------------------------------------------------ the step
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
                  check: Check = None, out: torch.Tensor | None = None) -> torch.Tensor:
         self._check(tokens, positions, slots, check, out)
@@ -235,9 +234,6 @@ def make_fused_step(model: TinyGPT, *, attention: Attention = "auto",
                     branches: bool | None = None) -> FusedStep:
     """The fused decode step of ``model`` (see :class:`FusedStep`)."""
     return FusedStep(model, attention=attention, branches=branches)
-
-
-# ---------------------------------------------------------------------------------- agreement
 
 
 @dataclass

@@ -148,9 +148,6 @@ def time_any(fn: Callable[[], object], device: torch.device | str, **kw: Any) ->
     return time_host(fn, **kw)
 
 
-# ---------------------------------------------------------------------------------- launch probe
-
-
 @dataclass
 class LaunchOverhead:
     """Cost of launching tiny kernels. CUDA-only fields are ``None`` without CUDA."""

@@ -156,9 +156,6 @@ def load_gpt2(path: str | Path, *, n_head: int | None = None,
     return model.to(device).eval()
 
 
-# ---------------------------------------------------------------------------------- the hook
-
-
 def gpt2_weights_path(path: str | Path | None = None) -> Path | None:
     """The GPT-2 checkpoint: ``path`` (it must exist), else ``LABKIT_GPT2_WEIGHTS``, else None."""
     if path is None:

@@ -194,7 +194,6 @@ class TritonStep:
                              f"{bad[:3]} are not: make them contiguous and build the step "
                              "again")
 
-    # ------------------------------------------------------------------ the step
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
                  check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         self._check(tokens, positions, slots, check, out)

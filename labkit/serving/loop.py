@@ -34,9 +34,6 @@ from labkit.serving.traces import TraceRequest
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-# ----------------------------------------------------------------------------- clocks
-
-
 class Clock(Protocol):
     """Where the engine's time comes from."""
 
@@ -94,9 +91,6 @@ class SimClock:
             self.t += self.decode_s + self.decode_per_row_s * rows
         else:
             self.t += self.prefill_s + self.prefill_per_token_s * rows
-
-
-# ----------------------------------------------------------------------------- step functions
 
 
 def eager_step(model: TinyGPT) -> StepFn:
@@ -198,9 +192,6 @@ class CircuitBreaker:
             self.opened_at = self.clock.now()
             self.trips.append(self.opened_at)
         return out
-
-
-# ----------------------------------------------------------------------------- the run
 
 
 @dataclass

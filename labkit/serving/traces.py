@@ -64,9 +64,6 @@ def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
     return out
 
 
-# ----------------------------------------------------------------------------- request traces
-
-
 @dataclass(frozen=True)
 class TraceRequest:
     """One request of a serving trace: arrives ``arrival_s`` seconds after the start, brings

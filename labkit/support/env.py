@@ -54,9 +54,6 @@ def hardware_tier() -> Tier:
     return "gpu" if _cuda_available() else "cpu"
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
 def _run(cmd: list[str], cwd: str | os.PathLike[str] | None = None,
          timeout: float = 10.0) -> str | None:
     """stdout of a command, stripped; None when it is missing, fails or times out."""
@@ -176,9 +173,6 @@ def _git_state() -> tuple[str | None, bool | None]:
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-
-
-# ----------------------------------------------------------------------------- record
 
 
 def environment_record() -> dict[str, Any]:
