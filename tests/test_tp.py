@@ -186,7 +186,7 @@ def one_rank():
 
 
 def test_one_rank_is_the_full_model_in_this_process(one_rank):
-    r = rank_check(0, 1, CFG, 0, 3, [[1, 2], [3]], 4)
+    r = rank_check(0, 1, CFG, 0, 3, [[1, 2], [3]], 4, (1, 2))
     assert r["tp_heads"] == CFG["n_head"]
     for ref, par in [r["prefill_logits"], *r["decode_logits"]]:
         torch.testing.assert_close(par, ref, rtol=1e-5, atol=1e-6)

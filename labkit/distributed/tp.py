@@ -251,16 +251,19 @@ class TensorParallelGPT(TinyGPT):
 
 
 def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int = 4,
-               prompts: list[list[int]] | None = None, new_tokens: int = 6) -> dict:
+               prompts: list[list[int]] | None = None, new_tokens: int = 6,
+               dispatch_sizes: tuple[int, ...] = (1, 2, 4),
+               allreduce: AllReduceKind = "process_group") -> dict:
     """Run on every rank (:func:`labkit.distributed.launch.run_ranks`): the tensor-parallel
     model against the full one of the same seed. Returns (full, TP) pairs of the prefill and
     decode logits (on the host) with their max differences, the greedy tokens of each step,
-    ``generate``'s tokens and the padding dispatcher's (graphs on CUDA)."""
+    ``generate``'s tokens and the padding dispatcher's over ``dispatch_sizes`` (graphs on CUDA);
+    ``allreduce`` picks the tensor-parallel model's all-reduce."""
     device = torch.device("cuda", torch.cuda.current_device()) if (
         dist.get_backend() == "nccl") else torch.device("cpu")
     config = GPTConfig(**cfg)
     full = build_model(config, device, seed=seed)
-    tp = TensorParallelGPT(full)
+    tp = TensorParallelGPT(full, allreduce=allreduce)
     if device.type == "cuda":
         tp.warmup_collectives()
     if prompts is None:
@@ -295,7 +298,7 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
             model.cache.release(i)
         model.reset_cache()
     out["generate"] = (generate(full, prompts, new_tokens), generate(tp, prompts, new_tokens))
-    disp = PaddingDispatcher(tp, (1, 2, 4),
+    disp = PaddingDispatcher(tp, dispatch_sizes,
                              mode="graph" if device.type == "cuda" else "eager")
     out["dispatch"] = generate(tp, prompts, new_tokens,  # host-side metadata, as documented
                                step_fn=lambda t, p, s: disp.step(t, p.cpu(), s.cpu()))
