@@ -298,7 +298,6 @@ class ServingEngine:
         waiting: deque[int] = deque()
         free_slots = list(range(self.max_running - 1, -1, -1))  # pop() gives 0, 1, 2, ...
         running: dict[int, int] = {}  # request -> slot, in admission order
-        last: dict[int, int] = {}     # request -> last token (to feed back)
         steps: list[StepRecord] = []
         dev = model.device
         t0 = clock.now()
@@ -345,7 +344,6 @@ class ServingEngine:
                     clock.charge("prefill", r.prompt_len)
                     res.tokens.append(tok)
                     res.token_times_s.append(clock.now() - t0)
-                    last[i] = tok
                 for i in [i for i in running if len(results[i].tokens) >= reqs[i].output_len]:
                     finish(i)
                 if not running:
@@ -356,7 +354,7 @@ class ServingEngine:
                 mode, padded = decide_of(self.step_fn, bs)
                 start = clock.now() - t0
                 # host-side batch (the dispatcher checks it and copies it in once)
-                tokens = torch.tensor([last[i] for i in batch])
+                tokens = torch.tensor([results[i].tokens[-1] for i in batch])
                 positions = torch.tensor([reqs[i].prompt_len + len(results[i].tokens) - 1
                                           for i in batch])
                 slots = torch.tensor([running[i] for i in batch])
@@ -367,7 +365,6 @@ class ServingEngine:
                 for i, tok in zip(batch, new):
                     results[i].tokens.append(tok)
                     results[i].token_times_s.append(end)
-                    last[i] = tok
                 for i in [i for i in batch if len(results[i].tokens) >= reqs[i].output_len]:
                     finish(i)
         finally:

@@ -143,10 +143,8 @@ def _cpu_model() -> str | None:
     for line in text.splitlines():
         if line.lower().startswith("model name"):
             return line.split(":", 1)[1].strip() or None
-    if sys.platform == "darwin":
-        out = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
-        if out:
-            return out
+    if sys.platform == "darwin" and (out := _run(["sysctl", "-n", "machdep.cpu.brand_string"])):
+        return out
     return platform.processor() or None
 
 
@@ -158,17 +156,14 @@ def _git_state() -> tuple[str | None, bool | None]:
         return commit, None
     here = Path(__file__).resolve().parent
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
-    if not top:
-        return None, None
     # only the repository that holds labkit (not some checkout around a site-packages tree)
-    if not (Path(top) / "labkit" / "__init__.py").exists():
+    if not top or not (Path(top) / "labkit" / "__init__.py").exists():
         return None, None
     commit = _run(["git", "rev-parse", "HEAD"], cwd=top)
     if not commit:
         return None, None
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
-    dirty = None if status is None else bool(status)
-    return commit, dirty
+    return commit, None if status is None else bool(status)
 
 
 def _utc_now() -> str:
