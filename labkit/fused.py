@@ -96,7 +96,8 @@ class FusedStep:
                check: Check, out: torch.Tensor | None) -> None:
         """The readable step's checks (shared code: same errors, same rules)."""
         m = self.model
-        if self._device_changed():
+        w = m.tok_emb.weight
+        if self._zero.device != w.device or self._zero.dtype != w.dtype:
             raise RuntimeError(f"the model moved to {m.device} after its fused step was built "
                                f"on {self._zero.device}; build it again with "
                                "make_fused_step(model)")
@@ -108,10 +109,6 @@ class FusedStep:
             raise ValueError(f"out must be a ({b}, {m.cfg.vocab_size}) {m.cfg.torch_dtype} "
                              f"tensor on {m.device}; got "
                              f"{getattr(out, 'shape', type(out).__name__)}")
-
-    def _device_changed(self) -> bool:
-        w = self.model.tok_emb.weight
-        return self._zero.device != w.device or self._zero.dtype != w.dtype
 
     def attention_kernel(self, batch: int) -> AttentionKernel:
         """The attention kernel a step of ``batch`` rows uses (see ``attention=``)."""

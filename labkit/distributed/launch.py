@@ -194,14 +194,11 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
               shutdown_timeout_s: float | None = None, info: dict | None = None) -> list[Any]:
     """``[fn(0, N, *args), ..., fn(N-1, N, *args)]``, each run in its own process on one rank.
 
-    ``fn`` must be a module-level function and its result picklable with tensors on the host
-    (callers need the ``if __name__ == "__main__":`` guard). ``backend``: ``'gloo'`` or
-    ``'nccl'`` (default when CUDA is available); ``cpu_threads``: ``torch.set_num_threads`` in
-    each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others get
-    ``grace_s`` seconds); a rank past its time gives :class:`RankTimeout` (the module
-    docstring). Every process is joined before this returns or raises. ``info`` is filled
-    with ``shutdown`` (rank -> seconds per step), ``shutdown_hung`` and ``exit_codes``.
-    """
+    ``fn``: a module-level function with a picklable result, tensors on the host. ``backend``
+    defaults to ``'nccl'`` where CUDA is; ``cpu_threads``: ``torch.set_num_threads`` per rank.
+    A rank that raises gives :class:`RankError` (the others get ``grace_s`` seconds), one past
+    its time :class:`RankTimeout`; every process is joined before this returns. ``info`` gets
+    ``shutdown`` (rank -> seconds per step), ``shutdown_hung`` and ``exit_codes``."""
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args), got "
                         f"{type(fn).__name__}")

@@ -1,16 +1,14 @@
 """Decode attention of the Triton step (:mod:`labkit.kernels.step`), split along the sequence
 as FlashDecoding does, over the KV cache in place (slot or paged layout).
 
-One program per (row, head) leaves most of the GPU idle at small batches, so the positions are
-cut into ``NSPLIT`` splits of ``SPLIT`` and each (row, head, split) program computes a partial
-softmax: its largest score ``m``, ``l = sum exp(score - m)`` and ``acc = sum exp(score - m) v``.
-They combine exactly (log-sum-exp)::
+One program per (row, head) leaves the GPU idle at small batches, so each (row, head, split)
+program computes a partial softmax (largest score ``m``, ``l = sum exp(score - m)``,
+``acc = sum exp(score - m) v``), combined exactly in :func:`attn_out_kernel`::
 
     M = max_s m_s,   y = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s
 
-in the next kernel, which needs every head of a row anyway (:func:`attn_out_kernel`). Splits
-are fixed by ``max_seq`` (a graph cannot pick them from the positions): a split past a row's
-last position loads nothing and writes ``m = -inf, l = 0``.
+Splits are fixed by ``max_seq`` (a graph cannot pick them from the positions): a split past a
+row's last position loads nothing and writes ``m = -inf, l = 0``.
 """
 
 import triton

@@ -12,7 +12,7 @@ from typing import Any
 
 from labkit.checks import as_int
 from labkit.kernels.step import kernels_per_step
-from labkit.roofline.stepcost import DTYPE_BYTES, config_fields
+from labkit.roofline.stepcost import DTYPE_BYTES, check_point, config_fields
 
 __all__ = ["kernel_plan", "kernels_per_step", "plan_totals"]
 
@@ -33,9 +33,7 @@ def kernel_plan(cfg: Any, batch: int, context: int, splits: int = 1) -> list[dic
     ``splits`` attention splits: ``kernel``, ``role``, ``launches`` and the bytes of all its
     launches by class (:data:`_CLASSES`), their sum ``compulsory`` and ``activations``."""
     d = config_fields(cfg)
-    b = as_int(batch, "batch", minimum=1, fix="give the decode batch size")
-    c = as_int(context, "context", minimum=1, maximum=int(d["max_seq"]),
-               fix="give the positions each row attends to, at most max_seq")
+    b, c = check_point(d, batch, context)
     s = as_int(splits, "splits", minimum=1, fix="give the number of attention splits (1: none)")
     e = DTYPE_BYTES[d["dtype"]]
     dm, L, V = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])

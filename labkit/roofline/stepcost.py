@@ -63,7 +63,8 @@ class StepBytes:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "total": self.total}
 
 
-def _check_point(d: dict, batch: int, context: int) -> tuple[int, int]:
+def check_point(d: dict, batch: int, context: int) -> tuple[int, int]:
+    """``batch`` and ``context`` checked against the config fields ``d``."""
     batch = as_int(batch, "batch", minimum=1, fix="give the decode batch size (rows per step)")
     context = as_int(context, "context", minimum=1, maximum=int(d["max_seq"]),
                      fix="give the number of positions each row attends to (its position + 1), "
@@ -81,7 +82,7 @@ def step_bytes(cfg: Any, batch: int, context: int) -> StepBytes:
     """Bytes one decode step of ``batch`` rows moves when every row attends to ``context``
     positions (the cache read in place, as labkit's CUDA path does)."""
     d = config_fields(cfg)
-    batch, context = _check_point(d, batch, context)
+    batch, context = check_point(d, batch, context)
     e = DTYPE_BYTES[d["dtype"]]
     dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
     weights = (layers * block_params(dm) + 2 * dm + vocab * dm) * e
@@ -104,7 +105,7 @@ def step_flops(cfg: Any, batch: int, context: int) -> int:
     """Flops of one decode step: two per weight per row in the GEMMs, plus attention's
     ``q·k`` and ``p·v``."""
     d = config_fields(cfg)
-    batch, context = _check_point(d, batch, context)
+    batch, context = check_point(d, batch, context)
     dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
     gemm = 2 * batch * (layers * 12 * dm * dm + vocab * dm)
     attention = layers * batch * context * 4 * dm

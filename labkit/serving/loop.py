@@ -1,16 +1,12 @@
 """Continuous batching over a request trace: the serving loop on the tiny GPT.
 
-Requests arrive by a trace (:class:`TraceRequest`). Every engine step queues the arrivals
-(first come, first served); admits queued requests while a slot is free and the cache has room
-for the whole request (``model.cache.reserve``; :class:`labkit.kvcache.CacheFullError` stops
-admission until a request leaves), prefilling each alone (its first token comes from the
-prefill); decodes every running request one step through a step function
-(:func:`make_step_fn`, or a :class:`CircuitBreaker` around one); retires the finished ones.
-
-Time comes from a :class:`RealClock` or a :class:`SimClock` (each piece of work costs a given
-simulated time, so a seeded run gives the same tokens and schedule everywhere). The
-:class:`ServeRun` holds each token's timestamp and each decode step's batch, padded size and
-runtime mode; :mod:`labkit.measure.serving_metrics` turns it into TTFT/TPOT/ITL percentiles.
+Every engine step queues the trace's arrivals, admits them first come, first served while a
+slot and the cache room of the whole request are free (prefilling each alone: the first
+token), decodes every running request one step through a step function (:func:`make_step_fn`
+or a :class:`CircuitBreaker`) and retires the finished ones. Time comes from a
+:class:`RealClock` or a seeded-reproducible :class:`SimClock`; the :class:`ServeRun` holds
+every token's time and every step's batch, padded size and mode, which
+:mod:`labkit.measure.serving_metrics` turns into TTFT/TPOT/ITL percentiles.
 """
 
 from __future__ import annotations
