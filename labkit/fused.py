@@ -52,8 +52,7 @@ FLASH_MAX_ROW_HEADS = 256
 
 
 class FusedStep:
-    """The fused decode step of one model (see the module docstring), called like
-    ``model.decode_step``; ``attention`` and ``branches`` as the module docstring says."""
+    """The fused decode step of one model (the module docstring), called like decode_step."""
 
     def __init__(self, model: TinyGPT, *, attention: Attention = "auto",
                  branches: bool | None = None) -> None:
@@ -88,8 +87,7 @@ class FusedStep:
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
-        """The step without any check: for callers that checked the batch (the dispatcher,
-        graph capture)."""
+        """The step without any check (the dispatcher and graph capture checked the batch)."""
         return self._step(tokens, positions, slots, out)
 
     def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
@@ -153,8 +151,7 @@ class FusedStep:
 
     def _fork(self, tokens: torch.Tensor) -> tuple[torch.cuda.Stream, torch.cuda.Stream,
                                                    torch.cuda.Event, torch.cuda.Event] | None:
-        """``(main, side, pairs_done, meta_done)`` when this step branches (``branches``),
-        else ``None``."""
+        """``(main, side, pairs_done, meta_done)`` when this step branches, else ``None``."""
         use = self.branches
         if use is None:
             use = tokens.is_cuda and torch.cuda.is_current_stream_capturing()

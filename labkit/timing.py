@@ -94,8 +94,7 @@ def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
 
 def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
               inner: int = 10) -> Stats:
-    """GPU time per call of ``fn`` (µs) from CUDA events around ``inner`` back-to-back calls,
-    after ``warmup`` calls; raises without CUDA."""
+    """GPU µs per call of ``fn`` from CUDA events around ``inner`` calls, after warm-up."""
     _check_fn(fn)
     return _time_events({"fn": fn}, warmup, repeats, inner, "time_cuda")["fn"]
 

@@ -41,8 +41,7 @@ _BLOCK = {
 
 
 def read_gpt2_tensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a GPT-2 safetensors file, keyed without the ``transformer.`` prefix
-    (mask buffers left out)."""
+    """Every tensor of a GPT-2 safetensors file, without the ``transformer.`` prefix."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -108,8 +107,7 @@ def gpt2_config(tensors: Mapping[str, torch.Tensor], *, n_head: int | None = Non
 
 
 def gpt2_state_dict(tensors: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
-    """GPT-2 tensors renamed (Conv1D weights transposed) into a :class:`TinyGPT` state dict
-    for ``cfg``, every shape checked."""
+    """GPT-2 tensors as a :class:`TinyGPT` state dict for ``cfg``, every shape checked."""
     d, v = cfg.d_model, cfg.vocab_size
 
     def take(name: str, shape: tuple[int, ...], transpose: bool = False) -> torch.Tensor:

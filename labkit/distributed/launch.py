@@ -106,8 +106,7 @@ def release_graphs() -> int:
 
 
 def shutdown(backend: str) -> dict[str, float]:
-    """The shutdown of the module docstring; returns the seconds of each step, ``total_s``
-    and ``graphs_reset``."""
+    """The shutdown of the module docstring; returns each step's seconds and graphs reset."""
     times: dict[str, float] = {}
     t_start = t = time.perf_counter()
 

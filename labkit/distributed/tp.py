@@ -236,8 +236,7 @@ class TensorParallelGPT(TinyGPT):
 
     @torch.no_grad()
     def warmup_collectives(self) -> None:
-        """Run one all-reduce of a decode-step shape and wait for it: NCCL builds its
-        communicator on the first collective, which must not happen inside a graph capture."""
+        """One all-reduce, waited for: NCCL's communicator must exist before a capture."""
         x = torch.zeros((1, 1, self.cfg.d_model), dtype=self.cfg.torch_dtype,
                         device=self.device)
         self._reduce(x)

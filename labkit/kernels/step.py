@@ -241,8 +241,7 @@ class TritonStep:
         return replace(chosen, **self.blocks) if self.blocks else chosen
 
     def launch_shape(self, batch: int) -> dict:
-        """Tile sizes, attention splits, positions per split and kernels of a step of
-        ``batch`` rows."""
+        """Tile sizes, attention splits and kernels of a step of ``batch`` rows."""
         bl = self.blocks_for(batch)
         split, nsplit = self._splits(bl)
         return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
@@ -254,8 +253,7 @@ class TritonStep:
         return split, _cdiv(max_seq, split)
 
     def _workspace(self, b: int) -> _Workspace:
-        """Batch size ``b``'s buffers, kept when made outside a capture (graphs replay into
-        them)."""
+        """Batch size ``b``'s buffers, kept when made outside a capture (graphs reuse them)."""
         ws = self._workspaces.get(b)
         if ws is not None:
             return ws

@@ -68,7 +68,6 @@ def kernel_plan(cfg: Any, batch: int, context: int, splits: int = 1) -> list[dic
 
 
 def plan_totals(plan: list[dict]) -> dict:
-    """The plan's sums: ``launches``, every byte class, ``compulsory`` (``step_bytes``'s
-    ``total``) and ``activations``."""
+    """The plan's sums: launches, every byte class, ``compulsory`` and ``activations``."""
     return {k: sum(int(r[k]) for r in plan)
             for k in ("launches", *_CLASSES, "compulsory", "activations")}

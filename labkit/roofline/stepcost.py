@@ -24,8 +24,7 @@ _NEEDED = ("vocab_size", "n_layer", "d_model", "max_seq", "dtype")
 
 
 def config_fields(cfg: Any) -> dict:
-    """The fields of a model config (a :class:`labkit.model.GPTConfig` or a record's
-    ``config`` dict) as a dict, checked."""
+    """The fields of a model config (a ``GPTConfig`` or a record's dict), checked."""
     if isinstance(cfg, Mapping):
         d = dict(cfg)
     elif hasattr(cfg, "to_dict"):
@@ -79,8 +78,7 @@ def block_params(d_model: int) -> int:
 
 
 def step_bytes(cfg: Any, batch: int, context: int) -> StepBytes:
-    """Bytes one decode step of ``batch`` rows moves when every row attends to ``context``
-    positions (the cache read in place, as labkit's CUDA path does)."""
+    """Bytes one step of ``batch`` rows moves, each attending to ``context`` positions."""
     d = config_fields(cfg)
     batch, context = check_point(d, batch, context)
     e = DTYPE_BYTES[d["dtype"]]
@@ -102,8 +100,7 @@ def all_weight_bytes(cfg: Any) -> int:
 
 
 def step_flops(cfg: Any, batch: int, context: int) -> int:
-    """Flops of one decode step: two per weight per row in the GEMMs, plus attention's
-    ``q·k`` and ``p·v``."""
+    """Flops of one decode step: two per weight per row, plus attention's q·k and p·v."""
     d = config_fields(cfg)
     batch, context = check_point(d, batch, context)
     dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
@@ -139,8 +136,7 @@ def roofline_floor_us(cfg: Any, batch: int, context: int, bandwidth_gbps: float,
 
 def ridge_batch(cfg: Any, context: int, bandwidth_gbps: float, tflops: float,
                 max_batch: int = 65536) -> int | None:
-    """The smallest batch whose compute floor reaches its bandwidth floor; ``None`` if none up
-    to ``max_batch`` does."""
+    """The smallest compute-bound batch up to ``max_batch`` (``None`` if there is none)."""
     max_batch = as_int(max_batch, "max_batch", minimum=1)
     lo, hi = 1, max_batch
 

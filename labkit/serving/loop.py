@@ -192,8 +192,7 @@ class CircuitBreaker:
 
 @dataclass
 class RequestResult:
-    """One request's arrival, admission (prefill start), token times (seconds from the start)
-    and token ids."""
+    """One request's arrival, admission, token times (s from the start) and token ids."""
 
     index: int
     arrival_s: float
@@ -220,8 +219,7 @@ class StepRecord:
 
 @dataclass
 class ServeRun:
-    """A finished run: a :class:`RequestResult` per request (trace order), a
-    :class:`StepRecord` per decode step."""
+    """A finished run: its requests (trace order) and decode steps."""
 
     requests: list[RequestResult]
     steps: list[StepRecord]

@@ -66,8 +66,7 @@ def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
 
 @dataclass(frozen=True)
 class TraceRequest:
-    """One request of a serving trace: arrives ``arrival_s`` seconds after the start, brings
-    ``prompt_len`` tokens and wants ``output_len`` generated tokens."""
+    """One request of a serving trace: arrival time (s), prompt and output lengths."""
 
     arrival_s: float
     prompt_len: int
@@ -114,8 +113,7 @@ def arrival_times(n: int, *, rate: float, arrivals: str = "poisson", seed: int =
 
 def request_trace(n: int = 64, *, rate: float = 4.0, arrivals: str = "poisson", seed: int = 0,
                   max_seq: int = 1024, **kwargs: float) -> list[TraceRequest]:
-    """A SYNTHETIC serving trace: :func:`arrival_times` joined with :func:`request_lengths`
-    (``kwargs`` go to whichever takes them)."""
+    """A SYNTHETIC serving trace: :func:`arrival_times` with :func:`request_lengths`."""
     akeys = {"busy_rate", "quiet_mean_s", "busy_mean_s"}
     times = arrival_times(n, rate=rate, arrivals=arrivals, seed=seed,
                           **{k: v for k, v in kwargs.items() if k in akeys})
@@ -206,8 +204,7 @@ def write_or_check(out: Path, files: Iterable[TraceFile], *, check: bool) -> int
 def regenerate_main(description: str, default_out: Path,
                     files: Callable[[], Iterable[TraceFile]],
                     argv: list[str] | None = None) -> int:
-    """The command line of the trace scripts in ``scripts/`` (``--out DIR``, ``--check``:
-    :func:`write_or_check`); returns the exit status."""
+    """The command line (``--out DIR``, ``--check``) of the trace scripts in ``scripts/``."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", type=Path, default=default_out)
     ap.add_argument("--check", action="store_true",

@@ -47,8 +47,7 @@ def _cuda_available() -> bool:
 
 
 def hardware_tier() -> Tier:
-    """``"gpu"`` when torch sees a CUDA device, else ``"cpu"``; ``LABKIT_FORCE_TIER=cpu``
-    forces the CPU tier."""
+    """``"gpu"`` when torch sees a CUDA device (and ``LABKIT_FORCE_TIER`` allows), else cpu."""
     if envvars.force_tier() == "cpu":  # raises EnvVarError naming a bad value
         return "cpu"
     return "gpu" if _cuda_available() else "cpu"
@@ -102,8 +101,7 @@ def _nvidia_smi(index: int = 0) -> dict[str, Any] | None:
 
 
 def _gpu_processes() -> int | None:
-    """Compute processes on every GPU of this host (this one included once it used CUDA), or
-    None without nvidia-smi."""
+    """Compute processes on every GPU of this host, or None without nvidia-smi."""
     out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
     if out is None:
         return None
@@ -149,8 +147,7 @@ def _cpu_model() -> str | None:
 
 
 def _git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding this package, or (None, None);
-    ``LABKIT_GIT_COMMIT`` names the commit of a copy without git metadata."""
+    """(commit, dirty) of the checkout holding labkit (or ``LABKIT_GIT_COMMIT``)."""
     commit = envvars.git_commit()
     if commit:
         return commit, None
