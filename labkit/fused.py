@@ -165,8 +165,7 @@ class FusedStep:
 
     @staticmethod
     def _keep_for(stream: torch.cuda.Stream, pairs: torch.Tensor, meta: StepMeta) -> None:
-        """Eager branches: the side stream's tensors are used on ``stream`` too, so the
-        caching allocator must not hand them out again before ``stream`` is done."""
+        """Eager branches: keep the side stream's tensors alive for ``stream`` too."""
         for t in (pairs, meta.seq_lens, meta.write_index):
             t.record_stream(stream)
 
@@ -267,8 +266,7 @@ def agreement(model: TinyGPT, prompts: Sequence[Sequence[int]], new_tokens: int 
 
 @torch.no_grad()
 def _first_step_diff(model: TinyGPT, prompts: Sequence[Sequence[int]], step: StepFn) -> float:
-    """Max |readable - step| logits for one decode step after prefilling every prompt (the
-    cache is reset before and after: a measurement, not a serving path)."""
+    """Max |readable - step| logits of one step after prefilling every prompt."""
     dev = model.device
     n = len(prompts)
     model.reset_cache()

@@ -223,8 +223,7 @@ class WorkPoint:
 
 def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None = None, *,
                        n_kernels: int = 50, repeats: int = 20) -> list[WorkPoint]:
-    """``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph (graph: CUDA only):
-    small tensors are launch-bound, large ones meet."""
+    """``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph (CUDA)."""
     device = as_device(("cuda" if torch.cuda.is_available() else "cpu") if device is None
                        else device)
     numels = as_int_list(numels, "numels", minimum=1, maximum=2**31 - 1,

@@ -81,8 +81,7 @@ def _heads(d_model: int, n_head: int | None, config_json: Path | None) -> int:
 
 def gpt2_config(tensors: Mapping[str, torch.Tensor], *, n_head: int | None = None,
                 config_json: Path | None = None, **overrides) -> GPTConfig:
-    """The :class:`GPTConfig` of a GPT-2 checkpoint; ``max_seq`` defaults to
-    ``min(n_positions, 256)``, ``max_batch`` to 4, ``overrides`` set any field."""
+    """The :class:`GPTConfig` of a GPT-2 checkpoint (``overrides`` set any field)."""
     for key in ("wte.weight", "wpe.weight"):
         if key not in tensors:
             raise KeyError(f"the checkpoint has no tensor {key!r} (looked for it with and "
@@ -141,8 +140,7 @@ def gpt2_state_dict(tensors: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict
 
 def load_gpt2(path: str | Path, *, n_head: int | None = None,
               device: str | torch.device = "cpu", **overrides) -> TinyGPT:
-    """A :class:`TinyGPT` holding the GPT-2 weights of ``path``, in eval mode on ``device``;
-    ``overrides``: config fields (``dtype``, ``max_seq``, ``max_batch``, ``kv_layout`` ...)."""
+    """A :class:`TinyGPT` with the GPT-2 weights of ``path`` (``overrides``: config fields)."""
     path = Path(path)
     device = as_device(device)
     tensors = read_gpt2_tensors(path)
@@ -177,8 +175,7 @@ class Tokenizer:
 
 
 def gpt2_tokenizer(weights: str | Path | None = None) -> Tokenizer | None:
-    """GPT-2's tokenizer without a download: a ``tokenizer.json`` beside ``weights`` (read with
-    ``tokenizers``), else ``tiktoken``'s cached ``gpt2`` encoding; None otherwise."""
+    """GPT-2's tokenizer if one is available offline, else None."""
     if weights is not None:
         tj = Path(weights).with_name("tokenizer.json")
         if tj.is_file():

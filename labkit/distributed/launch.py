@@ -86,8 +86,7 @@ def rank_device() -> torch.device:
 
 
 def release_graphs() -> int:
-    """``gc.collect()``, then ``reset()`` every ``torch.cuda.CUDAGraph`` still alive (a cycle,
-    a cache, a traceback may hold one); returns how many were reset."""
+    """``gc.collect()``, then ``reset()`` every CUDA graph still alive; how many."""
     gc.collect()
     if not torch.cuda.is_available():
         return 0
@@ -171,8 +170,7 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
 
 
 def _let_go() -> None:
-    """After an error: release graphs and destroy the group without a barrier (peers may be
-    gone), in a daemon thread waited for at most 10 seconds."""
+    """After an error: release graphs, destroy the group without a barrier (10 s at most)."""
     with contextlib.suppress(Exception):
         release_graphs()
     if not dist.is_initialized():

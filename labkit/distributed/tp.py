@@ -103,8 +103,7 @@ class SymmMemAllReduce:
 
 
 def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
-    """``enable_symm_mem_for_group`` where this torch has it (needed before torch 2.9,
-    deprecated after); a failure is left to ``rendezvous`` to report."""
+    """``enable_symm_mem_for_group`` where this torch has it (needed before 2.9)."""
     fn = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if fn is None:
         return

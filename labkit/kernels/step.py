@@ -341,8 +341,7 @@ class TritonStep:
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None) -> list[Launch]:
-    """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs (132: an H200), for a
-    model on any device, with dummy inputs; nothing runs (:mod:`labkit.kernels.aot`)."""
+    """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
     step = TritonStep(model, blocks=blocks)
     step.interpret = False  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
@@ -357,6 +356,5 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
 
 def make_triton_step(model: TinyGPT, *,
                      blocks: Blocks | Mapping[str, int] | None = None) -> TritonStep:
-    """The Triton decode step of ``model`` (:class:`TritonStep`); ``RuntimeError`` when Triton
-    is not importable (:func:`unavailable_reason` says why)."""
+    """The Triton decode step of ``model`` (``RuntimeError`` without Triton)."""
     return TritonStep(model, blocks=blocks)

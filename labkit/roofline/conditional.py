@@ -51,8 +51,7 @@ def conditional_support() -> dict[str, Any]:
 
 
 def if_node_demo() -> dict[str, Any]:
-    """Capture ``x += 1`` in an IF node and replay it with the predicate true, false, true:
-    ``{"ok", "values" ([1, 1, 2] when it works), "error"}``; never raises."""
+    """Capture ``x += 1`` in an IF node, replay it with the predicate on, off, on; never raises."""
     support = conditional_support()
     if not support["gpu_available"]:
         return {"ok": False, "values": [], "error": "no CUDA GPU in this process"}

@@ -64,8 +64,7 @@ def multistep_decode(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tens
 @torch.no_grad()
 def single_steps(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tensor,
                  slots: torch.Tensor, n_steps: int) -> torch.Tensor:
-    """The reference: ``n_steps`` ``decode_step`` calls, each argmax read on the host and sent
-    back, as a server that checks every token does; ``(B, n_steps)``."""
+    """The reference: ``n_steps`` ``decode_step`` calls, each argmax read on the host."""
     n_steps = _check(model, n_steps)
     _check_room(model, positions.cpu(), n_steps)
     dev = tokens.device
@@ -116,8 +115,7 @@ class MultiStepGraph:
 
 def capture_multistep(model: TinyGPT, batch_size: int, n_steps: int, *, pool=None,
                       warmup: int = 2) -> MultiStepGraph:
-    """Capture ``n_steps`` decode steps of ``batch_size`` rows in one CUDA graph (the static
-    inputs start in the scratch slot: warm-up writes no live request's cache)."""
+    """Capture ``n_steps`` decode steps of ``batch_size`` rows in one CUDA graph."""
     n_steps = _check(model, n_steps)
     batch_size = as_int(batch_size, "batch_size", minimum=1, maximum=model.cfg.max_batch,
                         fix="capture a batch size the cache holds (<= max_batch)")

@@ -205,8 +205,7 @@ class RequestResult:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One decode step: times, rows, padded rows, runtime mode, whether a captured size served
-    it (``graph``; on CPU the same padded batch runs eagerly), requests admitted before it."""
+    """One decode step: times, rows, padded rows, runtime mode, graph hit, admissions."""
 
     start_s: float
     end_s: float
@@ -282,8 +281,7 @@ class ServingEngine:
     @torch.no_grad()
     def run(self, trace: Iterable[TraceRequest],
             progress: Callable[[int], None] | None = None) -> ServeRun:
-        """Serve every request of ``trace`` (``progress(1)`` per finished request); every
-        cache slot and block is free again at the end, also after an error."""
+        """Serve every request of ``trace``; every cache slot is free again at the end."""
         model, cfg, clock = self.model, self.model.cfg, self.clock
         reqs = check_trace(list(trace), cfg.max_seq)
         results = [RequestResult(i, r.arrival_s, r.prompt_len, r.output_len)

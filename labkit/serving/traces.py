@@ -48,8 +48,7 @@ def _lognormal(rng: random.Random, median: float, sigma: float, hi: int) -> int:
 def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
                     prompt_median: float = 120.0, prompt_sigma: float = 0.9,
                     output_median: float = 150.0, output_sigma: float = 0.8) -> list[Request]:
-    """``n`` SYNTHETIC requests with lognormal prompt and output lengths (medians in tokens,
-    ``sigma`` of the log), clipped to ``prompt + output <= max_seq``; seeded."""
+    """``n`` SYNTHETIC seeded requests, lognormal lengths clipped to ``max_seq`` positions."""
     n = as_int(n, "n", minimum=1, fix="ask for at least one request")
     max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give max_seq >= 2 (prompt + output)")
     for name, v in (("prompt_median", prompt_median), ("output_median", output_median),
@@ -185,8 +184,7 @@ TraceFile = tuple[str, str, str]
 
 
 def write_or_check(out: Path, files: Iterable[TraceFile], *, check: bool) -> int:
-    """Write each file into ``out`` (printing its note), or with ``check`` compare each with
-    the file there (printing ``ok`` or ``DIFF``); 0 when all matched or were written, else 1."""
+    """Write each file into ``out``, or with ``check`` compare each; 0 when all match."""
     status = 0
     for name, text, note in files:
         path = out / name

@@ -117,8 +117,7 @@ def _load_avg() -> float | None:
 
 
 def contention_warning(rec: dict[str, Any]) -> str | None:
-    """A warning when an :func:`environment_record` shows a busy host (another process on a
-    GPU, or a load average above 3/4 of the cores), else ``None``."""
+    """A warning when an :func:`environment_record` shows a busy host, else None."""
     parts = []
     procs, own = rec.get("gpu_processes"), 1 if rec.get("used_cuda") else 0
     if isinstance(procs, int) and procs > own:
@@ -212,8 +211,7 @@ def environment_record() -> dict[str, Any]:
 
 
 def gpu_slug(name: str) -> str:
-    """A short folder name for a GPU: ``'NVIDIA H200'`` -> ``'h200'``,
-    ``'NVIDIA GeForce RTX 4090'`` -> ``'rtx-4090'`` (idempotent)."""
+    """A short folder name for a GPU (``'NVIDIA H200'`` -> ``'h200'``), idempotent."""
     if not name or not name.strip():
         raise ValueError("gpu_slug needs a non-empty GPU name")
     words = re.split(r"[^a-z0-9]+", name.lower())
