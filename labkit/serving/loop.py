@@ -78,10 +78,6 @@ class SimClock:
     def sleep_until(self, t: float) -> None:
         self.t = max(self.t, t)
 
-    def advance(self, dt: float) -> None:
-        """Move time on by ``dt`` seconds."""
-        self.t += dt
-
     def charge(self, kind: str, rows: int) -> None:
         if kind == "decode":
             self.t += self.decode_s + self.decode_per_row_s * rows
