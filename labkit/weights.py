@@ -1,15 +1,10 @@
 """Real GPT-2 weights in the tiny GPT: load a Hugging Face GPT-2 ``model.safetensors`` with the
 ``safetensors`` package alone (no ``transformers``).
 
-:class:`labkit.model.TinyGPT` has GPT-2's architecture (pre-LayerNorm blocks, biases
-everywhere, the tanh ``gelu_new``). Two differences are handled here: GPT-2's ``Conv1D``
-weights are ``(in, out)``, so ``c_attn``, ``c_proj`` and ``c_fc`` are transposed on load; its
-head is tied to ``wte`` (usually not stored), which is copied into labkit's own head. Keys may
-carry the ``transformer.`` prefix; attention-mask buffers are ignored. The number of heads
-comes from the argument, a ``config.json`` beside the file, or GPT-2's sizes.
-
-The notebook hook: :func:`gpt2_weights_path` (an argument or ``LABKIT_GPT2_WEIGHTS``) and
-:func:`decode_gpt2`, which shows text only where a GPT-2 tokenizer is available offline.
+:class:`labkit.model.TinyGPT` has GPT-2's architecture; GPT-2's ``Conv1D`` weights
+(``c_attn``, ``c_proj``, ``c_fc``: ``(in, out)``) are transposed on load, and its head, tied to
+``wte``, is copied into labkit's own. Heads come from the argument, a ``config.json`` beside
+the file, or GPT-2's sizes. For notebooks: :func:`gpt2_weights_path` and :func:`decode_gpt2`.
 """
 
 from __future__ import annotations

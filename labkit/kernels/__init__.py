@@ -1,12 +1,9 @@
 """Triton kernels of the Triton decode step (:mod:`labkit.kernels.step`), and their loader.
 
-``matvec`` (the matrix kernels), ``attention`` (split attention and its combine) and ``common``
-import ``triton`` at their top, so :func:`load` imports them on first use and labkit runs where
-Triton is missing (:func:`unavailable_reason`). Triton decorates ``@triton.jit`` functions, its
-own library included, for the GPU or (``TRITON_INTERPRET=1`` before anything imports triton:
-``import torch._dynamo`` does) for its CPU interpreter, once per process;
-:func:`interpreted` says which. :mod:`labkit.kernels.aot` compiles a step for sm_90 without a
-GPU.
+``matvec``, ``attention`` and ``common`` import ``triton``, so :func:`load` imports them on first
+use (labkit runs without Triton: :func:`unavailable_reason`). Triton decorates its functions
+for the GPU or, with ``TRITON_INTERPRET=1`` set before anything imports triton (``import
+torch._dynamo`` does), for its CPU interpreter, once per process (:func:`interpreted`).
 """
 
 from __future__ import annotations

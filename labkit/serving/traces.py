@@ -1,9 +1,8 @@
 """SYNTHETIC request traces: prompt and output lengths, and arrival times for the serving engine.
 
-A KV cache's memory depends on the positions each request fills (prompt + output), which the
-shipped batch-size traces do not hold: :func:`request_lengths` draws them (lognormal, the
-heavy-tailed shape of chat traffic) from a seeded standard-library generator, the same on
-every machine. They stand for no real service. Request traces load from and save to CSV.
+:func:`request_lengths` draws prompt and output lengths (lognormal, the heavy-tailed shape of
+chat traffic) from a seeded standard-library generator, the same on every machine; they stand
+for no real service. Request traces load from and save to CSV.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The ``LABKIT_*`` environment variables labkit reads: one reader per variable, whose error
-names the variable, the bad value and what is allowed.
-
-Every module reads them through these readers, so a bad value fails the same way in the
-command line (:func:`check_environment`, before anything runs) and in a notebook. An unset or
-empty variable means "the default".
+names the variable, the bad value and what is allowed, the same in the command line
+(:func:`check_environment`, before anything runs) and in a notebook. Unset or empty: the default.
 """
 
 from __future__ import annotations
