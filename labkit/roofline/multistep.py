@@ -90,14 +90,10 @@ class MultiStepGraph:
     slots: torch.Tensor
     out: torch.Tensor
 
-    @property
-    def batch_size(self) -> int:
-        return self.tokens.shape[0]
-
     def load(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
         """Copy a batch into the static inputs (the same batch size as captured)."""
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"this graph was captured for {self.batch_size} rows, got "
+        if tokens.shape[0] != self.tokens.shape[0]:
+            raise ValueError(f"this graph was captured for {self.tokens.shape[0]} rows, got "
                              f"{tokens.shape[0]}; capture one per batch size")
         self.tokens.copy_(tokens)
         self.positions.copy_(positions)
