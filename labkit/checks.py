@@ -1,8 +1,6 @@
-"""Argument checks shared by the core modules: no silent truncation or coercion.
-
-An integer argument must be an ``int`` (or a numpy integer): ``2.5``, ``2.0``, ``"3"`` and
-``True`` are refused, never turned into ``2``, ``3`` or ``1``. Every error names the argument,
-what was wrong and how to fix it. Standard library only (``labkit.sizes`` must not import torch).
+"""Argument checks shared by the core modules: no silent truncation or coercion (``2.5``,
+``2.0``, ``"3"`` and ``True`` are not ints). Every error names the argument, what was wrong and
+how to fix it. Standard library only (``labkit.sizes`` must not import torch).
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ def _kind(value: Any) -> str:
 
 def as_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None,
            fix: str = "") -> int:
-    """``value`` as an ``int``; ``TypeError`` for a non-integer (``bool`` included),
-    ``ValueError`` outside ``[minimum, maximum]``. ``fix`` ends the message."""
+    """``value`` as an ``int`` (``TypeError`` for a non-integer, ``bool`` included;
+    ``ValueError`` outside ``[minimum, maximum]``); ``fix`` ends the message."""
     tail = f"; {fix}" if fix else ""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} ({_kind(value)}); pass a whole "
@@ -59,8 +57,7 @@ def as_bool(value: Any, name: str) -> bool:
 
 def as_int_list(values: Any, name: str, *, minimum: int | None = None,
                 maximum: int | None = None, fix: str = "") -> list[int]:
-    """An iterable of ints (each checked by :func:`as_int`) as a list, in the given order;
-    ``TypeError`` when ``values`` is a string, a mapping or not iterable at all."""
+    """An iterable of ints (each checked by :func:`as_int`) as a list, in the given order."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise TypeError(f"{name} must be a list of ints, got {values!r} ({_kind(values)})"
                         + (f"; {fix}" if fix else ""))
@@ -70,9 +67,8 @@ def as_int_list(values: Any, name: str, *, minimum: int | None = None,
 
 def as_size_list(values: Any, name: str, *, minimum: int = 1, maximum: int | None = None,
                  distinct: bool = False, fix: str = "") -> list[int]:
-    """A non-empty list of sizes (ints ``>= minimum``, each checked by :func:`as_int`), in the
-    given order; ``distinct`` refuses a size that appears twice. ``TypeError`` as
-    :func:`as_int_list`, ``ValueError`` for an empty list or a repeat."""
+    """A non-empty list of sizes (ints ``>= minimum``), in the given order; ``distinct``
+    refuses a size that appears twice."""
     tail = f"; {fix}" if fix else ""
     given = as_int_list(values, name, minimum=minimum, maximum=maximum, fix=fix)
     if not given:

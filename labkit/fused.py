@@ -1,77 +1,31 @@
 """A fused decode step in plain PyTorch: the readable step's arithmetic in fewer, fatter kernels.
 
-Same weights (read from the model's parameters on every call, never copied or cached), same
-KV cache, same interface as :meth:`labkit.model.TinyGPT.decode_step`:
-``step(tokens, positions, slots, *, check=None, out=None) -> logits``. Build it with
-:func:`make_fused_step` (or pick it by name with :func:`step_function`); graphs capture it
-like the readable step (``capture_decode_graphs(..., step=make_fused_step(model))``);
-:meth:`FusedStep.decode` is the step without checks, for callers that checked the batch.
+Same weights (read live), same KV cache, same interface as ``TinyGPT.decode_step``
+(:func:`make_fused_step`). Per layer: LN1; QKV as one GEMM with its bias in the cuBLASLt
+epilogue; k and v into the cache in one ``index_copy_``; attention over the cache in place;
+the out-projection GEMM added onto the residual (``addmm_``, ``beta=1``); LN2; the MLP
+up-projection with bias and GELU in the epilogue (``torch._addmm_activation``); the
+down-projection added onto the residual; one broadcast add of the residual's biases: 9
+kernels against the readable step's 12 to 15, ``9 L + 11`` a step (gpt2: 119) when cuBLAS runs
+each GEMM as one kernel. For gpt2's down-projection at small batches it adds split-K
+reductions (12 more); forbidding split-K made the step twice as slow on an H200, so labkit
+keeps cuBLAS's choice (:func:`labkit.measure.opcount.op_counts` counts them).
 
-What is fused, per layer (the kernels one layer launches on CUDA)::
+``attention=``: ``"efficient"`` (the readable step's kernel), ``"flash"`` (FlashAttention 2's
+variable-length kernel, bf16/fp16) or ``"auto"``: flash up to ``FLASH_MAX_ROW_HEADS``.
+``branches=``: the bias pairs and metadata (5 kernels) run on a side stream joined by events,
+parallel branches of a captured graph (``None``: only while capturing; ``True``: eagerly too).
 
-    1 layer_norm                  LN1
-    2 GEMM + bias epilogue        QKV in one cuBLASLt call (torch.addmm with a 1-D bias)
-    3 index_copy_                 k and v into the cache together (one indexed copy)
-    4 attention                   FlashAttention or memory-efficient kernel, cache read in place
-    5 GEMM, beta=1                out-projection added onto the residual (addmm_ in place)
-    6 layer_norm                  LN2
-    7 GEMM + bias + GELU epilogue MLP up-projection (torch._addmm_activation)
-    8 GEMM, beta=1                MLP down-projection added onto the residual (addmm_)
-    9 broadcast add               the two biases of the residual stream, see below
+The residual stream is kept as two rows ``s = [x, x + b_proj]``: row 1 is the ``C`` of the
+out-projection, which so yields the middle stream with its bias in; after the down-projection
+one broadcast add ``s' = x + [b_fc_out, b_fc_out + b_proj(next)]`` writes both rows of the next
+layer (the pairs come from the live parameters: one stack, one cumsum). cuBLASLt fuses bias
+and GELU only for GEMMs of at least 2 rows (``isInputCompliesAddmmCudaLt``,
+``aten/src/ATen/native/cuda/Blas.cpp``), so a batch of 1 is carried as 2 rows.
 
-versus 12 to 15 in the readable step (linears whose bias is a separate copy at batch 1, a GELU,
-two residual adds, two cache writes). Per step add: 2 embedding gathers and their sum, the
-first layer's bias add, 3 metadata kernels (key offsets, lengths, write index), 2 that gather
-the biases (below), final LayerNorm and output head: ``9 L + 11`` kernels (gpt2, L = 12: 119;
-small, L = 4: 47), when cuBLAS runs each GEMM as one kernel. It does not: for the 12-layer
-model's MLP down-projection at small batches it picks a split-K kernel plus a reduction
-kernel (12 more). Forbidding split-K (``torch.backends.cuda.matmul.
-allow_bf16_reduced_precision_reduction = (False, False)``, which needs the cuBLASLt backend)
-leaves one kernel per GEMM but a far slower one (measured on an H200: more than twice the
-whole step), so labkit keeps cuBLAS's choice. Count them with
-:func:`labkit.measure.opcount.op_counts`.
-
-Attention (``attention=``): ``"efficient"`` is PyTorch's memory-efficient kernel, the
-readable step's; ``"flash"`` is FlashAttention 2's variable-length kernel over the same
-in-place offsets (bf16/fp16 only); ``"auto"`` (default) takes flash when the dtype allows
-and the batch is small (``batch * heads <= FLASH_MAX_ROW_HEADS``), the efficient kernel
-otherwise: on an H200 flash was the faster of the two for few (row, head) pairs and the
-slower for many (the ``fused_*`` and ``roofline_*`` records hold the resulting step times).
-
-Branches in the graph (``branches=``). The step's first kernels do not depend on each other:
-the bias pairs and the metadata (5 kernels) need only the parameters and the positions and
-slots, the embeddings (3 kernels) only the tokens and positions. While a graph is captured
-(``branches=None``, the default) the pairs and the metadata run on a side stream, forked from
-the capturing stream and joined back through events before their first reader; the capture
-turns that into parallel branches of the graph, so those kernels leave the step's critical
-path. Eager calls stay on one stream (a second stream costs host time there and saves
-nothing the host does not already hide); ``branches=True`` forces the fork in eager calls
-too, with ``record_stream`` so the caching allocator keeps the side stream's tensors alive.
-
-The residual stream and its biases. GPT-2's out-projection and MLP down-projection have
-biases; folding the residual add into the GEMM (``beta=1``, ``C`` = the residual) leaves the
-bias to add. So the stream is kept as TWO rows ``s = [x, x + b_proj]``: row 0 feeds LN1, row
-1 is the ``C`` of the out-projection, which then yields the layer's middle stream with its
-bias already in. After the MLP down-projection (in place on that row) one broadcast add
-``s' = x + [b_fc_out, b_fc_out + b_proj(next)]`` writes both rows of the next layer.
-The bias pairs come from the model's parameters on every step (one stack, one cumsum), so
-a weight update is seen by eager calls and by graph replays alike (nothing is cached).
-
-cuBLASLt fuses the bias (and GELU) only when the GEMM has at least 2 rows
-(``isInputCompliesAddmmCudaLt``, ``aten/src/ATen/native/cuda/Blas.cpp``); a batch of 1 is
-therefore carried as 2 rows (the broadcast add writes the copy for free), the padded row is
-never attended and never written to the cache.
-
-Lifetime: the step caches small buffers (each batch size's key offsets) that a graph captured
-from it reads on every replay, so the step must live as long as its graphs.
-:class:`labkit.graphs.CapturedGraph` keeps the captured callable for that reason. (Before it
-did, a fused step built only for ``capture_decode_graphs`` was freed after capture, eager
-allocations reused its buffers, and replays gave NaN logits and, at batch 256, an illegal
-memory access on the H200; ``tests/test_fused.py`` replays after filling freed memory with
-garbage.)
-
-Numerics: the same operations in another order (GEMM accumulators in float32 either way),
-so float32 tokens equal the readable step's (tests) and bf16 agreement is reported by
+A captured graph reads the step's small buffers on every replay, so
+:class:`labkit.graphs.CapturedGraph` keeps the step alive (freed, it gave NaN logits and an
+illegal memory access on the H200). float32 tokens equal the readable step's; bf16 agreement:
 :func:`agreement`.
 """
 
@@ -86,46 +40,25 @@ import torch.nn.functional as F
 
 from labkit.checks import as_int
 from labkit.kvcache import AttentionKernel, StepMeta, flash_supported
-from labkit.model import DecodeStep, StepFn, TinyGPT, generate
+from labkit.model import StepFn, TinyGPT, generate
 from labkit.step_checks import Check, check_choice
-from labkit.kernels.step import make_triton_step
 
-STEPS: tuple[str, ...] = ("readable", "fused", "triton")
 #: ``attention=`` choices of :class:`FusedStep`
 Attention = Literal["auto", "flash", "efficient"]
 ATTENTION: tuple[Attention, ...] = ("auto", "flash", "efficient")
-#: ``"auto"`` attention takes FlashAttention up to this many (row, head) pairs per step. On an
-#: H200 (torch 2.11, bf16, context 64-128) flash was faster for the 12-layer model at batch 1
-#: and 8 (12 and 96 pairs) and slower at 32 and 64 (384, 768); for the 4-layer model (4 heads)
-#: faster up to batch 64 (256 pairs).
+#: ``"auto"`` attention takes FlashAttention up to this many (row, head) pairs per step (H200,
+#: bf16: faster for gpt2 at 12 and 96 pairs, slower at 384 and 768; small: faster up to 256)
 FLASH_MAX_ROW_HEADS = 256
 
 
-def _has_gelu_epilogue() -> bool:
-    return hasattr(torch, "_addmm_activation")
-
-
 class FusedStep:
-    """The fused decode step of one model (see the module docstring). Call it like
-    ``model.decode_step``. ``gelu_epilogue``: use ``torch._addmm_activation`` for the MLP's
-    up-projection (bias and tanh-GELU in the GEMM's epilogue); ``None`` = on CUDA when torch
-    has it (on CPU torch's version applies the exact, not the tanh, GELU: plain ops there).
-    ``attention``: ``"auto"``, ``"flash"`` or ``"efficient"`` (the module docstring;
-    :meth:`attention_kernel` says which one a batch size gets). ``branches``: compute the
-    step's metadata and bias pairs on a side stream, beside the embeddings (module
-    docstring); ``None`` = only while a CUDA graph is being captured.
-    """
+    """The fused decode step of one model (the module docstring), called like decode_step."""
 
-    def __init__(self, model: TinyGPT, *, gelu_epilogue: bool | None = None,
-                 attention: Attention = "auto", branches: bool | None = None) -> None:
+    def __init__(self, model: TinyGPT, *, attention: Attention = "auto",
+                 branches: bool | None = None) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
-        if gelu_epilogue is not None and not isinstance(gelu_epilogue, bool):
-            raise TypeError(f"gelu_epilogue must be True, False or None, got {gelu_epilogue!r}")
-        if gelu_epilogue and not _has_gelu_epilogue():
-            raise RuntimeError("gelu_epilogue=True needs torch._addmm_activation, which this "
-                               f"torch {torch.__version__} lacks; pass gelu_epilogue=None")
         if branches is not None and not isinstance(branches, bool):
             raise TypeError(f"branches must be True, False or None, got {branches!r}")
         check_choice(attention, "attention", ATTENTION)
@@ -136,7 +69,6 @@ class FusedStep:
                              f"head_dim {model.cfg.head_dim}: use attention='auto' or "
                              "'efficient'")
         self.model = model
-        self.gelu_epilogue = gelu_epilogue
         self.attention = attention
         self.branches = branches
         self._side: torch.cuda.Stream | None = None
@@ -147,7 +79,6 @@ class FusedStep:
                                       device=model.device)
         self._key_start: dict[int, torch.Tensor] = {}
 
-    # ------------------------------------------------------------------ the step
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
                  check: Check = None, out: torch.Tensor | None = None) -> torch.Tensor:
         self._check(tokens, positions, slots, check, out)
@@ -156,15 +87,15 @@ class FusedStep:
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
-        """The step without any check: for callers that checked the batch (the dispatcher,
-        graph capture)."""
+        """The step without any check (the dispatcher and graph capture checked the batch)."""
         return self._step(tokens, positions, slots, out)
 
     def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                check: Check, out: torch.Tensor | None) -> None:
         """The readable step's checks (shared code: same errors, same rules)."""
         m = self.model
-        if self._device_changed():
+        w = m.tok_emb.weight
+        if self._zero.device != w.device or self._zero.dtype != w.dtype:
             raise RuntimeError(f"the model moved to {m.device} after its fused step was built "
                                f"on {self._zero.device}; build it again with "
                                "make_fused_step(model)")
@@ -176,10 +107,6 @@ class FusedStep:
             raise ValueError(f"out must be a ({b}, {m.cfg.vocab_size}) {m.cfg.torch_dtype} "
                              f"tensor on {m.device}; got "
                              f"{getattr(out, 'shape', type(out).__name__)}")
-
-    def _device_changed(self) -> bool:
-        w = self.model.tok_emb.weight
-        return self._zero.device != w.device or self._zero.dtype != w.dtype
 
     def attention_kernel(self, batch: int) -> AttentionKernel:
         """The attention kernel a step of ``batch`` rows uses (see ``attention=``)."""
@@ -224,8 +151,7 @@ class FusedStep:
 
     def _fork(self, tokens: torch.Tensor) -> tuple[torch.cuda.Stream, torch.cuda.Stream,
                                                    torch.cuda.Event, torch.cuda.Event] | None:
-        """``(main, side, pairs_done, meta_done)`` when this step branches (``branches``),
-        else ``None``."""
+        """``(main, side, pairs_done, meta_done)`` when this step branches, else ``None``."""
         use = self.branches
         if use is None:
             use = tokens.is_cuda and torch.cuda.is_current_stream_capturing()
@@ -239,16 +165,15 @@ class FusedStep:
 
     @staticmethod
     def _keep_for(stream: torch.cuda.Stream, pairs: torch.Tensor, meta: StepMeta) -> None:
-        """Eager branches: the side stream's tensors are used on ``stream`` too, so the
-        caching allocator must not hand them out again before ``stream`` is done."""
+        """Eager branches: keep the side stream's tensors alive for ``stream`` too."""
         for t in (pairs, meta.seq_lens, meta.write_index):
             t.record_stream(stream)
 
-    def _up(self, h: torch.Tensor, fc: torch.nn.Linear) -> torch.Tensor:
-        use = self.gelu_epilogue
-        if use is None:
-            use = h.is_cuda and _has_gelu_epilogue()
-        if use:
+    @staticmethod
+    def _up(h: torch.Tensor, fc: torch.nn.Linear) -> torch.Tensor:
+        """Up-projection + bias + tanh GELU: in the GEMM's epilogue on CUDA (on CPU torch's
+        ``_addmm_activation`` applies the exact GELU, so plain ops there)."""
+        if h.is_cuda and hasattr(torch, "_addmm_activation"):
             return torch._addmm_activation(fc.bias, h, fc.weight.t(), use_gelu=True)
         return F.gelu(torch.addmm(fc.bias, h, fc.weight.t()), approximate="tanh")
 
@@ -298,31 +223,10 @@ class FusedStep:
         return torch.mm(x, m.lm_head.weight.t(), out=out)
 
 
-def make_fused_step(model: TinyGPT, *, gelu_epilogue: bool | None = None,
-                    attention: Attention = "auto", branches: bool | None = None) -> FusedStep:
-    """The fused decode step of ``model``: a callable with the signature of
-    ``model.decode_step`` (see :class:`FusedStep`)."""
-    return FusedStep(model, gelu_epilogue=gelu_epilogue, attention=attention,
-                     branches=branches)
-
-
-def step_function(model: TinyGPT, step: str | DecodeStep = "readable") -> DecodeStep:
-    """The decode step to run: ``"readable"`` (``model.decode_step``), ``"fused"``
-    (:func:`make_fused_step`), ``"triton"`` (:func:`labkit.kernels.step.make_triton_step`,
-    which needs Triton), or a callable with that signature, returned as is."""
-    if callable(step):
-        return step
-    if step == "readable":
-        return model.decode_step
-    if step == "fused":
-        return make_fused_step(model)
-    if step == "triton":
-        return make_triton_step(model)
-    raise ValueError(f"step must be one of {list(STEPS)} or a callable (tokens, positions, "
-                     f"slots, *, check, out) -> logits; got {step!r}")
-
-
-# ---------------------------------------------------------------------------------- agreement
+def make_fused_step(model: TinyGPT, *, attention: Attention = "auto",
+                    branches: bool | None = None) -> FusedStep:
+    """The fused decode step of ``model`` (see :class:`FusedStep`)."""
+    return FusedStep(model, attention=attention, branches=branches)
 
 
 @dataclass
@@ -362,8 +266,7 @@ def agreement(model: TinyGPT, prompts: Sequence[Sequence[int]], new_tokens: int 
 
 @torch.no_grad()
 def _first_step_diff(model: TinyGPT, prompts: Sequence[Sequence[int]], step: StepFn) -> float:
-    """Max |readable - step| logits for one decode step after prefilling every prompt (the
-    cache is reset before and after: a measurement, not a serving path)."""
+    """Max |readable - step| logits of one step after prefilling every prompt."""
     dev = model.device
     n = len(prompts)
     model.reset_cache()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks import as_bool, as_int, as_int_list, as_number
+from labkit.checks import as_int, as_int_list, as_number
 from labkit.graphs import capture_callable
 from labkit.model import as_device
 
@@ -56,11 +56,6 @@ class Stats:
         return Stats(self.median / count, self.p10 / count, self.p90 / count,
                      self.mean / count, self.n, self.unit)
 
-    @property
-    def spread(self) -> float:
-        """(p90 - p10) / median: the relative spread."""
-        return (self.p90 - self.p10) / self.median if self.median else float("nan")
-
     def to_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
 
@@ -82,46 +77,26 @@ def _check_counts(warmup: int, repeats: int, inner: int) -> None:
 
 
 def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
-              inner: int = 1, sync: bool = False) -> Stats:
-    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample.
-
-    With ``sync=True`` and CUDA present, each sample ends with ``torch.cuda.synchronize()``,
-    so it measures launch + GPU execution + sync.
-    """
+              inner: int = 1) -> Stats:
+    """Host wall time per call of ``fn`` (µs), ``inner`` calls per sample."""
     _check_fn(fn)
     _check_counts(warmup, repeats, inner)
-    do_sync = as_bool(sync, "sync") and torch.cuda.is_available()
     for _ in range(warmup):
         fn()
-    if do_sync:
-        torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(inner):
             fn()
-        if do_sync:
-            torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) * 1e6 / inner)
     return Stats.from_samples(samples)
 
 
 def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
               inner: int = 10) -> Stats:
-    """GPU time per call of ``fn`` (µs) from CUDA events around ``inner`` back-to-back calls.
-
-    Warm-up first (module load, cuBLAS handles, allocator), then ``repeats`` samples.
-    Raises on a machine without CUDA: there is no GPU time to measure.
-    """
+    """GPU µs per call of ``fn`` from CUDA events around ``inner`` calls, after warm-up."""
     _check_fn(fn)
-    _check_counts(warmup, repeats, inner)
-    if not torch.cuda.is_available():
-        raise RuntimeError("time_cuda needs a CUDA GPU (torch.cuda.is_available() is False); "
-                           "use time_host on CPU")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    return Stats.from_samples([_event_sample(fn, inner) for _ in range(repeats)])
+    return _time_events({"fn": fn}, warmup, repeats, inner, "time_cuda")["fn"]
 
 
 def _event_sample(fn: Callable[[], object], inner: int) -> float:
@@ -137,18 +112,22 @@ def _event_sample(fn: Callable[[], object], inner: int) -> float:
 
 def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 10,
                           repeats: int = 50, inner: int = 10) -> dict[str, Stats]:
-    """:func:`time_cuda` for several callables whose times will be compared as ratios: the
-    samples alternate (one of ``a``, one of ``b``, ...), so a change of GPU clock during the
-    run (measured on the H200: a 12-layer step at batch 64 moved between ~0.84 and ~0.93 ms
-    from one series to the next) reaches every callable alike instead of one of them."""
+    """:func:`time_cuda` for callables compared as ratios: the samples alternate, so a change
+    of GPU clock during the run (on the H200 a 12-layer step at batch 64 moved between ~0.84
+    and ~0.93 ms from one series to the next) reaches every callable alike."""
     if not isinstance(fns, Mapping) or not fns:
         raise TypeError("fns must be a non-empty mapping name -> callable taking no arguments")
     for fn in fns.values():
         _check_fn(fn)
+    return _time_events(fns, warmup, repeats, inner, "time_cuda_interleaved")
+
+
+def _time_events(fns: Mapping[str, Callable[[], object]], warmup: int, repeats: int,
+                 inner: int, who: str) -> dict[str, Stats]:
     _check_counts(warmup, repeats, inner)
     if not torch.cuda.is_available():
-        raise RuntimeError("time_cuda_interleaved needs a CUDA GPU (torch.cuda.is_available() "
-                           "is False); use time_host on CPU")
+        raise RuntimeError(f"{who} needs a CUDA GPU (torch.cuda.is_available() is False); use "
+                           "time_host on CPU")
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -166,9 +145,6 @@ def time_any(fn: Callable[[], object], device: torch.device | str, **kw: Any) ->
         return time_cuda(fn, **kw)
     kw.pop("inner", None)
     return time_host(fn, **kw)
-
-
-# ---------------------------------------------------------------------------------- launch probe
 
 
 @dataclass
@@ -189,16 +165,11 @@ class LaunchOverhead:
 
 def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int = 200,
                     repeats: int = 50, warmup: int = 5) -> LaunchOverhead:
-    """Measure launch costs with ``x.add_(1)`` on a one-element tensor.
-
-    * host per launch: host time to issue ``n_kernels`` launches, divided by ``n_kernels``
-      (the GPU runs each in ~1 µs, so the host is the bottleneck);
-    * launch + sync: one launch then ``synchronize``;
-    * GPU per graph node: a graph of ``n_kernels`` nodes, replay time / ``n_kernels``.
-    """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = as_device(device)
+    """Launch costs of ``x.add_(1)`` on a one-element tensor: host time to issue one launch
+    (of a burst of ``n_kernels``), one launch + ``synchronize``, GPU time per eager kernel and
+    per node of a graph of ``n_kernels`` nodes."""
+    device = as_device(("cuda" if torch.cuda.is_available() else "cpu") if device is None
+                       else device)
     n_kernels = as_int(n_kernels, "n_kernels", minimum=1, fix="launch at least one kernel")
     _check_counts(warmup, repeats, 1)
     x = torch.zeros(1, device=device)
@@ -209,8 +180,7 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
 
     notes: list[str] = []
     if device.type != "cuda":
-        host = time_host(burst, warmup=warmup, repeats=repeats)
-        host = host.per(n_kernels)
+        host = time_host(burst, warmup=warmup, repeats=repeats).per(n_kernels)
         notes.append("CPU tensor: host figure is PyTorch's per-op dispatch cost; no kernel "
                      "launch, no GPU figures")
         return LaunchOverhead(str(device), host, None, None, None, n_kernels, notes)
@@ -232,11 +202,10 @@ def launch_overhead(device: str | torch.device | None = None, *, n_kernels: int 
         torch.cuda.synchronize()
 
     launch_sync = time_host(one_sync, warmup=warmup, repeats=repeats * 4)
-    eager_gpu = time_cuda(burst, warmup=warmup, repeats=repeats, inner=1)
-    eager_gpu = eager_gpu.per(n_kernels)
+    eager_gpu = time_cuda(burst, warmup=warmup, repeats=repeats, inner=1).per(n_kernels)
     captured = capture_callable(lambda t: [t.add_(1) for _ in range(n_kernels)], x, warmup=1)
-    node = time_cuda(captured.graph.replay, warmup=warmup, repeats=repeats, inner=5)
-    node = node.per(n_kernels)
+    node = time_cuda(captured.graph.replay, warmup=warmup, repeats=repeats,
+                     inner=5).per(n_kernels)
     notes.append("GPU per eager kernel is bounded below by the host launch rate: when the host "
                  "issues slower than the GPU runs, the GPU waits between kernels")
     del captured
@@ -254,14 +223,9 @@ class WorkPoint:
 
 def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None = None, *,
                        n_kernels: int = 50, repeats: int = 20) -> list[WorkPoint]:
-    """Time ``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph.
-
-    Small tensors are launch-bound (eager ≫ graph); once a kernel's own work exceeds the
-    launch cost the two meet. On CPU only the eager column is measured.
-    """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = as_device(device)
+    """``x.mul_(1.0001)`` per kernel for growing tensors, eager vs graph (CUDA)."""
+    device = as_device(("cuda" if torch.cuda.is_available() else "cpu") if device is None
+                       else device)
     numels = as_int_list(numels, "numels", minimum=1, maximum=2**31 - 1,
                          fix="give tensor sizes in elements, e.g. [1, 1024, 1048576]")
     n_kernels = as_int(n_kernels, "n_kernels", minimum=1, fix="launch at least one kernel")
@@ -274,15 +238,14 @@ def launch_bound_sweep(numels: Sequence[int], device: str | torch.device | None 
             for _ in range(n_kernels):
                 t.mul_(1.0001)
 
+        graph = None
         if device.type == "cuda":
             eager = time_cuda(burst, warmup=3, repeats=repeats, inner=1)
             captured = capture_callable(burst, x, warmup=1)
-            graph = time_cuda(captured.graph.replay, warmup=3, repeats=repeats, inner=1)
+            graph = time_cuda(captured.graph.replay, warmup=3, repeats=repeats,
+                              inner=1).per(n_kernels)
             del captured
         else:
             eager = time_host(burst, warmup=2, repeats=repeats)
-            graph = None
-        eager = eager.per(n_kernels)
-        graph = graph.per(n_kernels) if graph is not None else None
-        points.append(WorkPoint(int(n), eager, graph))
+        points.append(WorkPoint(int(n), eager.per(n_kernels), graph))
     return points

@@ -1,30 +1,10 @@
 """Real GPT-2 weights in the tiny GPT: load a Hugging Face GPT-2 ``model.safetensors`` with the
 ``safetensors`` package alone (no ``transformers``).
 
-labkit's :class:`labkit.model.TinyGPT` has GPT-2's architecture: learned token and position
-embeddings, pre-LayerNorm blocks (LN, attention, residual; LN, MLP, residual), LayerNorm eps
-1e-5, biases on every linear layer, attention scaled by ``1/sqrt(head_dim)``, an MLP of width
-``4 d`` with GPT-2's ``gelu_new`` (the tanh approximation: ``F.gelu(approximate="tanh")``, which
-labkit already uses, so no flag is needed), a final LayerNorm. Two differences, both handled
-here:
-
-* GPT-2 stores its linear layers as ``Conv1D`` with the weight ``(in, out)``, the transpose of
-  ``nn.Linear``'s ``(out, in)``: ``c_attn``, ``c_proj``, ``c_fc`` are transposed on load
-  (``c_attn``'s output is ``[q | k | v]`` with heads contiguous, as in labkit's ``qkv``);
-* GPT-2 ties its output head to the token embedding (``lm_head.weight`` is ``wte.weight`` and is
-  usually not stored); labkit's head is its own parameter, so ``wte`` is copied into it.
-
-Keys are accepted with or without the ``transformer.`` prefix (``GPT2LMHeadModel`` vs
-``GPT2Model`` checkpoints); the attention-mask buffers some checkpoints store
-(``h.N.attn.bias``, ``h.N.attn.masked_bias``) are ignored. The number of heads is not in the
-weights: it is taken from the argument, from a ``config.json`` beside the file (``n_head``), or
-from GPT-2's sizes (d = 768, 1024, 1280, 1600 -> 12, 16, 20, 25 heads).
-
-The notebook hook: :func:`gpt2_weights_path` finds a file given as an argument or by
-``LABKIT_GPT2_WEIGHTS``; :func:`decode_gpt2` decodes greedily with it and returns the token
-ids, and text only where a GPT-2 tokenizer is available offline (a ``tokenizer.json`` beside
-the weights read with the ``tokenizers`` package, or ``tiktoken`` with its GPT-2 encoding
-cached); otherwise it says so and shows the ids.
+:class:`labkit.model.TinyGPT` has GPT-2's architecture; GPT-2's ``Conv1D`` weights
+(``c_attn``, ``c_proj``, ``c_fc``: ``(in, out)``) are transposed on load, and its head, tied to
+``wte``, is copied into labkit's own. Heads come from the argument, a ``config.json`` beside
+the file, or GPT-2's sizes. For notebooks: :func:`gpt2_weights_path` and :func:`decode_gpt2`.
 """
 
 from __future__ import annotations
@@ -56,8 +36,7 @@ _BLOCK = {
 
 
 def read_gpt2_tensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a GPT-2 safetensors file, keyed without the ``transformer.`` prefix
-    (mask buffers left out). Errors name the file and what is wrong with it."""
+    """Every tensor of a GPT-2 safetensors file, without the ``transformer.`` prefix."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -97,10 +76,7 @@ def _heads(d_model: int, n_head: int | None, config_json: Path | None) -> int:
 
 def gpt2_config(tensors: Mapping[str, torch.Tensor], *, n_head: int | None = None,
                 config_json: Path | None = None, **overrides) -> GPTConfig:
-    """The :class:`GPTConfig` of a GPT-2 checkpoint (vocabulary, layers, width from the
-    tensors; heads as the module docstring says). ``max_seq`` defaults to
-    ``min(n_positions, 256)`` and ``max_batch`` to 4 (the KV cache is allocated for them);
-    ``overrides`` set any other field (``dtype``, ``kv_layout`` ...)."""
+    """The :class:`GPTConfig` of a GPT-2 checkpoint (``overrides`` set any field)."""
     for key in ("wte.weight", "wpe.weight"):
         if key not in tensors:
             raise KeyError(f"the checkpoint has no tensor {key!r} (looked for it with and "
@@ -125,8 +101,7 @@ def gpt2_config(tensors: Mapping[str, torch.Tensor], *, n_head: int | None = Non
 
 
 def gpt2_state_dict(tensors: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
-    """GPT-2 tensors renamed (and Conv1D weights transposed) into a :class:`TinyGPT` state
-    dict for ``cfg``; every shape is checked and a mismatch names the tensor."""
+    """GPT-2 tensors as a :class:`TinyGPT` state dict for ``cfg``, every shape checked."""
     d, v = cfg.d_model, cfg.vocab_size
 
     def take(name: str, shape: tuple[int, ...], transpose: bool = False) -> torch.Tensor:
@@ -160,9 +135,7 @@ def gpt2_state_dict(tensors: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict
 
 def load_gpt2(path: str | Path, *, n_head: int | None = None,
               device: str | torch.device = "cpu", **overrides) -> TinyGPT:
-    """A :class:`TinyGPT` holding the GPT-2 weights of ``path`` (see the module docstring),
-    in eval mode on ``device``; ``overrides``: config fields such as ``dtype``, ``max_seq``,
-    ``max_batch``, ``kv_layout``."""
+    """A :class:`TinyGPT` with the GPT-2 weights of ``path`` (``overrides``: config fields)."""
     path = Path(path)
     device = as_device(device)
     tensors = read_gpt2_tensors(path)
@@ -174,12 +147,8 @@ def load_gpt2(path: str | Path, *, n_head: int | None = None,
     return model.to(device).eval()
 
 
-# ---------------------------------------------------------------------------------- the hook
-
-
 def gpt2_weights_path(path: str | Path | None = None) -> Path | None:
-    """The GPT-2 checkpoint to use: ``path`` when given (it must exist), else
-    ``LABKIT_GPT2_WEIGHTS`` (checked by :func:`labkit.support.envvars.gpt2_weights`), else None."""
+    """The GPT-2 checkpoint: ``path`` (it must exist), else ``LABKIT_GPT2_WEIGHTS``, else None."""
     if path is None:
         return envvars.gpt2_weights()
     p = Path(path).expanduser()
@@ -201,9 +170,7 @@ class Tokenizer:
 
 
 def gpt2_tokenizer(weights: str | Path | None = None) -> Tokenizer | None:
-    """GPT-2's tokenizer if one is available without a download: a ``tokenizer.json`` beside
-    ``weights`` read with ``tokenizers``, else ``tiktoken``'s ``gpt2`` encoding when it is
-    installed and cached; None otherwise (then show token ids)."""
+    """GPT-2's tokenizer if one is available offline, else None."""
     if weights is not None:
         tj = Path(weights).with_name("tokenizer.json")
         if tj.is_file():
@@ -228,9 +195,8 @@ def gpt2_tokenizer(weights: str | Path | None = None) -> Tokenizer | None:
 
 def decode_gpt2(model: TinyGPT, prompt: str | Sequence[int], max_new_tokens: int = 20,
                 tokenizer: Tokenizer | None = None, step_fn: Callable | None = None) -> dict:
-    """Greedy continuation of ``prompt`` (text needs ``tokenizer``; token ids always work) with
-    a GPT-2-weighted model: ``{"prompt_ids", "new_ids", "text" (None without a tokenizer),
-    "note"}``. ``step_fn``: another decode step (a dispatcher, the fused step)."""
+    """Greedy continuation of ``prompt`` (text needs ``tokenizer``): ``{"prompt_ids",
+    "new_ids", "text" (None without a tokenizer), "note"}``; ``step_fn``: another step."""
     if isinstance(prompt, str):
         if tokenizer is None:
             raise ValueError("a text prompt needs a GPT-2 tokenizer and none is available "

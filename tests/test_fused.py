@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from labkit.dispatch import PaddingDispatcher
-from labkit.fused import ATTENTION, FLASH_MAX_ROW_HEADS, STEPS, agreement, \
-    make_fused_step, step_function
+from labkit.fused import ATTENTION, FLASH_MAX_ROW_HEADS, agreement, make_fused_step
 from labkit.kvcache import SlotKVCache
 from labkit.measure import records as R
 from labkit.measure.fused_bench import measure_fused
@@ -117,21 +116,9 @@ def test_fused_step_notices_a_model_cast_after_it_was_built():
         step(*_step_inputs(1))
 
 
-def test_step_function_names_and_errors():
-    m = _model()
-    assert step_function(m, "readable") == m.decode_step
-    assert callable(step_function(m, "fused")) and STEPS == ("readable", "fused", "triton")
-    assert type(step_function(m, "triton")).__name__ == "TritonStep"  # no kernel runs yet
-    assert step_function(m, print) is print
-    with pytest.raises(ValueError, match="step must be one of"):
-        step_function(m, "fast")
+def test_fused_step_refuses_a_non_model():
     with pytest.raises(TypeError, match="must be a TinyGPT"):
         make_fused_step("model")
-
-
-def test_gelu_epilogue_option_is_checked():
-    with pytest.raises(TypeError, match="gelu_epilogue"):
-        make_fused_step(_model(), gelu_epilogue="on")
 
 
 def test_branches_option_is_checked_and_changes_nothing_on_cpu():

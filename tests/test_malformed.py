@@ -477,21 +477,18 @@ def test_load_trace_refuses_bad_cells(tmp_path):
 # ------------------------------------------------------------------------------ timing
 
 @SETTINGS
-@given(st.sampled_from(["warmup", "repeats", "inner", "sync", "fn"]), st.data())
+@given(st.sampled_from(["warmup", "repeats", "inner", "fn"]), st.data())
 def test_timers_refuse_bad_counts_and_never_call_fn(option, data):
     calls = []
     fn = lambda: calls.append(1)  # noqa: E731
     minimum = 0 if option == "warmup" else 1
     kw = {}
-    if option == "sync":
-        kw["sync"] = data.draw(NOT_BOOL)
-    elif option == "fn":
+    if option == "fn":
         fn = data.draw(st.one_of(st.none(), st.integers(), st.text(max_size=3)))
     else:
         kw[option] = data.draw(bad_int(minimum))
     refused(lambda: timing.time_host(fn, **kw), option)
-    if option != "sync":
-        refused(lambda: timing.time_cuda(fn, **kw), option)
+    refused(lambda: timing.time_cuda(fn, **kw), option)
     assert calls == []
 
 

@@ -150,15 +150,15 @@ def test_circuit_breaker_opens_on_low_hit_rate_and_closes_after_cooldown():
     three = (torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), torch.tensor([0, 1, 2]))
     for args in (one, three, three):  # window not full yet: stays closed
         br(*args)
-        clock.advance(0.1)
+        clock.sleep_until(clock.now() + 0.1)
     assert not br.is_open and br.hit_rate == pytest.approx(1 / 3)
     br(*three)  # 1 hit in 4 < 0.5: trips
     assert br.is_open and br.trips == [pytest.approx(0.3)]
     assert br.decide(1) == ("NONE", 1)
-    clock.advance(0.5)
+    clock.sleep_until(clock.now() + 0.5)
     br(*one)  # open: eager, even for a size the graphs hold
     assert eager_calls == [1] and graph.calls == 4
-    clock.advance(0.5)  # 1.0 s after the trip: closed again, with an empty window
+    clock.sleep_until(clock.now() + 0.5)  # 1.0 s after the trip: closed again, with an empty window
     assert not br.is_open and br.hit_rate is None
     assert br.decide(1) == ("FULL", 1)
     br(*one)

@@ -1,29 +1,18 @@
 """Run one function on ``N`` ranks (processes) with ``torch.distributed``, results to the parent.
 
-:func:`run_ranks` spawns ``world_size`` processes (``torch.multiprocessing``, start method
-``spawn``: a forked CUDA context is unusable), sets ``MASTER_ADDR``/``MASTER_PORT`` to a free
-local port, initialises a process group (``gloo`` on CPU, ``nccl`` on GPUs, one device per
-rank), calls ``fn(rank, world_size, *args)`` on each and returns the results in rank order.
+:func:`run_ranks` spawns the ranks (``spawn``: a forked CUDA context is unusable), initialises
+a process group (``gloo`` on CPU, ``nccl`` with one GPU per rank), calls
+``fn(rank, world_size, *args)`` on each and returns the results in rank order.
 
-Shutdown is explicit and the same on every rank (:func:`shutdown`): release every CUDA graph
-still alive (``gc.collect()``, then ``reset()`` each ``torch.cuda.CUDAGraph`` left), then
-``torch.cuda.synchronize()``, ``barrier``, ``torch.cuda.synchronize()``,
-``destroy_process_group``. Why graphs first: a graph that captured an NCCL collective holds a
-reference on the communicator (NCCL counts these "persistent" references and drops one only
-when CUDA destroys the graph, through a user-object callback); ``ncclCommDestroy``/``Abort``
-wait for that count to reach zero, so destroying the group while a captured graph is alive
-waits forever. That is how a first try hung at ``destroy_process_group`` after capture (the
-reports: pytorch/pytorch issue 115388; vLLM pull request 39846, which found NCCL's
-``commDestroySync`` spinning on ``localPersistentRefs``). The synchronize after the release
-lets CUDA run those callbacks; the barrier makes sure no peer still runs a collective. Each
-rank reports how long each shutdown step took (``run_ranks(..., info=...)``).
+Every rank shuts down the same way (:func:`shutdown`): release every CUDA graph still alive,
+``synchronize``, ``barrier``, ``synchronize``, ``destroy_process_group``. Graphs first: a graph
+that captured an NCCL collective holds a persistent reference on the communicator, which
+``ncclCommDestroy`` waits for, so destroying the group first hangs (pytorch/pytorch issue
+115388; vLLM pull request 39846 found ``commDestroySync`` spinning on ``localPersistentRefs``).
 
-The parent's wait is time-bounded: a rank that does not finish in ``timeout_s`` seconds
-(counted once every rank has joined the group; starting up, spawn, imports and
-``init_process_group``, has its own ``start_timeout_s``) is terminated and
-:class:`RankTimeout` names it and the phase it was stuck in. With ``shutdown_timeout_s`` a
-rank that has sent its result but hangs in shutdown is terminated after that long and
-reported in ``info`` instead of failing the run.
+The parent's wait is bounded (``start_timeout_s`` to join the group, then ``timeout_s``): a
+rank still running is terminated and :class:`RankTimeout` names it and its phase. With
+``shutdown_timeout_s`` a rank hung in shutdown after its result is reported in ``info``.
 """
 
 from __future__ import annotations
@@ -97,10 +86,7 @@ def rank_device() -> torch.device:
 
 
 def release_graphs() -> int:
-    """Free what a rank's function left behind: ``gc.collect()``, then ``reset()`` every
-    ``torch.cuda.CUDAGraph`` still alive (a cycle, a cache, a traceback may hold one). Returns
-    how many graphs were reset. A graph that captured an NCCL collective keeps the
-    communicator from being destroyed (see the module docstring)."""
+    """``gc.collect()``, then ``reset()`` every CUDA graph still alive; how many."""
     gc.collect()
     if not torch.cuda.is_available():
         return 0
@@ -119,9 +105,7 @@ def release_graphs() -> int:
 
 
 def shutdown(backend: str) -> dict[str, float]:
-    """The explicit shutdown order: release graphs, synchronize the device, barrier,
-    synchronize, destroy the group. Returns the seconds each step took (``total_s`` too)
-    and ``graphs_reset`` (how many graphs were still alive)."""
+    """The shutdown of the module docstring; returns each step's seconds and graphs reset."""
     times: dict[str, float] = {}
     t_start = t = time.perf_counter()
 
@@ -182,13 +166,11 @@ def _worker(rank: int, world_size: int, backend: str, addr: str, port: int, fn: 
         q.put(("error", rank, traceback.format_exc()))
         failed = True
     if failed:  # outside the except block: its traceback (and the graphs it holds) is gone
-        _let_go(backend)
+        _let_go()
 
 
-def _let_go(backend: str, wait_s: float = 10.0) -> None:
-    """After an error: release graphs (the traceback is gone by now) and destroy the group
-    without a barrier (peers may be gone), in a daemon thread waited for at most ``wait_s``
-    seconds: a hung destroy must not keep the rank alive (the parent terminates it)."""
+def _let_go() -> None:
+    """After an error: release graphs, destroy the group without a barrier (10 s at most)."""
     with contextlib.suppress(Exception):
         release_graphs()
     if not dist.is_initialized():
@@ -200,7 +182,7 @@ def _let_go(backend: str, wait_s: float = 10.0) -> None:
 
     th = threading.Thread(target=destroy, name="labkit-destroy", daemon=True)
     th.start()
-    th.join(wait_s)
+    th.join(10.0)
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
@@ -209,24 +191,11 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = 
               shutdown_timeout_s: float | None = None, info: dict | None = None) -> list[Any]:
     """``[fn(0, N, *args), ..., fn(N-1, N, *args)]``, each run in its own process on one rank.
 
-    ``fn`` must be a module-level function (spawned ranks import it by name) and its result
-    picklable, tensors on the host (``.cpu()``: a CUDA result would make the parent touch
-    the GPU). Scripts calling this need the ``if __name__ == "__main__":`` guard (spawn).
-    ``backend``: ``'gloo'`` (CPU) or ``'nccl'`` (one GPU per rank, ``cuda:rank``);
-    default ``nccl`` when CUDA is available. ``cpu_threads`` sets ``torch.set_num_threads``
-    in each rank (``None``: leave it). A rank that raises gives :class:`RankError` (the others
-    get ``grace_s`` seconds, then are terminated); a rank still running ``timeout_s`` seconds
-    after every rank joined the group (or not joined ``start_timeout_s`` after the spawn)
-    gives :class:`RankTimeout` naming it and its phase. Every process is joined before this
-    returns or raises: none is left behind.
-
-    ``info`` (a dict, optional) is filled with ``shutdown`` (rank -> seconds per shutdown step,
-    :func:`shutdown`) and ``shutdown_hung`` (ranks terminated in shutdown). With
-    ``shutdown_timeout_s`` a run whose ranks all sent their result returns them even when some
-    rank hangs in shutdown: after that many seconds it is terminated and listed in
-    ``info['shutdown_hung']`` (a rank that dies in shutdown after its result shows in
-    ``info['exit_codes']``).
-    """
+    ``fn``: a module-level function with a picklable result, tensors on the host. ``backend``
+    defaults to ``'nccl'`` where CUDA is; ``cpu_threads``: ``torch.set_num_threads`` per rank.
+    A rank that raises gives :class:`RankError` (the others get ``grace_s`` seconds), one past
+    its time :class:`RankTimeout`; every process is joined before this returns. ``info`` gets
+    ``shutdown`` (rank -> seconds per step), ``shutdown_hung`` and ``exit_codes``."""
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args), got "
                         f"{type(fn).__name__}")

@@ -1,47 +1,22 @@
 """Tensor-parallel decode: one :class:`~labkit.model.TinyGPT` split across ``N`` ranks.
 
-:class:`TensorParallelGPT` is built on every rank from the same full model (same weights on
-each rank, e.g. the same seed or checkpoint) and keeps this rank's share (Megatron-LM's split,
-as vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear`` in
-``vllm/model_executor/layers/linear.py``):
+:class:`TensorParallelGPT` keeps this rank's share of the same full model (Megatron-LM's
+split, as vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear`` in
+``vllm/model_executor/layers/linear.py``): QKV and MLP-in column-parallel (``n_head / N``
+heads, ``4 d / N`` units), the attention-out and MLP-out projections row-parallel (a partial
+product, an all-reduce, the bias: two all-reduces a layer), the KV cache of its heads;
+embeddings, LayerNorms and the vocabulary head replicated. A split head would add a third
+collective on the step's largest tensor ``(B, V)`` to save a small weight read (gpt2: 77 MB
+in bf16, ~20 us on an H200); replicated, the logits are bit-identical on all ranks. vLLM
+splits it (``VocabParallelEmbedding`` / ``ParallelLMHead``) for its large vocabularies.
 
-* QKV and MLP-in (``fc``) are **column-parallel**: each rank computes ``n_head / N`` heads of
-  q, k, v and ``4 d / N`` of the MLP's hidden units, no communication;
-* the attention output projection (``proj``) and MLP-out (``fc_out``) are **row-parallel**:
-  each rank multiplies its slice of the input dimension, then one **all-reduce** (sum) gives
-  every rank the full output; the bias is added once, after the sum. Two all-reduces a layer;
-* attention heads are split, so each rank owns its part of the KV cache: a
-  :mod:`labkit.kvcache` cache with ``n_head / N`` heads (slot or paged layout, as the config);
-* embeddings, LayerNorms and the final LayerNorm are replicated (small; every rank needs the
-  full hidden state).
-
-The vocabulary head is **replicated**, not split. Every rank needs the full logits row to pick
-the same next token in lockstep, so a split head (column-parallel + all-gather of the logits)
-would add a third collective to each step, on the largest tensor of the step, ``(B, V)``. For
-the models here the head's weight read is small next to a collective's latency at decode batch
-sizes (gpt2: 50257 x 768 is about 77 MB in bf16, some 20 us of HBM bandwidth on an H200, which
-a split would halve while adding an all-gather), the logits stay bit-identical on all ranks
-and ``decode_step(out=...)`` keeps writing into one static ``(B, V)`` buffer. vLLM splits the
-head (``VocabParallelEmbedding``/``ParallelLMHead`` + ``LogitsProcessor`` gather) because its
-vocabularies and tensor-parallel sizes are large; it is one attribute to change here.
-
-Capture safety. The step interface is TinyGPT's (``prefill``, ``decode_step(tokens,
-positions, slots, check=..., out=...)``), so :func:`labkit.model.generate`,
-:class:`labkit.dispatch.PaddingDispatcher` and graph capture work on it, every rank running
-the same calls in lockstep. The collectives are capture-safe by construction: they work in
-place on fixed-shape tensors on the current stream and never read a value on the host. NCCL
-creates its communicator lazily on the first collective, which may not happen inside a
-capture: call :meth:`TensorParallelGPT.warmup_collectives` (the launcher also passes
-``device_id`` to ``init_process_group`` for eager init) before capturing. vLLM does the same
-in ``vllm/distributed/parallel_state.py``: ``graph_capture()`` enters a capture context on a
-side stream in which each communicator prepares for capture; its custom all-reduce
-(``vllm/distributed/device_communicators/custom_all_reduce.py``, ``CustomAllreduce``) works
-on IPC-shared buffers and, after capture, *registers the graph's buffers*
-(``register_graph_buffers``) so the replayed kernels read each peer's memory directly. The
-PyTorch analogue of that one-shot kernel is ``torch.distributed._symmetric_memory``:
-``allreduce='symm_mem'`` copies into a symmetric buffer and calls
-``torch.ops.symm_mem.one_shot_all_reduce`` (CUDA only; not run on this CPU-tested path, a
-clear error where unavailable).
+Capture safety: the step interface is TinyGPT's and the collectives work in place on fixed
+shapes without reading the host. NCCL makes its communicator on the first collective, which
+must not happen in a capture: :meth:`TensorParallelGPT.warmup_collectives` first. vLLM's
+``graph_capture()`` (``vllm/distributed/parallel_state.py``) prepares each communicator, and
+its ``CustomAllreduce`` (``vllm/distributed/device_communicators/custom_all_reduce.py``)
+registers the graph's buffers (``register_graph_buffers``) so replays read each peer's memory;
+the PyTorch analogue is ``torch.distributed._symmetric_memory`` (``allreduce='symm_mem'``).
 """
 
 from __future__ import annotations
@@ -81,9 +56,7 @@ def check_tp_split(cfg: GPTConfig, world_size: int) -> int:
 
 
 class ProcessGroupAllReduce:
-    """In-place sum over the group with ``torch.distributed.all_reduce`` (NCCL or gloo).
-
-    Capture-safe under NCCL once the communicator exists (no host sync, fixed shapes)."""
+    """In-place sum over the group with ``torch.distributed.all_reduce`` (NCCL or gloo)."""
 
     def __init__(self, group: dist.ProcessGroup | None) -> None:
         self.group = group
@@ -94,14 +67,9 @@ class ProcessGroupAllReduce:
 
 
 class SymmMemAllReduce:
-    """One-shot all-reduce through ``torch.distributed._symmetric_memory`` (CUDA, NCCL group).
-
-    Each rank copies its tensor into a symmetric buffer of ``max_numel`` elements (allocated
-    once, rendezvous'd once: fixed addresses, so a graph may capture it) and the one-shot
-    kernel reads every peer's buffer directly, as vLLM's custom all-reduce does. Larger tensors
-    (a long prefill) fall back to ``dist.all_reduce``. Written for the two-GPU session; not run
-    on the CPU-tested path.
-    """
+    """One-shot all-reduce through ``torch.distributed._symmetric_memory`` (CUDA, NCCL): each
+    rank copies into a symmetric buffer of ``max_numel`` elements (fixed addresses, so a graph
+    may capture it) that the kernel reads on every peer; larger tensors use ``dist.all_reduce``."""
 
     def __init__(self, group: dist.ProcessGroup | None, max_numel: int, dtype: torch.dtype,
                  device: torch.device) -> None:
@@ -110,12 +78,8 @@ class SymmMemAllReduce:
             raise RuntimeError(f"allreduce='symm_mem' is unavailable: {why}; use "
                                "allreduce='process_group'")
         symm_mem = importlib.import_module("torch.distributed._symmetric_memory")
-
         world = group if group is not None else dist.group.WORLD
-        if world is None:
-            raise RuntimeError("SymmMemAllReduce needs an initialised torch.distributed process "
-                               "group; start the ranks with labkit.distributed.launch.run_ranks")
-        self.group = world
+        assert world is not None  # symm_mem_unavailable checked that the group is initialised
         self.group_name = world.group_name
         enable_symm_mem(symm_mem, self.group_name)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
@@ -139,9 +103,7 @@ class SymmMemAllReduce:
 
 
 def enable_symm_mem(symm_mem: Any, group_name: str) -> None:
-    """``enable_symm_mem_for_group`` where this torch has it: needed before torch 2.9,
-    idempotent and deprecated (rendezvous registers the group itself) after, removed later.
-    A failure here is left to ``rendezvous`` to report."""
+    """``enable_symm_mem_for_group`` where this torch has it (needed before 2.9)."""
     fn = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if fn is None:
         return
@@ -167,9 +129,7 @@ def symm_mem_unavailable(device: torch.device) -> str | None:
 
 
 class TPBlock(Block):
-    """This rank's share of one :class:`~labkit.model.Block`: ``n_head / N`` heads of the
-    column-parallel QKV, a row slice of ``proj`` (bias after the all-reduce), ``4 d / N`` MLP
-    units (column-parallel ``fc``, row-parallel ``fc_out``). LayerNorms replicated."""
+    """This rank's share of one :class:`~labkit.model.Block` (the module docstring)."""
 
     def __init__(self, full: Block, rank: int, world_size: int,
                  allreduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -227,14 +187,10 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
 
 
 class TensorParallelGPT(TinyGPT):
-    """This rank's share of a full :class:`~labkit.model.TinyGPT` (see the module docstring).
-
-    Build it on every rank of an initialised process group from the same full model;
-    ``group`` (default: the whole world) gives the ranks, ``device`` (default: the full
-    model's) where the shard lives. ``allreduce``: ``'process_group'`` (``dist.all_reduce``:
-    NCCL on GPUs, gloo on CPU) or ``'symm_mem'`` (one-shot symmetric-memory kernel, CUDA only).
-    ``cfg`` stays the full model's config; ``tp_heads`` is the heads per rank.
-    """
+    """This rank's share of a full :class:`~labkit.model.TinyGPT` (the module docstring),
+    built on every rank of ``group`` (default: the world) from the same full model.
+    ``allreduce``: ``'process_group'`` or ``'symm_mem'``; ``cfg`` stays the full model's,
+    ``tp_heads`` is the heads per rank."""
 
     def __init__(self, full: TinyGPT, group: dist.ProcessGroup | None = None, *,
                  device: str | torch.device | None = None,
@@ -258,7 +214,6 @@ class TensorParallelGPT(TinyGPT):
         self.group = group
         dev = as_device(device) if device is not None else full.device
         self.cfg = cfg
-        self.allreduce_kind = allreduce
         self.allreduce: Callable[[torch.Tensor], torch.Tensor] = ProcessGroupAllReduce(group)
         self.tok_emb = copy.deepcopy(full.tok_emb)
         self.pos_emb = copy.deepcopy(full.pos_emb)
@@ -280,8 +235,7 @@ class TensorParallelGPT(TinyGPT):
 
     @torch.no_grad()
     def warmup_collectives(self) -> None:
-        """Run one all-reduce of a decode-step shape and wait for it: NCCL builds its
-        communicator on the first collective, which must not happen inside a graph capture."""
+        """One all-reduce, waited for: NCCL's communicator must exist before a capture."""
         x = torch.zeros((1, 1, self.cfg.d_model), dtype=self.cfg.torch_dtype,
                         device=self.device)
         self._reduce(x)
@@ -299,14 +253,10 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
                dispatch_sizes: tuple[int, ...] = (1, 2, 4),
                allreduce: AllReduceKind = "process_group") -> dict:
     """Run on every rank (:func:`labkit.distributed.launch.run_ranks`): the tensor-parallel
-    model against the full one built from the same seed on this rank's device.
-
-    Returns, for the parent to compare: the ``prefill`` and ``decode`` logits (full, TP; on
-    the host), their max abs difference, the greedy tokens of each step (full, TP),
-    ``generate`` tokens (full, TP) and the padding dispatcher's tokens (mode ``'eager'`` on
-    CPU, ``'graph'`` on CUDA), every rank in lockstep.
-    ``allreduce`` picks the all-reduce of the tensor-parallel model.
-    """
+    model against the full one of the same seed. Returns (full, TP) pairs of the prefill and
+    decode logits (on the host) with their max differences, the greedy tokens of each step,
+    ``generate``'s tokens and the padding dispatcher's over ``dispatch_sizes`` (graphs on CUDA);
+    ``allreduce`` picks the tensor-parallel model's all-reduce."""
     device = torch.device("cuda", torch.cuda.current_device()) if (
         dist.get_backend() == "nccl") else torch.device("cpu")
     config = GPTConfig(**cfg)

@@ -1,25 +1,9 @@
 """Triton kernels of the Triton decode step (:mod:`labkit.kernels.step`), and their loader.
 
-* :mod:`labkit.kernels.matvec` -- the matrix kernels (LayerNorm folded into the projection
-  that follows it; bias, GELU, residual add or cache write in the epilogue);
-* :mod:`labkit.kernels.attention` -- split (FlashDecoding-style) attention over the cache in
-  place, and the split combine folded into the output projection;
-* :mod:`labkit.kernels.common` -- the device helpers they share;
-* :mod:`labkit.roofline.kernel_plan` -- the kernel table: what each kernel fuses, launches per step,
-  bytes it must move (plain arithmetic, no Triton needed);
-* :mod:`labkit.kernels.aot` -- every launch of a step compiled for sm_90 without a GPU, with
-  each kernel's registers and spills as ptxas reports them.
-
-This package imports without Triton; the three kernel modules import ``triton`` at their
-top, so :func:`load` imports them on first use (labkit, and every notebook, still runs
-where Triton is missing: :func:`unavailable_reason` says why).
-
-GPU or interpreter: Triton decides when ``@triton.jit`` runs, from ``TRITON_INTERPRET``,
-and its own library (``tl.zeros``, ``tl.sum``, ...) is decorated when ``triton`` is first
-imported. So the mode belongs to the process: set ``TRITON_INTERPRET=1`` before anything
-imports ``triton`` (``import torch._dynamo`` does) to run the kernels on CPU tensors in the
-interpreter; leave it unset to compile them for the GPU. :func:`interpreted` says which mode
-the loaded kernels are in.
+``matvec``, ``attention`` and ``common`` import ``triton``, so :func:`load` imports them on first
+use (labkit runs without Triton: :func:`unavailable_reason`). Triton decorates its functions
+for the GPU or, with ``TRITON_INTERPRET=1`` set before anything imports triton (``import
+torch._dynamo`` does), for its CPU interpreter, once per process (:func:`interpreted`).
 """
 
 from __future__ import annotations
@@ -42,10 +26,8 @@ def unavailable_reason() -> str | None:
 
 
 def load() -> types.SimpleNamespace:
-    """The kernel modules, as attributes of one namespace (``load().matvec.ln_qkv_kernel``).
-    Raises ``RuntimeError`` when Triton is not importable, or when the kernels and Triton's
-    own library were decorated in different modes (``TRITON_INTERPRET`` changed after
-    ``triton`` was imported)."""
+    """The kernel modules in one namespace (``load().matvec.ln_qkv_kernel``); ``RuntimeError``
+    without Triton, or when ``TRITON_INTERPRET`` changed after ``triton`` was imported."""
     reason = unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
@@ -62,8 +44,7 @@ def load() -> types.SimpleNamespace:
 
 
 def interpreted() -> bool:
-    """Whether the loaded kernels run in Triton's interpreter (``TRITON_INTERPRET=1`` when
-    they were imported) rather than compiled for the GPU."""
+    """Whether the loaded kernels run in Triton's interpreter (else compiled for the GPU)."""
     return _is_interpreted(load().matvec.ln_qkv_kernel)
 
 

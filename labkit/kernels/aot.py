@@ -1,15 +1,10 @@
-"""Compile the Triton step's kernels for a GPU without one: every launch of a step goes
-through Triton's compiler to PTX and ``ptxas`` (bundled with Triton) to a cubin, and ptxas
-reports each kernel's registers and spills.
+"""Compile the Triton step's kernels for a GPU without one: every launch of a step through
+Triton's compiler to PTX and its bundled ``ptxas``, which reports registers and spills.
 
-What the interpreter cannot check, this does: that every kernel *compiles* for the target
-(types of loop-carried values, tile shapes ``tl.dot`` takes, constexpr branches), and that
-the tile sizes of :func:`labkit.kernels.step.choose_blocks` fit in registers (a spill is a
-slow round trip through local memory). It runs the compiler only, so it needs a process
-whose kernels were loaded for the GPU (no ``TRITON_INTERPRET=1``).
-
-``python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT]`` prints one line per compiled
-kernel (``gpt2 bfloat16 1``: the 12-layer model at batch 1).
+It checks what the interpreter cannot: that every kernel compiles for the target, and that
+:func:`labkit.kernels.step.choose_blocks`'s tiles fit in registers. It needs kernels loaded
+for the GPU (no ``TRITON_INTERPRET=1``). ``python -m labkit.kernels.aot PRESET DTYPE BATCH
+[LAYOUT]`` prints one line per compiled kernel.
 """
 
 from __future__ import annotations
@@ -31,8 +26,7 @@ _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
 
 
 def _signature(launch) -> dict[str, str]:
-    """Triton's type string of every argument: a pointer ``*bf16``, an ``i32``, an ``fp32``,
-    or ``constexpr``."""
+    """Triton's type string of every argument (``*bf16``, ``i32``, ``fp32``, ``constexpr``)."""
     sig = {}
     args = iter(launch.args)
     for name in launch.kernel.arg_names:
@@ -74,11 +68,9 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
 
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None) -> list[dict]:
-    """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``; one
-    row per compiled kernel: ``kernel``, ``launches`` per step, ``grid``, ``num_warps``,
-    ``registers``, ``spill_stores``, ``spill_loads`` (bytes) and ``shared_bytes`` (the
-    shared memory Triton asks for: its pipelined loads). Raises
-    ``RuntimeError`` when the kernels were loaded for the interpreter."""
+    """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``: per
+    kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
+    ``spill_loads`` and ``shared_bytes``; ``RuntimeError`` under the interpreter."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -1,26 +1,14 @@
 """Decode attention of the Triton step (:mod:`labkit.kernels.step`), split along the sequence
 as FlashDecoding does, over the KV cache in place (slot or paged layout).
 
-A decode row has one query per head and attends over its ``pos + 1`` cached positions. One
-program per (row, head) leaves most of the GPU idle at small batches (12 programs for the
-12-layer model at batch 1), so the positions are cut into ``NSPLIT`` splits of ``SPLIT``
-positions and each (row, head, split) program computes a *partial* softmax: the largest score
-``m`` of its split, the sum ``l`` of ``exp(score - m)`` and the unnormalised output
-``acc = sum exp(score - m) v``. The partials combine exactly (the log-sum-exp trick)::
+One program per (row, head) leaves the GPU idle at small batches, so each (row, head, split)
+program computes a partial softmax (largest score ``m``, ``l = sum exp(score - m)``,
+``acc = sum exp(score - m) v``), combined exactly in :func:`attn_out_kernel`::
 
     M = max_s m_s,   y = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s
 
-The combine needs every split of a head, so it runs in the next kernel, which needs every
-head of a row anyway: :func:`attn_out_kernel` combines and multiplies by the output
-projection in one pass. Splits are fixed by ``max_seq`` (a graph cannot pick them from the
-positions): a split past a row's last position loads nothing and writes ``m = -inf, l = 0``.
-
-Bytes per launch (``B`` rows at context ``c``, ``e`` bytes per element):
-:func:`attention_split_kernel` reads q (``B D e``) and the keys and values of every attended
-position (``2 B c D e``, the only bytes of the step that grow with the context) and writes
-the partials (``B H NSPLIT (head_dim + 2)`` float32); :func:`attn_out_kernel` reads the
-partials (once per column block, from L2), ``W_proj`` and its bias (``(D^2 + D) e``) and the
-residual, and writes the residual.
+Splits are fixed by ``max_seq`` (a graph cannot pick them from the positions): a split past a
+row's last position loads nothing and writes ``m = -inf, l = 0``.
 """
 
 import triton
@@ -36,14 +24,13 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
                            BLOCK_SIZE: tl.constexpr, MAX_BLOCKS: tl.constexpr,
                            NSPLIT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_T: tl.constexpr,
                            BLOCK_HD: tl.constexpr):
-    """Partial softmax attention of one (row, head, split): positions
+    """Partial softmax attention of one (row, head, split) over positions
     ``[s * SPLIT, min((s + 1) * SPLIT, pos + 1))`` of the row's slot, read in place.
 
-    Replaces the readable step's attention kernel (with its metadata kernels: key offsets and
-    lengths come from ``positions`` and ``slots`` here). Online softmax over the split's
-    chunks of ``BLOCK_T`` positions: for each chunk the scores ``q . k * scale``, the running
-    maximum, the rescaled sums. This step's k and v were stored by :func:`ln_qkv_kernel` before
-    this launch, so the row's own position is read from the cache like every other."""
+    Fuses the readable step's attention with its metadata kernels (offsets and lengths come
+    from ``positions`` and ``slots``); online softmax over chunks of ``BLOCK_T`` positions.
+    Reads q (``B D e``) and the keys and values attended (``2 B c D e``, the only bytes that
+    grow with the context ``c``); writes the partials (``B H NSPLIT (head_dim + 2)`` float32)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -92,12 +79,10 @@ def attn_out_kernel(m_ptr, l_ptr, acc_ptr, w_ptr, b_ptr, x_ptr, B, H: tl.constex
     """Fuses the split combine + output projection + bias + residual add, in place:
     ``x += combine(partials) @ W_proj.T + b_proj``.
 
-    Replaces the readable step's out-projection GEMM, its bias and the residual add (and
-    FlashDecoding's separate reduction kernel). The reduction dimension of ``W_proj`` is the
-    attention output, head after head, so the program loops over heads: combine that head's
-    splits for its rows (rounded to the model dtype, as the attention output is), multiply by
-    the head's ``head_dim`` columns of ``W_proj``. Reads ``W_proj`` ``(D, D)`` and its bias
-    once, the partials once per program (L2), its tile of ``x``."""
+    Replaces the out-projection GEMM, its bias, the residual add (and FlashDecoding's separate
+    reduction kernel): per head, combine its splits (rounded to the model dtype) and multiply
+    by that head's columns of ``W_proj``. Reads ``W_proj`` and bias (``(D^2 + D) e``) once, the
+    partials (from L2) and its tile of ``x``; writes the residual."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)

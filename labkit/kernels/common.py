@@ -1,9 +1,5 @@
-"""Device helpers shared by the Triton kernels of :mod:`labkit.kernels.step` (``@triton.jit``
-functions, inlined into the kernels that call them).
-
-Loaded through :func:`labkit.kernels.load`, which decorates them for the GPU or for Triton's
-interpreter; this file imports ``triton`` at the top, so import it only where Triton is.
-"""
+"""Device helpers shared by the Triton kernels of :mod:`labkit.kernels.step`, inlined where
+called; imported through :func:`labkit.kernels.load` (it needs Triton)."""
 
 import triton
 import triton.language as tl
@@ -12,13 +8,9 @@ import triton.language as tl
 @triton.jit
 def cache_index(slot, pos, table_ptr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr,
                 BLOCK_SIZE: tl.constexpr, MAX_BLOCKS: tl.constexpr):
-    """Flat row of the cache viewed as ``(-1, heads, head_dim)`` where position ``pos`` of
-    ``slot`` lives (``slot`` int64, ``pos`` int64 scalars or blocks that broadcast).
-
-    Slot layout: ``slot * max_seq + pos`` (:meth:`labkit.kvcache.SlotKVCache.write_index`).
-    Paged layout: the slot's block table row says which pool block holds ``pos``
-    (:meth:`labkit.kvcache.PagedKVCache.write_index`); rows that own nothing point at the pad
-    block, so the scratch slot of padded rows writes there."""
+    """Flat cache row (the cache viewed as ``(-1, heads, head_dim)``) of position ``pos`` of
+    ``slot``: ``slot * max_seq + pos``, or through the block table (paged; rows owning nothing
+    point at the pad block), as ``labkit.kvcache``'s ``write_index``."""
     if PAGED:
         block = tl.load(table_ptr + slot * MAX_BLOCKS + pos // BLOCK_SIZE).to(tl.int64)
         index = block * BLOCK_SIZE + pos % BLOCK_SIZE
@@ -29,15 +21,10 @@ def cache_index(slot, pos, table_ptr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr
 
 @triton.jit
 def dot_acc(acc, a, w, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """``acc + a @ w.T``: ``a`` (rows, k) activations, ``w`` (n, k) a tile of an
-    ``nn.Linear`` weight (rows are output features), float32 accumulator.
-
-    ``UPCAST``: multiply in float32. Triton's interpreter (CPU tests) multiplies bf16 tiles as
-    their raw 16-bit patterns, so under the interpreter both operands go to float32 first: the
-    same products (a bf16 product is exact in float32), the same float32 accumulation. On the
-    GPU bf16 tiles go to the tensor cores as they are. ``PRECISION`` ``"ieee"`` keeps a
-    float32 model's products in full float32 (Triton's default there is TF32, which
-    ``torch.mm`` does not use)."""
+    """``acc + a @ w.T`` in float32: ``a`` (rows, k), ``w`` (n, k) a tile of an ``nn.Linear``
+    weight. ``UPCAST``: multiply in float32 (Triton's interpreter multiplies bf16 tiles as raw
+    16-bit patterns; a bf16 product is exact in float32). ``PRECISION="ieee"``: full float32
+    products (Triton's default is TF32, which ``torch.mm`` does not use)."""
     if UPCAST:
         a = a.to(tl.float32)
         w = w.to(tl.float32)

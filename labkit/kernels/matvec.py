@@ -1,28 +1,12 @@
-"""The matrix kernels of the Triton decode step (:mod:`labkit.kernels.step`): each one reads a
-weight matrix once and does everything around it that needs no other kernel's output.
+"""The matrix kernels of the Triton decode step (:mod:`labkit.kernels.step`): each reads one
+weight matrix once and folds the elementwise work around it into the same pass -- LayerNorm
+into the loads, bias, GELU, residual add or cache write into the stores.
 
-A decode step multiplies a few rows (the batch) by each weight matrix: the work is reading
-the matrix, so each kernel below reads its matrix once (spread over its programs) and folds
-the small elementwise work before and after it into the same pass -- the LayerNorm into the
-loads (prologue), the bias, GELU, residual add or cache write into the stores (epilogue).
-
-Grid of every kernel here: ``(output column blocks, batch row blocks)``. A program owns
-``BLOCK_N`` output features for ``BLOCK_B`` rows; it loops over the reduction dimension in
-chunks of ``BLOCK_K`` and accumulates in float32 with ``tl.dot`` (``BLOCK_B >= 16``: padded
-rows are masked, never stored). A LayerNorm needs whole rows, so each program computes its
-rows' mean and variance itself (``D`` values per row, a re-read from L2, not from HBM).
-
-Bytes each kernel must read from memory, per launch (``B`` rows, ``D`` = d_model, ``e`` bytes
-per element; :func:`labkit.roofline.kernel_plan.kernel_plan` adds them up):
-
-* :func:`ln_qkv_kernel`: LN1 (``2D e``), the QKV weight and bias (``(3D^2 + 3D) e``), the
-  rows (``B D e``; the first layer reads two embedding rows per row instead); writes q
-  (``B D e``) and this step's k and v into the cache (``2 B D e``).
-* :func:`ln_linear_kernel` as LN2 + up-projection + GELU: ``(2D + 4D^2 + 4D) e`` of
-  weights, the rows; writes the hidden rows (``4 B D e``). As final LayerNorm + LM head:
-  ``(2D + V D) e`` of weights (the largest matrix of the step), writes the logits (``B V e``).
-* :func:`linear_residual_kernel` (down-projection + bias + residual): ``(4D^2 + D) e`` of
-  weights, the hidden rows (``4 B D e``) and the residual (``B D e``); writes the residual.
+Grid: ``(output column blocks, batch row blocks)``; a program owns ``BLOCK_N`` features of
+``BLOCK_B`` rows (``>= 16`` for ``tl.dot``, padded rows masked) and accumulates in float32
+over ``BLOCK_K`` chunks. A LayerNorm needs whole rows, so each program computes its rows'
+statistics itself (a re-read from L2, not HBM). Bytes per launch below: ``B`` rows, ``D`` =
+d_model, ``e`` bytes per element (:func:`labkit.roofline.kernel_plan.kernel_plan` sums them).
 """
 
 import triton
@@ -104,17 +88,15 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
                   BLOCK_SIZE: tl.constexpr, MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr,
                   BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """Fuses LN1 + QKV projection + bias + the cache write (+ the embeddings, first layer).
+    """Fuses LN1 + QKV projection + bias + the cache write (+ the embeddings, first layer):
+    replaces ``layer_norm``, the QKV GEMM, its bias, the write index and two ``index_copy_``.
 
-    Replaces, per layer of the readable step: ``layer_norm``, the QKV GEMM, its bias, the
-    write-index kernel and the two cache writes (``index_copy_``). Output columns
-    ``[0, D)`` are q, stored to ``q_ptr`` ``(B, D)`` for the attention kernel; ``[D, 2D)``
-    and ``[2D, 3D)`` are k and v, stored straight into the layer's cache at the row's
-    ``(slot, position)`` (:func:`labkit.kernels.common.cache_index`), so a padded row (the
-    scratch slot) writes only the scratch slot. With ``EMBED`` the input rows are the
-    embeddings, and the programs of the first column block also store them as the residual
-    stream ``x``. Reads: LN1, ``W_qkv`` ``(3D, D)`` and its bias once, the rows once per
-    program (L2)."""
+    Columns ``[0, D)`` are q, stored to ``q_ptr`` ``(B, D)``; ``[D, 3D)`` are k and v, stored
+    into the cache at the row's ``(slot, position)`` (a padded row writes the scratch slot).
+    With ``EMBED`` the rows are the embeddings, which the first column block also stores as
+    the residual stream ``x``. Reads LN1, ``W_qkv`` and bias (``(2D + 3D^2 + 3D) e``) once and
+    the rows (``B D e``; layer 0: two embedding rows each); writes q (``B D e``) and k, v
+    (``2 B D e``)."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -155,11 +137,10 @@ def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_strid
                      BLOCK_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Fuses a LayerNorm + a projection (+ bias) (+ tanh GELU): ``out = act(LN(x) @ W.T + b)``.
 
-    Used twice: LN2 + MLP up-projection + bias + GELU (``N = 4D``; replaces
-    ``layer_norm``, the GEMM, its bias and ``gelu``), and the final LayerNorm + LM head
-    (``N = V``, no bias; replaces ``layer_norm`` and the GEMM). Reads ``W`` ``(N, D)`` once
-    (the LM head is the largest matrix of the step), the rows once per program (L2); writes
-    ``(B, N)`` in the model dtype, rows ``out_stride`` apart (the caller's logits buffer)."""
+    As LN2 + MLP up-projection + bias + GELU (``N = 4D``; replaces ``layer_norm``, the GEMM,
+    its bias and ``gelu``) it reads ``(2D + 4D^2 + 4D) e`` of weights and the rows, writes
+    ``4 B D e``; as final LayerNorm + LM head (``N = V``, no bias) it reads ``(2D + V D) e``
+    (the step's largest matrix) and writes the logits (``B V e``, rows ``out_stride`` apart)."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -184,10 +165,10 @@ def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, K: tl.constexpr, N: tl
                            PRECISION: tl.constexpr):
     """Fuses a projection + bias + the residual add, in place: ``x += a @ W.T + b``.
 
-    The MLP down-projection (``a`` the GELU rows ``(B, 4D)``, ``W`` ``(D, 4D)``); replaces the
-    GEMM, its bias and the residual add. In place is safe: a program reads and writes only
-    its own ``(rows, columns)`` of ``x``, and no program reads another's. Reads ``W`` and its
-    bias once, ``a`` once per program (L2), its tile of ``x``."""
+    The MLP down-projection (``a`` the GELU rows ``(B, 4D)``); replaces the GEMM, its bias and
+    the residual add (in place is safe: a program reads and writes only its own tile of
+    ``x``). Reads ``(4D^2 + D) e`` of weights, ``a`` (``4 B D e``) and the residual
+    (``B D e``); writes the residual."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)

@@ -1,15 +1,9 @@
 """A decode step in hand-written Triton kernels: five fused kernels per layer and one for the
 LM head.
 
-Same weights (read from the model's parameters on every call, never copied or cached), same
-KV cache (slot or paged layout, read and written in place), same interface and logits
-contract as :meth:`labkit.model.TinyGPT.decode_step` and the PyTorch fused step
-(:mod:`labkit.fused`): ``step(tokens, positions, slots, *, check=None, out=None) -> logits``.
-Build it with :func:`make_triton_step`; capture it like any step
-(``capture_decode_graphs(model, sizes, step=make_triton_step(model))``).
-
-The kernels of one layer (:mod:`labkit.kernels`; each kernel's docstring says what it fuses
-and what it reads)::
+Same weights (read live), KV cache (slot or paged, in place), interface and logits as
+``TinyGPT.decode_step``; :func:`make_triton_step` builds it, graphs capture it like any step.
+One layer (each kernel's docstring says what it fuses and reads)::
 
     1 ln_qkv_kernel           LN1 + QKV + bias + k/v written into the cache (layer 0: + embeddings)
     2 attention_split_kernel  attention over the cache in place, split along the sequence
@@ -17,35 +11,13 @@ and what it reads)::
     4 ln_linear_kernel        LN2 + MLP up-projection + bias + GELU
     5 linear_residual_kernel  MLP down-projection + bias + residual (in place)
 
-and once per step ``ln_linear_kernel`` again as final LayerNorm + LM head: ``5 L + 1``
-kernels (gpt2, L = 12: 61; small, L = 4: 21), no metadata kernels (the cache index of each
-row is computed inside the kernels from ``positions`` and ``slots``), no copies, no fills.
-Each kernel boundary is a true dependency: a LayerNorm or an attention needs whole rows or
-every head, which a kernel only has once the previous one has finished. Going below five per
-layer needs a grid-wide barrier (a persistent kernel, one launch for the whole step) or float
-atomics (the MLP in one split-K kernel, whose sums would then depend on the order in which
-programs finish); neither is done here.
-:mod:`labkit.roofline.kernel_plan` has the table with the bytes each kernel must move.
-
-Block sizes (:class:`Blocks`) are chosen per batch size by :func:`choose_blocks` (a
-heuristic checked for register spills with :mod:`labkit.kernels.aot`, not timed: pass
-``blocks=`` to try others). The attention splits are fixed per
-batch size from ``max_seq`` and the number of (row, head) pairs, never from the positions,
-so the launch grid depends on the batch size alone.
-
-Capture-safe: no host sync, shapes depend on the batch size only. The buffers between kernels
-(q, attention partials, residual stream, MLP hidden rows) are allocated once per batch size
-outside capture and kept by the step object, so a graph captured from the step reads them on
-every replay: the step must live as long as its graphs
-(:class:`labkit.graphs.CapturedGraph` keeps its callable). Two calls of the same batch size
-share those buffers: run them on one stream (as labkit does), not concurrently.
-
-CPU: the same kernels run in Triton's interpreter when the process set
-``TRITON_INTERPRET=1`` before importing triton (:mod:`labkit.kernels`), slowly; that is how
-the tests check them without a GPU. Numerics: the readable step's operations in
-another order, float32 accumulation, each kernel's output rounded once to the model dtype
-(the readable step rounds after every operation); float32 tokens equal the readable step's
-(tests), bf16 agreement is reported by :func:`labkit.fused.agreement`.
+and ``ln_linear_kernel`` as final LayerNorm + LM head: ``5 L + 1`` kernels (gpt2: 61), no
+metadata kernels, copies or fills. Each boundary is a true dependency; fewer would need a
+grid-wide barrier or float atomics. Tiles (:class:`Blocks`, :func:`choose_blocks`) and the
+attention splits depend on the batch size alone, so the grid does too. Capture-safe: no host
+sync; the buffers between kernels are made once per batch size outside capture and kept, so
+the step must outlive its graphs and two calls must not run concurrently. On CPU the kernels
+run in Triton's interpreter (:mod:`labkit.kernels`); float32 tokens equal the readable step's.
 """
 
 from __future__ import annotations
@@ -61,19 +33,15 @@ from labkit import kernels
 from labkit.checks import as_int
 from labkit.model import TinyGPT
 
-
-#: launches per layer: every kernel once, ``ln_linear_kernel`` once for the MLP
-PER_LAYER = 5
-
-
-def kernels_per_step(n_layer: int) -> int:
-    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
-    return PER_LAYER * as_int(n_layer, "n_layer", minimum=1) + 1
-
 __all__ = ["Blocks", "Launch", "TritonStep", "choose_blocks", "gpu_launches",
            "kernels_per_step", "make_triton_step", "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
+
+
+def kernels_per_step(n_layer: int) -> int:
+    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
+    return 5 * as_int(n_layer, "n_layer", minimum=1) + 1
 
 
 def _pow2(n: int) -> int:
@@ -89,21 +57,13 @@ def _cdiv(a: int, b: int) -> int:
 class Blocks:
     """Tile sizes of one batch size's launches (powers of two)."""
 
-    #: batch rows per program of the matrix kernels (>= 16: ``tl.dot``'s smallest tile)
-    rows: int = 16
-    #: output features per program of the QKV, out-projection and MLP kernels
-    n: int = 32
-    #: reduction chunk of the matrix kernels
-    k: int = 128
-    #: output features (vocabulary entries) per program of the LM head
-    head_n: int = 64
-    #: positions per chunk of the attention loop
-    t: int = 64
-    #: attention splits along the sequence asked for (1: no split); the step uses
-    #: ``ceil(max_seq / split_size)`` of them, ``split_size`` a multiple of ``t``
-    splits: int = 1
-    #: warps per program (GPU only)
-    warps: int = 4
+    rows: int = 16     # batch rows per program of the matrix kernels (>= 16 for tl.dot)
+    n: int = 32        # output features per program of the QKV, out-projection and MLP
+    k: int = 128       # reduction chunk of the matrix kernels
+    head_n: int = 64   # vocabulary entries per program of the LM head
+    t: int = 64        # positions per chunk of the attention loop
+    splits: int = 1    # attention splits asked for (the step uses ceil(max_seq / split_size))
+    warps: int = 4     # warps per program (GPU only)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -130,16 +90,10 @@ TILE_BYTES = 8192
 
 def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
                   sm_count: int | None = None) -> Blocks:
-    """Tile sizes for ``batch`` rows (a starting heuristic, checked for register spills by
-    compiling for sm_90, not timed on a GPU).
-
-    GPU: few rows per step make every matrix kernel a read of its weights, so the output is
-    cut fine (16 columns per program at up to 16 rows) to spread the weights over the SMs;
-    the reduction chunk shrinks as the rows grow (:data:`TILE_BYTES`), 8 warps per program;
-    attention is split until there are about two programs per SM (``sm_count``, default the
-    GPU's), at most one split per ``t`` positions and no more than the combine's partials fit
-    in :data:`TILE_BYTES` twice. Interpreter: the programs run one after
-    another on the CPU, so fewer, larger tiles."""
+    """Tile sizes for ``batch`` rows. GPU: output cut fine (16 columns per program up to 16
+    rows) to spread the weight reads over the SMs, the reduction chunk shrinking with the rows
+    (:data:`TILE_BYTES`), attention split to about two programs per SM (``sm_count``) within
+    the combine's budget. Interpreter (programs run one by one): fewer, larger tiles."""
     cfg = model.cfg
     rows = min(64, max(16, _pow2(batch)))
     if interpret:
@@ -202,17 +156,9 @@ class Launch:
 
 
 class TritonStep:
-    """The Triton decode step of one model (see the module docstring). Call it like
-    ``model.decode_step``.
-
-    ``blocks``: tile sizes for every batch size (a :class:`Blocks`, or a mapping of the
-    fields to change from :func:`choose_blocks`'s choice); ``None`` = the heuristic.
-
-    The kernels run compiled on the GPU, or in Triton's interpreter when the process set
-    ``TRITON_INTERPRET=1`` before importing triton (:mod:`labkit.kernels`): a model on the
-    CPU needs the interpreter; a model on a GPU under the interpreter runs (every tensor is
-    copied to the host and back), but not in a graph capture.
-    """
+    """The Triton decode step of one model (the module docstring), called like
+    ``model.decode_step``. ``blocks``: a :class:`Blocks` for every batch size, or a mapping of
+    the fields to change from :func:`choose_blocks`'s choice (``None``: the heuristic)."""
 
     def __init__(self, model: TinyGPT, *,
                  blocks: Blocks | Mapping[str, int] | None = None) -> None:
@@ -248,17 +194,14 @@ class TritonStep:
                              f"{bad[:3]} are not: make them contiguous and build the step "
                              "again")
 
-    # ------------------------------------------------------------------ the step
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
                  check: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         self._check(tokens, positions, slots, check, out)
-        with torch.no_grad():
-            return self._step(tokens, positions, slots, out)
+        return self.decode(tokens, positions, slots, out)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
-        """The step without any check: for callers that checked the batch (the dispatcher,
-        graph capture)."""
+        """The step without any check (the dispatcher and graph capture checked the batch)."""
         with torch.no_grad():
             return self._step(tokens, positions, slots, out)
 
@@ -298,8 +241,7 @@ class TritonStep:
         return replace(chosen, **self.blocks) if self.blocks else chosen
 
     def launch_shape(self, batch: int) -> dict:
-        """What a step of ``batch`` rows launches: its tile sizes, the attention splits and
-        positions per split, kernels per step."""
+        """Tile sizes, attention splits and kernels of a step of ``batch`` rows."""
         bl = self.blocks_for(batch)
         split, nsplit = self._splits(bl)
         return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
@@ -311,8 +253,7 @@ class TritonStep:
         return split, _cdiv(max_seq, split)
 
     def _workspace(self, b: int) -> _Workspace:
-        """Batch size ``b``'s buffers: made once outside capture and kept (a graph replays
-        into them); made during a capture they belong to the graph's pool and are not kept."""
+        """Batch size ``b``'s buffers, kept when made outside a capture (graphs reuse them)."""
         ws = self._workspaces.get(b)
         if ws is not None:
             return ws
@@ -348,8 +289,7 @@ class TritonStep:
 
     def launches(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                  logits: torch.Tensor) -> list[Launch]:
-        """The kernel launches of one step, in order, without running them (the step runs
-        them; :mod:`labkit.kernels.aot` compiles them). No checks here."""
+        """The kernel launches of one step, in order, without running them."""
         m = self.model
         cfg = m.cfg
         b, d, h, v = tokens.shape[0], cfg.d_model, cfg.n_head, cfg.vocab_size
@@ -401,9 +341,7 @@ class TritonStep:
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None) -> list[Launch]:
-    """The launches a step of ``batch`` rows makes when compiled for a GPU of ``sm_count``
-    SMs (132: an H200), for a model on any device: what :mod:`labkit.kernels.aot` compiles
-    without a GPU. Dummy inputs (token 0, position 0, the scratch slot); nothing runs."""
+    """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
     step = TritonStep(model, blocks=blocks)
     step.interpret = False  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
@@ -418,7 +356,5 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
 
 def make_triton_step(model: TinyGPT, *,
                      blocks: Blocks | Mapping[str, int] | None = None) -> TritonStep:
-    """The Triton decode step of ``model``: a callable with the signature of
-    ``model.decode_step`` (see :class:`TritonStep`). Raises ``RuntimeError`` when Triton is
-    not importable (:func:`unavailable_reason` says why)."""
+    """The Triton decode step of ``model`` (``RuntimeError`` without Triton)."""
     return TritonStep(model, blocks=blocks)

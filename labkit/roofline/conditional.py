@@ -1,11 +1,8 @@
 """What this PyTorch offers of CUDA graph *conditional nodes* (IF / WHILE, CUDA 12.4+).
 
-A conditional node runs its child graph only when (IF), or as long as (WHILE), a value on the
-device says so: a decode loop that stops at an end token could then live inside one graph.
-Whether PyTorch exposes them depends on the build (notebook 12 gives the history, with the
-pull requests). :func:`conditional_support` only looks (imports and attributes, nothing is
-installed, nothing runs on the GPU); :func:`if_node_demo` captures a one-kernel IF node and
-replays it with the predicate on and off, on a CUDA machine whose PyTorch has the binding.
+A conditional node runs its child graph when (IF) or while (WHILE) a device value says so, so
+a decode loop that stops at an end token could live in one graph (notebook 12 gives the
+history). :func:`conditional_support` only looks; :func:`if_node_demo` captures an IF node.
 """
 
 from __future__ import annotations
@@ -33,11 +30,9 @@ def _importable(name: str) -> bool:
 
 
 def conditional_support() -> dict[str, Any]:
-    """What this process can use, without installing anything: the torch and CUDA versions,
-    whether torch was built with CUDA and sees a GPU, whether its ``CUDAGraph`` binding has
-    the IF-node methods (and a WHILE-node one), whether torch's ``torch.cond`` capture helper
-    exists, and whether cuda-python (``cuda.bindings`` or the older ``cuda.cudart``), the
-    route NeMo takes to build WHILE nodes by hand, is importable."""
+    """What this process can use (imports and attributes only): torch and CUDA versions, a
+    GPU, the IF / WHILE node methods of ``CUDAGraph``, torch's ``torch.cond`` capture helper,
+    and cuda-python (the route NeMo takes to build WHILE nodes by hand)."""
     graph_cls = getattr(torch._C, "_CUDAGraph", None)
     def has(name: str) -> bool:
         return graph_cls is not None and hasattr(graph_cls, name)
@@ -56,10 +51,7 @@ def conditional_support() -> dict[str, Any]:
 
 
 def if_node_demo() -> dict[str, Any]:
-    """Capture ``x += 1`` inside an IF node whose predicate is a device bool, replay it with
-    the predicate true, false, true. Returns ``{"ok", "values", "error"}``: ``values`` are
-    ``x`` after each replay (``[1, 1, 2]`` when the node works), ``error`` why it could not run
-    (no GPU, no binding, or the CUDA error). Never raises."""
+    """Capture ``x += 1`` in an IF node, replay it with the predicate on, off, on; never raises."""
     support = conditional_support()
     if not support["gpu_available"]:
         return {"ok": False, "values": [], "error": "no CUDA GPU in this process"}

@@ -1,13 +1,8 @@
 """Several decode steps in one CUDA graph: the argmax fed back on the device.
 
-A server that replays one graph per step still goes back to the host between steps (to read
-the new tokens, check for an end token, copy them back). :func:`multistep_decode` runs
-``n_steps`` greedy steps with each step's ``argmax`` feeding the next step's tokens and the
-positions advanced on the device: nothing is read back, so the whole loop can be captured
-once (:func:`capture_multistep`) and one replay produces ``n_steps`` tokens per row.
-
-On CPU :func:`multistep_decode` runs eagerly and equals ``n_steps`` single
-``decode_step`` calls token for token (``tests/test_multistep.py``).
+A server replaying one graph per step goes back to the host between steps. Here each step's
+``argmax`` feeds the next and the positions advance on the device, so nothing is read back and
+the loop captures once (:func:`capture_multistep`): one replay, ``n_steps`` tokens per row.
 """
 
 from __future__ import annotations
@@ -42,14 +37,9 @@ def _check_room(model: TinyGPT, positions: torch.Tensor, n_steps: int) -> None:
 def multistep_decode(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tensor,
                      slots: torch.Tensor, n_steps: int, *,
                      out: torch.Tensor | None = None) -> torch.Tensor:
-    """``n_steps`` greedy decode steps, each step's argmax fed to the next on the device.
-
-    ``tokens[i]`` sits at ``positions[i]`` of cache slot ``slots[i]`` (as for
-    :meth:`labkit.model.TinyGPT.decode_step`). Returns the new tokens ``(B, n_steps)``
-    (written into ``out`` when given: a static buffer for capture). Nothing is read back to
-    the host on CUDA (capture-safe); CPU tensors are checked on the host first, before
-    anything is written.
-    """
+    """``n_steps`` greedy decode steps (inputs as for ``decode_step``), each argmax fed to the
+    next on the device; the new tokens ``(B, n_steps)``, into ``out`` when given (a static
+    buffer for capture). Capture-safe on CUDA; CPU inputs are checked first."""
     n_steps = _check(model, n_steps)
     on_cpu = tokens.device.type == "cpu"
     if on_cpu:
@@ -74,9 +64,7 @@ def multistep_decode(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tens
 @torch.no_grad()
 def single_steps(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tensor,
                  slots: torch.Tensor, n_steps: int) -> torch.Tensor:
-    """The reference: ``n_steps`` separate ``decode_step`` calls, each argmax taken on the
-    host side of the loop (``.tolist()``) and sent back, as a server that checks every token
-    does. Returns ``(B, n_steps)``."""
+    """The reference: ``n_steps`` ``decode_step`` calls, each argmax read on the host."""
     n_steps = _check(model, n_steps)
     _check_room(model, positions.cpu(), n_steps)
     dev = tokens.device
@@ -102,14 +90,10 @@ class MultiStepGraph:
     slots: torch.Tensor
     out: torch.Tensor
 
-    @property
-    def batch_size(self) -> int:
-        return self.tokens.shape[0]
-
     def load(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
         """Copy a batch into the static inputs (the same batch size as captured)."""
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"this graph was captured for {self.batch_size} rows, got "
+        if tokens.shape[0] != self.tokens.shape[0]:
+            raise ValueError(f"this graph was captured for {self.tokens.shape[0]} rows, got "
                              f"{tokens.shape[0]}; capture one per batch size")
         self.tokens.copy_(tokens)
         self.positions.copy_(positions)
@@ -127,11 +111,7 @@ class MultiStepGraph:
 
 def capture_multistep(model: TinyGPT, batch_size: int, n_steps: int, *, pool=None,
                       warmup: int = 2) -> MultiStepGraph:
-    """Capture ``n_steps`` decode steps of ``batch_size`` rows in one CUDA graph.
-
-    Static inputs start harmless (token 0, position 0, every row in the scratch slot), so
-    warm-up and capture never write a live request's cache; ``out`` lies outside the pool.
-    """
+    """Capture ``n_steps`` decode steps of ``batch_size`` rows in one CUDA graph."""
     n_steps = _check(model, n_steps)
     batch_size = as_int(batch_size, "batch_size", minimum=1, maximum=model.cfg.max_batch,
                         fix="capture a batch size the cache holds (<= max_batch)")

@@ -1,13 +1,9 @@
 """What one decode step must move and compute: the arithmetic behind the roofline (notebook 12).
 
-A decode step of a :class:`labkit.model.TinyGPT` reads every weight matrix of the blocks and
-the output head once (the embedding tables only for the rows it looks up), reads the keys
-and values of every position each row attends to, writes this step's keys and values and
-writes the logits. However fast the kernels, the step cannot take less than those bytes
-divided by the memory bandwidth: the *bandwidth floor*. Its arithmetic (two flops per
-weight per row, plus attention) divided by the peak matmul rate is the *compute floor*; the
-larger of the two is the roofline floor. Pure arithmetic on a config, no torch needed: the
-lessons call it on a record's stored config.
+A step reads every block weight and the head once (of the embeddings only the rows it looks
+up), the keys and values each row attends to, and writes this step's keys, values and logits:
+those bytes over the memory bandwidth are the *bandwidth floor*; its flops over the peak
+matmul rate the *compute floor*. Pure arithmetic on a config (or a record's stored config).
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ _NEEDED = ("vocab_size", "n_layer", "d_model", "max_seq", "dtype")
 
 
 def config_fields(cfg: Any) -> dict:
-    """The fields of a model config (a :class:`labkit.model.GPTConfig` or a dict such as a
-    record's ``config``) that the byte count needs; a clear error when one is missing."""
+    """The fields of a model config (a ``GPTConfig`` or a record's dict), checked."""
     if isinstance(cfg, Mapping):
         d = dict(cfg)
     elif hasattr(cfg, "to_dict"):
@@ -50,18 +45,13 @@ def config_fields(cfg: Any) -> dict:
 
 @dataclass(frozen=True)
 class StepBytes:
-    """Bytes one decode step moves, by what they are (all ``int`` bytes)."""
+    """Bytes one decode step moves, by what they are."""
 
-    #: block weights, final LayerNorm and output head: read once per step whatever the batch
-    weights: int
-    #: the rows of the token and position tables the batch looks up
-    embedding_rows: int
-    #: keys and values of every position each row attends to, every layer
-    kv_read: int
-    #: this step's keys and values, every layer
-    kv_write: int
-    #: the logits ``(B, V)``
-    logits_write: int
+    weights: int         # blocks, final LayerNorm and head: once per step whatever the batch
+    embedding_rows: int  # the token and position rows the batch looks up
+    kv_read: int         # keys and values of every attended position, every layer
+    kv_write: int        # this step's keys and values, every layer
+    logits_write: int    # the logits (B, V)
 
     @property
     def total(self) -> int:
@@ -72,7 +62,8 @@ class StepBytes:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "total": self.total}
 
 
-def _check_point(d: dict, batch: int, context: int) -> tuple[int, int]:
+def check_point(d: dict, batch: int, context: int) -> tuple[int, int]:
+    """``batch`` and ``context`` checked against the config fields ``d``."""
     batch = as_int(batch, "batch", minimum=1, fix="give the decode batch size (rows per step)")
     context = as_int(context, "context", minimum=1, maximum=int(d["max_seq"]),
                      fix="give the number of positions each row attends to (its position + 1), "
@@ -87,10 +78,9 @@ def block_params(d_model: int) -> int:
 
 
 def step_bytes(cfg: Any, batch: int, context: int) -> StepBytes:
-    """Bytes one decode step of ``batch`` rows moves when every row attends to ``context``
-    positions (the cache read in place, as labkit's CUDA path does)."""
+    """Bytes one step of ``batch`` rows moves, each attending to ``context`` positions."""
     d = config_fields(cfg)
-    batch, context = _check_point(d, batch, context)
+    batch, context = check_point(d, batch, context)
     e = DTYPE_BYTES[d["dtype"]]
     dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
     weights = (layers * block_params(dm) + 2 * dm + vocab * dm) * e
@@ -102,8 +92,7 @@ def step_bytes(cfg: Any, batch: int, context: int) -> StepBytes:
 
 
 def all_weight_bytes(cfg: Any) -> int:
-    """Bytes of every parameter, both embedding tables included (what a checkpoint holds; a
-    decode step reads only the rows it looks up of the two tables)."""
+    """Bytes of every parameter, both embedding tables whole (what a checkpoint holds)."""
     d = config_fields(cfg)
     dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
     params = layers * block_params(dm) + 2 * dm + 2 * vocab * dm + int(d["max_seq"]) * dm
@@ -111,10 +100,9 @@ def all_weight_bytes(cfg: Any) -> int:
 
 
 def step_flops(cfg: Any, batch: int, context: int) -> int:
-    """Floating-point operations of one decode step: two per weight per row in the GEMMs
-    (blocks and head) plus attention's ``q·k`` and ``p·v`` (two each per key per row)."""
+    """Flops of one decode step: two per weight per row, plus attention's q·k and p·v."""
     d = config_fields(cfg)
-    batch, context = _check_point(d, batch, context)
+    batch, context = check_point(d, batch, context)
     dm, layers, vocab = int(d["d_model"]), int(d["n_layer"]), int(d["vocab_size"])
     gemm = 2 * batch * (layers * 12 * dm * dm + vocab * dm)
     attention = layers * batch * context * 4 * dm
@@ -148,8 +136,7 @@ def roofline_floor_us(cfg: Any, batch: int, context: int, bandwidth_gbps: float,
 
 def ridge_batch(cfg: Any, context: int, bandwidth_gbps: float, tflops: float,
                 max_batch: int = 65536) -> int | None:
-    """The smallest batch at which the compute floor reaches the bandwidth floor (the step
-    turns compute-bound there); ``None`` if no batch up to ``max_batch`` does."""
+    """The smallest compute-bound batch up to ``max_batch`` (``None`` if there is none)."""
     max_batch = as_int(max_batch, "max_batch", minimum=1)
     lo, hi = 1, max_batch
 

@@ -1,25 +1,12 @@
 """Continuous batching over a request trace: the serving loop on the tiny GPT.
 
-Requests arrive by a trace (:class:`TraceRequest`: arrival time, prompt length, output length).
-Every engine step
-
-1. queues the requests that have arrived by now (first come, first served);
-2. admits queued requests while a cache slot is free and the cache has room for the whole
-   request (``model.cache.reserve(slot, prompt + output - 1)``: blocks in the paged layout;
-   :class:`labkit.kvcache.CacheFullError` stops admission until a request leaves), and
-   prefills each one alone (its first output token comes from the prefill);
-3. decodes every running request together one step through a *step function*
-   (:func:`make_step_fn`: eager ``model.decode_step``, a
-   :class:`labkit.dispatch.PaddingDispatcher` in any ``cudagraph_mode``, full graphs of every
-   exact size, or a :class:`CircuitBreaker` around one);
-4. retires the requests that have all their tokens and releases their cache room.
-
-Time comes from a clock: :class:`RealClock` (``time.perf_counter``, synchronising CUDA after
-each piece of work) or :class:`SimClock` (each prefill and decode step costs a given simulated
-time), so that a seeded run on the simulated clock gives the same tokens and the same schedule
-everywhere. The run (:class:`ServeRun`) holds a timestamp per generated token per request and,
-per decode step, its batch size, padded size, runtime mode and whether a graph served it;
-:mod:`labkit.measure.serving_metrics` turns it into TTFT/TPOT/ITL percentiles.
+Every engine step queues the trace's arrivals, admits them first come, first served while a
+slot and the cache room of the whole request are free (prefilling each alone: the first
+token), decodes every running request one step through a step function (:func:`make_step_fn`
+or a :class:`CircuitBreaker`) and retires the finished ones. Time comes from a
+:class:`RealClock` or a seeded-reproducible :class:`SimClock`; the :class:`ServeRun` holds
+every token's time and every step's batch, padded size and mode, which
+:mod:`labkit.measure.serving_metrics` turns into TTFT/TPOT/ITL percentiles.
 """
 
 from __future__ import annotations
@@ -34,16 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from labkit.checks import as_int
+from labkit.checks import as_int, as_number
 from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
 from labkit.model import TinyGPT
 from labkit.serving.traces import TraceRequest
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-# ----------------------------------------------------------------------------- clocks
 
 
 class Clock(Protocol):
@@ -55,8 +39,7 @@ class Clock(Protocol):
 
 
 class RealClock:
-    """Wall-clock time (``time.perf_counter``). ``charge`` waits for the GPU
-    (``torch.cuda.synchronize``) so a token's timestamp is when it exists."""
+    """Wall-clock time; ``charge`` synchronises CUDA so a token's timestamp is when it exists."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.cuda = torch.device(device).type == "cuda"
@@ -80,14 +63,13 @@ class SimClock:
 
     def __init__(self, decode_s: float = 0.010, *, decode_per_row_s: float = 0.0,
                  prefill_s: float = 0.0, prefill_per_token_s: float = 0.0) -> None:
-        for name, v in (("decode_s", decode_s), ("decode_per_row_s", decode_per_row_s),
-                        ("prefill_s", prefill_s), ("prefill_per_token_s", prefill_per_token_s)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or v < 0:
-                raise ValueError(f"SimClock {name} must be a finite number >= 0 seconds, "
-                                 f"got {v!r}")
-        self.decode_s, self.decode_per_row_s = float(decode_s), float(decode_per_row_s)
-        self.prefill_s, self.prefill_per_token_s = float(prefill_s), float(prefill_per_token_s)
+        fix = "give SimClock a time in seconds"
+        self.decode_s = as_number(decode_s, "decode_s", minimum=0, fix=fix)
+        self.decode_per_row_s = as_number(decode_per_row_s, "decode_per_row_s", minimum=0,
+                                          fix=fix)
+        self.prefill_s = as_number(prefill_s, "prefill_s", minimum=0, fix=fix)
+        self.prefill_per_token_s = as_number(prefill_per_token_s, "prefill_per_token_s",
+                                             minimum=0, fix=fix)
         self.t = 0.0
 
     def now(self) -> float:
@@ -96,10 +78,6 @@ class SimClock:
     def sleep_until(self, t: float) -> None:
         self.t = max(self.t, t)
 
-    def advance(self, dt: float) -> None:
-        """Move time on by ``dt`` seconds."""
-        self.t += dt
-
     def charge(self, kind: str, rows: int) -> None:
         if kind == "decode":
             self.t += self.decode_s + self.decode_per_row_s * rows
@@ -107,12 +85,8 @@ class SimClock:
             self.t += self.prefill_s + self.prefill_per_token_s * rows
 
 
-# ----------------------------------------------------------------------------- step functions
-
-
 def eager_step(model: TinyGPT) -> StepFn:
-    """``model.decode_step`` taking host-side positions and slots (as a dispatcher does):
-    they are moved to the model's device first."""
+    """``model.decode_step`` taking host-side inputs (as a dispatcher does)."""
 
     def step(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         dev = model.device
@@ -121,10 +95,7 @@ def eager_step(model: TinyGPT) -> StepFn:
     return step
 
 
-#: the step modes of :func:`make_step_fn` (and of ``labkit serve --mode``): ``eager`` is
-#: ``model.decode_step`` alone; the others are a dispatcher in the ``cudagraph_mode`` of the
-#: same name (``none``: NONE, the dispatcher's checks and staging without graphs) and
-#: ``exact``, FULL graphs of every size
+#: the step modes of :func:`make_step_fn` and ``labkit serve --mode``
 StepMode = Literal["eager", "full", "piecewise", "none", "exact"]
 STEP_MODES: tuple[StepMode, ...] = ("eager", "full", "piecewise", "none", "exact")
 _CUDAGRAPH_MODE: dict[str, CudagraphMode] = {"full": "FULL", "piecewise": "PIECEWISE",
@@ -134,10 +105,8 @@ _CUDAGRAPH_MODE: dict[str, CudagraphMode] = {"full": "FULL", "piecewise": "PIECE
 def make_step_fn(model: TinyGPT, mode: StepMode, sizes: Sequence[int] | None = None,
                  **dispatcher_kwargs) -> StepFn:
     """The step function of ``mode``: ``eager`` (``model.decode_step``), ``full`` /
-    ``piecewise`` / ``none`` (a :class:`PaddingDispatcher` over capture ``sizes`` with that
-    ``cudagraph_mode``; graphs on CUDA, the same bucketing eagerly on CPU) or ``exact`` (full
-    graphs of every size ``1..max_batch``: no padding). Default sizes: powers of two up to
-    ``max_batch``."""
+    ``piecewise`` / ``none`` (a :class:`PaddingDispatcher` over ``sizes``, default powers of
+    two, in that ``cudagraph_mode``) or ``exact`` (FULL graphs of every size: no padding)."""
     if mode not in STEP_MODES:
         raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
     cap = model.cfg.max_batch
@@ -153,8 +122,7 @@ def make_step_fn(model: TinyGPT, mode: StepMode, sizes: Sequence[int] | None = N
 
 
 def decide_of(step_fn: object, bs: int) -> tuple[str, int]:
-    """(runtime mode, padded rows) the step function will use for ``bs`` rows: its own
-    ``decide`` (a dispatcher, a circuit breaker) or ``('NONE', bs)`` (eager)."""
+    """(runtime mode, padded rows) of the step function for ``bs`` rows (eager: NONE, bs)."""
     decide = getattr(step_fn, "decide", None)
     return decide(bs) if callable(decide) else ("NONE", bs)
 
@@ -163,21 +131,18 @@ def breaker_settings(window: int = 32, threshold: float = 0.5,
                      cooldown_s: float = 1.0) -> tuple[int, float, float]:
     """Checked :class:`CircuitBreaker` settings (a bad one raises naming it)."""
     window = as_int(window, "window", minimum=1, fix="watch at least one step")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not 0.0 <= threshold <= 1.0:
+    threshold = as_number(threshold, "threshold", minimum=0, fix="give a hit rate in [0, 1]")
+    if threshold > 1:
         raise ValueError(f"threshold must be a hit rate in [0, 1], got {threshold!r}")
-    if isinstance(cooldown_s, bool) or not isinstance(cooldown_s, (int, float)) \
-            or not 0 <= cooldown_s < math.inf:
-        raise ValueError(f"cooldown_s must be a time >= 0 seconds, got {cooldown_s!r}")
-    return window, float(threshold), float(cooldown_s)
+    cooldown_s = as_number(cooldown_s, "cooldown_s", minimum=0, fix="give a time in seconds")
+    return window, threshold, cooldown_s
 
 
 class CircuitBreaker:
-    """Fall back to eager when graphs stop paying: a step function around ``graph_fn`` (a
-    dispatcher with ``decide``) that watches the graph hit rate of the last ``window`` steps;
-    when it drops below ``threshold`` the breaker *opens* and every step runs ``eager_fn``
-    until ``cooldown_s`` of ``clock`` time have passed, then it *closes* with an empty window.
-    ``trips`` holds the clock times at which it opened."""
+    """Fall back to eager when graphs stop paying: around ``graph_fn`` (with ``decide``) it
+    watches the graph hit rate of the last ``window`` steps; below ``threshold`` it opens and
+    runs ``eager_fn`` for ``cooldown_s`` of ``clock`` time, then closes with an empty window.
+    ``trips`` holds the times at which it opened."""
 
     def __init__(self, graph_fn: StepFn, eager_fn: StepFn, clock: Clock, *, window: int = 32,
                  threshold: float = 0.5, cooldown_s: float = 1.0) -> None:
@@ -221,14 +186,9 @@ class CircuitBreaker:
         return out
 
 
-# ----------------------------------------------------------------------------- the run
-
-
 @dataclass
 class RequestResult:
-    """What happened to one request: when it arrived, was admitted (its prefill began), each
-    token's time (seconds from the start of the run; the first comes from the prefill) and
-    the token ids."""
+    """One request's arrival, admission, token times (s from the start) and token ids."""
 
     index: int
     arrival_s: float
@@ -241,10 +201,7 @@ class RequestResult:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One decode step: start and end time, rows, rows computed (padded), runtime mode
-    (``FULL``, ``PIECEWISE``, ``NONE``), whether a captured size served it (``graph``: the
-    dispatcher's hit; on CPU it runs the same padded batch eagerly), requests admitted
-    before it."""
+    """One decode step: times, rows, padded rows, runtime mode, graph hit, admissions."""
 
     start_s: float
     end_s: float
@@ -257,8 +214,7 @@ class StepRecord:
 
 @dataclass
 class ServeRun:
-    """A finished run: one :class:`RequestResult` per trace request (trace order) and one
-    :class:`StepRecord` per decode step (times in seconds from the start)."""
+    """A finished run: its requests (trace order) and decode steps."""
 
     requests: list[RequestResult]
     steps: list[StepRecord]
@@ -297,12 +253,9 @@ def check_trace(trace: Sequence[TraceRequest], max_seq: int) -> list[TraceReques
 
 
 class ServingEngine:
-    """Continuous batching of a trace on ``model`` (see the module docstring).
-
-    ``step_fn`` decodes a batch (default ``model.decode_step``); ``clock`` gives time
-    (default :class:`RealClock` on the model's device); ``seed`` picks the synthetic prompts;
-    ``max_running`` caps the running requests (default the cache's slots, ``max_batch``).
-    Admission reserves each request's whole room up front (no preemption)."""
+    """Continuous batching of a trace on ``model`` (the module docstring): ``step_fn``
+    (default eager), ``clock`` (default :class:`RealClock`), ``seed`` of the synthetic
+    prompts, ``max_running`` (default the cache's slots). No preemption."""
 
     def __init__(self, model: TinyGPT, step_fn: StepFn | None = None, *,
                  clock: Clock | None = None, seed: int = 0,
@@ -324,9 +277,7 @@ class ServingEngine:
     @torch.no_grad()
     def run(self, trace: Iterable[TraceRequest],
             progress: Callable[[int], None] | None = None) -> ServeRun:
-        """Serve every request of ``trace``; ``progress(n)`` is called with the number of
-        requests finished by each step. Every cache slot and block is free again at the end
-        (also after an error)."""
+        """Serve every request of ``trace``; every cache slot is free again at the end."""
         model, cfg, clock = self.model, self.model.cfg, self.clock
         reqs = check_trace(list(trace), cfg.max_seq)
         results = [RequestResult(i, r.arrival_s, r.prompt_len, r.output_len)
@@ -335,7 +286,6 @@ class ServingEngine:
         waiting: deque[int] = deque()
         free_slots = list(range(self.max_running - 1, -1, -1))  # pop() gives 0, 1, 2, ...
         running: dict[int, int] = {}  # request -> slot, in admission order
-        last: dict[int, int] = {}     # request -> last token (to feed back)
         steps: list[StepRecord] = []
         dev = model.device
         t0 = clock.now()
@@ -382,7 +332,6 @@ class ServingEngine:
                     clock.charge("prefill", r.prompt_len)
                     res.tokens.append(tok)
                     res.token_times_s.append(clock.now() - t0)
-                    last[i] = tok
                 for i in [i for i in running if len(results[i].tokens) >= reqs[i].output_len]:
                     finish(i)
                 if not running:
@@ -393,7 +342,7 @@ class ServingEngine:
                 mode, padded = decide_of(self.step_fn, bs)
                 start = clock.now() - t0
                 # host-side batch (the dispatcher checks it and copies it in once)
-                tokens = torch.tensor([last[i] for i in batch])
+                tokens = torch.tensor([results[i].tokens[-1] for i in batch])
                 positions = torch.tensor([reqs[i].prompt_len + len(results[i].tokens) - 1
                                           for i in batch])
                 slots = torch.tensor([running[i] for i in batch])
@@ -404,7 +353,6 @@ class ServingEngine:
                 for i, tok in zip(batch, new):
                     results[i].tokens.append(tok)
                     results[i].token_times_s.append(end)
-                    last[i] = tok
                 for i in [i for i in batch if len(results[i].tokens) >= reqs[i].output_len]:
                     finish(i)
         finally:

@@ -1,11 +1,8 @@
-"""SYNTHETIC request-length traces: how long each request's prompt and output are, and
-request-level traces (arrival time, prompt length, output length) for the serving engine.
+"""SYNTHETIC request traces: prompt and output lengths, and arrival times for the serving engine.
 
-The shipped traces in ``data/traces/`` hold decode batch sizes only; a KV cache's memory
-depends on how many positions each request fills (prompt + output). :func:`request_lengths`
-draws them from a seeded generator (lognormal prompt and output lengths, the heavy-tailed
-shape of chat traffic), with Python's standard library only, so the numbers are the same on
-every machine. They are labelled synthetic: they stand for no real service.
+:func:`request_lengths` draws prompt and output lengths (lognormal, the heavy-tailed shape of
+chat traffic) from a seeded standard-library generator, the same on every machine; they stand
+for no real service. Request traces load from and save to CSV.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterable
 
-from labkit.checks import as_int
+from labkit.checks import as_int, as_number
 from labkit.support.paths import shipped_file
 
 
@@ -36,6 +33,13 @@ class Request:
         return self.prompt + self.output
 
 
+def _positive(name: str, v: object) -> float:
+    x = as_number(v, name)
+    if x <= 0:
+        raise ValueError(f"{name} must be a positive number, got {v!r}")
+    return x
+
+
 def _lognormal(rng: random.Random, median: float, sigma: float, hi: int) -> int:
     return min(max(1, round(math.exp(rng.gauss(math.log(median), sigma)))), hi)
 
@@ -43,16 +47,12 @@ def _lognormal(rng: random.Random, median: float, sigma: float, hi: int) -> int:
 def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
                     prompt_median: float = 120.0, prompt_sigma: float = 0.9,
                     output_median: float = 150.0, output_sigma: float = 0.8) -> list[Request]:
-    """``n`` SYNTHETIC requests with lognormal prompt and output lengths (medians in tokens,
-    ``sigma`` of the log), each clipped so that ``prompt + output <= max_seq``. Seeded:
-    the same arguments give the same list everywhere."""
+    """``n`` SYNTHETIC seeded requests, lognormal lengths clipped to ``max_seq`` positions."""
     n = as_int(n, "n", minimum=1, fix="ask for at least one request")
     max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give max_seq >= 2 (prompt + output)")
     for name, v in (("prompt_median", prompt_median), ("output_median", output_median),
                     ("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
-                or not math.isfinite(v):
-            raise ValueError(f"{name} must be a positive number, got {v!r}")
+        _positive(name, v)
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -62,13 +62,9 @@ def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
     return out
 
 
-# ----------------------------------------------------------------------------- request traces
-
-
 @dataclass(frozen=True)
 class TraceRequest:
-    """One request of a serving trace: arrives ``arrival_s`` seconds after the start, brings
-    ``prompt_len`` tokens and wants ``output_len`` generated tokens."""
+    """One request of a serving trace: arrival time (s), prompt and output lengths."""
 
     arrival_s: float
     prompt_len: int
@@ -79,20 +75,13 @@ ARRIVALS: tuple[str, ...] = ("poisson", "bursty")
 COLUMNS: tuple[str, ...] = ("arrival_s", "prompt_len", "output_len")
 
 
-def _positive(name: str, v: object) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
-            or not math.isfinite(v):
-        raise ValueError(f"{name} must be a positive number, got {v!r}")
-    return float(v)
-
-
 def arrival_times(n: int, *, rate: float, arrivals: str = "poisson", seed: int = 0,
                   busy_rate: float | None = None, quiet_mean_s: float = 2.0,
                   busy_mean_s: float = 1.0) -> list[float]:
-    """``n`` SYNTHETIC arrival times (seconds, increasing). ``poisson``: exponential gaps at
-    ``rate`` requests/s. ``bursty``: a two-state Markov-modulated Poisson process, ``rate``
-    while quiet and ``busy_rate`` (default 8 x rate) while busy, switching after exponential
-    periods of mean ``quiet_mean_s`` / ``busy_mean_s``. Seeded, standard library only."""
+    """``n`` SYNTHETIC arrival times (seconds, increasing, seeded). ``poisson``: exponential
+    gaps at ``rate`` requests/s. ``bursty``: a two-state Markov-modulated Poisson process,
+    ``rate`` while quiet and ``busy_rate`` (default 8 x rate) while busy, for exponential
+    periods of mean ``quiet_mean_s`` / ``busy_mean_s``."""
     n = as_int(n, "n", minimum=1, fix="ask for at least one request")
     if arrivals not in ARRIVALS:
         raise ValueError(f"arrivals {arrivals!r} is not known; use one of {list(ARRIVALS)}")
@@ -122,9 +111,7 @@ def arrival_times(n: int, *, rate: float, arrivals: str = "poisson", seed: int =
 
 def request_trace(n: int = 64, *, rate: float = 4.0, arrivals: str = "poisson", seed: int = 0,
                   max_seq: int = 1024, **kwargs: float) -> list[TraceRequest]:
-    """A SYNTHETIC serving trace: :func:`arrival_times` joined with :func:`request_lengths`
-    (lognormal prompt and output lengths; ``prompt_median``, ``output_median``, ...,
-    ``busy_rate``, ``quiet_mean_s``, ``busy_mean_s`` go to whichever takes them)."""
+    """A SYNTHETIC serving trace: :func:`arrival_times` with :func:`request_lengths`."""
     akeys = {"busy_rate", "quiet_mean_s", "busy_mean_s"}
     times = arrival_times(n, rate=rate, arrivals=arrivals, seed=seed,
                           **{k: v for k, v in kwargs.items() if k in akeys})
@@ -134,8 +121,7 @@ def request_trace(n: int = 64, *, rate: float = 4.0, arrivals: str = "poisson", 
 
 
 class TraceFormatError(ValueError):
-    """A request-trace CSV has a missing column or a bad value (the message names the file,
-    the line and the column)."""
+    """A request-trace CSV has a missing column or a bad value (named with file and line)."""
 
 
 def _cell(path: os.PathLike[str] | str, line: int, col: str, text: str, kind: type) -> float:
@@ -154,10 +140,9 @@ def _cell(path: os.PathLike[str] | str, line: int, col: str, text: str, kind: ty
 
 
 def load_request_trace(name_or_path: str | os.PathLike[str]) -> list[TraceRequest]:
-    """A serving trace from a CSV with columns ``arrival_s,prompt_len,output_len`` (others
-    are ignored; lines starting with ``#`` are comments). ``name_or_path`` is a shipped trace
-    name (``data/traces/``) or any file. A bad row raises :class:`TraceFormatError` naming
-    the file, the line and the column."""
+    """A serving trace from a CSV (a shipped name in ``data/traces/`` or any file) with columns
+    ``arrival_s,prompt_len,output_len`` (others ignored, ``#`` lines comments); a bad row
+    raises :class:`TraceFormatError`."""
     path = shipped_file("traces", name_or_path, ".csv")
     with open(path, newline="", encoding="utf-8") as f:
         lines = [(i, ln) for i, ln in enumerate(f.read().splitlines(), 1)
@@ -198,9 +183,7 @@ TraceFile = tuple[str, str, str]
 
 
 def write_or_check(out: Path, files: Iterable[TraceFile], *, check: bool) -> int:
-    """Write each generated file into ``out`` (printing its note), or with ``check`` write
-    nothing and compare each text with the file there, printing ``ok`` or ``DIFF`` and its
-    name. Returns 0 when every file matched (or was written), 1 otherwise."""
+    """Write each file into ``out``, or with ``check`` compare each; 0 when all match."""
     status = 0
     for name, text, note in files:
         path = out / name
@@ -218,9 +201,7 @@ def write_or_check(out: Path, files: Iterable[TraceFile], *, check: bool) -> int
 def regenerate_main(description: str, default_out: Path,
                     files: Callable[[], Iterable[TraceFile]],
                     argv: list[str] | None = None) -> int:
-    """The command line of the trace scripts in ``scripts/``: ``--out DIR`` (default
-    ``default_out``) and ``--check`` (regenerate in memory and compare, write nothing); see
-    :func:`write_or_check`. Returns the exit status."""
+    """The command line (``--out DIR``, ``--check``) of the trace scripts in ``scripts/``."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", type=Path, default=default_out)
     ap.add_argument("--check", action="store_true",

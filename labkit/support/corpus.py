@@ -28,8 +28,7 @@ def load_corpus(name: str | os.PathLike[str] = DEFAULT_CORPUS) -> str:
 
 
 def train_val_split(ids: Sequence[int], frac: float = 0.9) -> tuple[list[int], list[int]]:
-    """The first ``frac`` of the stream for training, the rest for validation (contiguous,
-    so no validation text leaks into training windows)."""
+    """The first ``frac`` of the stream for training, the rest for validation."""
     frac, ids = float(frac), list(ids)
     if not 0.0 < frac < 1.0:
         raise ValueError(f"frac is the training share, strictly between 0 and 1; got {frac}")

@@ -1,11 +1,9 @@
 """Hardware tier and environment record.
 
-* :func:`hardware_tier` says whether the CUDA measurements can run here (``"gpu"``) or the
-  notebooks must show recorded reference results instead (``"cpu"``).
-* :func:`environment_record` collects the facts a measurement depends on (GPU, driver, CUDA,
-  torch, clocks, git commit, ...). Anything that cannot be read is ``None``; nothing is guessed.
-
-torch is imported lazily, so ``import labkit.support.env`` stays cheap and works without torch.
+:func:`hardware_tier` says whether the CUDA measurements can run here (``"gpu"``) or the
+notebooks show recorded reference results (``"cpu"``); :func:`environment_record` collects the
+facts a measurement depends on (GPU, driver, CUDA, torch, clocks, git commit, ...), ``None``
+for what cannot be read. torch is imported lazily (this module works without it).
 """
 
 from __future__ import annotations
@@ -25,9 +23,6 @@ from labkit import __version__
 from labkit.support import envvars
 
 Tier = Literal["gpu", "cpu"]
-
-#: Environment variable that forces the tier (only ``cpu`` or ``auto`` are accepted).
-FORCE_TIER_ENV = envvars.FORCE_TIER
 
 _VENDOR_WORDS = {"nvidia", "geforce", "tesla"}
 
@@ -52,17 +47,10 @@ def _cuda_available() -> bool:
 
 
 def hardware_tier() -> Tier:
-    """``"gpu"`` when torch sees a CUDA device, else ``"cpu"``.
-
-    ``LABKIT_FORCE_TIER=cpu`` forces the CPU tier (to try the no-GPU path on a GPU machine);
-    ``LABKIT_FORCE_TIER=auto`` (or unset / empty) detects.
-    """
+    """``"gpu"`` when torch sees a CUDA device (and ``LABKIT_FORCE_TIER`` allows), else cpu."""
     if envvars.force_tier() == "cpu":  # raises EnvVarError naming a bad value
         return "cpu"
     return "gpu" if _cuda_available() else "cpu"
-
-
-# ----------------------------------------------------------------------------- helpers
 
 
 def _run(cmd: list[str], cwd: str | os.PathLike[str] | None = None,
@@ -71,9 +59,8 @@ def _run(cmd: list[str], cwd: str | os.PathLike[str] | None = None,
     if shutil.which(cmd[0]) is None:
         return None
     try:
-        proc = subprocess.run(
-            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
@@ -94,34 +81,18 @@ def _num(text: str) -> float | int | None:
 
 def _nvidia_smi(index: int = 0) -> dict[str, Any] | None:
     """Driver, name and clocks of GPU ``index`` from nvidia-smi, or None."""
-    fields = [
-        "name",
-        "driver_version",
-        "clocks.sm",
-        "clocks.mem",
-        "clocks.max.sm",
-        "clocks.max.mem",
-    ]
-    out = _run(
-        [
-            "nvidia-smi",
-            f"--id={index}",
-            f"--query-gpu={','.join(fields)}",
-            "--format=csv,noheader,nounits",
-        ]
-    )
+    fields = ["name", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm",
+              "clocks.max.mem"]
+    out = _run(["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(fields)}",
+                "--format=csv,noheader,nounits"])
     if not out:
         return None
     parts = [p.strip() for p in out.splitlines()[0].split(",")]
     if len(parts) != len(fields):
         return None
-    name, driver, sm, mem, sm_max, mem_max = parts
-    clocks = {
-        "sm_mhz": _num(sm),
-        "mem_mhz": _num(mem),
-        "sm_max_mhz": _num(sm_max),
-        "mem_max_mhz": _num(mem_max),
-    }
+    name, driver = parts[:2]
+    clocks = {k: _num(v) for k, v in zip(("sm_mhz", "mem_mhz", "sm_max_mhz", "mem_max_mhz"),
+                                         parts[2:])}
     return {
         "name": name or None,
         "driver": driver if driver and not driver.startswith("[") else None,
@@ -130,8 +101,7 @@ def _nvidia_smi(index: int = 0) -> dict[str, Any] | None:
 
 
 def _gpu_processes() -> int | None:
-    """Compute processes on this host's GPUs, every GPU (nvidia-smi lists them by host PID,
-    this process included once it has used CUDA), or None without nvidia-smi."""
+    """Compute processes on every GPU of this host, or None without nvidia-smi."""
     out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
     if out is None:
         return None
@@ -139,7 +109,7 @@ def _gpu_processes() -> int | None:
 
 
 def _load_avg() -> float | None:
-    """The host's 1-minute load average (runnable processes), or None where the OS has none."""
+    """The host's 1-minute load average, or None where the OS has none."""
     try:
         return round(os.getloadavg()[0], 2)
     except (OSError, AttributeError):
@@ -147,10 +117,7 @@ def _load_avg() -> float | None:
 
 
 def contention_warning(rec: dict[str, Any]) -> str | None:
-    """A warning when an :func:`environment_record` shows that the host was not idle: another
-    process on one of its GPUs, or a load average above 3/4 of the cores. ``None`` otherwise.
-    Host-bound timings (eager steps, the dispatcher, torch.compile) suffer first; a graph
-    replay much less."""
+    """A warning when an :func:`environment_record` shows a busy host, else None."""
     parts = []
     procs, own = rec.get("gpu_processes"), 1 if rec.get("used_cuda") else 0
     if isinstance(procs, int) and procs > own:
@@ -173,74 +140,49 @@ def _cpu_model() -> str | None:
     for line in text.splitlines():
         if line.lower().startswith("model name"):
             return line.split(":", 1)[1].strip() or None
-    if sys.platform == "darwin":
-        out = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
-        if out:
-            return out
+    if sys.platform == "darwin" and (out := _run(["sysctl", "-n", "machdep.cpu.brand_string"])):
+        return out
     return platform.processor() or None
 
 
 def _git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding this package, or (None, None).
-
-    A copy of the tree without git metadata (a GPU machine that got the files only) can
-    name its commit with ``LABKIT_GIT_COMMIT`` (dirty state then unknown).
-    """
+    """(commit, dirty) of the checkout holding labkit (or ``LABKIT_GIT_COMMIT``)."""
     commit = envvars.git_commit()
     if commit:
         return commit, None
     here = Path(__file__).resolve().parent
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
-    if not top:
-        return None, None
-    # Only report the repository that actually contains labkit (not e.g. a site-packages tree
-    # that happens to sit inside some other checkout).
-    if not (Path(top) / "labkit" / "__init__.py").exists():
+    # only the repository that holds labkit (not some checkout around a site-packages tree)
+    if not top or not (Path(top) / "labkit" / "__init__.py").exists():
         return None, None
     commit = _run(["git", "rev-parse", "HEAD"], cwd=top)
     if not commit:
         return None, None
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=top)
-    dirty = None if status is None else bool(status)
-    return commit, dirty
+    return commit, None if status is None else bool(status)
 
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-# ----------------------------------------------------------------------------- record
-
-
 def environment_record() -> dict[str, Any]:
-    """The facts a measurement depends on, as a JSON-ready dict.
-
-    Keys: ``tier, gpu_name, gpu_count, driver, cuda, torch, python, platform, cpu, cpu_count,
-    load_avg_1m, gpu_processes, used_cuda, clocks, git_commit, git_dirty, labkit, date``.
-    ``clocks`` is ``{"sm_mhz", "mem_mhz", "sm_max_mhz", "mem_max_mhz"}`` (current and maximum,
-    MHz) of GPU 0 from nvidia-smi. ``gpu_processes`` counts the compute processes on every GPU
-    of the host (``used_cuda``: whether this process is one of them), ``load_avg_1m`` is the
-    host's load: :func:`contention_warning` reads both. Items that cannot be read are ``None``.
-    """
+    """The facts a measurement depends on, as a JSON-ready dict (``tier, gpu_name, gpu_count,
+    driver, cuda, torch, python, platform, cpu, cpu_count, load_avg_1m, gpu_processes,
+    used_cuda, clocks, git_commit, git_dirty, labkit, date``; ``clocks``: current and maximum
+    SM and memory MHz from nvidia-smi). Items that cannot be read are ``None``."""
     torch = _torch()
     cuda_ok = _cuda_available()
-
     gpu_name = None
-    gpu_count = None
-    if torch is not None:
-        try:
-            gpu_count = int(torch.cuda.device_count()) if cuda_ok else 0
-            if cuda_ok:
-                gpu_name = torch.cuda.get_device_name(torch.cuda.current_device())
-        except Exception:
-            pass
-
+    gpu_count = None if torch is None or cuda_ok else 0
     index = 0
     if cuda_ok:
         try:
+            gpu_count = int(torch.cuda.device_count())
             index = int(torch.cuda.current_device())
+            gpu_name = torch.cuda.get_device_name(index)
         except Exception:
-            index = 0
+            pass
     smi = _nvidia_smi(index)
     if gpu_name is None and smi is not None:
         gpu_name = smi["name"]
@@ -269,9 +211,7 @@ def environment_record() -> dict[str, Any]:
 
 
 def gpu_slug(name: str) -> str:
-    """A short folder name for a GPU: ``'NVIDIA H200'`` -> ``'h200'``,
-    ``'NVIDIA GeForce RTX 4090'`` -> ``'rtx-4090'``. Idempotent (``gpu_slug('h200') == 'h200'``).
-    """
+    """A short folder name for a GPU (``'NVIDIA H200'`` -> ``'h200'``), idempotent."""
     if not name or not name.strip():
         raise ValueError("gpu_slug needs a non-empty GPU name")
     words = re.split(r"[^a-z0-9]+", name.lower())
@@ -291,24 +231,18 @@ def format_record(rec: dict[str, Any]) -> str:
     if rec.get("tier") == "gpu":
         count = rec.get("gpu_count")
         extra = f" (x{count})" if isinstance(count, int) and count > 1 else ""
-        lines.append(
-            f"tier: gpu - {show(rec.get('gpu_name'))}{extra}, driver {show(rec.get('driver'))}, "
-            f"CUDA {show(rec.get('cuda'))}"
-        )
+        lines.append(f"tier: gpu - {show(rec.get('gpu_name'))}{extra}, driver "
+                     f"{show(rec.get('driver'))}, CUDA {show(rec.get('cuda'))}")
     else:
         gpu = f" (GPU present but not used: {rec['gpu_name']})" if rec.get("gpu_name") else ""
         lines.append(f"tier: cpu - CUDA measurements show recorded reference results{gpu}")
     clocks = rec.get("clocks")
     if clocks:
-        lines.append(
-            f"clocks: SM {show(clocks.get('sm_mhz'))}/{show(clocks.get('sm_max_mhz'))} MHz, "
-            f"memory {show(clocks.get('mem_mhz'))}/{show(clocks.get('mem_max_mhz'))} MHz "
-            "(current/max)"
-        )
-    lines.append(
-        f"torch {show(rec.get('torch'))}, Python {show(rec.get('python'))}, "
-        f"labkit {show(rec.get('labkit'))}"
-    )
+        lines.append(f"clocks: SM {show(clocks.get('sm_mhz'))}/{show(clocks.get('sm_max_mhz'))}"
+                     f" MHz, memory {show(clocks.get('mem_mhz'))}/"
+                     f"{show(clocks.get('mem_max_mhz'))} MHz (current/max)")
+    lines.append(f"torch {show(rec.get('torch'))}, Python {show(rec.get('python'))}, "
+                 f"labkit {show(rec.get('labkit'))}")
     cpu = show(rec.get("cpu"))
     if rec.get("cpu_count"):
         cpu += f" ({rec['cpu_count']} logical cores)"

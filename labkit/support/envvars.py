@@ -1,9 +1,6 @@
-"""The ``LABKIT_*`` environment variables labkit reads: one reader per variable, each naming the
-variable, the bad value and what is allowed when the value cannot be used.
-
-Every module that reads one of these variables goes through its reader here, so a bad value
-fails the same way in the command line (checked before anything runs: :func:`check_environment`)
-and inside a notebook's kernel. An unset or empty variable means "the default".
+"""The ``LABKIT_*`` environment variables labkit reads: one reader per variable, whose error
+names the variable, the bad value and what is allowed, the same in the command line
+(:func:`check_environment`, before anything runs) and in a notebook. Unset or empty: the default.
 """
 
 from __future__ import annotations
@@ -11,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 CPU_THREADS = "LABKIT_CPU_THREADS"
 FORCE_TIER = "LABKIT_FORCE_TIER"
@@ -91,29 +88,25 @@ def force_tier(environ: Mapping[str, str] | None = None) -> str:
     return value
 
 
-def _folder(name: str, environ: Mapping[str, str] | None) -> Path | None:
-    raw = _raw(name, environ)
-    if raw is None:
-        return None
-    path = Path(raw.strip()).expanduser()
-    if path.exists() and not path.is_dir():
-        raise EnvVarError(name, raw, "it is a file, not a folder")
-    return path
+def _folder_reader(name: str) -> Callable[..., Path | None]:
+    """The reader of a folder variable: its path, or None when unset."""
+
+    def read(environ: Mapping[str, str] | None = None) -> Path | None:
+        raw = _raw(name, environ)
+        if raw is None:
+            return None
+        path = Path(raw.strip()).expanduser()
+        if path.exists() and not path.is_dir():
+            raise EnvVarError(name, raw, "it is a file, not a folder")
+        return path
+
+    read.__doc__ = f"``{name}`` as a folder, or None when unset."
+    return read
 
 
-def run_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """``LABKIT_RUN_DIR`` (the current run's folder), or None when unset."""
-    return _folder(RUN_DIR, environ)
-
-
-def data_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """``LABKIT_DATA`` (overrides the checkout's ``data/``), or None when unset."""
-    return _folder(DATA_DIR, environ)
-
-
-def web_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """``LABKIT_WEB_DIR`` (holds ``node_modules`` for offline slides), or None when unset."""
-    return _folder(WEB_DIR, environ)
+run_dir = _folder_reader(RUN_DIR)    # the current run's folder
+data_dir = _folder_reader(DATA_DIR)  # overrides the checkout's data/
+web_dir = _folder_reader(WEB_DIR)    # holds node_modules for offline slides
 
 
 def lab_token(environ: Mapping[str, str] | None = None) -> str | None:
@@ -170,7 +163,7 @@ def gpt2_weights(environ: Mapping[str, str] | None = None) -> Path | None:
 
 
 #: The reader of each variable (:func:`check_environment` calls them all).
-READERS = {
+READERS: dict[str, Callable[..., object]] = {
     CPU_THREADS: cpu_threads, FORCE_TIER: force_tier, RUN_DIR: run_dir, DATA_DIR: data_dir,
     WEB_DIR: web_dir, LAB_TOKEN: lab_token, GIT_COMMIT: git_commit,
     PLOTLY_RENDERER: plotly_renderer, GPT2_WEIGHTS: gpt2_weights,

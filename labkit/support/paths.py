@@ -7,8 +7,6 @@ from pathlib import Path
 
 from labkit.support import envvars
 
-DATA_DIR_ENV = envvars.DATA_DIR
-
 
 def repo_root() -> Path:
     """The checkout holding this package (editable install), else the current directory."""
