@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from labkit.roofline import stepcost
 from labkit.measure.records.derived import ratio, speedup
 from labkit.measure.records.fields import (
-    Checks, Kind, _Fail, _fail, _require, _same_length, _scalar, _Timed, parse_kind,
+    Checks, Kind, _Fail, _fail, _require, _scalar, _Timed, parse_kind,
     parse_value, src,
 )
 from labkit.timing import Stats
@@ -133,6 +133,7 @@ class Dispatcher(_Run):
 
     RECORD = "dispatcher_<preset>"
     METHODS = ("eager", "dispatcher")
+    PER_SIZE = ("times", "padded_to")
     STORED = ("tokens_per_s",)
     capture_sizes: list[int]
     padded_to: list[int | None] | None = None
@@ -141,8 +142,6 @@ class Dispatcher(_Run):
     def validate(self, data: Mapping, where: str) -> None:
         if self.padded_to is None:
             object.__setattr__(self, "padded_to", [None] * len(self.batch_sizes))
-        _same_length(self.padded_to, self.batch_sizes, f"{where}.padded_to",
-                     f"{where}.batch_sizes")
         super().validate(data, where)
 
     def dispatcher_over_graph(self) -> list[float | None]:
@@ -476,6 +475,7 @@ class Modes(_Run):
 
     RECORD = "modes_<preset>"
     METHODS = ("eager",)
+    BY_METHOD = ("graphs_per_step", "pool_bytes")
     STORED = ("tokens_per_s",)
     n_layer: int
     graphs_per_step: dict[str, int | None]
@@ -484,30 +484,22 @@ class Modes(_Run):
     gpu_ops_per_step: int | None = None
     graph_launches_counted: dict[str, int | None] = field(default_factory=dict)
 
-    def validate(self, data: Mapping, where: str) -> None:
-        super().validate(data, where)
-        for key in ("graphs_per_step", "pool_bytes"):
-            extra = sorted(set(getattr(self, key)) - set(self.times))
-            if extra:
-                raise _Fail(f"{where}.{key}", f"names modes {extra} that {where}.times lacks")
-
 
 # ----------------------------------------------------------------------------- after capture
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fused(_Run):
-    """``fused_<preset>``: the readable and the fused step (:mod:`labkit.fused`): FULL-graph
-    replay µs, GPU operations of one eager step by kernel at ``count_batch`` (``ops``) and in
-    total per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
+class _Steps(_Run):
+    """A comparison of decode steps (``STEPS``), each replayed in a FULL graph: µs per batch
+    size, GPU operations of one eager step by kernel at ``count_batch`` (``ops``) and in total
+    per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
     max_logit_diff); optionally summed GPU µs by kernel (``op_us``) and per step
     (``kernel_us``)."""
 
-    RECORD = "fused_<preset>"
-    METHODS = FUSED_STEPS
+    STEPS: ClassVar[tuple[str, ...]] = FUSED_STEPS
+    PER_SIZE = ("times", "ops_total", "kernel_us")
     STORED = ("tokens_per_s",)
     preset: str = field()  # required here
-    n_layer: int
     count_batch: int
     ops: dict[str, dict[str, int]]
     ops_total: dict[str, list[int]]
@@ -516,20 +508,16 @@ class Fused(_Run):
     kernel_us: dict[str, list[float]] = field(default_factory=dict)
 
     def validate(self, data: Mapping, where: str) -> None:
+        for key in ("times", "ops", "ops_total"):
+            _require(getattr(self, key), self.STEPS, f"{where}.{key}")
         super().validate(data, where)
         for step, counts in self.ops.items():
             for k, n in counts.items():
                 if n < 0:
                     raise _fail(f"{where}.ops.{step}.{k}", "a count >= 0", n)
-        for key in ("ops_total", "kernel_us"):
-            for step, col in getattr(self, key).items():
-                _same_length(col, self.batch_sizes, f"{where}.{key}.{step}",
-                             f"{where}.batch_sizes")
-        _require(self.ops, FUSED_STEPS, f"{where}.ops")
-        _require(self.ops_total, FUSED_STEPS, f"{where}.ops_total")
         if self.count_batch in self.batch_sizes:
             i = self.batch_sizes.index(self.count_batch)
-            for step in FUSED_STEPS:
+            for step in self.STEPS:
                 if sum(self.ops[step].values()) != self.ops_total[step][i]:
                     raise _Fail(f"{where}.ops_total.{step}[{i}]",
                                 f"is {self.ops_total[step][i]} but {where}.ops.{step} sums to "
@@ -540,6 +528,14 @@ class Fused(_Run):
         if step not in self.ops_total or batch not in self.batch_sizes:
             return None
         return self.ops_total[step][self.batch_sizes.index(batch)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fused(_Steps):
+    """``fused_<preset>``: the readable and the fused step (:mod:`labkit.fused`)."""
+
+    RECORD = "fused_<preset>"
+    n_layer: int
 
     def ops_per_layer(self, step: str, batch: int | None = None) -> float | None:
         """GPU operations per layer of ``step`` at ``batch`` (default ``count_batch``)."""
@@ -581,6 +577,7 @@ class Roofline(_Run):
     (:mod:`labkit.roofline.stepcost`)."""
 
     RECORD = "roofline_<preset>"
+    BY_METHOD = ("variants",)
     config: dict
     context: int
     compile_sizes: list[int] = field(default_factory=list)
@@ -598,9 +595,6 @@ class Roofline(_Run):
             raise _Fail(f"{where}.bandwidth", "and matmul rates must be positive")
         if not 1 <= self.context <= int(self.config["max_seq"]):
             raise _Fail(f"{where}.context", f"must lie in [1, max_seq={self.config['max_seq']}]")
-        extra = sorted(set(self.variants) - set(self.times))
-        if extra:
-            raise _Fail(f"{where}.variants", f"names variants {extra} that {where}.times lacks")
 
     def step_bytes(self) -> list[int]:
         """Bytes one step moves at each batch size (:func:`labkit.roofline.stepcost.step_bytes`)."""
@@ -703,40 +697,23 @@ class TPDecode(_Run):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Triton(_Run):
+class Triton(_Steps):
     """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.kernels.step`),
-    each captured in a CUDA graph and sampled in turn: replay µs per batch size, the bytes a
-    step must move and its floor at the measured copy bandwidth (``floor_us``), GPU operations
-    of one eager step by kernel at ``count_batch``, graph nodes per step, bf16 ``agreement``
-    and the checks (float32 tokens equal the readable step's, graph = eager)."""
+    sampled in turn; the bytes a step must move and its floor at the measured copy bandwidth
+    (``floor_us``), graph nodes per step and the checks (float32 tokens equal the readable
+    step's, graph = eager)."""
 
     RECORD = "triton_<preset>"
     STEPS = ("readable", "fused", "triton")
-    preset: str = field()  # required here
+    PER_SIZE = ("times", "ops_total", "kernel_us", "step_bytes", "floor_us", "graph_ops")
     context: int
     steps: list[str]
     interleaved: bool = False
     #: per batch size, the bytes a step must move by part (weights, kv_read, ..., total)
     step_bytes: list[dict[str, int]]
     floor_us: list[float]
-    count_batch: int
-    ops: dict[str, dict[str, int]]
-    ops_total: dict[str, list[int]]
     graph_ops: dict[str, list[int]]
     triton_kernels_per_step: int
-    agreement: dict[str, float]
-    op_us: dict[str, dict[str, float]] = field(default_factory=dict)
-    kernel_us: dict[str, list[float]] = field(default_factory=dict)
-
-    def validate(self, data: Mapping, where: str) -> None:
-        super().validate(data, where)
-        _require(self.times, self.STEPS, f"{where}.times")
-        for key in ("step_bytes", "floor_us"):
-            _same_length(getattr(self, key), self.batch_sizes, f"{where}.{key}",
-                         f"{where}.batch_sizes")
-        for step, col in self.graph_ops.items():
-            _same_length(col, self.batch_sizes, f"{where}.graph_ops.{step}",
-                         f"{where}.batch_sizes")
 
     def over_floor(self, step: str) -> list[float | None]:
         """Replay median over the floor at each batch size."""
