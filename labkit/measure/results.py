@@ -36,7 +36,6 @@ from labkit.support.paths import data_dir, repo_root
 #: Version of the JSON layout written by :func:`save_result`.
 SCHEMA_VERSION = 1
 
-RUN_DIR_ENV = envvars.RUN_DIR
 DEFAULT_GPU = "h200"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -45,7 +44,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 __all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_result",
            "load_reference", "list_references", "reference_dir", "provenance_line",
            "to_jsonable", "write_text_atomic", "new_folder", "new_run_dir", "default_run_dir",
-           "copy_to_reference", "RUN_DIR_ENV", "DEFAULT_GPU"]
+           "copy_to_reference", "DEFAULT_GPU"]
 
 
 @dataclass
@@ -70,14 +69,9 @@ class Result:
         return records.parse(self.name, self.data)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": self.schema,
-            "name": self.name,
-            "created": self.created,
-            "params": self.params,
-            "env": self.env,
-            "data": self.data,
-        }
+        """The record as its JSON file holds it (without ``reference``)."""
+        return {k: getattr(self, k) for k in ("schema", "name", "created", "params", "env",
+                                              "data")}
 
 
 # ----------------------------------------------------------------------------- paths
@@ -223,14 +217,9 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def save_result(
-    name: str,
-    data: dict,
-    params: dict | None = None,
-    run_dir: str | os.PathLike[str] | None = None,
-    *,
-    env: dict | None = None,
-) -> Path:
+def save_result(name: str, data: dict, params: dict | None = None,
+                run_dir: str | os.PathLike[str] | None = None, *, env: dict | None = None
+                ) -> Path:
     """Write ``<run_dir>/results/<name>.json`` and return its path.
 
     ``run_dir`` defaults to :func:`default_run_dir`; ``env`` to a fresh
@@ -242,27 +231,20 @@ def save_result(
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' or '.'")
     if not isinstance(data, dict):
         raise TypeError(f"data must be a dict, not {type(data).__name__}")
-    record = Result(
-        name=name,
-        data=to_jsonable(data, "data"),
-        params=to_jsonable(params or {}, "params"),
-        env=to_jsonable(env if env is not None else environment_record(), "env"),
-        schema=SCHEMA_VERSION,
-        created=_now(),
-    )
+    record = Result(name, to_jsonable(data, "data"), to_jsonable(params or {}, "params"),
+                    to_jsonable(env if env is not None else environment_record(), "env"),
+                    SCHEMA_VERSION, _now())
     # a record of a known kind is checked before anything is written
     records.parse(name, record.data, source=f"result {name!r} (not saved)",
                   fix="give it the fields of its kind, or save it under a name of no known kind")
-    folder = Path(run_dir) if run_dir is not None else default_run_dir()
-    folder = folder / "results"
+    folder = (Path(run_dir) if run_dir is not None else default_run_dir()) / "results"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     write_text_atomic(path, json.dumps(record.to_dict(), indent=2, allow_nan=False) + "\n")
     return path
 
 
-_FIX = ("re-record it with this labkit (`labkit run`, or `labkit bench --record`), or read it "
-        "with the labkit version that wrote it")
+_FIX = records.RERECORD
 
 
 def load_result(path: str | os.PathLike[str]) -> Result:
@@ -292,39 +274,26 @@ def load_result(path: str | os.PathLike[str]) -> Result:
     if schema != SCHEMA_VERSION:
         raise SchemaError(
             f"{path}: written with result schema version {schema!r}, but this labkit "
-            f"({_labkit_version()}) reads schema version {SCHEMA_VERSION}. Re-create it with "
+            f"(labkit {__version__}) reads schema version {SCHEMA_VERSION}. Re-create it with "
             "this version (`labkit run`), or use the labkit version that wrote it."
         )
     missing = [k for k in ("name", "data", "params", "env", "created") if k not in raw]
     if missing:
         raise SchemaError(f"{path}: result is missing field(s) {', '.join(missing)}; {_FIX}")
-    for key in ("name", "created"):
-        if not isinstance(raw[key], str):
-            raise SchemaError(f"{path}: field {key!r} must be a string, got "
-                              f"{type(raw[key]).__name__} {raw[key]!r}; {_FIX}")
-    for key in ("data", "params", "env"):
-        if not isinstance(raw[key], dict):
-            raise SchemaError(f"{path}: field {key!r} must be an object, got "
-                              f"{type(raw[key]).__name__}; {_FIX}")
+    for key, tp, what in (("name", str, "a string"), ("created", str, "a string"),
+                          ("data", dict, "an object"), ("params", dict, "an object"),
+                          ("env", dict, "an object")):
+        if not isinstance(raw[key], tp):
+            shown = f" {raw[key]!r}" if tp is str else ""
+            raise SchemaError(f"{path}: field {key!r} must be {what}, got "
+                              f"{type(raw[key]).__name__}{shown}; {_FIX}")
     wrote = raw["env"].get("labkit")
     writer = f"labkit {wrote}" if wrote else "unknown: the record has no env.labkit"
     records.parse(raw["name"], raw["data"], source=str(path),
-                  fix=f"re-record it with this labkit ({_labkit_version()}: `labkit run`, or "
+                  fix=f"re-record it with this labkit (labkit {__version__}: `labkit run`, or "
                       f"`labkit bench --record`), or read it with the labkit version that "
                       f"wrote it ({writer})")
-    return Result(
-        name=raw["name"],
-        data=raw["data"],
-        params=raw["params"],
-        env=raw["env"],
-        schema=schema,
-        created=raw["created"],
-    )
-
-
-def _labkit_version() -> str:
-
-    return f"labkit {__version__}"
+    return Result(raw["name"], raw["data"], raw["params"], raw["env"], schema, raw["created"])
 
 
 # ----------------------------------------------------------------------------- references
@@ -384,9 +353,8 @@ def _measured_on(env: dict, data: dict | None = None) -> str:
     return "cpu"
 
 
-def copy_to_reference(
-    run_dir: str | os.PathLike[str], gpu: str | None = None, *, force: bool = False
-) -> list[Path]:
+def copy_to_reference(run_dir: str | os.PathLike[str], gpu: str | None = None, *,
+                      force: bool = False) -> list[Path]:
     """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` and return the new paths.
 
     ``gpu`` defaults to the GPU the results were measured on. Every file is validated first;

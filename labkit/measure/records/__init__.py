@@ -29,7 +29,7 @@ from labkit.measure.records.kinds import (
     PoolLayout, PoolMemory, PoolOverwrite, Roofline, RooflineVariant, SweepPoint, Timeline,
     TimelineEvent, TimelineMethod, TPAllReduce, TPDecode, Triton, bench_row,
 )
-from labkit.measure.records.registry import KINDS, SchemaError, kind_of, parse, view
+from labkit.measure.records.registry import KINDS, RERECORD, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad, ServeLoadPoint, ServeRequest, ServeStep
 from labkit.timing import Stats
 
@@ -42,7 +42,7 @@ __all__ = [
     "Paged",
     "PagedRun", "Pitfall", "Pitfalls", "PoolAtMaxSeq", "PoolLayout", "PoolMemory",
     "PoolOverwrite", "Roofline", "RooflineVariant", "SweepPoint", "Timeline", "TimelineEvent",
-    "TimelineMethod", "TPAllReduce", "TPDecode", "bench_row", "KINDS", "SchemaError",
+    "TimelineMethod", "TPAllReduce", "TPDecode", "bench_row", "KINDS", "RERECORD", "SchemaError",
     "kind_of", "parse", "view", "Serve", "ServeLoad", "ServeLoadPoint", "ServeRequest",
     "ServeStep", "Stats",
 ]
