@@ -30,7 +30,7 @@ from labkit.support import envvars
 from labkit import __version__
 from labkit.support.env import environment_record, gpu_slug
 from labkit.measure import records
-from labkit.measure.records import SchemaError
+from labkit.measure.records import RERECORD as _FIX, SchemaError
 from labkit.support.paths import data_dir, repo_root
 
 #: Version of the JSON layout written by :func:`save_result`.
@@ -115,12 +115,9 @@ def new_run_dir(label: str | None = None, root: str | os.PathLike[str] | None = 
 
 
 def to_jsonable(obj: Any, _where: str = "data") -> Any:
-    """Convert ``obj`` into plain JSON types.
-
-    numpy / torch scalars become Python numbers, arrays and tensors nested lists, dataclasses
-    dicts, tuples and sets lists, paths strings; non-finite floats (nan, inf) become ``None``.
-    Anything else raises ``TypeError`` naming where it was found.
-    """
+    """``obj`` in plain JSON types: numpy / torch scalars as numbers, arrays and tensors as
+    nested lists, dataclasses as dicts, tuples and sets as lists, paths as strings, nan and inf
+    as ``None``; anything else raises ``TypeError`` naming where it was found."""
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, int):
@@ -132,7 +129,10 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
         origin: dict[str, Any] = {}
         for key, value in obj.items():
             if not isinstance(key, (str, int, float, bool)) and key is not None:
-                key = _scalar(key, f"{_where} key")
+                converted = to_jsonable(key, f"{_where} key")
+                if isinstance(converted, (list, dict)):
+                    raise TypeError(f"{_where} key: {key!r} cannot be a JSON object key")
+                key = converted
             text = str(key)
             if text in origin:
                 raise ValueError(
@@ -142,10 +142,10 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
             origin[text] = key
             out[text] = to_jsonable(value, f"{_where}[{key!r}]")
         return out
+    if isinstance(obj, (set, frozenset)):
+        obj = sorted(obj, key=repr)
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, (set, frozenset)):
-        return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(sorted(obj, key=repr))]
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -168,21 +168,9 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
             return str(obj)
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
         return to_jsonable(obj.to_dict(), _where)
-    raise TypeError(
-        f"{_where}: {type(obj).__module__}.{type(obj).__qualname__} is not JSON-serialisable; "
-        "store numbers, strings, lists, dicts, dataclasses, numpy/torch values"
-    )
-
-
-def _scalar(value: Any, where: str) -> Any:
-    converted = to_jsonable(value, where)
-    if isinstance(converted, (list, dict)):
-        raise TypeError(f"{where}: {value!r} cannot be a JSON object key")
-    return converted
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    raise TypeError(f"{_where}: {type(obj).__module__}.{type(obj).__qualname__} is not "
+                    "JSON-serialisable; store numbers, strings, lists, dicts, dataclasses, "
+                    "numpy/torch values")
 
 
 # ----------------------------------------------------------------------------- save / load
@@ -220,12 +208,9 @@ def write_text_atomic(path: Path, text: str) -> None:
 def save_result(name: str, data: dict, params: dict | None = None,
                 run_dir: str | os.PathLike[str] | None = None, *, env: dict | None = None
                 ) -> Path:
-    """Write ``<run_dir>/results/<name>.json`` and return its path.
-
-    ``run_dir`` defaults to :func:`default_run_dir`; ``env`` to a fresh
-    :func:`labkit.support.env.environment_record`. An existing file of the same name is replaced.
-    ``data`` of a known record kind (:mod:`labkit.measure.records`) must have that kind's
-    fields, else :class:`SchemaError` is raised and nothing is written.
+    """Write (or replace) ``<run_dir>/results/<name>.json`` and return its path; ``run_dir``
+    defaults to :func:`default_run_dir`, ``env`` to a fresh environment record. ``data`` of a
+    known record kind must have its fields, else :class:`SchemaError` and nothing is written.
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' or '.'")
@@ -233,7 +218,8 @@ def save_result(name: str, data: dict, params: dict | None = None,
         raise TypeError(f"data must be a dict, not {type(data).__name__}")
     record = Result(name, to_jsonable(data, "data"), to_jsonable(params or {}, "params"),
                     to_jsonable(env if env is not None else environment_record(), "env"),
-                    SCHEMA_VERSION, _now())
+                    SCHEMA_VERSION,
+                    _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat())
     # a record of a known kind is checked before anything is written
     records.parse(name, record.data, source=f"result {name!r} (not saved)",
                   fix="give it the fields of its kind, or save it under a name of no known kind")
@@ -244,15 +230,9 @@ def save_result(name: str, data: dict, params: dict | None = None,
     return path
 
 
-_FIX = records.RERECORD
-
-
 def load_result(path: str | os.PathLike[str]) -> Result:
-    """Read a result file, checking that it is a labkit result of :data:`SCHEMA_VERSION` and
-    that its ``data`` has the fields of its kind (:mod:`labkit.measure.records`).
-
-    Raises :class:`SchemaError` naming the file and the field at fault (and
-    ``FileNotFoundError`` when there is no file)."""
+    """Read a result file: a labkit result of :data:`SCHEMA_VERSION` whose ``data`` has the
+    fields of its kind, else :class:`SchemaError` naming the file and the field at fault."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -272,11 +252,10 @@ def load_result(path: str | os.PathLike[str]) -> Result:
         raise SchemaError(f"{path}: field 'schema' must be an integer version number, got "
                           f"{type(schema).__name__} {schema!r}; {_FIX}")
     if schema != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path}: written with result schema version {schema!r}, but this labkit "
-            f"(labkit {__version__}) reads schema version {SCHEMA_VERSION}. Re-create it with "
-            "this version (`labkit run`), or use the labkit version that wrote it."
-        )
+        raise SchemaError(f"{path}: written with result schema version {schema!r}, but this "
+                          f"labkit (labkit {__version__}) reads schema version {SCHEMA_VERSION}. "
+                          "Re-create it with this version (`labkit run`), or use the labkit "
+                          "version that wrote it.")
     missing = [k for k in ("name", "data", "params", "env", "created") if k not in raw]
     if missing:
         raise SchemaError(f"{path}: result is missing field(s) {', '.join(missing)}; {_FIX}")
@@ -318,17 +297,14 @@ def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
         raise ValueError(f"reference name {name!r}: a record name is letters, digits, '_', '-' "
                          "or '.', starting with a letter or digit, with no folder parts "
                          "(e.g. 'decode_small')")
-    folder = reference_dir(gpu)
-    path = folder / f"{name}.json"
+    path = reference_dir(gpu) / f"{name}.json"
     if not path.is_file():
-        have = [p.stem for p in list_references(gpu)]
-        have_text = ", ".join(have) if have else "none"
+        have = ", ".join(p.stem for p in list_references(gpu)) or "none"
         raise FileNotFoundError(
             f"no reference result {name!r} for GPU {gpu_slug(gpu)!r}: expected the file "
-            f"{path} (reference results present for {gpu_slug(gpu)}: {have_text}). "
+            f"{path} (reference results present for {gpu_slug(gpu)}: {have}). "
             "To create it, run `labkit run` on a machine with that GPU, then "
-            f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/."
-        )
+            f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/.")
     return dataclasses.replace(load_result(path), reference=True)
 
 
@@ -355,42 +331,30 @@ def _measured_on(env: dict, data: dict | None = None) -> str:
 
 def copy_to_reference(run_dir: str | os.PathLike[str], gpu: str | None = None, *,
                       force: bool = False) -> list[Path]:
-    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` and return the new paths.
-
-    ``gpu`` defaults to the GPU the results were measured on. Every file is validated first;
-    results measured on another GPU (or on the CPU tier) are refused unless ``force=True``, so
-    a reference folder only ever holds numbers from the hardware it is named after.
-    """
+    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` (default: the GPU they
+    were measured on) and return the new paths. Every file is validated first; results measured
+    on another GPU (or on the CPU tier) are refused unless ``force=True``."""
     src = Path(run_dir) / "results"
     files = sorted(src.glob("*.json")) if src.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no result files in {src}: run `labkit run` first")
-    loaded = [(p, load_result(p)) for p in files]
-    origins = {_measured_on(r.env, r.data) for _, r in loaded}
+    origin = {p: _measured_on(r.env, r.data) for p, r in ((p, load_result(p)) for p in files)}
     if gpu is None:
-        if len(origins) != 1:
-            raise ValueError(
-                f"results in {src} come from several machines ({', '.join(sorted(origins))}); "
-                "name the GPU explicitly"
-            )
-        gpu = origins.pop()
+        if len(set(origin.values())) != 1:
+            raise ValueError(f"results in {src} come from several machines "
+                             f"({', '.join(sorted(set(origin.values())))}); name the GPU "
+                             "explicitly")
+        gpu = next(iter(origin.values()))
     target_slug = gpu_slug(gpu)
-    if not force:
-        wrong = [f"{p.name} ({_measured_on(r.env, r.data)})" for p, r in loaded
-                 if _measured_on(r.env, r.data) != target_slug]
-        if wrong:
-            raise ValueError(
-                f"refusing to file results under data/reference/{target_slug}/: "
-                f"measured elsewhere: {', '.join(wrong)} (pass force=True to override)"
-            )
+    wrong = [f"{p.name} ({o})" for p, o in origin.items() if o != target_slug]
+    if wrong and not force:
+        raise ValueError(f"refusing to file results under data/reference/{target_slug}/: "
+                         f"measured elsewhere: {', '.join(wrong)} (pass force=True to override)")
     dest = reference_dir(target_slug)
     dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    for path, _ in loaded:
-        target = dest / path.name
-        shutil.copyfile(path, target)
-        out.append(target)
-    return out
+    for path in origin:
+        shutil.copyfile(path, dest / path.name)
+    return [dest / path.name for path in origin]
 
 
 def provenance_line(result: Result) -> str:
