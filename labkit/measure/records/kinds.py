@@ -645,44 +645,44 @@ RankMedians = dict[str, list[list[float | None]]]
 
 
 @dataclass(frozen=True, kw_only=True)
-class TPAllReduce(_Timed):
-    """``tp_allreduce``: µs per all-reduce of ``world_size`` ranks per message size and
-    method: ``pg_eager``/``pg_graph`` (``dist.all_reduce`` over ``backend``, ``graph_ops`` per
-    graph), ``one_shot_*``/``two_shot_*`` (``torch.ops.symm_mem``); ``None`` where a method
-    did not run (``errors``/``skipped`` say why); every rank's median."""
+class _TP(_Timed):
+    """A tensor-parallel record over ``world_size`` ranks: why a method is ``None``
+    (``errors``, ``skipped``), every rank's median and how the ranks shut down."""
 
-    RECORD = "tp_allreduce"
-    SIZES = "sizes_bytes"
-    backend: str
     world_size: int
     dtype: str = ""
-    sizes_bytes: list[int]
     times: Times
     checks: Checks = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    graph_ops: int | None = None
     rank_medians: RankMedians = field(default_factory=dict)
     shutdown: dict = field(default_factory=dict)
     device: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
-class TPDecode(_Run):
+class TPAllReduce(_TP):
+    """``tp_allreduce``: µs per all-reduce per message size and method: ``pg_eager``/``pg_graph``
+    (``dist.all_reduce`` over ``backend``, ``graph_ops`` per graph), ``one_shot_*``/
+    ``two_shot_*`` (``torch.ops.symm_mem``)."""
+
+    RECORD = "tp_allreduce"
+    SIZES = "sizes_bytes"
+    backend: str
+    sizes_bytes: list[int]
+    graph_ops: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TPDecode(_TP):
     """``tp_decode_<preset>``: µs per step on one GPU (``tp1_*``) and over ``world_size``
     (``tpN_*``: eager; FULL graph with NCCL inside; ``_noop``: no all-reduce, the compute
-    alone; ``_graph_symm_mem``: one-shot symmetric memory in the graph); ``errors`` say why a
-    method is ``None``."""
+    alone; ``_graph_symm_mem``: one-shot symmetric memory in the graph)."""
 
     RECORD = "tp_decode_<preset>"
-    preset: str = field()  # required here
-    world_size: int
-    errors: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    rank_medians: RankMedians = field(default_factory=dict)
-    shutdown: dict = field(default_factory=dict)
+    preset: str
+    batch_sizes: list[int]
     config: dict = field(default_factory=dict)
-    device: str = ""
 
     def tp(self, suffix: str) -> str:
         """The method name ``tp<world_size>_<suffix>`` (e.g. ``tp('graph')``)."""
