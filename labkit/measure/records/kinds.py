@@ -497,7 +497,7 @@ class _Steps(_Run):
     (``kernel_us``)."""
 
     STEPS: ClassVar[tuple[str, ...]] = FUSED_STEPS
-    PER_SIZE = ("times", "ops_total", "kernel_us")
+    PER_SIZE: ClassVar[tuple[str, ...]] = ("times", "ops_total", "kernel_us")
     STORED = ("tokens_per_s",)
     preset: str = field()  # required here
     count_batch: int
