@@ -31,7 +31,6 @@ def _type_name(value: Any) -> str:
 
 class _Fail(Exception):
     """Internal: the field at ``where`` is wrong: ``problem``."""
-
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(where, problem)
         self.where, self.problem = where, problem
@@ -140,7 +139,6 @@ def parse_kind(cls: type[K], v: Any, where: str, **given: Any) -> K:
 
 class Kind:
     """Base of the record kinds: ``from_data`` parses; ``validate`` checks across fields."""
-
     RECORD: ClassVar[str] = ""
 
     @classmethod
@@ -172,7 +170,6 @@ class _Timed(Kind):
     size). Checked: ``PER_SIZE`` fields (a list, or a dict of lists) hold one entry per size,
     ``times`` has ``METHODS``, ``BY_METHOD`` fields (dicts) name only timed methods, and the
     stored derived columns (``STORED``) agree with ``times``."""
-
     SIZES: ClassVar[str] = "batch_sizes"
     SIZES_AT: ClassVar[str] = ""  #: where the sizes are, when not in the kind's own object
     PER_SIZE: ClassVar[tuple[str, ...]] = ("times",)

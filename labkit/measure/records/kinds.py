@@ -32,7 +32,6 @@ OVERHEAD_METHODS = ("replay", "copy_replay", "stage_replay", "step_device", "ste
 @dataclass(frozen=True, kw_only=True)
 class _Run(_Timed):
     """The fields most timed kinds share: model preset, dtype, batch sizes, times, checks."""
-
     preset: str = ""
     dtype: str = ""
     batch_sizes: list[int]
@@ -46,7 +45,6 @@ class _Run(_Timed):
 @dataclass(frozen=True, kw_only=True)
 class SweepPoint(Kind):
     """One point of the work-per-kernel sweep: time per kernel eager and replayed."""
-
     numel: int
     eager: Stats
     graph: Stats | None = None
@@ -56,7 +54,6 @@ class SweepPoint(Kind):
 class LaunchOverhead(Kind):
     """``launch_overhead``: what one kernel launch costs (CUDA figures ``None`` without
     CUDA), and the work-per-kernel sweep."""
-
     RECORD = "launch_overhead"
     device: str
     host_per_launch: Stats | None = None
@@ -73,7 +70,6 @@ class Decode(_Run):
     """``decode_<preset>``: µs per step per method and batch size (``None``: not measured);
     ``kernels_per_step``: GPU operations of one eager step, counted as ``gpu_ops_counted``
     says (:data:`GPU_OPS_SCOPE`; empty in older records)."""
-
     RECORD = "decode_<preset>"
     ALSO = ("compile_times_<preset>",)
     STORED = ("tokens_per_s", "speedup_vs_eager")
@@ -90,7 +86,6 @@ class Decode(_Run):
 class TimelineEvent(Kind):
     """One profiler event: a CPU launch call or a GPU kernel/copy/set, its start (µs from the
     first event) and duration."""
-
     lane: Literal["CPU", "GPU"]
     name: str = ""
     start_us: float
@@ -100,7 +95,6 @@ class TimelineEvent(Kind):
 @dataclass(frozen=True, kw_only=True)
 class TimelineMethod(Kind):
     """The events of a few steps of one method, and the time per step."""
-
     events: list[TimelineEvent]
     step_us: float | None = None
 
@@ -108,7 +102,6 @@ class TimelineMethod(Kind):
 @dataclass(frozen=True)
 class Timeline(Kind):
     """``timeline_<preset>``: ``methods[name]`` (``"eager"``, ``"graph"``) from a profiler."""
-
     RECORD = "timeline_<preset>"
     methods: dict[str, TimelineMethod]
 
@@ -130,7 +123,6 @@ class Dispatcher(_Run):
     """``dispatcher_<preset>``: µs per step per batch size: eager, an exact graph
     (``graph_exact``; ``None`` above the largest size) and the padding dispatcher;
     ``counters`` as :class:`labkit.dispatch.DispatchCounters` stores them."""
-
     RECORD = "dispatcher_<preset>"
     METHODS = ("eager", "dispatcher")
     PER_SIZE = ("times", "padded_to")
@@ -155,7 +147,6 @@ class Dispatcher(_Run):
 class OverheadRun(_Run):
     """One model of a ``dispatcher_overhead`` record: µs per step of each of
     :data:`OVERHEAD_METHODS` per batch size, all against one dispatcher's own graphs."""
-
     METHODS = OVERHEAD_METHODS
     preset: str = field()  # required here
 
@@ -169,7 +160,6 @@ class DispatcherOverhead(Kind):
     """``dispatcher_overhead``: the dispatcher's time over a bare replay of its own graph, by
     part, per model (:class:`OverheadRun`): ``repeats`` interleaved samples of ``inner`` steps
     at capture sizes only (nothing is padded)."""
-
     RECORD = "dispatcher_overhead"
     dtype: str = ""
     repeats: int
@@ -193,7 +183,6 @@ class Compile(_Run):
     """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``: µs per
     step, set-up seconds, pool bytes and GPU operations per step (``None``/``-1``: not
     measured)."""
-
     RECORD = "compile_<preset>"
     compile_s: float
     capture_s: float
@@ -211,7 +200,6 @@ class PoolLayout(Kind):
     """One way of holding the graphs: ``total_bytes``; per batch size the bytes of each
     private pool, or a shared pool's size after each capture (``growth_bytes``), and the
     capture seconds."""
-
     total_bytes: int
     per_size_bytes: dict[int, int] = field(default_factory=dict)
     growth_bytes: dict[int, int] = field(default_factory=dict)
@@ -222,7 +210,6 @@ class PoolLayout(Kind):
 class PoolAtMaxSeq(Kind):
     """One shared pool captured largest-first at one ``max_seq``: its bytes and the KV
     cache's (``in_place``: the cache read in place, else the old whole-row gather)."""
-
     max_seq: int
     shared_largest_first_bytes: int
     kv_cache_bytes: int | None = None
@@ -239,7 +226,6 @@ class PoolMemory(Kind):
     """``pool_memory_<preset>``: graph-pool bytes for ``sizes``: private pools vs one shared
     pool, largest-first and smallest-first; optionally the static logits bytes (outside the
     pool), the shared pool per ``max_seq`` and the old whole-row gather path (``gather``)."""
-
     RECORD = "pool_memory_<preset>"
     LAYOUTS = ("private", "shared_largest_first", "shared_smallest_first")
     preset: str = ""
@@ -276,7 +262,6 @@ class PoolMemory(Kind):
 class OverwriteFix(Kind):
     """One fix of ``pool_overwrite``: B's output (distinct values) after A's replay, ``ok``
     when it kept B's value; for the keep-alive fix, the two pointers."""
-
     values_after_replay_a: list[float]
     ok: bool
     a_temporary_ptr: int | None = None
@@ -299,7 +284,6 @@ class PoolOverwrite(Kind):
     """``pool_overwrite``: graphs A then B in one shared pool, A's freed temporary given to B's
     output (``same_block``); B's output (distinct float32 values) in capture order, after B's
     replay and after A's (``overwritten``), and two fixes (a clone; keeping A's temporary)."""
-
     RECORD = "pool_overwrite"
     device: str = ""
     torch: str = ""
@@ -325,7 +309,6 @@ class PoolOverwrite(Kind):
 class Pitfall(Kind):
     """One capture pitfall reproduced: the rule, what happened (``error``: the first error
     seen), the fix, whether the fixed version ran; ``details`` free-form."""
-
     name: str
     rule: str = ""
     what: str = ""
@@ -339,7 +322,6 @@ class Pitfall(Kind):
 class Pitfalls(Kind):
     """``pitfalls``: the pitfalls shown on ``device``, the address demonstration (free-form)
     and the torch.compile pitfall (``None``: not run)."""
-
     RECORD = "pitfalls"
     device: str = ""
     torch: str = ""
@@ -358,7 +340,6 @@ class Pitfalls(Kind):
 class BenchRow(Kind):
     """One row of the bench table: median µs per method at one model and batch size, and the
     ratios :func:`bench_row` derives."""
-
     model: str
     batch: int
     eager_us: float | None = None
@@ -391,7 +372,6 @@ def bench_row(model: str, batch: int, medians_us: Mapping[str, float]) -> dict:
 @dataclass(frozen=True, kw_only=True)
 class BenchTarget(Kind):
     """A benchmark target: its sentence, the measured value and whether it passed."""
-
     target: str
     value: float
     passed: bool = src("pass")
@@ -400,7 +380,6 @@ class BenchTarget(Kind):
 @dataclass(frozen=True, kw_only=True)
 class BenchPool(Kind):
     """Graph-pool memory of one layout, in MiB."""
-
     layout: str
     total_MiB: float
 
@@ -409,7 +388,6 @@ class BenchPool(Kind):
 class Bench(Kind):
     """``bench``: the table of ``labkit bench``, its targets, pool memory, the checks
     (``"<model>.<check>"``) and the measurements that failed."""
-
     RECORD = "bench"
     rows: list[BenchRow]
     targets: list[BenchTarget]
@@ -425,7 +403,6 @@ class Bench(Kind):
 class PagedRun(_Timed):
     """One ``max_seq`` of ``paged_<preset>``: graph-replay µs per layout and batch size, and
     each layout's KV-cache bytes (``slot``: every slot's full row; ``paged``: the pool)."""
-
     METHODS = PAGED_LAYOUTS
     SIZES_AT = "data.batch_sizes"
     max_seq: int
@@ -439,7 +416,6 @@ class Paged(Kind):
     """``paged_<preset>``: decode-step graph replay with the slot layout read in place, the
     slot layout gathering rows, and the paged layout gathering through the block table, per
     ``max_seq`` (:class:`PagedRun`); the token checks and the block size."""
-
     RECORD = "paged_<preset>"
     preset: str = ""
     dtype: str = ""
@@ -472,7 +448,6 @@ class Modes(_Run):
     """``modes_<preset>``: µs per step per capture mode (``eager`` = NONE, ``piecewise``,
     ``full``, ``attention_only``) and batch size; graph launches per step (by construction,
     and as counted), GPU operations of one eager step, pool bytes and capture seconds."""
-
     RECORD = "modes_<preset>"
     METHODS = ("eager",)
     BY_METHOD = ("graphs_per_step", "pool_bytes")
@@ -495,7 +470,6 @@ class _Steps(_Run):
     per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
     max_logit_diff); optionally summed GPU µs by kernel (``op_us``) and per step
     (``kernel_us``)."""
-
     STEPS: ClassVar[tuple[str, ...]] = FUSED_STEPS
     PER_SIZE: ClassVar[tuple[str, ...]] = ("times", "ops_total", "kernel_us")
     STORED = ("tokens_per_s",)
@@ -533,7 +507,6 @@ class _Steps(_Run):
 @dataclass(frozen=True, kw_only=True)
 class Fused(_Steps):
     """``fused_<preset>``: the readable and the fused step (:mod:`labkit.fused`)."""
-
     RECORD = "fused_<preset>"
     n_layer: int
 
@@ -549,7 +522,6 @@ class RooflineVariant(Kind):
     and graph launches per step (profiled at ``profiled_batch``), graphs Inductor skipped,
     the model's cache slots and KV bytes, and the error when it failed. ``None``: not
     measured."""
-
     sizes: list[int] = field(default_factory=list)
     setup_s: float | None = None
     pool_bytes: int | None = None
@@ -575,7 +547,6 @@ class Roofline(_Run):
     ``context`` positions; the measured copy bandwidth (GB/s, read + write) and bf16 matmul
     rate (TFLOP/s); the floors derived from the model ``config``
     (:mod:`labkit.roofline.stepcost`)."""
-
     RECORD = "roofline_<preset>"
     BY_METHOD = ("variants",)
     config: dict
@@ -620,7 +591,6 @@ class Multistep(_Run):
     """``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as one-step graphs
     with a host round trip (``host_sync``), fed back on the device (``one_step_graphs``), or as
     one graph (``multistep``); the conditional nodes this PyTorch offers (free-form)."""
-
     RECORD = "multistep_<preset>"
     METHODS = MULTISTEP_METHODS
     STORED = ("tokens_per_s",)
@@ -648,7 +618,6 @@ RankMedians = dict[str, list[list[float | None]]]
 class _TP(_Timed):
     """A tensor-parallel record over ``world_size`` ranks: why a method is ``None``
     (``errors``, ``skipped``), every rank's median and how the ranks shut down."""
-
     world_size: int
     dtype: str = ""
     times: Times
@@ -665,7 +634,6 @@ class TPAllReduce(_TP):
     """``tp_allreduce``: µs per all-reduce per message size and method: ``pg_eager``/``pg_graph``
     (``dist.all_reduce`` over ``backend``, ``graph_ops`` per graph), ``one_shot_*``/
     ``two_shot_*`` (``torch.ops.symm_mem``)."""
-
     RECORD = "tp_allreduce"
     SIZES = "sizes_bytes"
     backend: str
@@ -678,7 +646,6 @@ class TPDecode(_TP):
     """``tp_decode_<preset>``: µs per step on one GPU (``tp1_*``) and over ``world_size``
     (``tpN_*``: eager; FULL graph with NCCL inside; ``_noop``: no all-reduce, the compute
     alone; ``_graph_symm_mem``: one-shot symmetric memory in the graph)."""
-
     RECORD = "tp_decode_<preset>"
     preset: str
     batch_sizes: list[int]
@@ -702,7 +669,6 @@ class Triton(_Steps):
     sampled in turn; the bytes a step must move and its floor at the measured copy bandwidth
     (``floor_us``), graph nodes per step and the checks (float32 tokens equal the readable
     step's, graph = eager)."""
-
     RECORD = "triton_<preset>"
     STEPS = ("readable", "fused", "triton")
     PER_SIZE = ("times", "ops_total", "kernel_us", "step_bytes", "floor_us", "graph_ops")
