@@ -136,12 +136,6 @@ class Dispatcher(_Run):
             object.__setattr__(self, "padded_to", [None] * len(self.batch_sizes))
         super().validate(data, where)
 
-    def dispatcher_over_graph(self) -> list[float | None]:
-        """Dispatcher time over the exact graph's replay per batch size (:func:`ratio`)."""
-        graph = self.median_us("graph_exact") if "graph_exact" in self.times else \
-            [None] * len(self.batch_sizes)
-        return [ratio(d, g) for d, g in zip(self.median_us("dispatcher"), graph)]
-
 
 @dataclass(frozen=True, kw_only=True)
 class OverheadRun(_Run):
@@ -149,10 +143,6 @@ class OverheadRun(_Run):
     :data:`OVERHEAD_METHODS` per batch size, all against one dispatcher's own graphs."""
     METHODS = OVERHEAD_METHODS
     preset: str = field()  # required here
-
-    def over_replay(self, method: str) -> list[float | None]:
-        """``method``'s time over the bare replay of the same graph, per batch size."""
-        return [ratio(m, r) for m, r in zip(self.median_us(method), self.median_us("replay"))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,13 +159,6 @@ class DispatcherOverhead(Kind):
     def validate(self, data: Mapping, where: str) -> None:
         if not self.runs:
             raise _Fail(f"{where}.runs", "must hold at least one model")
-
-    def run(self, preset: str) -> OverheadRun:
-        """The run of model ``preset`` (``KeyError`` naming those recorded)."""
-        for r in self.runs:
-            if r.preset == preset:
-                return r
-        raise KeyError(f"no run of {preset!r}; recorded: {[r.preset for r in self.runs]}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -329,9 +312,6 @@ class Pitfalls(Kind):
     address_demo: dict = field(default_factory=dict)
     compiled: Pitfall | None = None
 
-    def by_name(self) -> dict[str, Pitfall]:
-        return {p.name: p for p in self.pitfalls}
-
 
 # ----------------------------------------------------------------------------- comparisons
 
@@ -434,13 +414,6 @@ class Paged(Kind):
     @property
     def max_seqs(self) -> list[int]:
         return [r.max_seq for r in self.runs]
-
-    def run(self, max_seq: int) -> PagedRun:
-        """The run at ``max_seq`` (``KeyError`` naming the ones recorded)."""
-        for r in self.runs:
-            if r.max_seq == max_seq:
-                return r
-        raise KeyError(f"no run at max_seq={max_seq}; recorded: {self.max_seqs}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -571,10 +544,6 @@ class Roofline(_Run):
         """Bytes one step moves at each batch size (:func:`labkit.roofline.stepcost.step_bytes`)."""
         return [stepcost.step_bytes(self.config, b, self.context).total
                 for b in self.batch_sizes]
-
-    def floor_us(self) -> list[float]:
-        """The bandwidth floor at each batch size: bytes / measured copy bandwidth."""
-        return [stepcost.floor_us(n, self.bandwidth_gbps) for n in self.step_bytes()]
 
     def roofline_us(self) -> list[float]:
         """The larger of the bandwidth and the compute floor at each batch size."""
