@@ -5,11 +5,10 @@ A result is one JSON file ``<run_dir>/results/<name>.json``::
     {"schema": 1, "name": "...", "created": "2026-11-29T12:00:00+00:00",
      "params": {...}, "env": {...environment_record()...}, "data": {...}}
 
-* :func:`save_result` writes one into the current run folder: ``$LABKIT_RUN_DIR`` (set by
-  ``labkit run``) or, in an interactive session, ``runs/interactive/``.
-* Reference results recorded on a real GPU live in ``data/reference/<gpu>/<name>.json``;
-  :func:`load_reference` reads them so that a reader without a GPU still sees real numbers,
-  and :func:`provenance_line` says where they came from.
+:func:`save_result` writes one into the current run folder (:func:`default_run_dir`);
+:func:`load_reference` reads those recorded on a real GPU, ``data/reference/<gpu>/<name>.json``,
+so that a reader without a GPU still sees real numbers; :func:`provenance_line` says where
+they came from.
 """
 
 from __future__ import annotations
@@ -63,9 +62,8 @@ class Result:
 
     @property
     def record(self) -> Any:
-        """``data`` as its typed kind (:func:`labkit.measure.records.parse`), e.g. a
-        :class:`labkit.measure.records.Decode` for ``decode_small``; the ``data`` dict for a
-        name no kind matches. Raises :class:`SchemaError` when ``data`` does not fit."""
+        """``data`` as its typed kind (:func:`labkit.measure.records.parse`; e.g. a ``Decode``
+        for ``decode_small``), the ``data`` dict for a name no kind matches."""
         return records.parse(self.name, self.data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -281,18 +279,14 @@ def load_result(path: str | os.PathLike[str]) -> Result:
 def list_references(gpu: str | None = None) -> list[Path]:
     """Reference result files, sorted: those of one GPU, or of every GPU when ``gpu`` is None.
     The result name is ``path.stem``, the GPU folder ``path.parent.name``."""
-    if gpu is not None:
-        folder = reference_dir(gpu)
-        return sorted(folder.glob("*.json")) if folder.is_dir() else []
     root = data_dir() / "reference"
-    return sorted(root.glob("*/*.json")) if root.is_dir() else []
+    folder, pattern = (root, "*/*.json") if gpu is None else (reference_dir(gpu), "*.json")
+    return sorted(folder.glob(pattern)) if folder.is_dir() else []
 
 
 def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
-    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``).
-
-    ``name`` must be a plain record name (letters, digits, ``_``, ``-``, ``.``; no folder
-    parts), so that only files inside the reference folder are ever read."""
+    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``);
+    a plain record name, with no folder parts, so that no file outside the folder is read."""
     if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
         raise ValueError(f"reference name {name!r}: a record name is letters, digits, '_', '-' "
                          "or '.', starting with a letter or digit, with no folder parts "
@@ -311,12 +305,9 @@ def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
 def gpus_used(data: dict) -> int:
     """GPUs a record was measured on: its ``world_size`` when it ran over NCCL (the
     tensor-parallel records), else 1."""
-    if not isinstance(data, dict):
-        return 1
-    n = data.get("world_size")
-    if data.get("backend") == "nccl" and isinstance(n, int) and not isinstance(n, bool) and n > 1:
-        return n
-    return 1
+    n = data.get("world_size") if isinstance(data, dict) else None
+    nccl = isinstance(data, dict) and data.get("backend") == "nccl"
+    return n if nccl and isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
 def _measured_on(env: dict, data: dict | None = None) -> str:
