@@ -193,7 +193,7 @@ class _Timed(Kind):
         for key in self.BY_METHOD:
             extra = sorted(set(getattr(self, key)) - set(self.times))
             if extra:
-                raise _Fail(f"{where}.{key}", f"names methods {extra} that {where}.times lacks")
+                raise _Fail(f"{where}.{key}", f"names {extra}, which {where}.times lacks")
         for key in self.STORED:
             if data.get(key) is not None and (key != "speedup_vs_eager" or "eager" in self.times):
                 self._check_stored(data[key], f"{where}.{key}", where, getattr(self, key))
