@@ -13,6 +13,7 @@ they came from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -176,12 +177,10 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
 
 def _umask() -> int:
     """The process's umask (read without changing it where the OS allows)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
     mask = os.umask(0o022)  # no /proc: read it by setting it, and put it straight back
     os.umask(mask)
     return mask
