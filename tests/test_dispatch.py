@@ -312,10 +312,11 @@ def test_dispatcher_overhead_measurement_logic_on_cpu():
     data = measure_dispatcher_overhead(("test",), (1, 4), "float32", repeats=2, inner=2,
                                        device="cpu", timer=timer)
     rec = records.parse("dispatcher_overhead", data)
-    run = rec.run("test")
+    (run,) = rec.runs
     assert calls == dict.fromkeys(records.OVERHEAD_METHODS, 2)
     assert run.checks == {"dispatcher_tokens_equal_eager": True, "same_logits_every_method": True}
-    assert run.batch_sizes == [1, 4] and all(r is not None for r in run.over_replay("step_host"))
+    assert run.preset == "test" and run.batch_sizes == [1, 4]
+    assert all(t is not None for t in run.median_us("step_host") + run.median_us("replay"))
     assert (rec.repeats, rec.inner) == (2, 2)
 
 

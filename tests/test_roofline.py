@@ -201,7 +201,6 @@ def test_roofline_record_kind_and_derived_floor(tmp_path):
     assert isinstance(r, R.Roofline) and R.kind_of("roofline_small") is R.Roofline
     want = stepcost.step_bytes(preset("gpt2", dtype="bfloat16"), 1, 128).total
     assert r.step_bytes()[0] == want
-    assert r.floor_us()[0] == pytest.approx(want / 4e6)
     assert r.over_floor("graph")[0] == pytest.approx(630.0 / r.roofline_us()[0])
     assert r.over_floor("compile_manual_graph") == [None, None, None]
     assert r.variants["graph"].graphs_used is True

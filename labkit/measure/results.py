@@ -5,15 +5,15 @@ A result is one JSON file ``<run_dir>/results/<name>.json``::
     {"schema": 1, "name": "...", "created": "2026-11-29T12:00:00+00:00",
      "params": {...}, "env": {...environment_record()...}, "data": {...}}
 
-* :func:`save_result` writes one into the current run folder: ``$LABKIT_RUN_DIR`` (set by
-  ``labkit run``) or, in an interactive session, ``runs/interactive/``.
-* Reference results recorded on a real GPU live in ``data/reference/<gpu>/<name>.json``;
-  :func:`load_reference` reads them so that a reader without a GPU still sees real numbers,
-  and :func:`provenance_line` says where they came from.
+:func:`save_result` writes one into the current run folder (:func:`default_run_dir`);
+:func:`load_reference` reads those recorded on a real GPU, ``data/reference/<gpu>/<name>.json``,
+so that a reader without a GPU still sees real numbers; :func:`provenance_line` says where
+they came from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -30,13 +30,12 @@ from labkit.support import envvars
 from labkit import __version__
 from labkit.support.env import environment_record, gpu_slug
 from labkit.measure import records
-from labkit.measure.records import SchemaError
+from labkit.measure.records import RERECORD as _FIX, SchemaError
 from labkit.support.paths import data_dir, repo_root
 
 #: Version of the JSON layout written by :func:`save_result`.
 SCHEMA_VERSION = 1
 
-RUN_DIR_ENV = envvars.RUN_DIR
 DEFAULT_GPU = "h200"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -45,7 +44,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 __all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_result",
            "load_reference", "list_references", "reference_dir", "provenance_line",
            "to_jsonable", "write_text_atomic", "new_folder", "new_run_dir", "default_run_dir",
-           "copy_to_reference", "RUN_DIR_ENV", "DEFAULT_GPU"]
+           "copy_to_reference", "DEFAULT_GPU"]
 
 
 @dataclass
@@ -64,20 +63,14 @@ class Result:
 
     @property
     def record(self) -> Any:
-        """``data`` as its typed kind (:func:`labkit.measure.records.parse`), e.g. a
-        :class:`labkit.measure.records.Decode` for ``decode_small``; the ``data`` dict for a
-        name no kind matches. Raises :class:`SchemaError` when ``data`` does not fit."""
+        """``data`` as its typed kind (:func:`labkit.measure.records.parse`; e.g. a ``Decode``
+        for ``decode_small``), the ``data`` dict for a name no kind matches."""
         return records.parse(self.name, self.data)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": self.schema,
-            "name": self.name,
-            "created": self.created,
-            "params": self.params,
-            "env": self.env,
-            "data": self.data,
-        }
+        """The record as its JSON file holds it (without ``reference``)."""
+        return {k: getattr(self, k) for k in ("schema", "name", "created", "params", "env",
+                                              "data")}
 
 
 # ----------------------------------------------------------------------------- paths
@@ -121,12 +114,9 @@ def new_run_dir(label: str | None = None, root: str | os.PathLike[str] | None = 
 
 
 def to_jsonable(obj: Any, _where: str = "data") -> Any:
-    """Convert ``obj`` into plain JSON types.
-
-    numpy / torch scalars become Python numbers, arrays and tensors nested lists, dataclasses
-    dicts, tuples and sets lists, paths strings; non-finite floats (nan, inf) become ``None``.
-    Anything else raises ``TypeError`` naming where it was found.
-    """
+    """``obj`` in plain JSON types: numpy / torch scalars as numbers, arrays and tensors as
+    nested lists, dataclasses as dicts, tuples and sets as lists, paths as strings, nan and inf
+    as ``None``; anything else raises ``TypeError`` naming where it was found."""
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, int):
@@ -138,7 +128,10 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
         origin: dict[str, Any] = {}
         for key, value in obj.items():
             if not isinstance(key, (str, int, float, bool)) and key is not None:
-                key = _scalar(key, f"{_where} key")
+                converted = to_jsonable(key, f"{_where} key")
+                if isinstance(converted, (list, dict)):
+                    raise TypeError(f"{_where} key: {key!r} cannot be a JSON object key")
+                key = converted
             text = str(key)
             if text in origin:
                 raise ValueError(
@@ -148,10 +141,10 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
             origin[text] = key
             out[text] = to_jsonable(value, f"{_where}[{key!r}]")
         return out
+    if isinstance(obj, (set, frozenset)):
+        obj = sorted(obj, key=repr)
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, (set, frozenset)):
-        return [to_jsonable(v, f"{_where}[{i}]") for i, v in enumerate(sorted(obj, key=repr))]
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -174,21 +167,9 @@ def to_jsonable(obj: Any, _where: str = "data") -> Any:
             return str(obj)
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
         return to_jsonable(obj.to_dict(), _where)
-    raise TypeError(
-        f"{_where}: {type(obj).__module__}.{type(obj).__qualname__} is not JSON-serialisable; "
-        "store numbers, strings, lists, dicts, dataclasses, numpy/torch values"
-    )
-
-
-def _scalar(value: Any, where: str) -> Any:
-    converted = to_jsonable(value, where)
-    if isinstance(converted, (list, dict)):
-        raise TypeError(f"{where}: {value!r} cannot be a JSON object key")
-    return converted
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    raise TypeError(f"{_where}: {type(obj).__module__}.{type(obj).__qualname__} is not "
+                    "JSON-serialisable; store numbers, strings, lists, dicts, dataclasses, "
+                    "numpy/torch values")
 
 
 # ----------------------------------------------------------------------------- save / load
@@ -196,12 +177,10 @@ def _now() -> str:
 
 def _umask() -> int:
     """The process's umask (read without changing it where the OS allows)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
     mask = os.umask(0o022)  # no /proc: read it by setting it, and put it straight back
     os.umask(mask)
     return mask
@@ -223,54 +202,34 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def save_result(
-    name: str,
-    data: dict,
-    params: dict | None = None,
-    run_dir: str | os.PathLike[str] | None = None,
-    *,
-    env: dict | None = None,
-) -> Path:
-    """Write ``<run_dir>/results/<name>.json`` and return its path.
-
-    ``run_dir`` defaults to :func:`default_run_dir`; ``env`` to a fresh
-    :func:`labkit.support.env.environment_record`. An existing file of the same name is replaced.
-    ``data`` of a known record kind (:mod:`labkit.measure.records`) must have that kind's
-    fields, else :class:`SchemaError` is raised and nothing is written.
+def save_result(name: str, data: dict, params: dict | None = None,
+                run_dir: str | os.PathLike[str] | None = None, *, env: dict | None = None
+                ) -> Path:
+    """Write (or replace) ``<run_dir>/results/<name>.json`` and return its path; ``run_dir``
+    defaults to :func:`default_run_dir`, ``env`` to a fresh environment record. ``data`` of a
+    known record kind must have its fields, else :class:`SchemaError` and nothing is written.
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' or '.'")
     if not isinstance(data, dict):
         raise TypeError(f"data must be a dict, not {type(data).__name__}")
-    record = Result(
-        name=name,
-        data=to_jsonable(data, "data"),
-        params=to_jsonable(params or {}, "params"),
-        env=to_jsonable(env if env is not None else environment_record(), "env"),
-        schema=SCHEMA_VERSION,
-        created=_now(),
-    )
+    record = Result(name, to_jsonable(data, "data"), to_jsonable(params or {}, "params"),
+                    to_jsonable(env if env is not None else environment_record(), "env"),
+                    SCHEMA_VERSION,
+                    _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat())
     # a record of a known kind is checked before anything is written
     records.parse(name, record.data, source=f"result {name!r} (not saved)",
                   fix="give it the fields of its kind, or save it under a name of no known kind")
-    folder = Path(run_dir) if run_dir is not None else default_run_dir()
-    folder = folder / "results"
+    folder = (Path(run_dir) if run_dir is not None else default_run_dir()) / "results"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     write_text_atomic(path, json.dumps(record.to_dict(), indent=2, allow_nan=False) + "\n")
     return path
 
 
-_FIX = ("re-record it with this labkit (`labkit run`, or `labkit bench --record`), or read it "
-        "with the labkit version that wrote it")
-
-
 def load_result(path: str | os.PathLike[str]) -> Result:
-    """Read a result file, checking that it is a labkit result of :data:`SCHEMA_VERSION` and
-    that its ``data`` has the fields of its kind (:mod:`labkit.measure.records`).
-
-    Raises :class:`SchemaError` naming the file and the field at fault (and
-    ``FileNotFoundError`` when there is no file)."""
+    """Read a result file: a labkit result of :data:`SCHEMA_VERSION` whose ``data`` has the
+    fields of its kind, else :class:`SchemaError` naming the file and the field at fault."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -290,41 +249,27 @@ def load_result(path: str | os.PathLike[str]) -> Result:
         raise SchemaError(f"{path}: field 'schema' must be an integer version number, got "
                           f"{type(schema).__name__} {schema!r}; {_FIX}")
     if schema != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path}: written with result schema version {schema!r}, but this labkit "
-            f"({_labkit_version()}) reads schema version {SCHEMA_VERSION}. Re-create it with "
-            "this version (`labkit run`), or use the labkit version that wrote it."
-        )
+        raise SchemaError(f"{path}: written with result schema version {schema!r}, but this "
+                          f"labkit (labkit {__version__}) reads schema version {SCHEMA_VERSION}. "
+                          "Re-create it with this version (`labkit run`), or use the labkit "
+                          "version that wrote it.")
     missing = [k for k in ("name", "data", "params", "env", "created") if k not in raw]
     if missing:
         raise SchemaError(f"{path}: result is missing field(s) {', '.join(missing)}; {_FIX}")
-    for key in ("name", "created"):
-        if not isinstance(raw[key], str):
-            raise SchemaError(f"{path}: field {key!r} must be a string, got "
-                              f"{type(raw[key]).__name__} {raw[key]!r}; {_FIX}")
-    for key in ("data", "params", "env"):
-        if not isinstance(raw[key], dict):
-            raise SchemaError(f"{path}: field {key!r} must be an object, got "
-                              f"{type(raw[key]).__name__}; {_FIX}")
+    for key, tp, what in (("name", str, "a string"), ("created", str, "a string"),
+                          ("data", dict, "an object"), ("params", dict, "an object"),
+                          ("env", dict, "an object")):
+        if not isinstance(raw[key], tp):
+            shown = f" {raw[key]!r}" if tp is str else ""
+            raise SchemaError(f"{path}: field {key!r} must be {what}, got "
+                              f"{type(raw[key]).__name__}{shown}; {_FIX}")
     wrote = raw["env"].get("labkit")
     writer = f"labkit {wrote}" if wrote else "unknown: the record has no env.labkit"
     records.parse(raw["name"], raw["data"], source=str(path),
-                  fix=f"re-record it with this labkit ({_labkit_version()}: `labkit run`, or "
+                  fix=f"re-record it with this labkit (labkit {__version__}: `labkit run`, or "
                       f"`labkit bench --record`), or read it with the labkit version that "
                       f"wrote it ({writer})")
-    return Result(
-        name=raw["name"],
-        data=raw["data"],
-        params=raw["params"],
-        env=raw["env"],
-        schema=schema,
-        created=raw["created"],
-    )
-
-
-def _labkit_version() -> str:
-
-    return f"labkit {__version__}"
+    return Result(raw["name"], raw["data"], raw["params"], raw["env"], schema, raw["created"])
 
 
 # ----------------------------------------------------------------------------- references
@@ -333,45 +278,35 @@ def _labkit_version() -> str:
 def list_references(gpu: str | None = None) -> list[Path]:
     """Reference result files, sorted: those of one GPU, or of every GPU when ``gpu`` is None.
     The result name is ``path.stem``, the GPU folder ``path.parent.name``."""
-    if gpu is not None:
-        folder = reference_dir(gpu)
-        return sorted(folder.glob("*.json")) if folder.is_dir() else []
     root = data_dir() / "reference"
-    return sorted(root.glob("*/*.json")) if root.is_dir() else []
+    folder, pattern = (root, "*/*.json") if gpu is None else (reference_dir(gpu), "*.json")
+    return sorted(folder.glob(pattern)) if folder.is_dir() else []
 
 
 def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
-    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``).
-
-    ``name`` must be a plain record name (letters, digits, ``_``, ``-``, ``.``; no folder
-    parts), so that only files inside the reference folder are ever read."""
+    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``);
+    a plain record name, with no folder parts, so that no file outside the folder is read."""
     if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
         raise ValueError(f"reference name {name!r}: a record name is letters, digits, '_', '-' "
                          "or '.', starting with a letter or digit, with no folder parts "
                          "(e.g. 'decode_small')")
-    folder = reference_dir(gpu)
-    path = folder / f"{name}.json"
+    path = reference_dir(gpu) / f"{name}.json"
     if not path.is_file():
-        have = [p.stem for p in list_references(gpu)]
-        have_text = ", ".join(have) if have else "none"
+        have = ", ".join(p.stem for p in list_references(gpu)) or "none"
         raise FileNotFoundError(
             f"no reference result {name!r} for GPU {gpu_slug(gpu)!r}: expected the file "
-            f"{path} (reference results present for {gpu_slug(gpu)}: {have_text}). "
+            f"{path} (reference results present for {gpu_slug(gpu)}: {have}). "
             "To create it, run `labkit run` on a machine with that GPU, then "
-            f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/."
-        )
+            f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/.")
     return dataclasses.replace(load_result(path), reference=True)
 
 
 def gpus_used(data: dict) -> int:
     """GPUs a record was measured on: its ``world_size`` when it ran over NCCL (the
     tensor-parallel records), else 1."""
-    if not isinstance(data, dict):
-        return 1
-    n = data.get("world_size")
-    if data.get("backend") == "nccl" and isinstance(n, int) and not isinstance(n, bool) and n > 1:
-        return n
-    return 1
+    n = data.get("world_size") if isinstance(data, dict) else None
+    nccl = isinstance(data, dict) and data.get("backend") == "nccl"
+    return n if nccl and isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
 def _measured_on(env: dict, data: dict | None = None) -> str:
@@ -384,45 +319,32 @@ def _measured_on(env: dict, data: dict | None = None) -> str:
     return "cpu"
 
 
-def copy_to_reference(
-    run_dir: str | os.PathLike[str], gpu: str | None = None, *, force: bool = False
-) -> list[Path]:
-    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` and return the new paths.
-
-    ``gpu`` defaults to the GPU the results were measured on. Every file is validated first;
-    results measured on another GPU (or on the CPU tier) are refused unless ``force=True``, so
-    a reference folder only ever holds numbers from the hardware it is named after.
-    """
+def copy_to_reference(run_dir: str | os.PathLike[str], gpu: str | None = None, *,
+                      force: bool = False) -> list[Path]:
+    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` (default: the GPU they
+    were measured on) and return the new paths. Every file is validated first; results measured
+    on another GPU (or on the CPU tier) are refused unless ``force=True``."""
     src = Path(run_dir) / "results"
     files = sorted(src.glob("*.json")) if src.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no result files in {src}: run `labkit run` first")
-    loaded = [(p, load_result(p)) for p in files]
-    origins = {_measured_on(r.env, r.data) for _, r in loaded}
+    origin = {p: _measured_on(r.env, r.data) for p, r in ((p, load_result(p)) for p in files)}
     if gpu is None:
-        if len(origins) != 1:
-            raise ValueError(
-                f"results in {src} come from several machines ({', '.join(sorted(origins))}); "
-                "name the GPU explicitly"
-            )
-        gpu = origins.pop()
+        if len(set(origin.values())) != 1:
+            raise ValueError(f"results in {src} come from several machines "
+                             f"({', '.join(sorted(set(origin.values())))}); name the GPU "
+                             "explicitly")
+        gpu = next(iter(origin.values()))
     target_slug = gpu_slug(gpu)
-    if not force:
-        wrong = [f"{p.name} ({_measured_on(r.env, r.data)})" for p, r in loaded
-                 if _measured_on(r.env, r.data) != target_slug]
-        if wrong:
-            raise ValueError(
-                f"refusing to file results under data/reference/{target_slug}/: "
-                f"measured elsewhere: {', '.join(wrong)} (pass force=True to override)"
-            )
+    wrong = [f"{p.name} ({o})" for p, o in origin.items() if o != target_slug]
+    if wrong and not force:
+        raise ValueError(f"refusing to file results under data/reference/{target_slug}/: "
+                         f"measured elsewhere: {', '.join(wrong)} (pass force=True to override)")
     dest = reference_dir(target_slug)
     dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    for path, _ in loaded:
-        target = dest / path.name
-        shutil.copyfile(path, target)
-        out.append(target)
-    return out
+    for path in origin:
+        shutil.copyfile(path, dest / path.name)
+    return [dest / path.name for path in origin]
 
 
 def provenance_line(result: Result) -> str:

@@ -1,13 +1,9 @@
-"""Default measurement parameters of the reference records: :data:`DEFAULTS`,
-:data:`SERVE_RECORDS`, :func:`default_params`, :func:`measure_kwargs`.
-"""
+"""Default measurement parameters of the reference records (:data:`DEFAULTS`)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-
-# ----------------------------------------------------------------------------- default parameters
 
 _POOL_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 _SERVE = {"preset": "gpt2", "trace": "synthetic_requests_poisson", "dtype": "bfloat16",
@@ -25,14 +21,9 @@ _MULTISTEP = {"batch_sizes": [1, 8, 64], "n_steps": 8, "max_seq": 256, "dtype": 
               "repeats": 20}
 
 #: record name -> (measurement function, parameters as recorded in the file's ``params``);
-#: the function is a name in :mod:`labkit.measure.bench` (``run_all_pitfalls``: in
-#: :mod:`labkit.measure.pitfalls`; ``measure_paged``: in :mod:`labkit.measure.paged`;
-#: ``measure_pool_overwrite``: in :mod:`labkit.measure.pool_overwrite`;
-#: ``measure_fused``: in :mod:`labkit.measure.fused_bench`;
-#: ``measure_roofline``, ``measure_multistep``: in :mod:`labkit.measure.roofline`;
-#: ``measure_serving``: :mod:`labkit.measure.serve`; ``measure_load_curve``:
-#: :mod:`labkit.measure.serve_load`).
-#: ``preset`` is passed as the function's ``preset_name``.
+#: the function is a name in :mod:`labkit.measure.bench` or in the ``labkit.measure`` module
+#: of its record (``pitfalls``, ``paged``, ``pool_overwrite``, ``fused_bench``, ``roofline``,
+#: ``serve``, ``serve_load``); ``preset`` is passed as the function's ``preset_name``.
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "launch_overhead": ("measure_launch_overhead",
                         {"numels": [1, 2**10, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24],

@@ -4,8 +4,6 @@ the writers store them with these functions and the readers recompute them with 
 
 from __future__ import annotations
 
-# ----------------------------------------------------------------------------- derived values
-
 
 def tokens_per_s(batch_size: int, step_us: float | None) -> float | None:
     """Tokens per second of a decode step of ``batch_size`` rows taking ``step_us`` µs
@@ -18,9 +16,7 @@ def tokens_per_s(batch_size: int, step_us: float | None) -> float | None:
 def speedup(eager_us: float | None, method_us: float | None) -> float | None:
     """How many times faster than eager: ``eager_us / method_us`` (``None`` if either is
     missing)."""
-    if eager_us is None or method_us is None:
-        return None
-    return eager_us / method_us
+    return ratio(eager_us, method_us)
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

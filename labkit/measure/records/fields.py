@@ -31,7 +31,6 @@ def _type_name(value: Any) -> str:
 
 class _Fail(Exception):
     """Internal: the field at ``where`` is wrong: ``problem``."""
-
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(where, problem)
         self.where, self.problem = where, problem
@@ -140,7 +139,6 @@ def parse_kind(cls: type[K], v: Any, where: str, **given: Any) -> K:
 
 class Kind:
     """Base of the record kinds: ``from_data`` parses; ``validate`` checks across fields."""
-
     RECORD: ClassVar[str] = ""
 
     @classmethod
@@ -169,12 +167,14 @@ def _median(s: Stats | None) -> float | None:
 
 class _Timed(Kind):
     """Kinds with sizes (field ``SIZES``) and ``times[method]`` (a :class:`Stats` or null per
-    size): column lengths, required ``METHODS`` and stored derived columns (``STORED``) are
-    checked."""
-
+    size). Checked: ``PER_SIZE`` fields (a list, or a dict of lists) hold one entry per size,
+    ``times`` has ``METHODS``, ``BY_METHOD`` fields (dicts) name only timed methods, and the
+    stored derived columns (``STORED``) agree with ``times``."""
     SIZES: ClassVar[str] = "batch_sizes"
     SIZES_AT: ClassVar[str] = ""  #: where the sizes are, when not in the kind's own object
+    PER_SIZE: ClassVar[tuple[str, ...]] = ("times",)
     METHODS: ClassVar[tuple[str, ...]] = ()
+    BY_METHOD: ClassVar[tuple[str, ...]] = ()
     STORED: ClassVar[tuple[str, ...]] = ()
     times: dict[str, list[Stats | None]]
 
@@ -183,10 +183,17 @@ class _Timed(Kind):
         return list(getattr(self, self.SIZES))
 
     def validate(self, data: Mapping, where: str) -> None:
-        for m, col in self.times.items():
-            _same_length(col, self.sizes_, f"{where}.times.{m}",
-                         self.SIZES_AT or f"{where}.{self.SIZES}")
+        for key in self.PER_SIZE:
+            value = getattr(self, key)
+            cols = value.items() if isinstance(value, dict) else [(None, value)]
+            for name, col in cols:
+                at = f"{where}.{key}" if name is None else f"{where}.{key}.{name}"
+                _same_length(col, self.sizes_, at, self.SIZES_AT or f"{where}.{self.SIZES}")
         _require(self.times, self.METHODS, f"{where}.times")
+        for key in self.BY_METHOD:
+            extra = sorted(set(getattr(self, key)) - set(self.times))
+            if extra:
+                raise _Fail(f"{where}.{key}", f"names {extra}, which {where}.times lacks")
         for key in self.STORED:
             if data.get(key) is not None and (key != "speedup_vs_eager" or "eager" in self.times):
                 self._check_stored(data[key], f"{where}.{key}", where, getattr(self, key))

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from labkit.roofline import stepcost
 from labkit.measure.records.derived import ratio, speedup
 from labkit.measure.records.fields import (
-    Checks, Kind, _Fail, _fail, _require, _same_length, _scalar, _Timed, parse_kind,
+    Checks, Kind, _Fail, _fail, _require, _scalar, _Timed, parse_kind,
     parse_value, src,
 )
 from labkit.timing import Stats
@@ -32,7 +32,6 @@ OVERHEAD_METHODS = ("replay", "copy_replay", "stage_replay", "step_device", "ste
 @dataclass(frozen=True, kw_only=True)
 class _Run(_Timed):
     """The fields most timed kinds share: model preset, dtype, batch sizes, times, checks."""
-
     preset: str = ""
     dtype: str = ""
     batch_sizes: list[int]
@@ -46,7 +45,6 @@ class _Run(_Timed):
 @dataclass(frozen=True, kw_only=True)
 class SweepPoint(Kind):
     """One point of the work-per-kernel sweep: time per kernel eager and replayed."""
-
     numel: int
     eager: Stats
     graph: Stats | None = None
@@ -56,7 +54,6 @@ class SweepPoint(Kind):
 class LaunchOverhead(Kind):
     """``launch_overhead``: what one kernel launch costs (CUDA figures ``None`` without
     CUDA), and the work-per-kernel sweep."""
-
     RECORD = "launch_overhead"
     device: str
     host_per_launch: Stats | None = None
@@ -73,7 +70,6 @@ class Decode(_Run):
     """``decode_<preset>``: µs per step per method and batch size (``None``: not measured);
     ``kernels_per_step``: GPU operations of one eager step, counted as ``gpu_ops_counted``
     says (:data:`GPU_OPS_SCOPE`; empty in older records)."""
-
     RECORD = "decode_<preset>"
     ALSO = ("compile_times_<preset>",)
     STORED = ("tokens_per_s", "speedup_vs_eager")
@@ -90,7 +86,6 @@ class Decode(_Run):
 class TimelineEvent(Kind):
     """One profiler event: a CPU launch call or a GPU kernel/copy/set, its start (µs from the
     first event) and duration."""
-
     lane: Literal["CPU", "GPU"]
     name: str = ""
     start_us: float
@@ -100,7 +95,6 @@ class TimelineEvent(Kind):
 @dataclass(frozen=True, kw_only=True)
 class TimelineMethod(Kind):
     """The events of a few steps of one method, and the time per step."""
-
     events: list[TimelineEvent]
     step_us: float | None = None
 
@@ -108,7 +102,6 @@ class TimelineMethod(Kind):
 @dataclass(frozen=True)
 class Timeline(Kind):
     """``timeline_<preset>``: ``methods[name]`` (``"eager"``, ``"graph"``) from a profiler."""
-
     RECORD = "timeline_<preset>"
     methods: dict[str, TimelineMethod]
 
@@ -130,9 +123,9 @@ class Dispatcher(_Run):
     """``dispatcher_<preset>``: µs per step per batch size: eager, an exact graph
     (``graph_exact``; ``None`` above the largest size) and the padding dispatcher;
     ``counters`` as :class:`labkit.dispatch.DispatchCounters` stores them."""
-
     RECORD = "dispatcher_<preset>"
     METHODS = ("eager", "dispatcher")
+    PER_SIZE = ("times", "padded_to")
     STORED = ("tokens_per_s",)
     capture_sizes: list[int]
     padded_to: list[int | None] | None = None
@@ -141,28 +134,15 @@ class Dispatcher(_Run):
     def validate(self, data: Mapping, where: str) -> None:
         if self.padded_to is None:
             object.__setattr__(self, "padded_to", [None] * len(self.batch_sizes))
-        _same_length(self.padded_to, self.batch_sizes, f"{where}.padded_to",
-                     f"{where}.batch_sizes")
         super().validate(data, where)
-
-    def dispatcher_over_graph(self) -> list[float | None]:
-        """Dispatcher time over the exact graph's replay per batch size (:func:`ratio`)."""
-        graph = self.median_us("graph_exact") if "graph_exact" in self.times else \
-            [None] * len(self.batch_sizes)
-        return [ratio(d, g) for d, g in zip(self.median_us("dispatcher"), graph)]
 
 
 @dataclass(frozen=True, kw_only=True)
 class OverheadRun(_Run):
     """One model of a ``dispatcher_overhead`` record: µs per step of each of
     :data:`OVERHEAD_METHODS` per batch size, all against one dispatcher's own graphs."""
-
     METHODS = OVERHEAD_METHODS
     preset: str = field()  # required here
-
-    def over_replay(self, method: str) -> list[float | None]:
-        """``method``'s time over the bare replay of the same graph, per batch size."""
-        return [ratio(m, r) for m, r in zip(self.median_us(method), self.median_us("replay"))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +150,6 @@ class DispatcherOverhead(Kind):
     """``dispatcher_overhead``: the dispatcher's time over a bare replay of its own graph, by
     part, per model (:class:`OverheadRun`): ``repeats`` interleaved samples of ``inner`` steps
     at capture sizes only (nothing is padded)."""
-
     RECORD = "dispatcher_overhead"
     dtype: str = ""
     repeats: int
@@ -181,20 +160,12 @@ class DispatcherOverhead(Kind):
         if not self.runs:
             raise _Fail(f"{where}.runs", "must hold at least one model")
 
-    def run(self, preset: str) -> OverheadRun:
-        """The run of model ``preset`` (``KeyError`` naming those recorded)."""
-        for r in self.runs:
-            if r.preset == preset:
-                return r
-        raise KeyError(f"no run of {preset!r}; recorded: {[r.preset for r in self.runs]}")
-
 
 @dataclass(frozen=True, kw_only=True)
 class Compile(_Run):
     """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``: µs per
     step, set-up seconds, pool bytes and GPU operations per step (``None``/``-1``: not
     measured)."""
-
     RECORD = "compile_<preset>"
     compile_s: float
     capture_s: float
@@ -212,7 +183,6 @@ class PoolLayout(Kind):
     """One way of holding the graphs: ``total_bytes``; per batch size the bytes of each
     private pool, or a shared pool's size after each capture (``growth_bytes``), and the
     capture seconds."""
-
     total_bytes: int
     per_size_bytes: dict[int, int] = field(default_factory=dict)
     growth_bytes: dict[int, int] = field(default_factory=dict)
@@ -223,7 +193,6 @@ class PoolLayout(Kind):
 class PoolAtMaxSeq(Kind):
     """One shared pool captured largest-first at one ``max_seq``: its bytes and the KV
     cache's (``in_place``: the cache read in place, else the old whole-row gather)."""
-
     max_seq: int
     shared_largest_first_bytes: int
     kv_cache_bytes: int | None = None
@@ -240,7 +209,6 @@ class PoolMemory(Kind):
     """``pool_memory_<preset>``: graph-pool bytes for ``sizes``: private pools vs one shared
     pool, largest-first and smallest-first; optionally the static logits bytes (outside the
     pool), the shared pool per ``max_seq`` and the old whole-row gather path (``gather``)."""
-
     RECORD = "pool_memory_<preset>"
     LAYOUTS = ("private", "shared_largest_first", "shared_smallest_first")
     preset: str = ""
@@ -277,7 +245,6 @@ class PoolMemory(Kind):
 class OverwriteFix(Kind):
     """One fix of ``pool_overwrite``: B's output (distinct values) after A's replay, ``ok``
     when it kept B's value; for the keep-alive fix, the two pointers."""
-
     values_after_replay_a: list[float]
     ok: bool
     a_temporary_ptr: int | None = None
@@ -300,7 +267,6 @@ class PoolOverwrite(Kind):
     """``pool_overwrite``: graphs A then B in one shared pool, A's freed temporary given to B's
     output (``same_block``); B's output (distinct float32 values) in capture order, after B's
     replay and after A's (``overwritten``), and two fixes (a clone; keeping A's temporary)."""
-
     RECORD = "pool_overwrite"
     device: str = ""
     torch: str = ""
@@ -326,7 +292,6 @@ class PoolOverwrite(Kind):
 class Pitfall(Kind):
     """One capture pitfall reproduced: the rule, what happened (``error``: the first error
     seen), the fix, whether the fixed version ran; ``details`` free-form."""
-
     name: str
     rule: str = ""
     what: str = ""
@@ -340,16 +305,12 @@ class Pitfall(Kind):
 class Pitfalls(Kind):
     """``pitfalls``: the pitfalls shown on ``device``, the address demonstration (free-form)
     and the torch.compile pitfall (``None``: not run)."""
-
     RECORD = "pitfalls"
     device: str = ""
     torch: str = ""
     pitfalls: list[Pitfall]
     address_demo: dict = field(default_factory=dict)
     compiled: Pitfall | None = None
-
-    def by_name(self) -> dict[str, Pitfall]:
-        return {p.name: p for p in self.pitfalls}
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -359,7 +320,6 @@ class Pitfalls(Kind):
 class BenchRow(Kind):
     """One row of the bench table: median µs per method at one model and batch size, and the
     ratios :func:`bench_row` derives."""
-
     model: str
     batch: int
     eager_us: float | None = None
@@ -392,7 +352,6 @@ def bench_row(model: str, batch: int, medians_us: Mapping[str, float]) -> dict:
 @dataclass(frozen=True, kw_only=True)
 class BenchTarget(Kind):
     """A benchmark target: its sentence, the measured value and whether it passed."""
-
     target: str
     value: float
     passed: bool = src("pass")
@@ -401,7 +360,6 @@ class BenchTarget(Kind):
 @dataclass(frozen=True, kw_only=True)
 class BenchPool(Kind):
     """Graph-pool memory of one layout, in MiB."""
-
     layout: str
     total_MiB: float
 
@@ -410,7 +368,6 @@ class BenchPool(Kind):
 class Bench(Kind):
     """``bench``: the table of ``labkit bench``, its targets, pool memory, the checks
     (``"<model>.<check>"``) and the measurements that failed."""
-
     RECORD = "bench"
     rows: list[BenchRow]
     targets: list[BenchTarget]
@@ -426,7 +383,6 @@ class Bench(Kind):
 class PagedRun(_Timed):
     """One ``max_seq`` of ``paged_<preset>``: graph-replay µs per layout and batch size, and
     each layout's KV-cache bytes (``slot``: every slot's full row; ``paged``: the pool)."""
-
     METHODS = PAGED_LAYOUTS
     SIZES_AT = "data.batch_sizes"
     max_seq: int
@@ -440,7 +396,6 @@ class Paged(Kind):
     """``paged_<preset>``: decode-step graph replay with the slot layout read in place, the
     slot layout gathering rows, and the paged layout gathering through the block table, per
     ``max_seq`` (:class:`PagedRun`); the token checks and the block size."""
-
     RECORD = "paged_<preset>"
     preset: str = ""
     dtype: str = ""
@@ -460,22 +415,15 @@ class Paged(Kind):
     def max_seqs(self) -> list[int]:
         return [r.max_seq for r in self.runs]
 
-    def run(self, max_seq: int) -> PagedRun:
-        """The run at ``max_seq`` (``KeyError`` naming the ones recorded)."""
-        for r in self.runs:
-            if r.max_seq == max_seq:
-                return r
-        raise KeyError(f"no run at max_seq={max_seq}; recorded: {self.max_seqs}")
-
 
 @dataclass(frozen=True, kw_only=True)
 class Modes(_Run):
     """``modes_<preset>``: µs per step per capture mode (``eager`` = NONE, ``piecewise``,
     ``full``, ``attention_only``) and batch size; graph launches per step (by construction,
     and as counted), GPU operations of one eager step, pool bytes and capture seconds."""
-
     RECORD = "modes_<preset>"
     METHODS = ("eager",)
+    BY_METHOD = ("graphs_per_step", "pool_bytes")
     STORED = ("tokens_per_s",)
     n_layer: int
     graphs_per_step: dict[str, int | None]
@@ -484,30 +432,21 @@ class Modes(_Run):
     gpu_ops_per_step: int | None = None
     graph_launches_counted: dict[str, int | None] = field(default_factory=dict)
 
-    def validate(self, data: Mapping, where: str) -> None:
-        super().validate(data, where)
-        for key in ("graphs_per_step", "pool_bytes"):
-            extra = sorted(set(getattr(self, key)) - set(self.times))
-            if extra:
-                raise _Fail(f"{where}.{key}", f"names modes {extra} that {where}.times lacks")
-
 
 # ----------------------------------------------------------------------------- after capture
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fused(_Run):
-    """``fused_<preset>``: the readable and the fused step (:mod:`labkit.fused`): FULL-graph
-    replay µs, GPU operations of one eager step by kernel at ``count_batch`` (``ops``) and in
-    total per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
+class _Steps(_Run):
+    """A comparison of decode steps (``STEPS``), each replayed in a FULL graph: µs per batch
+    size, GPU operations of one eager step by kernel at ``count_batch`` (``ops``) and in total
+    per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
     max_logit_diff); optionally summed GPU µs by kernel (``op_us``) and per step
     (``kernel_us``)."""
-
-    RECORD = "fused_<preset>"
-    METHODS = FUSED_STEPS
+    STEPS: ClassVar[tuple[str, ...]] = FUSED_STEPS
+    PER_SIZE: ClassVar[tuple[str, ...]] = ("times", "ops_total", "kernel_us")
     STORED = ("tokens_per_s",)
     preset: str = field()  # required here
-    n_layer: int
     count_batch: int
     ops: dict[str, dict[str, int]]
     ops_total: dict[str, list[int]]
@@ -516,20 +455,16 @@ class Fused(_Run):
     kernel_us: dict[str, list[float]] = field(default_factory=dict)
 
     def validate(self, data: Mapping, where: str) -> None:
+        for key in ("times", "ops", "ops_total"):
+            _require(getattr(self, key), self.STEPS, f"{where}.{key}")
         super().validate(data, where)
         for step, counts in self.ops.items():
             for k, n in counts.items():
                 if n < 0:
                     raise _fail(f"{where}.ops.{step}.{k}", "a count >= 0", n)
-        for key in ("ops_total", "kernel_us"):
-            for step, col in getattr(self, key).items():
-                _same_length(col, self.batch_sizes, f"{where}.{key}.{step}",
-                             f"{where}.batch_sizes")
-        _require(self.ops, FUSED_STEPS, f"{where}.ops")
-        _require(self.ops_total, FUSED_STEPS, f"{where}.ops_total")
         if self.count_batch in self.batch_sizes:
             i = self.batch_sizes.index(self.count_batch)
-            for step in FUSED_STEPS:
+            for step in self.STEPS:
                 if sum(self.ops[step].values()) != self.ops_total[step][i]:
                     raise _Fail(f"{where}.ops_total.{step}[{i}]",
                                 f"is {self.ops_total[step][i]} but {where}.ops.{step} sums to "
@@ -540,6 +475,13 @@ class Fused(_Run):
         if step not in self.ops_total or batch not in self.batch_sizes:
             return None
         return self.ops_total[step][self.batch_sizes.index(batch)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fused(_Steps):
+    """``fused_<preset>``: the readable and the fused step (:mod:`labkit.fused`)."""
+    RECORD = "fused_<preset>"
+    n_layer: int
 
     def ops_per_layer(self, step: str, batch: int | None = None) -> float | None:
         """GPU operations per layer of ``step`` at ``batch`` (default ``count_batch``)."""
@@ -553,7 +495,6 @@ class RooflineVariant(Kind):
     and graph launches per step (profiled at ``profiled_batch``), graphs Inductor skipped,
     the model's cache slots and KV bytes, and the error when it failed. ``None``: not
     measured."""
-
     sizes: list[int] = field(default_factory=list)
     setup_s: float | None = None
     pool_bytes: int | None = None
@@ -579,8 +520,8 @@ class Roofline(_Run):
     ``context`` positions; the measured copy bandwidth (GB/s, read + write) and bf16 matmul
     rate (TFLOP/s); the floors derived from the model ``config``
     (:mod:`labkit.roofline.stepcost`)."""
-
     RECORD = "roofline_<preset>"
+    BY_METHOD = ("variants",)
     config: dict
     context: int
     compile_sizes: list[int] = field(default_factory=list)
@@ -598,18 +539,11 @@ class Roofline(_Run):
             raise _Fail(f"{where}.bandwidth", "and matmul rates must be positive")
         if not 1 <= self.context <= int(self.config["max_seq"]):
             raise _Fail(f"{where}.context", f"must lie in [1, max_seq={self.config['max_seq']}]")
-        extra = sorted(set(self.variants) - set(self.times))
-        if extra:
-            raise _Fail(f"{where}.variants", f"names variants {extra} that {where}.times lacks")
 
     def step_bytes(self) -> list[int]:
         """Bytes one step moves at each batch size (:func:`labkit.roofline.stepcost.step_bytes`)."""
         return [stepcost.step_bytes(self.config, b, self.context).total
                 for b in self.batch_sizes]
-
-    def floor_us(self) -> list[float]:
-        """The bandwidth floor at each batch size: bytes / measured copy bandwidth."""
-        return [stepcost.floor_us(n, self.bandwidth_gbps) for n in self.step_bytes()]
 
     def roofline_us(self) -> list[float]:
         """The larger of the bandwidth and the compute floor at each batch size."""
@@ -626,7 +560,6 @@ class Multistep(_Run):
     """``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as one-step graphs
     with a host round trip (``host_sync``), fed back on the device (``one_step_graphs``), or as
     one graph (``multistep``); the conditional nodes this PyTorch offers (free-form)."""
-
     RECORD = "multistep_<preset>"
     METHODS = MULTISTEP_METHODS
     STORED = ("tokens_per_s",)
@@ -651,44 +584,41 @@ RankMedians = dict[str, list[list[float | None]]]
 
 
 @dataclass(frozen=True, kw_only=True)
-class TPAllReduce(_Timed):
-    """``tp_allreduce``: µs per all-reduce of ``world_size`` ranks per message size and
-    method: ``pg_eager``/``pg_graph`` (``dist.all_reduce`` over ``backend``, ``graph_ops`` per
-    graph), ``one_shot_*``/``two_shot_*`` (``torch.ops.symm_mem``); ``None`` where a method
-    did not run (``errors``/``skipped`` say why); every rank's median."""
-
-    RECORD = "tp_allreduce"
-    SIZES = "sizes_bytes"
-    backend: str
+class _TP(_Timed):
+    """A tensor-parallel record over ``world_size`` ranks: why a method is ``None``
+    (``errors``, ``skipped``), every rank's median and how the ranks shut down."""
     world_size: int
     dtype: str = ""
-    sizes_bytes: list[int]
     times: Times
     checks: Checks = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    graph_ops: int | None = None
     rank_medians: RankMedians = field(default_factory=dict)
     shutdown: dict = field(default_factory=dict)
     device: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
-class TPDecode(_Run):
+class TPAllReduce(_TP):
+    """``tp_allreduce``: µs per all-reduce per message size and method: ``pg_eager``/``pg_graph``
+    (``dist.all_reduce`` over ``backend``, ``graph_ops`` per graph), ``one_shot_*``/
+    ``two_shot_*`` (``torch.ops.symm_mem``)."""
+    RECORD = "tp_allreduce"
+    SIZES = "sizes_bytes"
+    backend: str
+    sizes_bytes: list[int]
+    graph_ops: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TPDecode(_TP):
     """``tp_decode_<preset>``: µs per step on one GPU (``tp1_*``) and over ``world_size``
     (``tpN_*``: eager; FULL graph with NCCL inside; ``_noop``: no all-reduce, the compute
-    alone; ``_graph_symm_mem``: one-shot symmetric memory in the graph); ``errors`` say why a
-    method is ``None``."""
-
+    alone; ``_graph_symm_mem``: one-shot symmetric memory in the graph)."""
     RECORD = "tp_decode_<preset>"
-    preset: str = field()  # required here
-    world_size: int
-    errors: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    rank_medians: RankMedians = field(default_factory=dict)
-    shutdown: dict = field(default_factory=dict)
+    preset: str
+    batch_sizes: list[int]
     config: dict = field(default_factory=dict)
-    device: str = ""
 
     def tp(self, suffix: str) -> str:
         """The method name ``tp<world_size>_<suffix>`` (e.g. ``tp('graph')``)."""
@@ -703,40 +633,22 @@ class TPDecode(_Run):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Triton(_Run):
+class Triton(_Steps):
     """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.kernels.step`),
-    each captured in a CUDA graph and sampled in turn: replay µs per batch size, the bytes a
-    step must move and its floor at the measured copy bandwidth (``floor_us``), GPU operations
-    of one eager step by kernel at ``count_batch``, graph nodes per step, bf16 ``agreement``
-    and the checks (float32 tokens equal the readable step's, graph = eager)."""
-
+    sampled in turn; the bytes a step must move and its floor at the measured copy bandwidth
+    (``floor_us``), graph nodes per step and the checks (float32 tokens equal the readable
+    step's, graph = eager)."""
     RECORD = "triton_<preset>"
     STEPS = ("readable", "fused", "triton")
-    preset: str = field()  # required here
+    PER_SIZE = ("times", "ops_total", "kernel_us", "step_bytes", "floor_us", "graph_ops")
     context: int
     steps: list[str]
     interleaved: bool = False
     #: per batch size, the bytes a step must move by part (weights, kv_read, ..., total)
     step_bytes: list[dict[str, int]]
     floor_us: list[float]
-    count_batch: int
-    ops: dict[str, dict[str, int]]
-    ops_total: dict[str, list[int]]
     graph_ops: dict[str, list[int]]
     triton_kernels_per_step: int
-    agreement: dict[str, float]
-    op_us: dict[str, dict[str, float]] = field(default_factory=dict)
-    kernel_us: dict[str, list[float]] = field(default_factory=dict)
-
-    def validate(self, data: Mapping, where: str) -> None:
-        super().validate(data, where)
-        _require(self.times, self.STEPS, f"{where}.times")
-        for key in ("step_bytes", "floor_us"):
-            _same_length(getattr(self, key), self.batch_sizes, f"{where}.{key}",
-                         f"{where}.batch_sizes")
-        for step, col in self.graph_ops.items():
-            _same_length(col, self.batch_sizes, f"{where}.graph_ops.{step}",
-                         f"{where}.batch_sizes")
 
     def over_floor(self, step: str) -> list[float | None]:
         """Replay median over the floor at each batch size."""

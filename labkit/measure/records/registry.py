@@ -38,11 +38,12 @@ def kind_of(name: str) -> type | None:
     return next((kind for pattern, kind in KINDS if re.fullmatch(pattern, name)), None)
 
 
-_RERECORD = ("re-record it with this labkit (`labkit run` or `labkit bench --record`), or read "
-             "it with the labkit version that wrote it (its env.labkit field)")
+#: what to do about a record this labkit cannot read
+RERECORD = ("re-record it with this labkit (`labkit run` or `labkit bench --record`), or read "
+            "it with the labkit version that wrote it")
 
 
-def parse(name: str, data: Mapping, *, source: str | None = None, fix: str = _RERECORD) -> Any:
+def parse(name: str, data: Mapping, *, source: str | None = None, fix: str = RERECORD) -> Any:
     """``data`` of record ``name`` as its kind (``data`` itself, as a dict, for a name no kind
     matches). Raises :class:`SchemaError` naming ``source`` (a file, or the record name), the
     field at fault and ``fix`` (what to do about it)."""
@@ -54,7 +55,7 @@ def parse(name: str, data: Mapping, *, source: str | None = None, fix: str = _RE
     return dict(data) if kind is None else _parse_as(kind, data, where_from, name, fix)
 
 
-def _parse_as(kind: Any, data: Mapping, where_from: str, name: str, fix: str = _RERECORD) -> Any:
+def _parse_as(kind: Any, data: Mapping, where_from: str, name: str, fix: str = RERECORD) -> Any:
     try:
         return kind.from_data(data, "data")
     except _Fail as exc:
