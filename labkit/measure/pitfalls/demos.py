@@ -1,6 +1,4 @@
-"""The six pitfalls (:data:`~labkit.measure.pitfalls.common.PITFALL_NAMES`), each broken on
-purpose on a CUDA device, recorded, then fixed and checked; each returns the dict of
-:func:`~labkit.measure.pitfalls.common._result`."""
+"""The six pitfalls, each broken on purpose on a CUDA device, recorded, fixed and checked."""
 
 from __future__ import annotations
 
@@ -145,8 +143,8 @@ def pitfall_output_overwritten(device: str | torch.device = "cuda") -> dict:
 
 
 def _shared_pool_overwrite(dev: torch.device) -> dict:
-    """Two graphs in one pool: A's output reference dropped after capture (as vLLM does with
-    weak references), B captured next reuses that block, so A's replay writes into B's output."""
+    """A's output dropped after capture (vLLM keeps weak references): B, captured next into
+    the pool, reuses that block, so A's replay writes into B's output."""
 
     pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()          # blocks are reused only on the stream they came from
@@ -284,9 +282,8 @@ def pitfall_rng(device: str | torch.device = "cuda", replays: int = 3) -> dict:
 
 
 def _autocast_run(lin: torch.nn.Linear, x: torch.Tensor, cache: bool) -> dict:
-    """Warm up and capture ``lin(x)`` inside ONE bf16 autocast region with the weight cache
-    on or off, then change the float32 weight in place (a weight update) and replay, still
-    inside the region (outside it the cached copy would already be freed)."""
+    """Capture ``lin(x)`` in ONE bf16 autocast region (weight cache on or off), update the
+    float32 weight in place and replay, still inside the region."""
     w0 = lin.weight.detach().clone()
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
         cg = capture_callable(lin, x)            # warm-up (casts, caches) then capture
@@ -305,11 +302,8 @@ def _autocast_run(lin: torch.nn.Linear, x: torch.Tensor, cache: bool) -> dict:
 
 
 def pitfall_autocast(device: str | torch.device = "cuda") -> dict:
-    """Autocast with its weight cache on (the default) around warm-up and capture: the graph
-    reads the bf16 copy cached at warm-up, so a weight update is not seen at replay. Fix:
-    ``cache_enabled=False`` (the cast becomes a kernel of the graph), or cast the model once
-    and capture without autocast (what labkit does). ``torch.cuda.make_graphed_callables``
-    refuses the cached case."""
+    """Autocast's weight cache (on by default) bakes the warm-up's bf16 copy into the graph;
+    fix: ``cache_enabled=False``, or cast the model once and capture without autocast."""
     dev = _require_cuda(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
     lin = torch.nn.Linear(64, 64).to(dev)         # float32 weights (requires_grad: cached)

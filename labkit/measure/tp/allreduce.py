@@ -1,5 +1,5 @@
-"""The all-reduce parts (``allreduce_pg``, ``allreduce_symm``): every method checked for
-an exact sum, then timed at every message size, eager and captured in a CUDA graph."""
+"""The all-reduce parts (``allreduce_pg``, ``allreduce_symm``): every method checked for an exact
+sum, then timed per message size, eager and captured."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def _fill(r: _Rank, kind: str, numel: int, bufs: dict, value: float) -> None:
 
 def _check_sum(r: _Rank, kind: str, numel: int, bufs: dict, run: Callable[[], Any],
                ops: int) -> bool:
-    """Each rank puts ``rank + 1``; after ``ops`` reductions the result must be exact:
-    ``S * N**(ops-1)`` in place (each pass sums the last sum), ``S`` out of place."""
+    """Each rank puts ``rank + 1``; after ``ops`` reductions the result must be exactly
+    ``S * N**(ops-1)`` in place, ``S`` out of place."""
     n = r.world_size
     s = n * (n + 1) / 2
     _fill(r, kind, numel, bufs, float(r.rank + 1))
