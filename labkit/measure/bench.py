@@ -16,7 +16,7 @@ import torch
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
-from labkit.measure.opcount import op_counts
+from labkit.measure.opcount import op_counts, profiled_events
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.kvcache import SlotKVCache
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
@@ -229,8 +229,6 @@ def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
     """Record ``timeline_<preset>``: CPU launches and GPU kernels of a few eager and replayed
     steps, from a profiler trace."""
     _need_cuda("measure_timeline")
-    from torch.profiler import ProfilerActivity, profile
-
     model = make_model(preset_name, max_batch=batch_size, dtype=dtype)
     disp = PaddingDispatcher(model, [batch_size], progress=False, copy_outputs=False)
     t, p, s = step_inputs(model, batch_size)
@@ -239,13 +237,8 @@ def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
                      ("graph", lambda: disp.graphs.replay(batch_size))):
         for _ in range(5):
             fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                fn()
-            torch.cuda.synchronize()
         events = []
-        for e in prof.events():
+        for e in profiled_events(lambda: [fn() for _ in range(steps)], warmup=0):
             is_gpu = e.device_type == torch.autograd.DeviceType.CUDA
             launch = e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
                                 "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync",

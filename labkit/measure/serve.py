@@ -158,19 +158,30 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                                breaker=breaker, progress=progress if k == warm else None))
     finally:
         _release({0: step})
-    data, first, trips = runs[warm]
-    every = [m for _, m, _ in runs[warm:]]
+    data = runs[warm][0]
     if clock == "real":  # microseconds are plenty; keeps a record file small
         data = round_times(data)
-    trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
-    out = {"mode": mode, "trace": str(trace_name), "clock": clock, "preset": preset_name,
-           "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
-           "kv_layout": kv_layout, "seed": seed, "breaker": breaker,
+    out = {"mode": mode, **_header(trace, clock, preset_name, model, dtype, max_batch, seed),
+           "kv_layout": kv_layout, "breaker": breaker,
            "capture_sizes": None if capture_sizes is None else list(capture_sizes), **data,
-           "metrics": first, "windows": step_windows(data["steps"], window_s),
-           "breaker_trips_s": trips, "repeats": every, "spread": spread(every),
-           "warmup_runs": warm}
+           **_summary(runs[warm:], window_s), "warmup_runs": warm}
     return out if keep_timeline else drop_timeline(out)
+
+
+def _header(trace: Any, clock: str, preset_name: str, model: TinyGPT, dtype: str,
+            max_batch: int, seed: int) -> dict[str, Any]:
+    """The settings every serve record starts with."""
+    name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
+    return {"trace": str(name), "clock": clock, "preset": preset_name,
+            "device": str(model.device), "dtype": dtype, "max_batch": max_batch, "seed": seed}
+
+
+def _summary(runs: Sequence[tuple[dict, dict, list[float]]], window_s: float) -> dict[str, Any]:
+    """The first run's metrics, windows and breaker trips; every run's metrics and spread."""
+    data, first, trips = runs[0]
+    every = [m for _, m, _ in runs]
+    return {"metrics": first, "windows": step_windows(data["steps"], window_s),
+            "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
 
 
 def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str] | Sequence[
@@ -228,18 +239,12 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
         _release(steps)
     out_arms = {}
     for label, arm in arms.items():
-        data, first, trips = runs[label][0]
-        every = [m for _, m, _ in runs[label]]
         sizes = arm.get("capture_sizes")
         out_arms[label] = {"mode": arm["mode"], "breaker": arm.get("breaker"),
                            "capture_sizes": None if sizes is None else list(sizes),
-                           "metrics": first, "windows": step_windows(data["steps"], window_s),
-                           "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
-    a = out_arms[labels[0]]
-    trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
-    return {"trace": str(trace_name), "clock": clock, "preset": preset_name,
-            "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
-            "kv_layout": "slot", "seed": seed, **a, "requests": [], "steps": [],
+                           **_summary(runs[label], window_s)}
+    return {**_header(trace, clock, preset_name, model, dtype, max_batch, seed),
+            "kv_layout": "slot", **out_arms[labels[0]], "requests": [], "steps": [],
             "interleaved": True, "warmup_runs": warm, "order": order, "arms": out_arms}
 
 
