@@ -53,16 +53,22 @@ def same_tokens(model: TinyGPT, eager: StepFn, graphed: StepFn, bs: int,
             == generate(model, prompts, new_tokens, step_fn=graphed))
 
 
+def check_counts(batch_sizes: Sequence[int], repeats: int, inner: int,
+                 new_tokens: int) -> tuple[list[int], int, int, int]:
+    """The sorted distinct batch sizes and the checked counts of a step comparison."""
+    return (sorted(set(as_size_list(batch_sizes, "batch_sizes",
+                                    fix="give batch sizes such as [1, 8, 64]"))),
+            as_int(repeats, "repeats", minimum=1, fix="time at least one sample"),
+            as_int(inner, "inner", minimum=1, fix="replay at least once per sample"),
+            as_int(new_tokens, "new_tokens", minimum=2, fix="decode at least 2 new tokens"))
+
+
 def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
                   dtype: str = "bfloat16", repeats: int = 30, inner: int = 10,
                   new_tokens: int = 8) -> dict:
     """Record ``fused_<preset>`` (see the module docstring)."""
-    batch_sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
-                                          fix="give batch sizes such as [1, 8, 64]")))
-    repeats = as_int(repeats, "repeats", minimum=1, fix="time at least one sample")
-    inner = as_int(inner, "inner", minimum=1, fix="replay at least once per sample")
-    new_tokens = as_int(new_tokens, "new_tokens", minimum=2,
-                        fix="decode at least 2 new tokens")
+    batch_sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner,
+                                                           new_tokens)
     _need_cuda("measure_fused")
     checks: dict[str, bool | float] = {
         "fused_tokens_equal_readable_float32": float32_tokens_equal(

@@ -84,13 +84,11 @@ def _timed_matmul(n: int, dtype: torch.dtype, repeats: int) -> Stats:
 class Runner:
     """One step variant built for a model: ``prepare(b, t, p, s)`` loads a batch and returns
     a call that runs one step; ``step_fn`` the step for token checks (``None``: the eager
-    reference); ``sizes`` the sizes it runs (``None``: all); ``exact`` whether its tokens
-    must equal eager's."""
+    reference); ``sizes`` the sizes it runs (``None``: all)."""
 
     prepare: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], Callable[[], Any]]
     step_fn: Callable[..., torch.Tensor] | None = None
     sizes: list[int] | None = None
-    exact: bool = True
     info: dict = field(default_factory=dict)
     release: Callable[[], None] = lambda: None
 
@@ -128,7 +126,7 @@ def graph_step(gs: GraphSet) -> Callable[..., torch.Tensor]:
 
 
 def captured_step_variant(make_step: Callable[[TinyGPT], Callable[..., torch.Tensor]],
-                          *, exact: bool = True, compile_first: bool = False) -> StepBuilder:
+                          *, compile_first: bool = False) -> StepBuilder:
     """A builder that captures ``make_step(model)`` (a ``(tokens, positions, slots) ->
     logits`` callable) per size with :func:`labkit.graphs.capture_callable`, one shared pool,
     largest first; ``compile_first`` calls it twice per size first (a compiled step compiles
@@ -174,7 +172,7 @@ def captured_step_variant(make_step: Callable[[TinyGPT], Callable[..., torch.Ten
             graphs.clear()
             _free()
 
-        return Runner(prepare, step_fn, sizes=sorted(sizes), exact=exact,
+        return Runner(prepare, step_fn, sizes=sorted(sizes),
                       info={"setup_s": setup, "pool_bytes": pool}, release=release)
 
     return build
@@ -219,7 +217,6 @@ def compile_reduce_overhead_variant(model: TinyGPT, sizes: list[int]) -> Runner:
 
     return Runner(prepare=lambda b, t, p, s: (lambda: step(t, p, s)),
                   step_fn=lambda t, p, s: step(t, p, s).clone(), sizes=sorted(sizes),
-                  exact=False,
                   info={"setup_s": setup, "pool_bytes": pool,
                         "cudagraph_skips": _skips() - skips0},
                   release=release)
@@ -239,8 +236,7 @@ def _compiled_default(model: TinyGPT) -> Callable[..., torch.Tensor]:
 
 
 #: Inductor's kernels (``mode="default"``, no CUDA Graph Trees) in labkit's own capture
-compile_manual_graph_variant = captured_step_variant(_compiled_default, exact=False,
-                                                     compile_first=True)
+compile_manual_graph_variant = captured_step_variant(_compiled_default, compile_first=True)
 
 #: name -> builder; a new column is one line (``STEP_VARIANTS["fused"] = builder``)
 STEP_VARIANTS: dict[str, StepBuilder] = {

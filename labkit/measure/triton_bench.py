@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 
 from labkit import kernels
-from labkit.checks import as_int, as_size_list
+from labkit.checks import as_int
 from labkit.fused import agreement, make_fused_step
 from labkit.graphs import GraphSet, capture_decode_graphs
 from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_totals
 from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
-from labkit.measure.fused_bench import same_tokens, tokens_equal_readable
+from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
 from labkit.measure.opcount import gpu_op_profile, profile_call
 from labkit.measure.results import save_result
 from labkit.measure.roofline import copy_bandwidth, graph_step
@@ -84,12 +84,7 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
                    dtype: str = "bfloat16", context: int = 128, max_seq: int = 256,
                    repeats: int = 30, inner: int = 10, new_tokens: int = 8) -> dict:
     """Record ``triton_<preset>`` (see the module docstring)."""
-    sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
-                                    fix="give batch sizes such as [1, 8, 64]")))
-    repeats = as_int(repeats, "repeats", minimum=1, fix="time at least one sample")
-    inner = as_int(inner, "inner", minimum=1, fix="replay at least once per sample")
-    new_tokens = as_int(new_tokens, "new_tokens", minimum=2,
-                        fix="decode at least 2 new tokens")
+    sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner, new_tokens)
     max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give the cache's positions per slot")
     context = as_int(context, "context", minimum=1, maximum=max_seq,
                      fix=f"give the positions each row attends to, at most max_seq={max_seq}")

@@ -10,9 +10,8 @@ runs them all plus :func:`address_demo` (the result ``"pitfalls"``). Reading a r
 
 from __future__ import annotations
 
-from labkit.measure.pitfalls.addresses import address_demo, kernel_pointer_args
-from labkit.measure.pitfalls.common import (PITFALL_NAMES, RULES, _err_text, _strip_paths,
-                                            raw_capture_error)
+from labkit.measure.pitfalls.addresses import address_demo
+from labkit.measure.pitfalls.common import PITFALL_NAMES, RULES, _err_text, _strip_paths
 from labkit.measure.pitfalls.compiled import compiled_output_overwritten
 from labkit.measure.pitfalls.demos import (pitfall_autocast, pitfall_dynamic_shape,
                                            pitfall_host_sync, pitfall_input_rebound,
@@ -21,7 +20,6 @@ from labkit.measure.pitfalls.runner import PITFALLS, run_all_pitfalls
 
 __all__ = [
     "PITFALLS", "PITFALL_NAMES", "RULES", "address_demo", "compiled_output_overwritten",
-    "kernel_pointer_args", "pitfall_autocast", "pitfall_dynamic_shape", "pitfall_host_sync",
-    "pitfall_input_rebound", "pitfall_output_overwritten", "pitfall_rng", "raw_capture_error",
-    "run_all_pitfalls", "_err_text", "_strip_paths",
+    "pitfall_autocast", "pitfall_dynamic_shape", "pitfall_host_sync", "pitfall_input_rebound",
+    "pitfall_output_overwritten", "pitfall_rng", "run_all_pitfalls", "_err_text", "_strip_paths",
 ]
