@@ -20,6 +20,7 @@ import torch
 
 from labkit.measure import records
 from labkit.measure.bench import _free
+from labkit.measure.pitfalls.common import _require_cuda
 from labkit.measure.results import save_result
 
 #: the record name
@@ -34,17 +35,6 @@ _XA, _XB = 1.0, 5.0
 class OverwriteNotReproduced(RuntimeError):
     """The caching allocator did not place B's output where the construction needs it (or
     the replay did not overwrite it): the demonstration refuses to report an overwrite."""
-
-
-def _require_cuda(device: str | torch.device) -> torch.device:
-    dev = torch.device(device)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError(
-            f"measure_pool_overwrite needs a CUDA GPU (device {str(device)!r}, "
-            f"torch.cuda.is_available() is {torch.cuda.is_available()}): graph pools exist "
-            "only on CUDA. On a CPU read the recorded reference 'pool_overwrite' instead "
-            "(labkit.teach.notebook.reference_or_none)")
-    return dev
 
 
 def _values(t: torch.Tensor) -> list[float]:
@@ -90,7 +80,7 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
     if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
         raise ValueError(f"numel must be a positive int (elements of A's temporary and B's "
                          f"output), got {numel!r}; the default is {1 << 20}")
-    dev = _require_cuda(device)
+    dev = _require_cuda(device, "measure_pool_overwrite", "pool_overwrite", "reference_or_none")
     expected_a_tmp, expected_b = _XA * A_SCALE, _XB + B_SHIFT
     with torch.no_grad():
         xa = torch.full((numel,), _XA, device=dev)       # static inputs, outside the pool

@@ -27,14 +27,16 @@ PITFALL_NAMES = ("host_sync", "dynamic_shape", "output_overwritten", "input_rebo
                  "autocast")
 
 
-def _require_cuda(device: str | torch.device) -> torch.device:
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
+def _require_cuda(device: str | torch.device, what: str = "this pitfall",
+                  record: str = "pitfalls", helper: str = "measure_or_reference") -> torch.device:
+    """``device`` as a CUDA device; no CUDA GPU raises naming the recorded reference."""
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
         raise RuntimeError(
-            "this pitfall is shown live on a CUDA GPU (torch.cuda.is_available() is "
-            f"{torch.cuda.is_available()}, device {device}); on CPU load the recorded "
-            "'pitfalls' reference instead (labkit.teach.notebook.measure_or_reference)")
-    return device
+            f"{what} needs a CUDA GPU (device {str(device)!r}, torch.cuda.is_available() is "
+            f"{torch.cuda.is_available()}): graph pools exist only on CUDA; on a CPU load the "
+            f"recorded {record!r} reference instead (labkit.teach.notebook.{helper})")
+    return dev
 
 
 def _err_text(exc: BaseException, limit: int = 1200) -> str:
