@@ -119,9 +119,6 @@ def tokens_per_s_of(sizes: Sequence[int], times: dict[str, list]) -> dict[str, l
                 for b, t in zip(sizes, ts)] for m, ts in times.items()}
 
 
-# ---------------------------------------------------------------------------------- records
-
-
 def measure_launch_overhead(numels: Sequence[int] = (1, 2**10, 2**14, 2**16, 2**18, 2**20,
                                                     2**22, 2**24),
                             n_kernels: int = 200, repeats: int = 50) -> dict:

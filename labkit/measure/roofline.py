@@ -40,9 +40,6 @@ from labkit.model import TinyGPT
 from labkit.roofline.multistep import capture_multistep, multistep_decode
 from labkit.timing import Stats, time_cuda, time_cuda_interleaved
 
-# ---------------------------------------------------------------------------------- hardware
-
-
 def copy_bandwidth(nbytes: int = 2**30, repeats: int = 20) -> dict:
     """Copy bandwidth of this GPU: ``dst.copy_(src)`` of ``nbytes`` (read and written:
     ``gbps = 2 * nbytes / time``)."""
@@ -75,9 +72,6 @@ def _timed_matmul(n: int, dtype: torch.dtype, repeats: int) -> Stats:
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     c = torch.empty(n, n, device="cuda", dtype=dtype)
     return time_cuda(lambda: torch.mm(a, b, out=c), warmup=3, repeats=repeats, inner=3)
-
-
-# ---------------------------------------------------------------------------------- variants
 
 
 @dataclass
@@ -260,9 +254,6 @@ COMPILED = ("compile_reduce_overhead", "compile_manual_graph", "compile_full_cac
 SMALL_CACHE = ("compile_reduce_overhead", "compile_manual_graph")
 
 
-# ---------------------------------------------------------------------------------- roofline
-
-
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
@@ -392,9 +383,6 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
     return out
 
 
-# ---------------------------------------------------------------------------------- multi-step
-
-
 def _prefilled(model: TinyGPT, b: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Prefill ``b`` random prompts into slots ``0..b-1``; (first new tokens, their
     positions, the slots)."""
@@ -488,8 +476,6 @@ def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
             "error": f"the probe process exited with {proc.returncode}: "
                      f"{proc.stderr.strip()[-1000:]}"}
 
-
-# ---------------------------------------------------------------------------------- entry point
 
 #: the records :func:`record_all` writes, in order (the longest, with two gpt2 compiles, last)
 RECORDS = ("roofline_small", "multistep_small", "multistep_gpt2", "roofline_gpt2")

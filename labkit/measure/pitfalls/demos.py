@@ -13,9 +13,6 @@ from labkit.measure.pitfalls.common import (_cleanup, _device_ok, _err_text, _re
 from labkit.model import build_model, preset
 
 
-# ---------------------------------------------------------------------------- 1. host sync
-
-
 def pitfall_host_sync(device: str | torch.device = "cuda") -> dict:
     """``.item()`` inside the captured function: the capture is refused; fix: stay on device."""
 
@@ -50,9 +47,6 @@ def pitfall_host_sync(device: str | torch.device = "cuda") -> dict:
     del cg
     _cleanup()
     return result
-
-
-# ---------------------------------------------------------------------------- 2. dynamic shapes
 
 
 def pitfall_dynamic_shape(device: str | torch.device = "cuda") -> dict:
@@ -90,9 +84,6 @@ def pitfall_dynamic_shape(device: str | torch.device = "cuda") -> dict:
     del cg
     _cleanup()
     return result
-
-
-# ---------------------------------------------------------------------------- 3. overwritten
 
 
 def pitfall_output_overwritten(device: str | torch.device = "cuda") -> dict:
@@ -199,9 +190,6 @@ def _dispatcher_copy_outputs(dev: torch.device) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------- 4. rebound inputs
-
-
 def pitfall_input_rebound(device: str | torch.device = "cuda") -> dict:
     """``static_x = new`` rebinds a Python name; the graph still reads the old tensor."""
 
@@ -235,9 +223,6 @@ def pitfall_input_rebound(device: str | torch.device = "cuda") -> dict:
     del cg
     _cleanup()
     return result
-
-
-# ---------------------------------------------------------------------------- 5. RNG
 
 
 def pitfall_rng(device: str | torch.device = "cuda", replays: int = 3) -> dict:
@@ -276,9 +261,6 @@ def pitfall_rng(device: str | torch.device = "cuda", replays: int = 3) -> dict:
         dev_fresh and host_frozen,
         device_rng_draws=dev_draws, host_rng_draws=host_draws, device_draws_differ=dev_fresh,
         host_draws_identical=host_frozen, reseed_repeats_draw=reseed_repeats)
-
-
-# ---------------------------------------------------------------------------- 6. autocast
 
 
 def _autocast_run(lin: torch.nn.Linear, x: torch.Tensor, cache: bool) -> dict:
