@@ -88,14 +88,11 @@ def count_gpu_ops(fn: Callable[[], object]) -> int:
     return sum(op_counts(fn, device="cuda").values())
 
 
-def count_step_ops(model: TinyGPT, batch_size: int = 1,
-                   step: Callable[..., object] | None = None) -> int:
-    """GPU operations of one decode step (``step``, default ``model.decode_step``) at
-    ``batch_size``, its inputs made on the GPU before counting
-    (:data:`labkit.measure.records.GPU_OPS_COUNTED`)."""
-    t, p, s = step_inputs(model, batch_size)
-    fn = step or model.decode_step
-    return count_gpu_ops(lambda: fn(t, p, s))
+def count_step_ops(model: TinyGPT) -> int:
+    """GPU operations of one eager decode step at batch 1, its inputs made on the GPU before
+    counting (:data:`labkit.measure.records.GPU_OPS_COUNTED`)."""
+    t, p, s = step_inputs(model, 1)
+    return count_gpu_ops(lambda: model.decode_step(t, p, s))
 
 
 def time_sizes(sizes: Sequence[int], fns_at: Callable[[int], Mapping[str, Callable[[], object]]],

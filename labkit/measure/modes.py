@@ -42,7 +42,6 @@ class AttentionOnlyGraphs:
     graphs: dict[int, list[CapturedGraph]]
     qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     meta: dict[int, StepMeta]
-    pool: Any
 
     def pool_id(self) -> tuple[int, int]:
         """The id of the shared pool (for :func:`labkit.graphs.pool_reserved_bytes`)."""
@@ -72,16 +71,13 @@ class AttentionOnlyGraphs:
             x = block.post_attention(x, g.replay())
         return m.head(x)
 
-    __call__ = step
-
     def release(self) -> None:
         self.graphs.clear()
         _free()
 
 
 @torch.no_grad()
-def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = None,
-                           warmup: int = 3) -> AttentionOnlyGraphs:
+def capture_attention_only(model: TinyGPT, sizes: Sequence[int]) -> AttentionOnlyGraphs:
     """Capture ``attention(cache, layer, q, k, v, meta)`` of every layer for each size in
     ``sizes`` (largest first) into one shared pool; warm-up and capture write only the
     scratch slot."""
@@ -89,7 +85,7 @@ def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = 
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                            f"{model.device}); on CPU run labkit.piecewise.piecewise_step")
     cfg, dev = model.cfg, model.device
-    handle = pool if pool is not None else torch.cuda.graph_pool_handle()
+    handle = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()
     graphs: dict[int, list[CapturedGraph]] = {}
     qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -106,10 +102,10 @@ def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = 
                 capture_callable(lambda q_, k_, v_, *m_, layer=i: attention(
                     model.cache, layer, q_, k_, v_, StepMeta(*m_)),
                     q, k, v, *(getattr(meta, f) for f in _META_FIELDS), pool=handle,
-                    stream=stream, warmup=warmup, label=(bs, i))
+                    stream=stream, warmup=3, label=(bs, i))
                 for i in range(cfg.n_layer)]
             qkv[bs], metas[bs] = (q, k, v), meta
-    return AttentionOnlyGraphs(model, graphs, qkv, metas, handle)
+    return AttentionOnlyGraphs(model, graphs, qkv, metas)
 
 
 def count_graph_launches(fn) -> int:
