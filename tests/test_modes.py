@@ -175,7 +175,7 @@ def test_measure_modes_samples_every_mode_in_turn(monkeypatch):
     graph launches are counted only after the timings."""
     from types import SimpleNamespace
 
-    from labkit.measure import modes as mm
+    from labkit.measure import bench, modes as mm
     from labkit.model import build_model, preset as make_preset
     from labkit.timing import Stats
 
@@ -197,7 +197,7 @@ def test_measure_modes_samples_every_mode_in_turn(monkeypatch):
             fn()
         return {name: Stats.from_samples([float(i + 1)]) for i, name in enumerate(fns)}
 
-    attention_only = SimpleNamespace(step=lambda t, p, s: None, graphs_per_step=lambda: 8,
+    attention_only = SimpleNamespace(step=lambda t, p, s: None,
                                      pool_id=lambda: (0, 1),
                                      release=lambda: events.append("release"))
     monkeypatch.setattr(mm, "_need_cuda", lambda what: None)
@@ -212,7 +212,7 @@ def test_measure_modes_samples_every_mode_in_turn(monkeypatch):
     monkeypatch.setattr(mm, "count_step_ops", lambda model: 30)
     monkeypatch.setattr(mm, "count_graph_launches",
                         lambda fn: events.append("counted") or 1)
-    monkeypatch.setattr(mm, "time_cuda_interleaved", interleaved)
+    monkeypatch.setattr(bench, "time_cuda_interleaved", interleaved)
     data = mm.measure_modes("test", batch_sizes=(1, 2), repeats=2, inner=1)
     timed = [e for e in events if isinstance(e, tuple)]
     assert timed == [("timed", mm.MODES)] * 2

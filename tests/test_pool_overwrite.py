@@ -54,7 +54,7 @@ def test_measurement_names_its_inputs():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
 def test_without_cuda_it_says_what_to_do_instead():
-    with pytest.raises(RuntimeError, match=r"needs a CUDA GPU.*recorded reference"):
+    with pytest.raises(RuntimeError, match=r"needs a CUDA GPU.*recorded 'pool_overwrite' reference"):
         measure_pool_overwrite("cpu")
 
 

@@ -1,9 +1,8 @@
 """GPU measurements behind the notebooks and ``labkit bench``; each returns a JSON-able dict.
 
-Correct before fast: every function checks that graph (or dispatcher, or compiled) tokens
-equal eager tokens for the same inputs before it times anything, and records the result
-under ``checks``. Times are CUDA-event medians after warm-up, the methods of one record sampled
-in turn (:func:`labkit.timing.time_cuda_interleaved`).
+Every function checks graph (or dispatcher, or compiled) tokens against eager tokens before it
+times anything (``checks``); the methods of a record are sampled in turn
+(:func:`time_sizes`).
 """
 
 from __future__ import annotations
@@ -11,13 +10,13 @@ from __future__ import annotations
 import gc
 import time
 from typing import Any
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
-from labkit.measure.opcount import op_counts
+from labkit.measure.opcount import op_counts, profiled_events
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.kvcache import SlotKVCache
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
@@ -45,19 +44,25 @@ def make_model(name: str, *, max_batch: int, dtype: str = "bfloat16", seed: int 
                        seed=seed)
 
 
-def step_inputs(model: TinyGPT, bs: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """Device tensors for one decode step: random tokens, each row at its own position."""
+def step_inputs(model: TinyGPT, bs: int, seed: int = 0,
+                context: int | None = None) -> tuple[torch.Tensor, ...]:
+    """Device tensors for one decode step: random tokens, each row at its own random position
+    (``context``: every row at position ``context - 1``), rows in slots ``0..bs-1``."""
     g = torch.Generator().manual_seed(seed)
     cfg = model.cfg
     tokens = torch.randint(0, cfg.vocab_size, (bs,), generator=g)
-    positions = torch.randint(cfg.max_seq // 4, cfg.max_seq // 2, (bs,), generator=g)
+    if context is None:
+        positions = torch.randint(cfg.max_seq // 4, cfg.max_seq // 2, (bs,), generator=g)
+    else:
+        positions = torch.full((bs,), context - 1, dtype=torch.long)
     slots = torch.arange(bs)
     return tuple(t.to(model.device) for t in (tokens, positions, slots))
 
 
-def random_prompts(model: TinyGPT, n: int, seed: int = 0, lo: int = 4, hi: int = 24) -> list:
+def random_prompts(model: TinyGPT, n: int, seed: int = 0) -> list:
+    """``n`` seeded random prompts of 4 to 23 tokens."""
     g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(lo, hi, (n,), generator=g).tolist()
+    lens = torch.randint(4, 24, (n,), generator=g).tolist()
     return [torch.randint(0, model.cfg.vocab_size, (k,), generator=g).tolist() for k in lens]
 
 
@@ -78,30 +83,37 @@ def tokens_match(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
 
 
 def count_gpu_ops(fn: Callable[[], object]) -> int:
-    """GPU operations (kernels, memcpy, memset) one call of ``fn`` launches, via the profiler
-    (the total of :func:`labkit.measure.opcount.op_counts`). Everything ``fn`` does counts,
-    host-to-device copies of inputs it makes included: to count a decode step use
-    :func:`count_step_ops`."""
+    """GPU operations (kernels, copies, fills) one call of ``fn`` launches, its own input
+    copies included (the total of :func:`labkit.measure.opcount.op_counts`)."""
     return sum(op_counts(fn, device="cuda").values())
 
 
-def count_step_ops(model: TinyGPT, batch_size: int = 1,
-                   step: Callable[..., object] | None = None) -> int:
-    """GPU operations of one decode step (``step(tokens, positions, slots)``, default the
-    eager ``model.decode_step``) at ``batch_size``: the inputs are made and copied to the GPU
-    *before* counting, so only the step's own kernels, copies and fills count
-    (:data:`labkit.measure.records.GPU_OPS_COUNTED`). Every record's ``kernels_per_step`` /
-    ``gpu_ops_per_step`` comes from here."""
-    t, p, s = step_inputs(model, batch_size)
-    fn = step or model.decode_step
-    return count_gpu_ops(lambda: fn(t, p, s))
+def count_step_ops(model: TinyGPT) -> int:
+    """GPU operations of one eager decode step at batch 1, its inputs made on the GPU before
+    counting (:data:`labkit.measure.records.GPU_OPS_COUNTED`)."""
+    t, p, s = step_inputs(model, 1)
+    return count_gpu_ops(lambda: model.decode_step(t, p, s))
 
 
-def _stats(s: Stats) -> dict:
-    return s.to_dict()
+def time_sizes(sizes: Sequence[int], fns_at: Callable[[int], Mapping[str, Callable[[], object]]],
+               names: Sequence[str], *, repeats: int, inner: int, warmup: int = 5,
+               timer: Callable[..., dict[str, Stats]] | None = None) -> dict[str, list]:
+    """Per batch size ``b``, the calls ``fns_at(b)`` sampled in turn (``timer``, default
+    :func:`labkit.timing.time_cuda_interleaved`): name -> one Stats dict per size (``None``
+    where ``fns_at(b)`` has no such name)."""
+    times: dict[str, list] = {n: [] for n in names}
+    for b in sizes:
+        got = (timer or time_cuda_interleaved)(fns_at(b), warmup=warmup, repeats=repeats,
+                                                inner=inner)
+        for n in names:
+            times[n].append(got[n].to_dict() if n in got else None)
+    return times
 
 
-# ---------------------------------------------------------------------------------- records
+def tokens_per_s_of(sizes: Sequence[int], times: dict[str, list]) -> dict[str, list]:
+    """Tokens per second of every timed median (``None`` where not timed)."""
+    return {m: [None if t is None else records.tokens_per_s(b, t["median"])
+                for b, t in zip(sizes, ts)] for m, ts in times.items()}
 
 
 def measure_launch_overhead(numels: Sequence[int] = (1, 2**10, 2**14, 2**16, 2**18, 2**20,
@@ -128,7 +140,6 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         raise ValueError(f"unknown methods {sorted(unknown)}; use eager, graph, dispatcher, "
                          "compile")
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
-    times: dict[str, list] = {m: [] for m in methods}
     checks: dict[str, bool] = {}
     disp = graphs = None
     if {"graph", "dispatcher"} & set(methods):
@@ -142,7 +153,8 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         compiled, compile_s, agree = _compiled_step(model, batch_sizes)
         checks["compile_tokens_equal_eager"] = agree == 1.0
         checks["compile_token_agreement"] = agree
-    for b in batch_sizes:
+
+    def fns_at(b: int) -> Mapping[str, Callable[[], object]]:
         t, p, s = step_inputs(model, b)
         host = tuple(x.cpu() for x in (t, p, s))  # the dispatcher's inputs come from the host
         if disp is not None:
@@ -151,10 +163,9 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                "graph": lambda: graphs.replay(b),
                "dispatcher": lambda: disp.step(*host),
                "compile": lambda: compiled(t, p, s)}
-        got = time_cuda_interleaved({m: fns[m] for m in methods}, warmup=5, repeats=repeats,
-                                    inner=inner)
-        for m in methods:
-            times[m].append(_stats(got[m]))
+        return {m: fns[m] for m in methods}
+
+    times = time_sizes(batch_sizes, fns_at, methods, repeats=repeats, inner=inner)
     kernels = count_step_ops(model)
     eager = [t["median"] for t in times.get("eager", [])]
     out = {
@@ -165,8 +176,7 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         "kernels_per_step": kernels,
         "gpu_ops_counted": records.GPU_OPS_SCOPE,
         "times": times,
-        "tokens_per_s": {m: [records.tokens_per_s(b, t["median"])
-                             for b, t in zip(batch_sizes, ts)] for m, ts in times.items()},
+        "tokens_per_s": tokens_per_s_of(batch_sizes, times),
         "speedup_vs_eager": ({m: [records.speedup(e, t["median"]) for e, t in zip(eager, ts)]
                               for m, ts in times.items()} if eager else {}),
         "checks": checks,
@@ -182,14 +192,9 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
 
 def _compiled_step(model: TinyGPT, batch_sizes: Sequence[int]):
-    """``torch.compile(mode='reduce-overhead')`` of the decode step with PyTorch's default
-    shape handling (the first size is compiled static; a second size triggers one dynamic
-    recompile; CUDA Graph Trees record one graph per size). Returns (step, compile seconds,
-    token agreement).
-
-    The compiled step fuses kernels, so in bf16 its rounding differs from eager; greedy
-    tokens can then differ at near-ties. The share of equal tokens is returned, not hidden.
-    """
+    """``torch.compile(mode='reduce-overhead')`` of the decode step, PyTorch's default shape
+    handling (one graph per size in CUDA Graph Trees): (step, compile seconds, share of
+    greedy tokens equal to eager's: bf16 fusion may round differently at near-ties)."""
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -215,11 +220,9 @@ def _compiled_step(model: TinyGPT, batch_sizes: Sequence[int]):
 
 def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
                      dtype: str = "bfloat16") -> dict:
-    """Record ``timeline_<preset>``: CPU launches and GPU kernels of a few steps, from a
-    profiler trace, for eager decode and for graph replay."""
+    """Record ``timeline_<preset>``: CPU launches and GPU kernels of a few eager and replayed
+    steps, from a profiler trace."""
     _need_cuda("measure_timeline")
-    from torch.profiler import ProfilerActivity, profile
-
     model = make_model(preset_name, max_batch=batch_size, dtype=dtype)
     disp = PaddingDispatcher(model, [batch_size], progress=False, copy_outputs=False)
     t, p, s = step_inputs(model, batch_size)
@@ -228,13 +231,8 @@ def measure_timeline(preset_name: str, batch_size: int = 1, steps: int = 3,
                      ("graph", lambda: disp.graphs.replay(batch_size))):
         for _ in range(5):
             fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                fn()
-            torch.cuda.synchronize()
         events = []
-        for e in prof.events():
+        for e in profiled_events(lambda: [fn() for _ in range(steps)], warmup=0):
             is_gpu = e.device_type == torch.autograd.DeviceType.CUDA
             launch = e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
                                 "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync",
@@ -259,15 +257,10 @@ def measure_pool_memory(preset_name: str,
                         sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
                         dtype: str = "bfloat16", max_seqs: Sequence[int] = (256, 1024),
                         gather_max_seq: int | None = 256) -> dict:
-    """Record ``pool_memory_<preset>``: private pools vs one shared pool (both orders).
-
-    Besides the three layouts (at the preset's ``max_seq``) the record holds
-    ``logits_bytes`` (the one static logits buffer every graph writes into; it lies outside
-    the pool), ``by_max_seq`` (the shared largest-first pool and the KV cache bytes for each
-    of ``max_seqs``: the in-place cache read keeps the pool flat while the cache grows) and
-    ``gather`` (the old path that gathers each row's whole cache per layer,
-    ``model.cache.in_place = False``, at ``gather_max_seq``; ``None`` skips it).
-    """
+    """Record ``pool_memory_<preset>``: private pools vs one shared pool (both orders), the
+    static ``logits_bytes`` (outside the pool), ``by_max_seq`` (shared pool and KV cache bytes
+    per ``max_seqs``) and ``gather`` (the gathering cache read at ``gather_max_seq``; ``None``
+    skips it)."""
     _need_cuda("measure_pool_memory")
     sizes = sorted({int(b) for b in sizes})
     max_seqs = sorted({int(m) for m in max_seqs})
@@ -331,13 +324,8 @@ def measure_dispatcher(preset_name: str,
                        batch_sizes: Sequence[int] = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48,
                                                      64, 96, 128, 129, 160),
                        dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
-    """Record ``dispatcher_<preset>``: eager vs exact graph vs padded dispatch per batch size.
-
-    The dispatcher is timed as a server calls it: tokens, positions and slots on the host,
-    checked there, copied in with one copy, ``copy_outputs=False`` (a view of the static
-    logits, like a raw replay's). The three are timed interleaved
-    (:func:`labkit.timing.time_cuda_interleaved`), so their ratios hold across clock changes.
-    """
+    """Record ``dispatcher_<preset>``: eager vs exact graph vs padded dispatch per batch size,
+    the dispatcher called as a server calls it (host metadata, ``copy_outputs=False``)."""
     _need_cuda("measure_dispatcher")
     capture_sizes = sorted({int(b) for b in capture_sizes})
     batch_sizes = sorted({int(b) for b in batch_sizes})
@@ -348,8 +336,8 @@ def measure_dispatcher(preset_name: str,
     checks = {"dispatcher_tokens_equal_eager": all(tokens_match(model, disp.step, b)
                                                    for b in batch_sizes)}
     disp.reset_counters()
-    times: dict[str, list] = {"eager": [], "graph_exact": [], "dispatcher": []}
-    for b in batch_sizes:
+
+    def fns_at(b: int) -> Mapping[str, Callable[[], object]]:
         t, p, s = step_inputs(model, b)
         host = tuple(x.cpu() for x in (t, p, s))
         fns = {"eager": lambda: model.decode_step(t, p, s),
@@ -357,9 +345,10 @@ def measure_dispatcher(preset_name: str,
         if b in exact.graphs:
             exact.copy_inputs(t, p, s)
             fns["graph_exact"] = lambda: exact.replay(b)
-        got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-        for name in times:
-            times[name].append(_stats(got[name]) if name in got else None)
+        return fns
+
+    times = time_sizes(batch_sizes, fns_at, ("eager", "graph_exact", "dispatcher"),
+                       repeats=repeats, inner=inner)
     out = {
         "preset": preset_name,
         "dtype": dtype,
@@ -367,8 +356,7 @@ def measure_dispatcher(preset_name: str,
         "batch_sizes": batch_sizes,
         "padded_to": [disp.padded_size(b) for b in batch_sizes],
         "times": times,
-        "tokens_per_s": {m: [None if t is None else records.tokens_per_s(b, t["median"])
-                             for b, t in zip(batch_sizes, ts)] for m, ts in times.items()},
+        "tokens_per_s": tokens_per_s_of(batch_sizes, times),
         "counters": disp.counters.to_dict(),
         "checks": checks,
     }
@@ -383,14 +371,9 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
                     dtype: str = "bfloat16", repeats: int = 30, inner: int = 10) -> dict:
     """Record ``compile_<preset>``: manual graphs vs ``torch.compile(mode='reduce-overhead')``.
 
-    What each column times, per call: ``eager`` the readable step; ``graph`` a bare replay
-    (inputs already in the static buffers, logits left in the static buffer); ``dispatcher``
-    one copy of the inputs in, the replay and a copy of the logits out; ``compile`` the
-    compiled step (Dynamo's guards, CUDA Graph Trees copying the non-static inputs into their
-    placeholders, the replay, the outputs re-wrapped in the trees' pool). At each batch size
-    the four are sampled in turn (:func:`labkit.timing.time_cuda_interleaved`), so a change of
-    GPU clock reaches all of them alike; the record says so with ``interleaved: True``
-    (records made before that field timed one method after another)."""
+    Per call: ``eager`` the readable step; ``graph`` a bare replay; ``dispatcher`` inputs
+    copied in, the replay, logits copied out; ``compile`` the compiled step (guards, CUDA Graph
+    Trees' input copies, replay). The four are sampled in turn (``interleaved: True``)."""
     _need_cuda("measure_compile")
     batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
@@ -401,21 +384,20 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
     before = _pool_segments()
     compiled, compile_s, agree = _compiled_step(model, batch_sizes)
     compile_pool = sum(v for k, v in _pool_segments().items() if k not in before) or None
-    times: dict[str, list] = {"eager": [], "graph": [], "dispatcher": [], "compile": []}
-    for b in batch_sizes:
+
+    def fns_at(b: int) -> Mapping[str, Callable[[], object]]:
         t, p, s = step_inputs(model, b)
         disp.load_inputs(t, p, s)
-        fns = {"eager": lambda: model.decode_step(t, p, s),
-               "graph": lambda: disp.graphs.replay(b),
-               "dispatcher": lambda: disp.step(t, p, s, check=False),
-               "compile": lambda: compiled(t, p, s)}
-        got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-        for m in times:
-            times[m].append(_stats(got[m]))
+        return {"eager": lambda: model.decode_step(t, p, s),
+                "graph": lambda: disp.graphs.replay(b),
+                "dispatcher": lambda: disp.step(t, p, s, check=False),
+                "compile": lambda: compiled(t, p, s)}
+
+    times = time_sizes(batch_sizes, fns_at, ("eager", "graph", "dispatcher", "compile"),
+                       repeats=repeats, inner=inner)
     t, p, s = step_inputs(model, 1)
     kernels = {"eager": count_step_ops(model),
                "compile": _count_compiled_kernels(model, t, p, s)}
-    skips = _cudagraph_skips()
     out = {
         "preset": preset_name,
         "dtype": dtype,
@@ -427,7 +409,7 @@ def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
         "memory": {"graph_pool_bytes": graph_pool, "compile_pool_bytes": compile_pool},
         "kernels_per_step": kernels,
         "gpu_ops_counted": records.GPU_OPS_SCOPE,
-        "cudagraph_skips": skips,
+        "cudagraph_skips": _cudagraph_skips(),
         "checks": {"compile_tokens_equal_eager": agree == 1.0,
                    "compile_token_agreement": agree,
                    "graph_tokens_equal_eager": all(tokens_match(model, disp.step, b)
@@ -476,25 +458,16 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
                                 dtype: str = "bfloat16", repeats: int = 15, inner: int = 50, *,
                                 device: str = "cuda",
                                 timer: Callable[..., dict[str, Stats]] | None = None) -> dict:
-    """Record ``dispatcher_overhead``: where a padding dispatcher's step time over a bare
-    replay of its own graph goes, per model and batch size (each a capture size: nothing is
-    padded), the ways of :data:`labkit.measure.records.OVERHEAD_METHODS` timed interleaved
-    against ONE dispatcher's graphs (a graph captured elsewhere in the process may replay at
-    another speed, so the step is compared only with the graph it replays):
-
-    ``replay`` (the graph alone), ``copy_replay`` (device inputs copied in, then the graph:
-    the copy kernel), ``stage_replay`` (host inputs through the staging ring: the pinned
-    host-to-device copy), ``step_device`` (``step`` with device metadata, ``check=False``: the
-    dispatcher's host work on top of the copy), ``step_host`` (``step`` with host metadata,
-    checked: how servers call it), ``step_host_copy`` (the same + the copy of the logits that
-    ``copy_outputs=True`` makes). Each difference is one part of the overhead.
-
-    Before timing it checks that the dispatcher's tokens equal eager tokens and that every way
-    gives the same logits. ``device``/``timer`` (default CUDA and
-    :func:`labkit.timing.time_cuda_interleaved`) let a CPU test run the same logic."""
+    """Record ``dispatcher_overhead``: where a dispatcher's step time over a bare replay of its
+    own graph goes, per model and capture size, the ways of
+    :data:`labkit.measure.records.OVERHEAD_METHODS` sampled in turn against one dispatcher's
+    graphs: ``replay``, ``copy_replay`` (device inputs copied in), ``stage_replay`` (host
+    inputs through the staging ring), ``step_device`` (``check=False``), ``step_host`` (how
+    servers call it) and ``step_host_copy`` (plus the logits copy of ``copy_outputs=True``).
+    Tokens and every way's logits are checked first. ``device``/``timer`` let a CPU test run
+    it."""
     if device == "cuda":
         _need_cuda("measure_dispatcher_overhead")
-    timer = timer or time_cuda_interleaved
     sizes = sorted({int(b) for b in batch_sizes})
     runs = []
     for name in presets:
@@ -503,18 +476,18 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
         graph = disp.runner("FULL")
         checks: dict[str, bool] = {"dispatcher_tokens_equal_eager": all(
             tokens_match(model, disp.step, b) for b in sizes), "same_logits_every_method": True}
-        times: dict[str, list] = {m: [] for m in records.OVERHEAD_METHODS}
-        for b in sizes:
+
+        def fns_at(b: int) -> Mapping[str, Callable[[], object]]:
             t, p, s = step_inputs(model, b)
-            host = tuple(x.cpu() for x in (t, p, s))
-            fns = _overhead_fns(disp, graph, b, (t, p, s), host)
+            fns = _overhead_fns(disp, graph, b, (t, p, s), tuple(x.cpu() for x in (t, p, s)))
             disp.batch.load(t, p, s)
             want = graph.replay(b)[:b].clone()  # every way computes these rows, same inputs
             for fn in fns.values():
                 checks["same_logits_every_method"] &= bool(torch.equal(fn()[:b], want))
-            got = timer(fns, warmup=5, repeats=repeats, inner=inner)
-            for m in times:
-                times[m].append(_stats(got[m]))
+            return fns
+
+        times = time_sizes(sizes, fns_at, records.OVERHEAD_METHODS, repeats=repeats,
+                           inner=inner, timer=timer)
         runs.append({"preset": name, "batch_sizes": sizes, "times": times, "checks": checks})
         disp.release()
         model = disp = graph = None  # drop references before freeing

@@ -1,29 +1,15 @@
 """Record ``fused_<preset>``: the readable and the fused decode step side by side on a GPU.
 
-Correct before fast, in this order, per preset:
-
-1. float32 on the GPU: greedy tokens of the fused step equal the readable step's (prompts of
-   different lengths, at the smallest and the largest batch size: batch 1 runs as two rows),
-   check ``fused_tokens_equal_readable_float32``;
-2. bf16: the agreement of the fused step with the readable one (share of equal greedy tokens,
-   largest logit difference of one step: :func:`labkit.fused.agreement`);
-3. bf16, one padding dispatcher per step in FULL mode (one graph per batch size): graph
-   tokens equal eager tokens of the same step; then, per batch size, the two steps' replays
-   sampled in turn (:func:`labkit.timing.time_cuda_interleaved`, so a change of GPU clock
-   reaches both alike; the record says ``interleaved: True``, records made before that
-   field timed one step after the other);
-4. the GPU operations of one eager step by kernel name, with their summed GPU time
-   (:func:`labkit.measure.opcount.gpu_op_profile`), per batch size: ``kernel_us`` (the GPU
-   busy time of a step) next to the replay time says how much of a step is gaps between
-   kernels.
-
-:func:`record_fused` writes the records of both presets (``fused_small``, ``fused_gpt2``)
-with provenance into a run folder: the GPU entry point.
+Correct before fast, per preset: float32 greedy tokens of the fused step equal the readable
+step's (smallest and largest batch size); the bf16 agreement of the two
+(:func:`labkit.fused.agreement`); per step a FULL-mode dispatcher whose graph tokens equal its
+eager tokens; then the two replays sampled in turn per batch size (``interleaved: True``), and
+each eager step's GPU operations by kernel name with their summed GPU time (``kernel_us``: the
+GPU busy time, next to the replay time the gaps between kernels).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
 
 import torch
@@ -32,52 +18,57 @@ from labkit.checks import as_int, as_size_list
 from labkit.dispatch import PaddingDispatcher
 from labkit.fused import agreement, make_fused_step
 from labkit.measure import records
-from labkit.measure.bench import _free, _need_cuda, _stats, make_model, random_prompts, \
-    step_inputs
+from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
 from labkit.measure.opcount import gpu_op_profile
-from labkit.measure.results import save_result
-from labkit.model import TinyGPT, generate
+from labkit.model import StepFn, TinyGPT, generate
 from labkit.timing import time_cuda_interleaved
 
 STEPS = records.FUSED_STEPS
 
 
-def _step_fn(model: TinyGPT, step: str):
-    return model.decode_step if step == "readable" else make_fused_step(model)
+def tokens_equal_readable(model: TinyGPT, step: StepFn, sizes: Sequence[int],
+                          new_tokens: int) -> bool:
+    """Greedy tokens of ``step`` equal the readable step's at every size (seeded prompts of
+    different lengths)."""
+    return all(agreement(model, random_prompts(model, b, seed=b), new_tokens,
+                         step=step).fraction == 1.0 for b in sizes)
 
 
 def float32_tokens_equal(preset_name: str, batch_sizes: Sequence[int], new_tokens: int = 8
                          ) -> bool:
-    """Fused greedy tokens equal readable ones for a float32 model of ``preset_name`` on the
-    GPU, at every batch size (prompts of different lengths, each row its own position)."""
+    """Fused greedy tokens equal readable ones for a float32 model of ``preset_name``."""
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype="float32")
     try:
-        fused = make_fused_step(model)
-        return all(agreement(model, random_prompts(model, b, seed=b), new_tokens,
-                             step=fused).fraction == 1.0 for b in batch_sizes)
+        return tokens_equal_readable(model, make_fused_step(model), batch_sizes, new_tokens)
     finally:
-        model = fused = None
+        model = None
         _free()
 
 
-def _same_tokens(model: TinyGPT, eager, graphed, bs: int, new_tokens: int) -> bool:
-    """Greedy tokens of ``graphed`` (a dispatcher's step) equal those of ``eager``."""
+def same_tokens(model: TinyGPT, eager: StepFn, graphed: StepFn, bs: int,
+                new_tokens: int) -> bool:
+    """Greedy tokens of ``graphed`` (a graph's step) equal those of ``eager``."""
     prompts = random_prompts(model, bs, seed=bs)
     return (generate(model, prompts, new_tokens, step_fn=eager)
             == generate(model, prompts, new_tokens, step_fn=graphed))
 
 
+def check_counts(batch_sizes: Sequence[int], repeats: int, inner: int,
+                 new_tokens: int) -> tuple[list[int], int, int, int]:
+    """The sorted distinct batch sizes and the checked counts of a step comparison."""
+    return (sorted(set(as_size_list(batch_sizes, "batch_sizes",
+                                    fix="give batch sizes such as [1, 8, 64]"))),
+            as_int(repeats, "repeats", minimum=1, fix="time at least one sample"),
+            as_int(inner, "inner", minimum=1, fix="replay at least once per sample"),
+            as_int(new_tokens, "new_tokens", minimum=2, fix="decode at least 2 new tokens"))
+
+
 def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
                   dtype: str = "bfloat16", repeats: int = 30, inner: int = 10,
                   new_tokens: int = 8) -> dict:
-    """Record ``fused_<preset>`` (see the module docstring): times per step and batch size,
-    kernel counts, bf16 agreement, checks."""
-    batch_sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
-                                          fix="give batch sizes such as [1, 8, 64]")))
-    repeats = as_int(repeats, "repeats", minimum=1, fix="time at least one sample")
-    inner = as_int(inner, "inner", minimum=1, fix="replay at least once per sample")
-    new_tokens = as_int(new_tokens, "new_tokens", minimum=2,
-                        fix="decode at least 2 new tokens")
+    """Record ``fused_<preset>`` (see the module docstring)."""
+    batch_sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner,
+                                                           new_tokens)
     _need_cuda("measure_fused")
     checks: dict[str, bool | float] = {
         "fused_tokens_equal_readable_float32": float32_tokens_equal(
@@ -94,7 +85,7 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     disps: dict[str, PaddingDispatcher] = {}
     try:
         for step in STEPS:
-            fn = _step_fn(model, step)
+            fn = model.decode_step if step == "readable" else make_fused_step(model)
             prof = {}
             for b in batch_sizes:
                 t, p, s = step_inputs(model, b)
@@ -107,7 +98,7 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
             disps[step] = PaddingDispatcher(model, batch_sizes, cudagraph_mode="FULL", step=step,
                                             progress=False)
             checks[f"graph_tokens_equal_eager.{step}"] = all(
-                _same_tokens(model, fn, disps[step].step, b, new_tokens) for b in batch_sizes)
+                same_tokens(model, fn, disps[step].step, b, new_tokens) for b in batch_sizes)
         for b in batch_sizes:
             inputs = step_inputs(model, b)
             for disp in disps.values():
@@ -115,7 +106,7 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
             fns = {step: (lambda d=disp, b=b: d.graphs.replay(b)) for step, disp in disps.items()}
             got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
             for step in STEPS:
-                times[step].append(_stats(got[step]))
+                times[step].append(got[step].to_dict())
     finally:
         for disp in disps.values():
             disp.release()
@@ -134,15 +125,3 @@ def measure_fused(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
     _free()
     return data
 
-
-def record_fused(run_dir: str | Path, presets: Sequence[str] = ("small", "gpt2")) -> list[Path]:
-    """Measure ``fused_<preset>`` for each preset with the default parameters of
-    ``fused_gpt2`` (the reference notebook 08 records), the preset changed, and save them
-    (with the environment) under ``run_dir/results``; returns the files."""
-    _need_cuda("record_fused")
-    paths = []
-    for name in presets:
-        params = {**records.default_params("fused_gpt2"), "preset": name}
-        data = measure_fused(**records.measure_kwargs(params))
-        paths.append(save_result(f"fused_{name}", data, params, run_dir))
-    return paths

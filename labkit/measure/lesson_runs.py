@@ -1,19 +1,7 @@
-"""Small live runs the lessons make: each runs the model, times, counts ops, captures graphs
-or drives a dispatcher on whatever device is there (most also run on a CPU).
-
-* decode (notebooks 02 and 03): :func:`time_eager_steps` times eager decode steps,
-  :func:`count_dispatched_ops` (from :mod:`labkit.measure.opcount`) counts the ATen ops a
-  step dispatches,
-  :func:`check_cached_equals_full` checks cached decoding against a full forward pass, and
-  :func:`replay_step` is the copy-in step function that replays a captured graph;
-* graph memory (notebook 04, CUDA only): :func:`live_pool_comparison` captures a few sizes
-  three ways, :func:`naive_reserved_delta` compares a ``memory_reserved()`` delta with the
-  pool's own accounting;
-* the padding dispatcher (notebook 05): :func:`run_batch_stream` feeds a stream of batch sizes
-  through a dispatcher, :func:`padding_isolation` shows that padded rows touch only the
-  scratch slot.
-
-What these return is turned into tables and sentences by :mod:`labkit.teach.lessons` (pure).
+"""Small live runs the lessons make on whatever device is there (most also run on a CPU):
+timing eager steps, counting ops, checking the cache (notebooks 02-03), capturing pools
+(notebook 04, CUDA only) and driving a dispatcher (notebook 05). :mod:`labkit.teach.lessons`
+turns what they return into tables and sentences.
 """
 
 from __future__ import annotations
@@ -33,17 +21,10 @@ from labkit.timing import Stats, time_any
 MODES = ("private", "shared_largest_first", "shared_smallest_first")
 
 
-# ---------------------------------------------------------------------------- decode
-
-
 def time_eager_steps(model: TinyGPT, batch_sizes: Sequence[int], *, repeats: int = 10,
                      warmup: int = 2) -> dict[int, Stats]:
-    """Time one eager ``decode_step`` per batch size on the model's device (µs per step).
-
-    Inputs come from :func:`labkit.measure.bench.step_inputs`, as in the GPU measurement. On CPU
-    this is host wall time: the ops run inline, there is no kernel launch.
-    """
-
+    """Time one eager ``decode_step`` per batch size on the model's device (µs per step; host
+    wall time on a CPU), inputs from :func:`labkit.measure.bench.step_inputs`."""
     out = {}
     for bs in batch_sizes:
         if not 1 <= int(bs) <= model.cfg.max_batch:
@@ -70,9 +51,8 @@ class CachedCheck:
 @torch.no_grad()
 def check_cached_equals_full(model: TinyGPT, prompt: Sequence[int], max_new_tokens: int,
                              *, atol: float = 1e-4) -> CachedCheck:
-    """Greedy-decode ``max_new_tokens`` with the KV cache, then run one full forward pass over
-    prompt + generated tokens (no cache) and check that it predicts the same tokens, and
-    that the logits of the last cached step match the full pass: max abs difference at most
+    """Greedy-decode ``max_new_tokens`` with the KV cache and check one full forward pass over
+    prompt + generated tokens predicts the same tokens, the last step's logits within
     ``atol`` × the largest full-pass logit (at least ``atol``)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -92,11 +72,8 @@ def check_cached_equals_full(model: TinyGPT, prompt: Sequence[int], max_new_toke
 def replay_step(graphs, batch_size: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
                                                     torch.Tensor]:
     """A ``step_fn(tokens, positions, slots) -> logits`` that copies its inputs into the
-    graph set's static buffers and replays graph ``batch_size`` (the copy-in pattern).
-
-    The returned logits are the graph's static output: the next replay overwrites them, so
-    use (or copy) them before the next step, as :func:`labkit.model.generate` does.
-    """
+    graph set's static buffers and replays graph ``batch_size``; the logits are the static
+    output, overwritten by the next replay."""
     if batch_size not in graphs.graphs:
         raise KeyError(f"no graph captured for batch size {batch_size}; captured: {graphs.sizes}")
 
@@ -110,14 +87,9 @@ def replay_step(graphs, batch_size: int) -> Callable[[torch.Tensor, torch.Tensor
     return step
 
 
-# ----------------------------------------------------------------- graph memory (GPU only)
-
-
 def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
-    """Capture ``sizes`` three ways (private pools; one shared pool largest-first; one shared
-    pool smallest-first) and return a record shaped like ``pool_memory_<preset>`` (without
-    ``growth_bytes``). Each graph set is released before the next. Needs a CUDA GPU."""
-
+    """Capture ``sizes`` three ways (:data:`MODES`), each released before the next, into a
+    record shaped like ``pool_memory_<preset>`` (no ``growth_bytes``). Needs a CUDA GPU."""
     sizes = sorted({int(s) for s in sizes})
     out: dict = {"preset": None, "sizes": sizes}
     for mode in MODES:
@@ -140,10 +112,8 @@ def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dic
 
 
 def naive_reserved_delta(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
-    """Capture ``sizes`` into one shared pool and compare two ways of measuring its memory:
-    the change of ``torch.cuda.memory_reserved()`` (naive: it also counts the cuBLAS
-    workspace the new capture stream gets, and anything else allocated meanwhile) and the
-    allocator's per-pool accounting. Needs a CUDA GPU. Bytes."""
+    """Capture ``sizes`` into one shared pool; the change of ``memory_reserved()`` (naive: it
+    counts the capture stream's cuBLAS workspace too) next to the pool's own bytes. CUDA."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_reserved()
     gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",
@@ -158,19 +128,11 @@ def naive_reserved_delta(model, sizes: Sequence[int], *, warmup: int = 2) -> dic
     return {"naive_delta_bytes": naive, "pool_bytes": pool, "outside_pool_bytes": naive - pool}
 
 
-# ---------------------------------------------------------------------- padding dispatcher
-
-
 def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0,
                      threads: int | None = 1) -> dict:
-    """Feed one decode step per batch size through ``dispatcher.step`` (random tokens, each
-    row in its own cache slot at a random position) and return its counters as a dict.
-    The counters are reset first.
-
-    ``threads``: CPU threads torch may use meanwhile (restored afterwards; ``None`` leaves
-    the setting alone). A tiny model's ops are too small to split, and on a busy machine
-    several threads contend badly: one thread is often over ten times faster.
-    """
+    """Feed one random decode step per batch size through ``dispatcher.step`` and return its
+    counters (reset first). ``threads``: CPU threads torch may use meanwhile (``None``: as
+    set); one thread is often ten times faster for a tiny model on a busy machine."""
     cfg = dispatcher.model.cfg
     dev = dispatcher.model.device
     g = torch.Generator().manual_seed(seed)
@@ -190,13 +152,8 @@ def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0,
 
 
 def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: int = 0) -> dict:
-    """Show that padded rows write only the scratch slot.
-
-    Prefills ``live + 1`` requests (slots ``0..live``), then runs one dispatcher step for the
-    first ``live`` of them, padded up to a larger graph. Returns the padded size, whether the
-    cache of slot ``live`` (a request not in this step) is unchanged, whether the scratch slot
-    changed, and whether the stepped slots changed (they must: their new k, v were written).
-    """
+    """Show that padded rows write only the scratch slot: prefill slots ``0..live``, step the
+    first ``live`` padded up to a larger graph, and report which slots' caches changed."""
     model = dispatcher.model
     cfg = model.cfg
     if live + 1 > cfg.max_batch:

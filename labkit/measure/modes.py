@@ -1,19 +1,14 @@
-"""CUDA-graph capture modes side by side on the GPU: eager (NONE), PIECEWISE, FULL, and the
-"capture only the attention" variant; writes the ``modes_<preset>`` record.
+"""Record ``modes_<preset>``: CUDA-graph capture modes side by side on the GPU: eager (NONE),
+PIECEWISE, FULL, and "capture only the attention".
 
 vLLM's PIECEWISE mode (``vllm/config/compilation.py`` ``CUDAGraphMode``) captures everything
-*between* the attention ops and runs attention eagerly; :mod:`labkit.piecewise` makes the same
-cut. A popular article describes piecewise capture the other way round: capture only the
-attention and leave the rest eager. :class:`AttentionOnlyGraphs` builds that variant (one graph
-per layer and batch size, the attention with its KV-cache write, all in one shared pool), so
-both splits can be timed the same way.
-
-Every mode's greedy tokens are checked against eager tokens before anything is timed.
+*between* the attention ops (:mod:`labkit.piecewise` makes the same cut); a popular article
+describes the other way round, which :class:`AttentionOnlyGraphs` builds, so both splits are
+timed alike. Every mode's tokens are checked against eager tokens before timing.
 """
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass, fields
 from typing import Any, cast
@@ -25,10 +20,10 @@ from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.graphs import CapturedGraph, capture_callable, gc_frozen, pool_reserved_bytes
 from labkit.kvcache import StepMeta
 from labkit.measure import records
-from labkit.measure.bench import (_free, _need_cuda, _stats, count_step_ops,
-                                  make_model, step_inputs, tokens_match)
+from labkit.measure.bench import (_free, _need_cuda, count_step_ops, make_model, step_inputs,
+                                  time_sizes, tokens_match, tokens_per_s_of)
+from labkit.measure.opcount import profile_call
 from labkit.model import Block, TinyGPT, attention
-from labkit.timing import time_cuda_interleaved
 
 #: the modes a ``modes_<preset>`` record times, in chart order
 MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
@@ -47,10 +42,6 @@ class AttentionOnlyGraphs:
     graphs: dict[int, list[CapturedGraph]]
     qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     meta: dict[int, StepMeta]
-    pool: Any
-
-    def graphs_per_step(self) -> int:
-        return self.model.cfg.n_layer
 
     def pool_id(self) -> tuple[int, int]:
         """The id of the shared pool (for :func:`labkit.graphs.pool_reserved_bytes`)."""
@@ -59,8 +50,8 @@ class AttentionOnlyGraphs:
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor,
              slots: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, V)``: embeddings, LayerNorms, projections, MLPs and the head eager; each
-        layer's attention replayed after copying q, k, v and the metadata into its buffers."""
+        """Logits ``(B, V)``: everything eager but each layer's attention, replayed after
+        copying q, k, v and the metadata into its buffers."""
         b = tokens.shape[0]
         if b not in self.graphs:
             raise KeyError(f"no attention graphs for batch size {b}; captured: "
@@ -80,26 +71,21 @@ class AttentionOnlyGraphs:
             x = block.post_attention(x, g.replay())
         return m.head(x)
 
-    __call__ = step
-
     def release(self) -> None:
         self.graphs.clear()
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        _free()
 
 
 @torch.no_grad()
-def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = None,
-                           warmup: int = 3) -> AttentionOnlyGraphs:
+def capture_attention_only(model: TinyGPT, sizes: Sequence[int]) -> AttentionOnlyGraphs:
     """Capture ``attention(cache, layer, q, k, v, meta)`` of every layer for each size in
-    ``sizes`` (largest first) into one shared pool. The warm-up and capture write k, v of the
-    scratch slot only (static metadata points every row there)."""
+    ``sizes`` (largest first) into one shared pool; warm-up and capture write only the
+    scratch slot."""
     if not torch.cuda.is_available() or model.device.type != "cuda":
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                            f"{model.device}); on CPU run labkit.piecewise.piecewise_step")
     cfg, dev = model.cfg, model.device
-    handle = pool if pool is not None else torch.cuda.graph_pool_handle()
+    handle = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()
     graphs: dict[int, list[CapturedGraph]] = {}
     qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -116,22 +102,15 @@ def capture_attention_only(model: TinyGPT, sizes: Sequence[int], *, pool: Any = 
                 capture_callable(lambda q_, k_, v_, *m_, layer=i: attention(
                     model.cache, layer, q_, k_, v_, StepMeta(*m_)),
                     q, k, v, *(getattr(meta, f) for f in _META_FIELDS), pool=handle,
-                    stream=stream, warmup=warmup, label=(bs, i))
+                    stream=stream, warmup=3, label=(bs, i))
                 for i in range(cfg.n_layer)]
             qkv[bs], metas[bs] = (q, k, v), meta
-    return AttentionOnlyGraphs(model, graphs, qkv, metas, handle)
+    return AttentionOnlyGraphs(model, graphs, qkv, metas)
 
 
 def count_graph_launches(fn) -> int:
     """``cudaGraphLaunch`` calls one call of ``fn`` makes, counted by the profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if "GraphLaunch" in e.name)  # cudaGraphLaunch calls
+    return int(profile_call(fn)["graph_launches"])
 
 
 def _timed_capture(build) -> tuple[Any, float]:
@@ -154,17 +133,11 @@ def _dispatcher_pool_bytes(disp: PaddingDispatcher) -> int | None:
 @torch.no_grad()
 def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                   dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
-    """Record ``modes_<preset>``: per batch size, the decode-step time of eager (``NONE``),
-    ``PIECEWISE`` and ``FULL`` (each through a :class:`PaddingDispatcher` of that
-    ``cudagraph_mode``) and of the attention-only variant; graph launches per step, GPU
-    operations per eager step (batch 1), pool bytes and capture seconds per mode, and whether
-    every mode's greedy tokens equal eager tokens.
-
-    All four are built first and, at each batch size, sampled in turn
-    (:func:`labkit.timing.time_cuda_interleaved`; the record says ``interleaved: True``), so a
-    change of GPU clock or host load reaches every mode alike; graph launches are counted with
-    the profiler only after every timing (a profiler session slows the host's launches for
-    the rest of the process)."""
+    """Record ``modes_<preset>``: per batch size, the step time of eager, ``PIECEWISE`` and
+    ``FULL`` (a :class:`PaddingDispatcher` of that ``cudagraph_mode`` each) and the
+    attention-only variant, sampled in turn; graph launches per step (profiled after every
+    timing: a profiler session slows later launches), GPU operations per eager step, pool
+    bytes, capture seconds and token checks."""
     _need_cuda("measure_modes")
     batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
@@ -179,7 +152,7 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         if mode == "attention_only":
             runner, secs = _timed_capture(lambda: capture_attention_only(model, batch_sizes))
             steps[mode] = runner.step
-            graphs_per_step[mode] = runner.graphs_per_step()
+            graphs_per_step[mode] = n_layer
             pool_bytes[mode] = pool_reserved_bytes(runner.pool_id())
         else:
             runner, secs = _timed_capture(lambda: PaddingDispatcher(
@@ -195,13 +168,12 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         if mode != "eager":
             checks[f"{mode}_tokens_equal_eager"] = all(tokens_match(model, steps[mode], b)
                                                        for b in batch_sizes)
-    times: dict[str, list] = {m: [] for m in MODES}
-    for b in batch_sizes:
+
+    def fns_at(b: int) -> dict[str, Any]:
         t, p, s = step_inputs(model, b)
-        fns = {m: (lambda f=steps[m]: f(t, p, s)) for m in MODES}
-        got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-        for m in MODES:
-            times[m].append(_stats(got[m]))
+        return {m: (lambda f=steps[m]: f(t, p, s)) for m in MODES}
+
+    times = time_sizes(batch_sizes, fns_at, MODES, repeats=repeats, inner=inner)
     t1, p1, s1 = step_inputs(model, batch_sizes[0])
     counted = {m: count_graph_launches(lambda f=steps[m]: f(t1, p1, s1)) for m in MODES}
     for runner in runners.values():
@@ -218,8 +190,7 @@ def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
         "batch_sizes": batch_sizes,
         "times": times,
         "interleaved": True,
-        "tokens_per_s": {m: [records.tokens_per_s(b, x["median"])
-                             for b, x in zip(batch_sizes, ts)] for m, ts in times.items()},
+        "tokens_per_s": tokens_per_s_of(batch_sizes, times),
         "graphs_per_step": graphs_per_step,
         "graph_launches_counted": counted,
         "gpu_ops_per_step": gpu_ops,

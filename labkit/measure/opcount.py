@@ -1,14 +1,9 @@
 """Count the operations one call launches, name by name, with ``torch.profiler``.
 
-* ``device="cuda"``: every GPU event of the call (kernels, memory copies and fills), by
-  kernel name -- what a CUDA graph of the same call would hold as nodes. This is the count
-  behind every "GPU operations per step" in labkit
-  (:func:`labkit.measure.bench.count_gpu_ops` is its total).
-* ``device="cpu"``: the ATen operators the call dispatches (:func:`count_dispatched_ops`,
-  the counter of notebook 02, views and allocations left out), by operator name: the CPU
-  stand-in, so a test without a GPU can still see that a step issues fewer operations.
-
-:func:`compare_counts` turns two counts into a before/after table.
+On ``"cuda"``: every GPU event (kernels, copies, fills) by kernel name, what a CUDA graph of
+the call would hold as nodes; behind every "GPU operations per step" in labkit. On ``"cpu"``:
+the ATen operators the call dispatches (:func:`count_dispatched_ops`, views and allocations
+left out), the stand-in a test without a GPU can check. :func:`compare_counts` tabulates two.
 """
 
 from __future__ import annotations
@@ -28,9 +23,8 @@ _ALLOCATIONS = frozenset({"empty", "empty_strided", "empty_like", "new_empty",
 
 
 def count_dispatched_ops(fn: Callable[[], Any], *, include_views: bool = False) -> Counter:
-    """Count the ATen operators ``fn()`` dispatches (views excluded by default: they launch
-    no kernel). On a GPU most non-view ops launch one kernel, so the total approximates the
-    kernels per step; some launch none or several, so it is an estimate, not a kernel count."""
+    """Count the ATen operators ``fn()`` dispatches (views, which launch no kernel, excluded by
+    default): an estimate of the kernels per step, not a kernel count."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     counts: Counter = Counter()
@@ -58,11 +52,8 @@ def _check_args(fn: Callable[[], object], device: str, warmup: int) -> None:
                            "is False); count ATen operators with device='cpu' instead")
 
 
-def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[str, float]]:
-    """``{kernel name: {"count": n, "us": summed GPU time}}`` of one call of ``fn`` in a
-    profiler trace (kernels, copies and fills), after ``warmup`` calls. The summed times say
-    where the GPU works; a step takes longer than their sum by the gaps between kernels."""
-    _check_args(fn, "cuda", warmup)
+def profiled_events(fn: Callable[[], object], warmup: int = 1) -> list:
+    """The profiler events (CPU and CUDA) of one call of ``fn`` after ``warmup`` calls."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(warmup):
@@ -71,10 +62,24 @@ def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    dev = torch.autograd.DeviceType.CUDA
+    return list(prof.events())
+
+
+def profile_call(fn: Callable[[], object]) -> dict:
+    """One call of ``fn`` under the profiler: GPU operations (those a graph replay runs
+    included) and graph launches (``cudaGraphLaunch`` on the host)."""
+    events = profiled_events(fn)
+    gpu = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return {"gpu_ops": gpu, "graph_launches": sum(1 for e in events if "GraphLaunch" in e.name)}
+
+
+def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[str, float]]:
+    """``{kernel name: {"count": n, "us": summed GPU time}}`` of one call of ``fn`` (kernels,
+    copies, fills) after ``warmup`` calls; a step takes longer than the sum by its gaps."""
+    _check_args(fn, "cuda", warmup)
     out: dict[str, dict[str, float]] = {}
-    for e in prof.events():
-        if e.device_type == dev:
+    for e in profiled_events(fn, warmup):
+        if e.device_type == torch.autograd.DeviceType.CUDA:
             d = out.setdefault(e.name, {"count": 0, "us": 0.0})
             d["count"] += 1
             d["us"] += float(e.time_range.elapsed_us())
@@ -83,7 +88,7 @@ def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[
 
 def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -> dict[str, int]:
     """``{name: count}`` of the operations one call of ``fn`` launches on ``device`` (see the
-    module docstring), after ``warmup`` calls outside the profiler."""
+    module docstring), after ``warmup`` calls."""
     _check_args(fn, device, warmup)
     if device == "cuda":
         return {k: int(v["count"]) for k, v in gpu_op_profile(fn, warmup).items()}

@@ -1,17 +1,11 @@
 """Record ``paged_<preset>``: what the paged KV cache costs per decode step, next to the slot
 layout, and what each layout holds in memory (notebook 11).
 
-For every ``max_seq`` it builds the model twice (slot layout, paged layout; the same seeded
-weights) and times one captured decode step per batch size three ways:
-
-* ``slot_in_place``: the slot layout read in place by the memory-efficient attention kernel;
-* ``slot_gather``: the slot layout copying each row's ``max_seq`` keys and values per layer
-  (``model.cache.in_place = False``), the plain-math reference;
-* ``paged``: the paged layout gathering each row's blocks through the block table (plain
-  PyTorch has no attention kernel that reads a block table in place).
-
-Before timing the paged model the timed rows (slots ``0..B-1``) get their blocks
-(:meth:`labkit.kvcache.PagedKVCache.reserve`); they are released afterwards.
+Per ``max_seq``, the same seeded weights in both layouts, one captured step per batch size
+three ways (:data:`LAYOUTS`): ``slot_in_place`` (the memory-efficient attention kernel reads
+the slots in place), ``slot_gather`` (each row's keys and values copied per layer, the
+plain-math reference) and ``paged`` (blocks gathered through the block table: plain PyTorch has
+no kernel that reads one in place). The timed rows' blocks are reserved for the timing only.
 """
 
 from __future__ import annotations
@@ -23,8 +17,7 @@ import torch
 from labkit.checks import as_int, as_int_list
 from labkit.dispatch import PaddingDispatcher
 from labkit.kvcache import PagedKVCache, SlotKVCache
-from labkit.measure.bench import _free, _need_cuda, _stats, random_prompts, step_inputs, \
-    tokens_match
+from labkit.measure.bench import _free, _need_cuda, random_prompts, step_inputs, tokens_match
 from labkit.model import TinyGPT, build_model, generate, preset
 from labkit.timing import time_cuda_interleaved
 
@@ -40,17 +33,16 @@ def _build(preset_name: str, layout: str, *, max_batch: int, max_seq: int, block
 
 def _capture_layout(model: TinyGPT, batch_sizes: Sequence[int]
                     ) -> tuple[PaddingDispatcher, bool]:
-    """Capture the step at ``batch_sizes`` and check graph tokens = eager tokens (with the
-    cache path the model has now: a graph keeps the path it was captured with)."""
+    """Capture the step at ``batch_sizes`` (with the model's cache path now) and check graph
+    tokens = eager tokens."""
     disp = PaddingDispatcher(model, batch_sizes, progress=False)
     return disp, all(tokens_match(model, disp.step, b) for b in batch_sizes)
 
 
 def _time_layouts(layouts: dict[str, tuple[TinyGPT, PaddingDispatcher]],
                   batch_sizes: Sequence[int], repeats: int, inner: int) -> dict[str, list[dict]]:
-    """One replay per size of every layout, the layouts sampled in turn at each batch size
-    (:func:`labkit.timing.time_cuda_interleaved`); a paged cache reserves the timed rows'
-    blocks first and gives them back after."""
+    """One replay per size of every layout, sampled in turn; a paged cache reserves the timed
+    rows' blocks for the timing."""
     times: dict[str, list[dict]] = {name: [] for name in layouts}
     for b in batch_sizes:
         fns, reserved = {}, {}
@@ -69,7 +61,7 @@ def _time_layouts(layouts: dict[str, tuple[TinyGPT, PaddingDispatcher]],
                 for slot in slots:
                     model.cache.release(slot)
         for name in layouts:
-            times[name].append(_stats(got[name]))
+            times[name].append(got[name].to_dict())
     return times
 
 
@@ -77,11 +69,10 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
                   max_seqs: Sequence[int] = (256, 1024), block_size: int = 16,
                   dtype: str = "bfloat16", repeats: int = 30, inner: int = 10,
                   new_tokens: int = 8) -> dict:
-    """Record ``paged_<preset>``: graph replay µs per decode step of the three layouts
-    (:data:`LAYOUTS`) per ``max_seq`` and batch size, the cache bytes of each layout, and the
-    checks ``paged_tokens_equal_slot_gather`` (same math, so equal token for token),
-    ``paged_token_agreement_slot_in_place`` (a share: another kernel, bf16 rounding may
-    differ) and ``graph_tokens_equal_eager.<layout>.<max_seq>``."""
+    """Record ``paged_<preset>``: replay µs per step of the three layouts per ``max_seq`` and
+    batch size, each layout's cache bytes, and the checks ``paged_tokens_equal_slot_gather``
+    (same math), ``paged_token_agreement_slot_in_place`` (a share: another kernel) and
+    ``graph_tokens_equal_eager.<layout>.<max_seq>``."""
     batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
     max_seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     block_size = as_int(block_size, "block_size", minimum=1)

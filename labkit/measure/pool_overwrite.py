@@ -1,31 +1,17 @@
 """A shared graph pool overwriting a kept output: a constructed case, shown live on a GPU.
 
 PyTorch's CUDA Graphs notes ("Graph memory management" → "Sharing memory across captures")
-say it is safe for a set of graphs to share a private pool "if you know they'll always be
-replayed in the same order they were captured, and never be replayed concurrently". A decode
-engine replays its graphs in whatever order the batch sizes come, so the rule that holds for
-it is stricter to state and simple to keep:
-
-    in one shared pool, an output of a graph is valid only until the next replay of ANY graph
-    in the pool, unless it is copied.
-
-Keeping a Python reference to the output does not protect it. When graph A's capture frees a
-temporary, its block goes back to the pool as a free block, although A's kernels still write
-there on every replay; graph B, captured later into the same pool, can be given that block for
-its output. Replaying A then overwrites B's output.
-
-:func:`measure_pool_overwrite` builds exactly that case with plain ``torch.cuda.graph(...,
-pool=...)``, checks with ``data_ptr()`` that the allocator really handed B's output A's freed
-temporary (and raises if it did not, so the demonstration never claims what did not happen),
-shows B's kept output change when A replays, and shows the two fixes: copying B's output
-(``.clone()``) before A replays, and keeping A's temporary alive so that its block is never
-free for B. :func:`record_pool_overwrite` saves it as the record ``pool_overwrite``
-(:class:`labkit.measure.records.PoolOverwrite`). Needs a CUDA GPU.
+call sharing a pool safe for graphs "always replayed in the same order they were captured";
+a decode engine replays in any order, so its rule is: in one shared pool, a graph's output is
+valid only until the next replay of ANY graph in the pool, unless copied. When graph A's
+capture frees a temporary, A still writes that block on every replay, and graph B, captured
+later, can get it for its output. :func:`measure_pool_overwrite` builds that case with plain
+``torch.cuda.graph(..., pool=...)``, checks with ``data_ptr()`` that it really happened (else
+raises), and shows both fixes (clone B's output; keep A's temporary alive). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 from typing import Any
 from pathlib import Path
@@ -33,10 +19,9 @@ from pathlib import Path
 import torch
 
 from labkit.measure import records
+from labkit.measure.bench import _free
+from labkit.measure.pitfalls.common import _require_cuda
 from labkit.measure.results import save_result
-
-__all__ = ["RECORD", "A_SCALE", "A_SHIFT", "B_SHIFT", "OverwriteNotReproduced",
-           "measure_pool_overwrite", "record_pool_overwrite"]
 
 #: the record name
 RECORD = "pool_overwrite"
@@ -52,17 +37,6 @@ class OverwriteNotReproduced(RuntimeError):
     the replay did not overwrite it): the demonstration refuses to report an overwrite."""
 
 
-def _require_cuda(device: str | torch.device) -> torch.device:
-    dev = torch.device(device)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError(
-            f"measure_pool_overwrite needs a CUDA GPU (device {str(device)!r}, "
-            f"torch.cuda.is_available() is {torch.cuda.is_available()}): graph pools exist "
-            "only on CUDA. On a CPU read the recorded reference 'pool_overwrite' instead "
-            "(labkit.teach.notebook.reference_or_none)")
-    return dev
-
-
 def _values(t: torch.Tensor) -> list[float]:
     """The distinct values of ``t`` (one value when every element agrees)."""
     return [float(v) for v in torch.unique(t).tolist()]
@@ -70,8 +44,8 @@ def _values(t: torch.Tensor) -> list[float]:
 
 def _capture_pair(xa: torch.Tensor, xb: torch.Tensor, *, keep_a_temporary: bool,
                   stream: torch.cuda.Stream) -> dict:
-    """Capture A then B into one new pool on ``stream``. A's temporary is freed at the end of
-    its capture unless ``keep_a_temporary``. Returns the graphs, outputs and pointers."""
+    """Capture A then B into one new pool on ``stream`` (A's temporary freed at the end of its
+    capture unless ``keep_a_temporary``): the graphs, outputs and pointers."""
     pool = torch.cuda.graph_pool_handle()
     # warm-up on the capture stream, as the PyTorch notes ask (these allocations are not pooled)
     stream.wait_stream(torch.cuda.current_stream())
@@ -97,28 +71,16 @@ def _capture_pair(xa: torch.Tensor, xb: torch.Tensor, *, keep_a_temporary: bool,
             "a_tmp_ptr": a_tmp_ptr, "b_out_ptr": out_b.data_ptr()}
 
 
-def _release() -> None:
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-
-
 def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 << 20) -> dict:
     """Show, live, graph A's replay overwriting graph B's kept output in one shared pool, and
-    the two fixes. ``numel``: float32 elements of A's temporary and of B's output (equal, so
-    that the allocator's best fit for B's output is A's freed block).
-
-    Returns the ``data`` of a ``pool_overwrite`` record (JSON-ready): the pointers and whether
-    they are equal, B's output (its distinct values) after B's replay and after A's, whether
-    it was overwritten, whether reading B right after B (capture order A, B) was correct, and
-    the fixes (``clone`` and ``keep_a_temporary``) with ``fixed`` true when both kept B's
-    value. Raises :class:`OverwriteNotReproduced` when the allocator did not give B's output
-    A's freed block, or A's replay did not change it.
-    """
+    the two fixes; the data of a ``pool_overwrite`` record. ``numel``: float32 elements of
+    A's temporary and B's output (equal: the allocator's best fit). Raises
+    :class:`OverwriteNotReproduced` when B's output did not get A's freed block or A's
+    replay did not change it."""
     if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
         raise ValueError(f"numel must be a positive int (elements of A's temporary and B's "
                          f"output), got {numel!r}; the default is {1 << 20}")
-    dev = _require_cuda(device)
+    dev = _require_cuda(device, "measure_pool_overwrite", "pool_overwrite", "reference_or_none")
     expected_a_tmp, expected_b = _XA * A_SCALE, _XB + B_SHIFT
     with torch.no_grad():
         xa = torch.full((numel,), _XA, device=dev)       # static inputs, outside the pool
@@ -131,7 +93,7 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
         if not same_block:
             pointers = f"A's temporary at {p['a_tmp_ptr']:#x}, B's output at {p['b_out_ptr']:#x}"
             del p
-            _release()
+            _free()
             raise OverwriteNotReproduced(
                 f"the caching allocator did not give B's output the block A's temporary freed "
                 f"({pointers}), so this construction cannot show the overwrite on this "
@@ -150,7 +112,7 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
         overwritten = b_after != b_before
         if not overwritten:
             del p, out_b
-            _release()
+            _free()
             raise OverwriteNotReproduced(
                 "B's output shares A's temporary block, yet replaying A did not change it "
                 f"(it reads {b_after}); the construction is broken, report it")
@@ -163,7 +125,7 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
                                  "kept_output_after_replay_a": _values(out_b)}
         clone["ok"] = clone["copy_after_replay_a"] == [expected_b]
         del p, out_b, copied
-        _release()
+        _free()
 
         # fix 2: keep A's temporary alive, so its block is never free for B
         q = _capture_pair(xa, xb, keep_a_temporary=True, stream=stream)
@@ -174,7 +136,7 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
                 "same_block": q["a_tmp_ptr"] == q["b_out_ptr"],
                 "b_after_replay_a": keep_values, "ok": keep_values == [expected_b]}
         del q
-        _release()
+        _free()
 
     return {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
             "numel": numel, "dtype": "float32",
@@ -188,10 +150,8 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
 
 def record_pool_overwrite(run_dir: str | os.PathLike[str] | None = None,
                           device: str | torch.device = "cuda") -> Path:
-    """Measure :func:`measure_pool_overwrite` with the record's default parameters
-    (:data:`labkit.measure.records.DEFAULTS`) and save it as ``pool_overwrite`` (with the
-    environment it ran in) into ``run_dir`` (default: the current run folder). Returns the
-    file's path; ``labkit reference <run_dir>`` files it as a reference."""
+    """Measure :func:`measure_pool_overwrite` with the record's default parameters and save it
+    as ``pool_overwrite`` into ``run_dir`` (default: the current run folder); its path."""
     params = records.default_params(RECORD)
     data = measure_pool_overwrite(device, **params)
     return save_result(RECORD, data, params, run_dir)

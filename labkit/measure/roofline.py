@@ -1,29 +1,14 @@
 """Records ``roofline_<preset>`` and ``multistep_<preset>``: how far a decode step is from what
 the memory allows, and what several steps per graph buy (notebook 12).
 
-``roofline_<preset>`` measures, in one process:
-
-* the copy bandwidth of this GPU (a large device-to-device copy timed with CUDA events; a
-  copy reads and writes its bytes, so both count) and its bf16 matmul rate (a large GEMM);
-* the decode step per batch size for every *step variant* in :data:`STEP_VARIANTS`:
-  ``eager``, ``graph`` (labkit's FULL capture), ``compile_reduce_overhead``
-  (``torch.compile(fullgraph=True, dynamic=False, mode="reduce-overhead")``: Inductor's
-  kernels in CUDA Graph Trees) and ``compile_manual_graph`` (the same Inductor kernels,
-  ``mode="default"``, captured by labkit's own :func:`labkit.graphs.capture_callable`), both
-  on a model with the same weights whose cache holds only the compiled sizes, and
-  ``compile_full_cache`` (reduce-overhead on the cache of every batch size: the compiled
-  step rewrites whole cache buffers, so its cost grows with the cache, see
-  :data:`SMALL_CACHE`);
-* for each variant its set-up seconds (capture or compile), pool bytes, GPU operations per
-  step and graph launches per step (profiler), so that "CUDA graphs were really used" is
-  a measured fact (``graph_launches >= 1``, and no skip in Inductor's counters).
-
-The bytes a step must move come from :mod:`labkit.roofline.stepcost` (the record keeps the
-config and the context length, :class:`labkit.measure.records.Roofline` derives the floor).
-
-A new step variant is one entry: ``STEP_VARIANTS["name"] = builder`` where
-``builder(model, batch_sizes) -> Runner``; :func:`captured_step_variant` turns any
-``make_step(model) -> step(tokens, positions, slots) -> logits`` into a captured one.
+``roofline_<preset>`` measures in one process this GPU's copy bandwidth (read + write) and bf16
+matmul rate, then the decode step per batch size for every step variant of
+:data:`STEP_VARIANTS` (eager, labkit's FULL graph, ``torch.compile`` reduce-overhead, Inductor's
+kernels in labkit's own capture, reduce-overhead on the full cache: see :data:`SMALL_CACHE`),
+with each variant's set-up seconds, pool bytes, GPU operations and graph launches per step
+(profiled: "CUDA graphs were really used" is measured). The bytes a step must move come from
+:mod:`labkit.roofline.stepcost`. A new variant is one entry ``STEP_VARIANTS["name"] =
+builder`` (``builder(model, batch_sizes) -> Runner``; see :func:`captured_step_variant`).
 """
 
 from __future__ import annotations
@@ -44,27 +29,20 @@ from labkit.checks import as_int, as_int_list, as_size_list
 from labkit.roofline.conditional import conditional_support
 from labkit.fused import make_fused_step
 from labkit.kernels.step import make_triton_step
-from labkit.graphs import capture_callable, capture_decode_graphs, gc_frozen, \
+from labkit.graphs import GraphSet, capture_callable, capture_decode_graphs, gc_frozen, \
     pool_reserved_bytes
 from labkit.measure import records
-from labkit.measure.bench import _free, _need_cuda, _pool_segments, _stats, make_model, \
-    random_prompts, token_agreement
+from labkit.measure.bench import _free, _need_cuda, _pool_segments, make_model, \
+    random_prompts, step_inputs, token_agreement, tokens_per_s_of
+from labkit.measure.opcount import profile_call
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT
 from labkit.roofline.multistep import capture_multistep, multistep_decode
 from labkit.timing import Stats, time_cuda, time_cuda_interleaved
 
-__all__ = ["Runner", "STEP_VARIANTS", "DEFAULT_VARIANTS", "captured_step_variant",
-           "copy_bandwidth", "matmul_rate", "profile_call", "measure_roofline",
-           "measure_multistep", "if_node_demo_isolated", "record_all", "RECORDS"]
-
-
-# ---------------------------------------------------------------------------------- hardware
-
-
 def copy_bandwidth(nbytes: int = 2**30, repeats: int = 20) -> dict:
-    """Copy bandwidth of this GPU: ``dst.copy_(src)`` of ``nbytes`` timed with CUDA events.
-    A copy reads ``nbytes`` and writes ``nbytes``: ``gbps = 2 * nbytes / time``."""
+    """Copy bandwidth of this GPU: ``dst.copy_(src)`` of ``nbytes`` (read and written:
+    ``gbps = 2 * nbytes / time``)."""
     _need_cuda("copy_bandwidth")
     nbytes = as_int(nbytes, "nbytes", minimum=2**20, fix="copy at least 1 MiB (1 GiB is usual)")
     s = _timed_copy(nbytes, repeats)  # its buffers are gone when it returns
@@ -80,8 +58,7 @@ def _timed_copy(nbytes: int, repeats: int) -> Stats:
 
 
 def matmul_rate(n: int = 8192, repeats: int = 10, dtype: torch.dtype = torch.bfloat16) -> dict:
-    """Dense matmul rate: an ``n x n`` by ``n x n`` product timed with CUDA events
-    (``tflops = 2 n^3 / time``)."""
+    """Dense matmul rate of an ``n x n`` product (``tflops = 2 n^3 / time``)."""
     _need_cuda("matmul_rate")
     n = as_int(n, "n", minimum=256, fix="use a large square GEMM such as 8192")
     s = _timed_matmul(n, dtype, repeats)  # its matrices are gone when it returns
@@ -97,37 +74,15 @@ def _timed_matmul(n: int, dtype: torch.dtype, repeats: int) -> Stats:
     return time_cuda(lambda: torch.mm(a, b, out=c), warmup=3, repeats=repeats, inner=3)
 
 
-def profile_call(fn: Callable[[], object]) -> dict:
-    """One call of ``fn`` under the profiler: GPU operations (kernels, copies, fills, also
-    those a graph replay runs) and graph launches (``cudaGraphLaunch`` on the host)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = list(prof.events())
-    gpu = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    launches = sum(1 for e in events if "GraphLaunch" in e.name)
-    return {"gpu_ops": gpu, "graph_launches": launches}
-
-
-# ---------------------------------------------------------------------------------- variants
-
-
 @dataclass
 class Runner:
     """One step variant built for a model: ``prepare(b, t, p, s)`` loads a batch and returns
-    a zero-argument call that runs one step; ``step_fn`` is a ``(tokens, positions, slots)
-    -> logits`` for token checks (``None``: this is the eager reference); ``sizes`` the batch
-    sizes it can run (``None``: all); ``exact`` whether its tokens must equal eager's (a
-    compiled bf16 step rounds differently: its agreement is reported instead)."""
+    a call that runs one step; ``step_fn`` the step for token checks (``None``: the eager
+    reference); ``sizes`` the sizes it runs (``None``: all)."""
 
     prepare: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], Callable[[], Any]]
     step_fn: Callable[..., torch.Tensor] | None = None
     sizes: list[int] | None = None
-    exact: bool = True
     info: dict = field(default_factory=dict)
     release: Callable[[], None] = lambda: None
 
@@ -152,21 +107,24 @@ def graph_variant(model: TinyGPT, sizes: list[int]) -> Runner:
         gs.copy_inputs(t, p, s)
         return lambda: gs.replay(b)
 
-    def step(t, p, s):
-        b = gs.copy_inputs(t, p, s)
-        return gs.replay(b)[:b].clone()
-
-    return Runner(prepare, step, info={"setup_s": setup, "pool_bytes": pool},
+    return Runner(prepare, graph_step(gs), info={"setup_s": setup, "pool_bytes": pool},
                   release=gs.release)
 
 
+def graph_step(gs: GraphSet) -> Callable[..., torch.Tensor]:
+    """``(tokens, positions, slots) -> logits`` through the graph of the batch's size."""
+    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        b = gs.copy_inputs(t, p, s)
+        return gs.replay(b)[:b].clone()
+    return step
+
+
 def captured_step_variant(make_step: Callable[[TinyGPT], Callable[..., torch.Tensor]],
-                          *, exact: bool = True, compile_first: bool = False) -> StepBuilder:
+                          *, compile_first: bool = False) -> StepBuilder:
     """A builder that captures ``make_step(model)`` (a ``(tokens, positions, slots) ->
-    logits`` callable, e.g. a fused step) once per size with labkit's
-    :func:`labkit.graphs.capture_callable`, all sizes in one shared pool, largest first.
-    ``compile_first``: call it twice per size before capture (a ``torch.compile``'d step
-    compiles there, outside the capture)."""
+    logits`` callable) per size with :func:`labkit.graphs.capture_callable`, one shared pool,
+    largest first; ``compile_first`` calls it twice per size first (a compiled step compiles
+    there, outside the capture)."""
 
     def build(model: TinyGPT, sizes: list[int]) -> Runner:
         t0 = time.perf_counter()
@@ -208,7 +166,7 @@ def captured_step_variant(make_step: Callable[[TinyGPT], Callable[..., torch.Ten
             graphs.clear()
             _free()
 
-        return Runner(prepare, step_fn, sizes=sorted(sizes), exact=exact,
+        return Runner(prepare, step_fn, sizes=sorted(sizes),
                       info={"setup_s": setup, "pool_bytes": pool}, release=release)
 
     return build
@@ -240,7 +198,7 @@ def compile_reduce_overhead_variant(model: TinyGPT, sizes: list[int]) -> Runner:
 
     t0 = time.perf_counter()
     for b in sizes:  # compile, warm up, record: three calls per size
-        args = _inputs(model, b, 1)
+        args = step_inputs(model, b, context=1)
         for _ in range(3):
             step(*args)
     torch.cuda.synchronize()
@@ -253,7 +211,6 @@ def compile_reduce_overhead_variant(model: TinyGPT, sizes: list[int]) -> Runner:
 
     return Runner(prepare=lambda b, t, p, s: (lambda: step(t, p, s)),
                   step_fn=lambda t, p, s: step(t, p, s).clone(), sizes=sorted(sizes),
-                  exact=False,
                   info={"setup_s": setup, "pool_bytes": pool,
                         "cudagraph_skips": _skips() - skips0},
                   release=release)
@@ -273,8 +230,7 @@ def _compiled_default(model: TinyGPT) -> Callable[..., torch.Tensor]:
 
 
 #: Inductor's kernels (``mode="default"``, no CUDA Graph Trees) in labkit's own capture
-compile_manual_graph_variant = captured_step_variant(_compiled_default, exact=False,
-                                                     compile_first=True)
+compile_manual_graph_variant = captured_step_variant(_compiled_default, compile_first=True)
 
 #: name -> builder; a new column is one line (``STEP_VARIANTS["fused"] = builder``)
 STEP_VARIANTS: dict[str, StepBuilder] = {
@@ -298,17 +254,8 @@ COMPILED = ("compile_reduce_overhead", "compile_manual_graph", "compile_full_cac
 SMALL_CACHE = ("compile_reduce_overhead", "compile_manual_graph")
 
 
-# ---------------------------------------------------------------------------------- roofline
-
-
-def _inputs(model: TinyGPT, b: int, context: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """Random tokens, every row at position ``context - 1`` (so it attends to ``context``
-    positions), rows in slots ``0..b-1``."""
-    g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, model.cfg.vocab_size, (b,), generator=g)
-    positions = torch.full((b,), context - 1, dtype=torch.long)
-    slots = torch.arange(b)
-    return tuple(x.to(model.device) for x in (tokens, positions, slots))
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
 
 
 def _check_args(batch_sizes, variants, compile_sizes, context, max_seq):
@@ -335,13 +282,10 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                      max_seq: int = 256, dtype: str = "bfloat16", repeats: int = 20,
                      inner: int = 5) -> dict:
     """Record ``roofline_<preset>``: bandwidth, matmul rate, and the decode step per variant
-    and batch size, every row attending to ``context`` positions. Compiled variants run only
-    at ``compile_sizes``. A variant that fails is recorded with its error and no times (the
-    record still saves); token checks run before timing. The static-graph variants (eager,
-    graph, fused, ...) are built together and sampled in turn at each batch size
-    (:func:`labkit.timing.time_cuda_interleaved`); the torch.compile variants, each of which
-    resets Dynamo, are timed one after another. ``interleaved`` names the columns that were
-    sampled in turn; every profile runs after every timing."""
+    and batch size, every row attending to ``context`` positions; compiled variants only at
+    ``compile_sizes``. A failing variant is recorded with its error and no times. Tokens are
+    checked first; the static-graph variants are sampled in turn (``interleaved`` names
+    them), the compiled ones (each resets Dynamo) timed one after another; profiles last."""
     variants = list(variants)
     sizes, csizes = _check_args(batch_sizes, variants, compile_sizes, context, max_seq)
     _need_cuda("measure_roofline")
@@ -357,8 +301,7 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
     check_sizes = sorted({sizes[0], sizes[-1], *[b for b in (8,) if b in sizes]})
 
     def build(name: str) -> tuple[Runner | None, list[int]]:
-        """The variant's runner with its tokens checked (``None`` and the error recorded in
-        ``info`` if it fails), and the sizes it runs at."""
+        """The variant's runner, tokens checked (``None``: error in ``info``), and its sizes."""
         vmodel = small if name in SMALL_CACHE else model
         run_sizes = (csizes[:1] if name == "compile_full_cache" else
                      csizes if name in COMPILED else sizes)
@@ -372,22 +315,21 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                 checks[f"{name}_token_agreement"] = agree
             return runner, run_sizes
         except Exception as exc:
-            info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            info[name] = {"sizes": run_sizes, "error": _error(exc)}
             return None, run_sizes
 
     def finish(name: str, runner: Runner | None, run_sizes: list[int]) -> None:
-        """Profile one call (after every timing: a profiler session was seen slowing the
-        host's launches for the rest of the process), record the info, release."""
+        """Profile one call (after every timing: a profiler session slows later launches),
+        record the info, release."""
         vmodel = small if name in SMALL_CACHE else model
         try:
             if runner is not None and name not in info:
                 b0 = run_sizes[0]
-                runner.info.update(profile_call(runner.prepare(b0, *_inputs(vmodel, b0,
-                                                                            context))),
-                                   profiled_batch=b0)
+                fn = runner.prepare(b0, *step_inputs(vmodel, b0, context=context))
+                runner.info.update(profile_call(fn), profiled_batch=b0)
                 info[name] = {**runner.info, "sizes": run_sizes, "error": None}
         except Exception as exc:
-            info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            info[name] = {"sizes": run_sizes, "error": _error(exc)}
         finally:
             info.setdefault(name, {"sizes": run_sizes, "error": "interrupted"})
             info[name].update(max_batch=vmodel.cfg.max_batch, cache_bytes=vmodel.cache_bytes())
@@ -395,25 +337,23 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                 runner.release()
             _free()
 
-    # the static-graph columns live together and are sampled in turn at each batch size; a
-    # torch.compile column resets Dynamo when it is built, so those are built and timed one
-    # after another (the record names the columns that were interleaved)
     together = [n for n in variants if n not in COMPILED]
     built = {n: build(n) for n in together}
     try:
         for i, b in enumerate(sizes):
-            fns = {n: r.prepare(b, *_inputs(small if n in SMALL_CACHE else model, b, context))
+            fns = {n: r.prepare(b, *step_inputs(small if n in SMALL_CACHE else model, b,
+                                                context=context))
                    for n, (r, rs) in built.items() if r is not None and b in rs}
             try:
                 got = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
             except Exception as exc:
                 for n in fns:
-                    info[n] = {"sizes": built[n][1], "error": f"{type(exc).__name__}: {exc}"[:2000]}
+                    info[n] = {"sizes": built[n][1], "error": _error(exc)}
                     built[n][0].release()
                     built[n] = (None, built[n][1])
                 continue
             for n, st in got.items():
-                times[n][i] = _stats(st)
+                times[n][i] = st.to_dict()
     finally:
         for n, (r, rs) in built.items():
             finish(n, r, rs)
@@ -424,11 +364,11 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
             if runner is not None:
                 for i, b in enumerate(sizes):
                     if b in run_sizes:
-                        fn = runner.prepare(b, *_inputs(vmodel, b, context))
-                        times[name][i] = _stats(time_cuda(fn, warmup=5, repeats=repeats,
-                                                          inner=inner))
+                        fn = runner.prepare(b, *step_inputs(vmodel, b, context=context))
+                        times[name][i] = time_cuda(fn, warmup=5, repeats=repeats,
+                                                   inner=inner).to_dict()
         except Exception as exc:
-            info[name] = {"sizes": run_sizes, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            info[name] = {"sizes": run_sizes, "error": _error(exc)}
         finally:
             finish(name, runner, run_sizes)
     out = {
@@ -443,12 +383,9 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
     return out
 
 
-# ---------------------------------------------------------------------------------- multi-step
-
-
 def _prefilled(model: TinyGPT, b: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """Prefill ``b`` random prompts into slots ``0..b-1``; the first new tokens, the
-    positions they sit at, the slots."""
+    """Prefill ``b`` random prompts into slots ``0..b-1``; (first new tokens, their
+    positions, the slots)."""
     prompts = random_prompts(model, b, seed)
     dev = model.device
     first = [model.prefill(torch.tensor([p], device=dev), torch.tensor([i], device=dev))
@@ -460,39 +397,29 @@ def _prefilled(model: TinyGPT, b: int, seed: int = 0) -> tuple[torch.Tensor, ...
 def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                       n_steps: int = 8, max_seq: int = 256, dtype: str = "bfloat16",
                       repeats: int = 20) -> dict:
-    """Record ``multistep_<preset>``: µs per decode step (per token of each row) when
-    ``n_steps`` steps run as
-
-    * ``host_sync``: one-step graph, the new tokens read to the host and sent back each step;
-    * ``one_step_graphs``: one-step graph replayed ``n_steps`` times, the argmax fed back on
-      the device (one copy kernel between replays, no host);
-    * ``multistep``: one graph of ``n_steps`` steps, argmax fed back inside it.
-
-    Checks before timing: the ``n_steps``-step graph's tokens equal ``n_steps`` eager steps.
-    Also records what this PyTorch offers of conditional nodes
-    (:func:`labkit.roofline.conditional.conditional_support`,
-    :func:`labkit.roofline.conditional.if_node_demo`).
-    """
+    """Record ``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as
+    ``host_sync`` (one-step graph, tokens through the host each step), ``one_step_graphs``
+    (the argmax fed back on the device between replays) or ``multistep`` (one graph of
+    ``n_steps`` steps), after checking the multi-step graph's tokens against eager steps; and
+    what this PyTorch offers of conditional nodes (:mod:`labkit.roofline.conditional`)."""
     sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes")))
     n_steps = as_int(n_steps, "n_steps", minimum=2, maximum=max_seq // 2,
                      fix="compare at least 2 steps per graph, at most max_seq // 2")
     _need_cuda("measure_multistep")
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
     times: dict[str, list] = {"host_sync": [], "one_step_graphs": [], "multistep": []}
-    checks: dict[str, bool] = {}
     pool = torch.cuda.graph_pool_handle()
     equal = []
     for b in sizes:
         same, stats = _time_multistep(model, b, n_steps, pool, repeats)  # its graphs die here
         equal.append(same)
         for name, st in stats.items():
-            times[name].append(_stats(st.per(n_steps)))
+            times[name].append(st.per(n_steps).to_dict())
         _free()
-    checks["multistep_tokens_equal_single_steps"] = all(equal)
+    checks = {"multistep_tokens_equal_single_steps": all(equal)}
     out = {"preset": preset_name, "dtype": dtype, "batch_sizes": sizes, "n_steps": n_steps,
            "times": times, "checks": checks, "interleaved": True,
-           "tokens_per_s": {m: [records.tokens_per_s(b, st["median"]) for b, st in
-                                zip(sizes, ts)] for m, ts in times.items()},
+           "tokens_per_s": tokens_per_s_of(sizes, times),
            "conditional": {**conditional_support(), "if_node_demo": if_node_demo_isolated()}}
     model = None
     _free()
@@ -501,8 +428,8 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
 def _time_multistep(model: TinyGPT, b: int, n_steps: int, pool: Any,
                     repeats: int) -> tuple[bool, dict[str, Stats]]:
-    """For :func:`measure_multistep`, batch size ``b``: whether the ``n_steps``-step graph's
-    tokens equal ``n_steps`` eager steps, and the three ways' times for ``n_steps`` steps."""
+    """At batch size ``b``: whether the ``n_steps``-step graph's tokens equal eager steps, and
+    the three ways' times for ``n_steps`` steps."""
     one = capture_multistep(model, b, 1, pool=pool)
     many = capture_multistep(model, b, n_steps, pool=pool)
     t, p, s = _prefilled(model, b)
@@ -533,9 +460,8 @@ def _time_multistep(model: TinyGPT, b: int, n_steps: int, pool: Any,
 
 
 def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
-    """:func:`labkit.roofline.conditional.if_node_demo` in a fresh Python process, so that a
-    CUDA error it might leave behind cannot touch this process; the failure is reported, not
-    raised."""
+    """:func:`labkit.roofline.conditional.if_node_demo` in a fresh Python process (a CUDA error
+    it leaves cannot touch this one); a failure is reported, not raised."""
     code = ("import json; from labkit.roofline.conditional import if_node_demo; "
             "print('IFNODE ' + json.dumps(if_node_demo()))")
     try:
@@ -551,17 +477,14 @@ def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
                      f"{proc.stderr.strip()[-1000:]}"}
 
 
-# ---------------------------------------------------------------------------------- entry point
-
 #: the records :func:`record_all` writes, in order (the longest, with two gpt2 compiles, last)
 RECORDS = ("roofline_small", "multistep_small", "multistep_gpt2", "roofline_gpt2")
 
 
 def record_all(out_dir: str | os.PathLike[str], names: Sequence[str] = RECORDS) -> dict[str, str]:
-    """Measure every notebook-12 record with its default parameters
-    (:data:`labkit.measure.records.DEFAULTS`), each in a fresh Python process (CUDA Graph
-    Trees and hand-made graphs never share one; a crash in one cannot poison the next), and
-    save them as ``<out_dir>/results/<name>.json``. Returns name -> ``"ok"`` or the failure."""
+    """Measure every notebook-12 record with its default parameters, each in a fresh Python
+    process (CUDA Graph Trees and hand-made graphs never share one), saved as
+    ``<out_dir>/results/<name>.json``; returns name -> ``"ok"`` or the failure."""
     out_dir = Path(out_dir)
     unknown = [n for n in names if n not in RECORDS]
     if unknown:

@@ -1,16 +1,11 @@
 """Serve a request trace on the tiny GPT and return the data of a ``serve_<name>`` record.
 
-* :func:`measure_serving` builds the model and the step function (:mod:`labkit.serving.loop`) once,
-  runs the trace through the continuous-batching engine on a real or simulated clock, and
-  returns every request's token times, every decode step, the metrics of
-  :func:`labkit.measure.serving_metrics.run_metrics` and the step series in windows.
-* :func:`measure_interleaved` serves one trace in several *arms* (step modes, circuit breaker
-  off and on) in one process, their runs alternating, so that two arms can be compared: the
-  data of a ``serve_<name>_ab`` record with ``interleaved: True`` and every arm's runs.
-
-Both discard ``warmup_runs`` whole runs first (the first run after capture is cold: lazy CUDA,
-cuBLAS and allocator set-up) and, on CUDA, time each decode step on the GPU with CUDA events
-(:class:`GpuBusy`): every run's metrics then hold ``gpu_busy_s`` and ``gpu_busy_share``.
+:func:`measure_serving` runs the trace through the continuous-batching engine
+(:mod:`labkit.serving.loop`) on a real or simulated clock: every request's token times, every
+step, the metrics (:func:`labkit.measure.serving_metrics.run_metrics`) and windows.
+:func:`measure_interleaved` serves one trace in several alternating *arms* (a
+``serve_<name>_ab`` record). Both discard warm-up runs first (the first run after capture is
+cold) and on CUDA time each decode step with CUDA events (:class:`GpuBusy`).
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ CLOCKS: tuple[str, ...] = ("real", "sim")
 def check_serving(preset_name: str, mode: str, *, clock: str = "real", dtype: str = "float32",
                   max_batch: int = 16, kv_layout: str = "slot", num_blocks: int | None = None,
                   breaker: dict | None = None) -> GPTConfig:
-    """Check the settings of :func:`measure_serving` before anything runs (a bad one raises
-    naming it); returns the model's configuration."""
+    """Check the settings of :func:`measure_serving` before anything runs; the model's config."""
     if mode not in STEP_MODES:
         raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
     if clock not in CLOCKS:
@@ -53,10 +47,8 @@ def check_serving(preset_name: str, mode: str, *, clock: str = "real", dtype: st
 
 
 class GpuBusy:
-    """A step function whose calls are timed on the GPU: a CUDA event is recorded before and
-    after each decode step on the current stream (on a CPU model it times nothing). The span
-    between the two is the GPU time of the step, gaps between an eager step's kernels
-    included. ``decide`` is the wrapped step function's (the engine asks it how a batch runs)."""
+    """A step function whose calls are timed on the GPU: CUDA events before and after each
+    step on the current stream (nothing on a CPU model); ``decide`` is the wrapped one's."""
 
     def __init__(self, fn: Callable, device: torch.device | str) -> None:
         self.fn, self.cuda = fn, torch.device(device).type == "cuda"
@@ -85,6 +77,7 @@ class GpuBusy:
 
 
 def _load(trace: Any, max_requests: int | None) -> list[TraceRequest]:
+    """The trace's requests (the first ``max_requests``)."""
     reqs = list(trace) if isinstance(trace, (list, tuple)) else load_request_trace(trace)
     if max_requests is not None:
         reqs = reqs[:as_int(max_requests, "max_requests", minimum=1,
@@ -140,20 +133,16 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                     breaker: dict | None = None, repeats: int = 1, warmup_requests: int = 0,
                     warmup_runs: int | None = None, keep_timeline: bool = True,
                     progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run ``trace`` (a name in ``data/traces``, a CSV path or a list of
-    :class:`TraceRequest`) in step ``mode`` (:data:`labkit.serving.loop.STEP_MODES`) and return the
-    data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per decode step
-    (prefill free): a reproducible schedule; ``'real'`` measures. ``breaker`` (``window``,
-    ``threshold``, ``cooldown_s``) wraps the step function in a :class:`CircuitBreaker`.
+    """Run ``trace`` (a name in ``data/traces``, a CSV path or requests) in step ``mode`` and
+    return the data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per
+    decode step (reproducible); ``'real'`` measures. ``breaker`` wraps the step function in a
+    :class:`CircuitBreaker`.
 
-    The model is built and the graphs captured once; ``warmup_requests`` first requests are
-    served once unrecorded, then ``warmup_runs`` whole runs of the trace are served and
-    discarded (default: one when ``repeats > 1``, none for a single run), then the trace is
-    served ``repeats`` times. The record keeps the first recorded run's requests and steps,
-    every run's metrics in ``repeats`` and their spread (min, median, max) in ``spread``.
-    ``keep_timeline=False`` leaves the per-token and per-step lists out (``requests`` and
-    ``steps`` empty; a small reference file) and keeps each request's TTFT, TPOT and E2EL in
-    ``per_request`` (ms) besides the metrics and the windows."""
+    The graphs are captured once; ``warmup_requests`` requests and ``warmup_runs`` whole runs
+    (default: one when ``repeats > 1``) are served and discarded, then the trace ``repeats``
+    times: the first run's requests and steps, every run's metrics and their ``spread``.
+    ``keep_timeline=False`` keeps each request's TTFT, TPOT, E2EL (``per_request``, ms)
+    instead of the per-token and per-step lists."""
     cfg = check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
                         kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
     repeats, warm, warmup_requests = _warm_counts(repeats, warmup_runs, warmup_requests)
@@ -169,19 +158,30 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                                breaker=breaker, progress=progress if k == warm else None))
     finally:
         _release({0: step})
-    data, first, trips = runs[warm]
-    every = [m for _, m, _ in runs[warm:]]
+    data = runs[warm][0]
     if clock == "real":  # microseconds are plenty; keeps a record file small
         data = round_times(data)
-    trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
-    out = {"mode": mode, "trace": str(trace_name), "clock": clock, "preset": preset_name,
-           "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
-           "kv_layout": kv_layout, "seed": seed, "breaker": breaker,
+    out = {"mode": mode, **_header(trace, clock, preset_name, model, dtype, max_batch, seed),
+           "kv_layout": kv_layout, "breaker": breaker,
            "capture_sizes": None if capture_sizes is None else list(capture_sizes), **data,
-           "metrics": first, "windows": step_windows(data["steps"], window_s),
-           "breaker_trips_s": trips, "repeats": every, "spread": spread(every),
-           "warmup_runs": warm}
+           **_summary(runs[warm:], window_s), "warmup_runs": warm}
     return out if keep_timeline else drop_timeline(out)
+
+
+def _header(trace: Any, clock: str, preset_name: str, model: TinyGPT, dtype: str,
+            max_batch: int, seed: int) -> dict[str, Any]:
+    """The settings every serve record starts with."""
+    name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
+    return {"trace": str(name), "clock": clock, "preset": preset_name,
+            "device": str(model.device), "dtype": dtype, "max_batch": max_batch, "seed": seed}
+
+
+def _summary(runs: Sequence[tuple[dict, dict, list[float]]], window_s: float) -> dict[str, Any]:
+    """The first run's metrics, windows and breaker trips; every run's metrics and spread."""
+    data, first, trips = runs[0]
+    every = [m for _, m, _ in runs]
+    return {"metrics": first, "windows": step_windows(data["steps"], window_s),
+            "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
 
 
 def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str] | Sequence[
@@ -193,18 +193,12 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
                         window_s: float = 1.0, repeats: int = 3, warmup_requests: int = 0,
                         warmup_runs: int = 1) -> dict[str, Any]:
     """Serve ``trace`` in every arm of ``arms`` (label -> ``{"mode", "capture_sizes",
-    "breaker"}``; default eager vs ``full``) in one process and return the data of a
-    ``serve_<name>_ab`` record.
-
-    The model is built once and each distinct (mode, capture sizes) captured once, shared by
-    the arms that use it (breaker off and on replay the same graphs). Every arm first serves
-    ``warmup_requests`` requests and ``warmup_runs`` whole runs, discarded; then come
-    ``repeats`` rounds in which every arm serves the trace once, the order reversed every
-    other round (A B, B A, A B, ...), so that a drift of the host or the GPU clock hits every
-    arm alike. The record holds ``interleaved: True``, ``order`` (the arms of each round) and
-    per arm its settings, its first recorded run's metrics and windows, every run's metrics
-    in ``repeats`` and their ``spread``; its top-level fields are the first arm's, so it
-    reads as any serve record (without the timeline)."""
+    "breaker"}``; default eager vs ``full``) in one process: the data of a ``serve_<name>_ab``
+    record. Each distinct (mode, capture sizes) is captured once and shared; after the
+    warm-up, ``repeats`` rounds serve every arm once, the order reversed every other round
+    (A B, B A, ...) so a drift hits every arm alike. Per arm: settings, first run's metrics
+    and windows, every run's metrics and ``spread``; the top-level fields are the first
+    arm's."""
     arms = dict(arms or {"eager": {"mode": "eager"}, "full": {"mode": "full"}})
     if len(arms) < 2:
         raise ValueError(f"arms: give at least two arms to interleave, got {list(arms)}")
@@ -245,26 +239,18 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
         _release(steps)
     out_arms = {}
     for label, arm in arms.items():
-        data, first, trips = runs[label][0]
-        every = [m for _, m, _ in runs[label]]
         sizes = arm.get("capture_sizes")
         out_arms[label] = {"mode": arm["mode"], "breaker": arm.get("breaker"),
                            "capture_sizes": None if sizes is None else list(sizes),
-                           "metrics": first, "windows": step_windows(data["steps"], window_s),
-                           "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
-    a = out_arms[labels[0]]
-    trace_name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
-    return {"trace": str(trace_name), "clock": clock, "preset": preset_name,
-            "device": str(model.device), "dtype": dtype, "max_batch": max_batch,
-            "kv_layout": "slot", "seed": seed, **a, "requests": [], "steps": [],
+                           **_summary(runs[label], window_s)}
+    return {**_header(trace, clock, preset_name, model, dtype, max_batch, seed),
+            "kv_layout": "slot", **out_arms[labels[0]], "requests": [], "steps": [],
             "interleaved": True, "warmup_runs": warm, "order": order, "arms": out_arms}
 
 
 def drop_timeline(data: dict[str, Any]) -> dict[str, Any]:
-    """A serve record's data without its per-token and per-step lists (``requests`` and
-    ``steps`` emptied; each request's TTFT, TPOT and E2EL kept in ``per_request``, ms): what
-    ``keep_timeline=False`` stores. The metrics, windows and repeats were computed from the
-    full lists and stay as they are. Returns a new dict; ``data`` is not changed."""
+    """A new copy of a serve record's data with ``requests`` and ``steps`` emptied and each
+    request's TTFT, TPOT and E2EL kept in ``per_request`` (ms): ``keep_timeline=False``."""
     if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
         raise ValueError("drop_timeline needs the data of a serve record (a dict with a "
                          "'requests' list); load the file with labkit.measure.results.load_result")
@@ -277,8 +263,8 @@ def drop_timeline(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def per_request_ms(requests: Sequence[dict], digits: int = 3) -> dict[str, list[float | None]]:
-    """Each request's ``ttft``, ``tpot`` (``None`` for a one-token request) and ``e2el`` in
-    milliseconds, in trace order (requests without a token are left out)."""
+    """Each request's ``ttft``, ``tpot`` (``None`` for one token) and ``e2el`` in ms, in trace
+    order (requests without a token left out)."""
     out: dict[str, list[float | None]] = {"ttft": [], "tpot": [], "e2el": []}
     for r in requests:
         times, a = r["token_times_s"], r["arrival_s"]

@@ -1,12 +1,8 @@
 """The latency–load curve: the same kind of trace served at several request rates, per step mode.
 
-:func:`measure_load_curve` builds the model and each mode's step function once (graphs are
-captured once per mode), then serves one SYNTHETIC Poisson trace per request rate
-(:func:`labkit.serving.traces.request_trace`, the length distribution of the shipped
-``synthetic_requests_poisson`` trace) and keeps each run's metrics
-(:func:`labkit.measure.serving_metrics.run_metrics`): the data of a ``serving_load_<preset>``
-record. As the rate rises past what a mode can serve, its queue grows and TTFT climbs; its
-request throughput levels off at its capacity.
+:func:`measure_load_curve` captures each mode's graphs once, then serves one SYNTHETIC Poisson
+trace per rate (the length distribution of ``synthetic_requests_poisson``) and keeps each run's
+metrics: the data of a ``serving_load_<preset>`` record.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from labkit.checks import as_int
-from labkit.measure.serve import check_serving
+from labkit.measure.serve import _release, _warm_up, check_serving
 from labkit.measure.serving_metrics import run_metrics
 from labkit.model import build_model
 from labkit.serving.loop import RealClock, ServingEngine, SimClock, StepMode, make_step_fn
@@ -54,12 +50,11 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("
                        trace_seed: int = 7, clock: str = "real", decode_ms: float = 10.0,
                        warmup_requests: int = 8, warmup_runs: int = 1,
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Serve ``n_requests`` SYNTHETIC Poisson requests at each of ``rates`` (req/s) in each
-    step mode of ``modes`` and return the data of a ``serving_load_<preset>`` record:
-    ``points`` = one ``{"mode", "rate", "metrics"}`` per (mode, rate). The trace of a rate is
-    the same for every mode (``trace_seed``). Each mode first serves ``warmup_requests``
-    requests and ``warmup_runs`` whole runs of the lowest rate's trace, discarded (the first
-    run after capture is cold). ``progress(label)`` is called before each run."""
+    """Serve ``n_requests`` SYNTHETIC Poisson requests at each of ``rates`` (req/s) in each of
+    ``modes``: the data of a ``serving_load_<preset>`` record, one ``{"mode", "rate",
+    "metrics"}`` point per pair (the same trace per rate for every mode). Each mode first
+    serves ``warmup_requests`` requests and ``warmup_runs`` runs of the lowest rate's trace,
+    discarded; ``progress(label)`` is called before each run."""
     modes = list(modes) if isinstance(modes, (list, tuple)) else []
     if not modes or len(set(modes)) != len(modes):
         raise ValueError("modes must be a non-empty list of distinct step modes, e.g. "
@@ -80,10 +75,7 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("
     for mode in modes:
         step = make_step_fn(model, mode, capture_sizes)
         try:
-            if warmup_requests:
-                warm = [TraceRequest(0.0, r.prompt_len, r.output_len)
-                        for r in traces[rates[0]][:warmup_requests]]
-                ServingEngine(model, step, clock=SimClock(0.0), seed=seed).run(warm)
+            _warm_up(model, step, traces[rates[0]], warmup_requests, seed)
             for _ in range(warmup_runs):
                 clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
                 ServingEngine(model, step, clock=clk, seed=seed).run(traces[rates[0]])
@@ -96,9 +88,7 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("
                 points.append({"mode": mode, "rate": rate,
                                "metrics": run_metrics(data["requests"], data["steps"])})
         finally:
-            release = getattr(step, "release", None)
-            if callable(release):
-                release()
+            _release({0: step})
     return {"preset": preset_name, "modes": modes, "rates": rates, "n_requests": n_requests,
             "clock": clock, "device": str(model.device), "dtype": dtype,
             "max_batch": max_batch,

@@ -1,16 +1,9 @@
 """Measure one serving reference record with its default parameters.
 
-The serving records (:data:`labkit.measure.records.SERVE_RECORDS`) are measured by
-:func:`labkit.measure.serve.measure_serving` or
-:func:`labkit.measure.serve_load.measure_load_curve` with the parameters in
-:data:`labkit.measure.records.DEFAULTS`; notebook 13 (GPU tier) and ``labkit serve --record``
-both go through :func:`measure_record`, so a record's ``params`` are always its defaults.
-
-:data:`INTERLEAVED` holds the interleaved records (:func:`labkit.measure.serve.
-measure_interleaved`: arms served alternately in one process, after a discarded warm-up run),
-with their parameters, until they join ``DEFAULTS`` and ``SERVE_RECORDS``:
-``serve_graphs_ab`` (eager vs padded full graphs on the Poisson trace) and
-``serve_breaker_ab`` (the bursty trace with graph misses, circuit breaker off vs on).
+Notebook 13 and ``labkit serve --record`` both go through :func:`measure_record`, so a record's
+``params`` are its defaults (:data:`labkit.measure.records.DEFAULTS`). :data:`INTERLEAVED`
+holds the parameters of the interleaved records (``serve_graphs_ab``: eager vs full graphs;
+``serve_breaker_ab``: the bursty trace, circuit breaker off vs on).
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ INTERLEAVED: dict[str, tuple[str, dict]] = {
 
 
 def record_params(name: str) -> dict:
-    """The default parameters of serving record ``name`` (a fresh copy); an unknown name
-    raises listing the serving records."""
+    """The default parameters of serving record ``name`` (a fresh copy)."""
     if name in records.SERVE_RECORDS:
         return records.default_params(name)
     if name in INTERLEAVED:
@@ -57,8 +49,7 @@ def record_params(name: str) -> dict:
 
 
 def measure_record(name: str) -> dict:
-    """Measure serving record ``name`` with its default parameters and return its data
-    (needs a GPU for the real clock to mean anything)."""
+    """Measure serving record ``name`` with its default parameters; its data."""
     params = record_params(name)
     func = (records.DEFAULTS[name] if name in records.SERVE_RECORDS else INTERLEAVED[name])[0]
     return MEASURES[func](**records.measure_kwargs(params))

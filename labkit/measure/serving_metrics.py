@@ -8,14 +8,11 @@ arrival time ``a``, token times ``t_0 .. t_{n-1}`` (seconds from the start of th
   for requests with ``n > 1``;
 * ITL (inter-token latency) = every gap ``t_k - t_{k-1}``, pooled over all requests;
 * E2EL (end-to-end latency) = ``t_{n-1} - a``;
-* output throughput = output tokens / duration, request throughput = requests / duration,
-  with duration = the time of the last token (the run starts at 0).
+* output (request) throughput = output tokens (requests) / the time of the last token.
 
-Each latency is summarised by mean, median, P90 and P99 in milliseconds (NumPy's linear
-percentiles, as vLLM). Step-level series (graph hit rate, padded-row waste, eager fallbacks)
-are cut into windows of simulated or wall time; :func:`gpu_busy` sums the decode steps' GPU
-time (CUDA events around each step) into the share of the run the GPU was busy. Pure
-functions of the run's data (``ServeRun.to_data()`` or a ``serve_<name>`` record's ``data``).
+Each latency is summarised by mean, median, P90 and P99 in ms (NumPy's linear percentiles, as
+vLLM); step series are cut into windows; :func:`gpu_busy` sums the steps' GPU time. Pure
+functions of a run's data.
 """
 
 from __future__ import annotations
@@ -27,15 +24,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["summarize", "latencies", "request_metrics", "step_windows", "run_metrics",
-           "gpu_busy"]
-
 PERCENTILES = (50, 90, 99)
 
 
 def summarize(values_s: Sequence[float]) -> dict[str, float | None]:
-    """``mean``, ``median``, ``p90``, ``p99`` of ``values_s`` (seconds) in milliseconds;
-    every entry ``None`` for no values."""
+    """``mean``, ``median``, ``p90``, ``p99`` of ``values_s`` (seconds) in ms (``None`` if
+    empty)."""
     if len(values_s) == 0:
         return {"mean": None, "median": None, "p90": None, "p99": None}
     ms = np.asarray(values_s, dtype=float) * 1e3
@@ -48,9 +42,8 @@ def _get(r: Any, key: str) -> Any:
 
 
 def latencies(requests: Sequence[Any]) -> dict[str, list[float]]:
-    """Per-request TTFT, TPOT, E2EL and the pooled ITL gaps, in seconds. A request is a
-    mapping or object with ``arrival_s`` and ``token_times_s``; unfinished ones (no token)
-    are left out."""
+    """Per-request TTFT, TPOT, E2EL and the pooled ITL gaps (s) of requests with
+    ``arrival_s`` and ``token_times_s`` (those without a token left out)."""
     out: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "e2el": []}
     for i, r in enumerate(requests):
         a, times = float(_get(r, "arrival_s")), [float(t) for t in _get(r, "token_times_s")]
@@ -68,9 +61,8 @@ def latencies(requests: Sequence[Any]) -> dict[str, list[float]]:
 
 
 def request_metrics(requests: Sequence[Any]) -> dict[str, Any]:
-    """vLLM's request-level metrics: ``completed``, ``total_output``, ``duration_s``,
-    ``request_throughput`` (req/s), ``output_throughput`` (tok/s) and ``ttft_ms``,
-    ``tpot_ms``, ``itl_ms``, ``e2el_ms`` summaries (:func:`summarize`)."""
+    """vLLM's request-level metrics: counts, ``duration_s``, throughputs and the ``ttft_ms``,
+    ``tpot_ms``, ``itl_ms``, ``e2el_ms`` summaries."""
     lat = latencies(requests)
     done = [r for r in requests if len(_get(r, "token_times_s"))]
     total = sum(len(_get(r, "token_times_s")) for r in done)
@@ -82,10 +74,9 @@ def request_metrics(requests: Sequence[Any]) -> dict[str, Any]:
 
 
 def step_windows(steps: Sequence[Any], window_s: float) -> list[dict[str, Any]]:
-    """Step series cut into windows of ``window_s`` seconds by each step's start time:
-    per window ``start_s``, ``steps``, ``graph_hit_rate`` (share of steps a graph served),
-    ``padded_waste`` (padded rows / rows computed), ``eager_fallbacks`` (steps run eager),
-    ``mean_batch``. Empty windows are left out."""
+    """Steps cut into windows of ``window_s`` seconds (by start time): per non-empty window
+    ``start_s``, ``steps``, ``graph_hit_rate``, ``padded_waste`` (padded rows / rows
+    computed), ``eager_fallbacks``, ``mean_batch``."""
     if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) \
             or not math.isfinite(window_s) or window_s <= 0:
         raise ValueError(f"window_s must be a positive number of seconds, got {window_s!r}")
@@ -117,10 +108,9 @@ def run_metrics(requests: Sequence[Any], steps: Sequence[Any]) -> dict[str, Any]
 
 
 def gpu_busy(step_ms: Sequence[float] | None, duration_s: float) -> dict[str, Any]:
-    """From each decode step's GPU time in ms (CUDA events before and after the step; ``None``
-    when it was not timed, on a CPU model): ``gpu_busy_s`` (their sum), ``gpu_busy_share``
-    (of ``duration_s``, the run's wall time; prefills are not timed, so it counts the decode
-    steps only) and ``gpu_step_ms`` (:func:`summarize` of the steps). ``{}`` when not timed."""
+    """From each decode step's GPU time in ms (``None``: not timed, then ``{}``):
+    ``gpu_busy_s``, ``gpu_busy_share`` of the run's ``duration_s`` (decode steps only) and
+    ``gpu_step_ms``."""
     if step_ms is None:
         return {}
     busy = float(sum(step_ms)) / 1e3

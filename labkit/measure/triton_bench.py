@@ -1,27 +1,15 @@
 """Record ``triton_<preset>``: the Triton decode step beside the readable FULL graph and the
-PyTorch fused step's graph, on a GPU (the measurement behind notebook 12's Triton column).
+PyTorch fused step's graph, on a GPU (notebook 12's Triton column).
 
-Correct before fast, in this order, per preset:
-
-1. float32 on the GPU: greedy tokens of the Triton step equal the readable step's (prompts of
-   different lengths, at the smallest and the largest batch size; and once in the paged
-   layout), checks ``triton_tokens_equal_readable_float32`` and ``..._paged``;
-2. bf16: the agreement of the Triton step with the readable one (share of equal greedy tokens,
-   largest logit difference of one step: :func:`labkit.fused.agreement`);
-3. bf16, one FULL graph set per step (readable, fused, triton; one graph per batch size):
-   graph tokens equal eager tokens of the same step, checks ``graph_tokens_equal_eager.*``;
-4. the three graphs replayed *interleaved* per batch size (:func:`labkit.timing.
-   time_cuda_interleaved`: a GPU clock change reaches all three alike), every row attending
-   to ``context`` positions, so the bandwidth floor of the step is defined
-   (:func:`labkit.roofline.stepcost.step_bytes` at the copy bandwidth measured first);
-5. after all timings (a profiler session was seen to slow the host for the rest of a
-   process): the GPU operations of one eager step by kernel name with their summed GPU time
-   (:func:`labkit.measure.opcount.gpu_op_profile`), and the GPU operations one replay runs
-   (:func:`labkit.measure.roofline.profile_call`); the Triton step's count is checked
-   against its plan (``5 L + 1``, :mod:`labkit.roofline.kernel_plan`).
-
-:func:`record_triton` saves ``triton_small`` and ``triton_gpt2`` with provenance into a run
-folder: the GPU entry point (``python -m labkit.measure.triton_bench RUN_DIR``).
+Correct before fast, per preset: float32 greedy tokens of the Triton step equal the readable
+step's (slot layout, and once paged); the bf16 agreement (:func:`labkit.fused.agreement`); one
+FULL graph set per step whose tokens equal its eager tokens; then the three graphs replayed in
+turn per batch size, every row attending to ``context`` positions (the floor:
+:func:`labkit.roofline.stepcost.step_bytes` at the copy bandwidth measured first); last (a
+profiler session slows later launches) each step's GPU operations by kernel name and per
+replay, the Triton count checked against its plan (:mod:`labkit.roofline.kernel_plan`).
+:func:`record_triton` saves ``triton_small`` and ``triton_gpt2`` into a run folder
+(``python -m labkit.measure.triton_bench RUN_DIR``).
 """
 
 from __future__ import annotations
@@ -33,15 +21,15 @@ from pathlib import Path
 import torch
 
 from labkit import kernels
-from labkit.checks import as_int, as_size_list
+from labkit.checks import as_int
 from labkit.fused import agreement, make_fused_step
 from labkit.graphs import GraphSet, capture_decode_graphs
 from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_totals
-from labkit.measure.bench import _free, _need_cuda, _stats, make_model, random_prompts
-from labkit.measure.opcount import gpu_op_profile
+from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
+from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
+from labkit.measure.opcount import gpu_op_profile, profile_call
 from labkit.measure.results import save_result
-from labkit.measure.roofline import _inputs, copy_bandwidth, profile_call
-from labkit.model import TinyGPT, generate
+from labkit.measure.roofline import copy_bandwidth, graph_step
 from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.timing import time_cuda_interleaved
 from labkit.kernels.step import make_triton_step
@@ -54,9 +42,8 @@ DEFAULT_PARAMS = {"batch_sizes": [1, 8, 64], "dtype": "bfloat16", "context": 128
 
 
 def derived(times: Mapping[str, Sequence[Mapping]], floors: Sequence[float]) -> dict:
-    """Plain ratios of the medians: ``x_floor[step][i]`` (median / floor at batch size
-    ``i``), ``speedup_vs_fused[i]`` and ``speedup_vs_readable[i]`` (their median over the
-    Triton step's: above 1 = the Triton graph is the faster)."""
+    """Ratios of the medians: ``x_floor[step][i]`` (median / floor), ``speedup_vs_fused[i]``
+    and ``speedup_vs_readable[i]`` (above 1: the Triton graph is the faster)."""
     med = {s: [float(t["median"]) for t in ts] for s, ts in times.items()}
     return {"x_floor": {s: [round(m / f, 3) for m, f in zip(ms, floors)]
                         for s, ms in med.items()},
@@ -74,25 +61,10 @@ def _need_compiled() -> None:
                            "host; run in a process without TRITON_INTERPRET")
 
 
-def _graph_step(gs: GraphSet) -> Callable[..., torch.Tensor]:
-    """``(tokens, positions, slots) -> logits`` through the graph of the batch's size."""
-    def step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        b = gs.copy_inputs(t, p, s)
-        return gs.replay(b)[:b].clone()
-    return step
-
-
-def _tokens_equal(model: TinyGPT, sizes: Sequence[int], new_tokens: int, **kw) -> bool:
-    """Triton greedy tokens equal readable ones for ``model`` at every size in ``sizes``."""
-    step = make_triton_step(model, **kw)
-    return all(agreement(model, random_prompts(model, b, seed=b), new_tokens,
-                         step=step).fraction == 1.0 for b in sizes)
-
-
 def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int,
                    max_seq: int) -> dict[str, bool]:
-    """Float32 on the GPU: the Triton step's greedy tokens equal the readable step's, slot
-    layout at the smallest and largest size, paged layout at the smallest."""
+    """Float32: Triton greedy tokens equal readable ones (slot layout at the smallest and
+    largest size, paged at the smallest)."""
     sizes = sorted({batch_sizes[0], batch_sizes[-1]})
     out = {}
     for layout, key, at in (("slot", "triton_tokens_equal_readable_float32", sizes),
@@ -101,7 +73,7 @@ def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int
         model = make_model(preset_name, max_batch=max(batch_sizes), dtype="float32",
                            max_seq=max_seq, kv_layout=layout)
         try:
-            out[key] = _tokens_equal(model, at, new_tokens)
+            out[key] = tokens_equal_readable(model, make_triton_step(model), at, new_tokens)
         finally:
             model = None
             _free()
@@ -111,15 +83,8 @@ def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int
 def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
                    dtype: str = "bfloat16", context: int = 128, max_seq: int = 256,
                    repeats: int = 30, inner: int = 10, new_tokens: int = 8) -> dict:
-    """Record ``triton_<preset>`` (see the module docstring): per batch size, interleaved
-    replay times of the readable, fused and Triton graphs, the floor, kernels per step,
-    bf16 agreement, checks."""
-    sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes",
-                                    fix="give batch sizes such as [1, 8, 64]")))
-    repeats = as_int(repeats, "repeats", minimum=1, fix="time at least one sample")
-    inner = as_int(inner, "inner", minimum=1, fix="replay at least once per sample")
-    new_tokens = as_int(new_tokens, "new_tokens", minimum=2,
-                        fix="decode at least 2 new tokens")
+    """Record ``triton_<preset>`` (see the module docstring)."""
+    sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner, new_tokens)
     max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give the cache's positions per slot")
     context = as_int(context, "context", minimum=1, maximum=max_seq,
                      fix=f"give the positions each row attends to, at most max_seq={max_seq}")
@@ -141,20 +106,18 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
             graphs[name] = capture_decode_graphs(model, sizes, step=eager[name],
                                                  progress=False)
             checks[f"graph_tokens_equal_eager.{name}"] = all(
-                generate(model, p, new_tokens, step_fn=eager[name])
-                == generate(model, p, new_tokens, step_fn=_graph_step(graphs[name]))
-                for p in (random_prompts(model, b, seed=b) for b in sizes))
+                same_tokens(model, eager[name], graph_step(graphs[name]), b, new_tokens)
+                for b in sizes)
         checks["graph_tokens_equal_eager"] = all(checks[f"graph_tokens_equal_eager.{s}"]
                                                  for s in STEPS)
         for b in sizes:
-            inputs = _inputs(model, b, context)
+            inputs = step_inputs(model, b, context=context)
             for gs in graphs.values():
                 gs.copy_inputs(*inputs)
             fns = {s: (lambda gs=graphs[s], b=b: gs.replay(b)) for s in STEPS}
             stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
             for s in STEPS:
-                times[s].append(_stats(stats[s]))
-        # profiled after every timing (see the module docstring)
+                times[s].append(stats[s].to_dict())
         count_batch = sizes[0]
         ops, op_us = {}, {}
         ops_total: dict[str, list[int]] = {s: [] for s in STEPS}
@@ -162,7 +125,7 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
         graph_ops: dict[str, list[int]] = {s: [] for s in STEPS}
         for s in STEPS:
             for b in sizes:
-                t, p, sl = _inputs(model, b, context)
+                t, p, sl = step_inputs(model, b, context=context)
                 step = eager[s]  # profiled in this iteration: the lambda needs no defaults
                 prof = gpu_op_profile(lambda: step(t, p, sl, check=False))
                 if b == count_batch:
@@ -211,9 +174,8 @@ def _versions() -> dict:
 
 def record_triton(run_dir: str | Path, presets: Sequence[str] = ("small", "gpt2"),
                   **overrides) -> list[Path]:
-    """Measure ``triton_<preset>`` for each preset with :data:`DEFAULT_PARAMS` (changed by
-    ``overrides``) and save them (with the environment) under ``run_dir/results``; returns
-    the files."""
+    """Measure and save ``triton_<preset>`` for each preset with :data:`DEFAULT_PARAMS`
+    (changed by ``overrides``) under ``run_dir/results``; returns the files."""
     _need_cuda("record_triton")
     paths = []
     for name in presets:

@@ -23,13 +23,9 @@ def _segment_of(ptr: int) -> dict | None:
 
 
 def kernel_pointer_args(graph: torch.cuda.CUDAGraph, ptrs: Sequence[int]) -> dict | None:
-    """Read the argument bytes of every kernel node of ``graph`` (captured with
-    ``keep_graph=True``) through the CUDA driver API and report which of ``ptrs`` appear there
-    as 8-byte values: the addresses the graph has baked in.
-
-    Needs the ``cuda-python`` bindings (``cuda.bindings.driver``) and a driver with
-    ``cuFuncGetParamInfo`` (CUDA 12.4+); returns ``None`` when they are missing.
-    """
+    """Which of ``ptrs`` appear as 8-byte values in the kernel arguments of ``graph``
+    (captured with ``keep_graph=True``), read through the CUDA driver API; ``None`` without
+    the ``cuda-python`` bindings or ``cuFuncGetParamInfo`` (CUDA 12.4+)."""
     try:
         import ctypes
 
@@ -76,16 +72,10 @@ def kernel_pointer_args(graph: torch.cuda.CUDAGraph, ptrs: Sequence[int]) -> dic
 
 
 def address_demo(device: str | torch.device = "cuda", replays: int = 5) -> dict:
-    """Where a captured graph reads and writes: absolute device virtual addresses.
-
-    Captures graph A and graph B into one shared pool, replays A several times with new
-    inputs copied in, and records ``data_ptr()`` of its static output each time (identical),
-    the allocator segment each pointer lies in (``data_ptr = segment base + offset``: a full
-    virtual address, not an offset into the pool), and, where the CUDA driver bindings are
-    installed, whether those exact 8-byte addresses sit in a graph's kernel arguments
-    (:func:`kernel_pointer_args`): the address is baked into the graph.
-    """
-
+    """Where a captured graph reads and writes: two graphs in one shared pool, A replayed
+    with new inputs; its output's ``data_ptr()`` each time (identical), the allocator segment
+    of each pointer (an absolute address, not a pool offset) and whether the addresses sit
+    in a graph's kernel arguments (:func:`kernel_pointer_args`)."""
     dev = _require_cuda(device)
     pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()

@@ -1,6 +1,5 @@
-"""The rules the pitfalls break and the helpers every demonstration shares: the CUDA check,
-the error text of an exception (paths cut), clean-up after a capture, a capture through
-labkit and a raw ``torch.cuda.graph`` capture, and the JSON-ready dict each pitfall returns."""
+"""The rules the pitfalls break and the helpers every demonstration shares (the CUDA check,
+error texts, clean-up, a labkit and a raw capture, the dict each pitfall returns)."""
 
 from __future__ import annotations
 
@@ -28,19 +27,20 @@ PITFALL_NAMES = ("host_sync", "dynamic_shape", "output_overwritten", "input_rebo
                  "autocast")
 
 
-def _require_cuda(device: str | torch.device) -> torch.device:
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
+def _require_cuda(device: str | torch.device, what: str = "this pitfall",
+                  record: str = "pitfalls", helper: str = "measure_or_reference") -> torch.device:
+    """``device`` as a CUDA device; no CUDA GPU raises naming the recorded reference."""
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
         raise RuntimeError(
-            "this pitfall is shown live on a CUDA GPU (torch.cuda.is_available() is "
-            f"{torch.cuda.is_available()}, device {device}); on CPU load the recorded "
-            "'pitfalls' reference instead (labkit.teach.notebook.measure_or_reference)")
-    return device
+            f"{what} needs a CUDA GPU (device {str(device)!r}, torch.cuda.is_available() is "
+            f"{torch.cuda.is_available()}): graph pools exist only on CUDA; on a CPU load the "
+            f"recorded {record!r} reference instead (labkit.teach.notebook.{helper})")
+    return dev
 
 
 def _err_text(exc: BaseException, limit: int = 1200) -> str:
-    """``Type: message`` of an exception and of the exceptions it was raised during (C++ stack
-    traces cut), innermost first."""
+    """``Type: message`` of an exception and those it was raised during (C++ traces cut)."""
     chain: list[BaseException] = []
     seen: set[int] = set()
     e: BaseException | None = exc
@@ -61,8 +61,7 @@ _PATH_RE = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-]+)+[/\\]([\w.\-]+\.pyi?)")
 
 
 def _strip_paths(text: str) -> str:
-    """Replace absolute file paths in error texts and tracebacks by the file's name, so a
-    record says ``demos.py`` and not where the package happened to be installed."""
+    """Absolute file paths in an error text replaced by the file's name."""
     return _PATH_RE.sub(r"\1", text)
 
 
@@ -83,9 +82,8 @@ def _device_ok(device: torch.device) -> bool:
 
 
 def labkit_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple[str, str | None]:
-    """Capture ``fn(*inputs)`` with labkit's :func:`labkit.graphs.capture_callable` and return
-    the :class:`~labkit.graphs.CaptureError` it raises as ``(message, class name)``, or
-    ``("no error (unexpected: the capture went through)", None)``; cleans up after."""
+    """``(message, class name)`` of the :class:`~labkit.graphs.CaptureError` a labkit
+    capture of ``fn(*inputs)`` raises (class ``None`` if none)."""
     try:
         capture_callable(fn, *inputs)
         error, err_class = "no error (unexpected: the capture went through)", None
@@ -96,8 +94,8 @@ def labkit_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple
 
 
 def raw_capture_error(fn: Callable[..., Any], *inputs: torch.Tensor) -> str | None:
-    """Capture ``fn(*inputs)`` with plain ``torch.cuda.graph`` (no labkit checks) and return the
-    error text PyTorch/CUDA give, or ``None`` when the capture went through."""
+    """The error text of a plain ``torch.cuda.graph`` capture of ``fn(*inputs)`` (``None``:
+    it went through)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # eager warm-up outside capture, as the docs say

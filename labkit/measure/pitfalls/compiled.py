@@ -8,11 +8,8 @@ from labkit.measure.pitfalls.common import RULES, _cleanup, _err_text, _require_
 
 
 def compiled_output_overwritten(device: str | torch.device = "cuda") -> dict:
-    """CUDA Graph Trees (``torch.compile(mode="reduce-overhead")``) and the same pitfall as
-    :func:`~labkit.measure.pitfalls.demos.pitfall_output_overwritten`: reading an output
-    after a later run of the compiled function. Tried twice: straight after compiling (the
-    trees' liveness check raises) and after a few warm-up calls (recorded: whether it raised,
-    or what the old output read)."""
+    """The output-overwritten pitfall under CUDA Graph Trees: an output read after a later
+    call, straight after compiling (the liveness check raises) and after warm-up calls."""
     dev = _require_cuda(device)
     import torch._dynamo
 

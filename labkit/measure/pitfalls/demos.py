@@ -1,6 +1,4 @@
-"""The six pitfalls (:data:`~labkit.measure.pitfalls.common.PITFALL_NAMES`), each broken on
-purpose on a CUDA device, recorded, then fixed and checked; each returns the dict of
-:func:`~labkit.measure.pitfalls.common._result`."""
+"""The six pitfalls, each broken on purpose on a CUDA device, recorded, fixed and checked."""
 
 from __future__ import annotations
 
@@ -13,9 +11,6 @@ from labkit.graphs import capture_callable
 from labkit.measure.pitfalls.common import (_cleanup, _device_ok, _err_text, _require_cuda,
                                             _result, labkit_capture_error, raw_capture_error)
 from labkit.model import build_model, preset
-
-
-# ---------------------------------------------------------------------------- 1. host sync
 
 
 def pitfall_host_sync(device: str | torch.device = "cuda") -> dict:
@@ -54,9 +49,6 @@ def pitfall_host_sync(device: str | torch.device = "cuda") -> dict:
     return result
 
 
-# ---------------------------------------------------------------------------- 2. dynamic shapes
-
-
 def pitfall_dynamic_shape(device: str | torch.device = "cuda") -> dict:
     """Boolean-mask indexing (``t[t > 0]``) has a data-dependent shape; fix: ``torch.where``."""
 
@@ -92,9 +84,6 @@ def pitfall_dynamic_shape(device: str | torch.device = "cuda") -> dict:
     del cg
     _cleanup()
     return result
-
-
-# ---------------------------------------------------------------------------- 3. overwritten
 
 
 def pitfall_output_overwritten(device: str | torch.device = "cuda") -> dict:
@@ -145,8 +134,8 @@ def pitfall_output_overwritten(device: str | torch.device = "cuda") -> dict:
 
 
 def _shared_pool_overwrite(dev: torch.device) -> dict:
-    """Two graphs in one pool: A's output reference dropped after capture (as vLLM does with
-    weak references), B captured next reuses that block, so A's replay writes into B's output."""
+    """A's output dropped after capture (vLLM keeps weak references): B, captured next into
+    the pool, reuses that block, so A's replay writes into B's output."""
 
     pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()          # blocks are reused only on the stream they came from
@@ -201,9 +190,6 @@ def _dispatcher_copy_outputs(dev: torch.device) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------- 4. rebound inputs
-
-
 def pitfall_input_rebound(device: str | torch.device = "cuda") -> dict:
     """``static_x = new`` rebinds a Python name; the graph still reads the old tensor."""
 
@@ -237,9 +223,6 @@ def pitfall_input_rebound(device: str | torch.device = "cuda") -> dict:
     del cg
     _cleanup()
     return result
-
-
-# ---------------------------------------------------------------------------- 5. RNG
 
 
 def pitfall_rng(device: str | torch.device = "cuda", replays: int = 3) -> dict:
@@ -280,13 +263,9 @@ def pitfall_rng(device: str | torch.device = "cuda", replays: int = 3) -> dict:
         host_draws_identical=host_frozen, reseed_repeats_draw=reseed_repeats)
 
 
-# ---------------------------------------------------------------------------- 6. autocast
-
-
 def _autocast_run(lin: torch.nn.Linear, x: torch.Tensor, cache: bool) -> dict:
-    """Warm up and capture ``lin(x)`` inside ONE bf16 autocast region with the weight cache
-    on or off, then change the float32 weight in place (a weight update) and replay, still
-    inside the region (outside it the cached copy would already be freed)."""
+    """Capture ``lin(x)`` in ONE bf16 autocast region (weight cache on or off), update the
+    float32 weight in place and replay, still inside the region."""
     w0 = lin.weight.detach().clone()
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
         cg = capture_callable(lin, x)            # warm-up (casts, caches) then capture
@@ -305,11 +284,8 @@ def _autocast_run(lin: torch.nn.Linear, x: torch.Tensor, cache: bool) -> dict:
 
 
 def pitfall_autocast(device: str | torch.device = "cuda") -> dict:
-    """Autocast with its weight cache on (the default) around warm-up and capture: the graph
-    reads the bf16 copy cached at warm-up, so a weight update is not seen at replay. Fix:
-    ``cache_enabled=False`` (the cast becomes a kernel of the graph), or cast the model once
-    and capture without autocast (what labkit does). ``torch.cuda.make_graphed_callables``
-    refuses the cached case."""
+    """Autocast's weight cache (on by default) bakes the warm-up's bf16 copy into the graph;
+    fix: ``cache_enabled=False``, or cast the model once and capture without autocast."""
     dev = _require_cuda(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
     lin = torch.nn.Linear(64, 64).to(dev)         # float32 weights (requires_grad: cached)

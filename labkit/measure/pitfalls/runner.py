@@ -1,5 +1,4 @@
-"""All the pitfalls in one run, recorded as the result ``"pitfalls"``: one failing
-demonstration is recorded as failed and never hides the others."""
+"""All the pitfalls in one run, the result ``"pitfalls"``: a failing one never hides the rest."""
 
 from __future__ import annotations
 
@@ -38,11 +37,8 @@ def _guarded(name: str, fn: Callable[..., dict], device: str | torch.device) -> 
 
 
 def run_all_pitfalls(device: str | torch.device = "cuda", *, include_compile: bool = True) -> dict:
-    """All pitfalls, the address demonstration and (optionally) the torch.compile pitfall.
-
-    Returns ``{"device", "torch", "pitfalls": [dict per pitfall], "address_demo": {...},
-    "compiled": dict | None}`` (recorded as result ``"pitfalls"``).
-    """
+    """All pitfalls, the address demonstration and (optionally) the torch.compile pitfall:
+    ``{"device", "torch", "pitfalls", "address_demo", "compiled"}``."""
     dev = _require_cuda(device)
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
            "pitfalls": [_guarded(n, PITFALLS[n], dev) for n in PITFALL_NAMES]}

@@ -1,5 +1,5 @@
-"""The all-reduce parts (``allreduce_pg``, ``allreduce_symm``): every method checked for
-an exact sum, then timed at every message size, eager and captured in a CUDA graph."""
+"""The all-reduce parts (``allreduce_pg``, ``allreduce_symm``): every method checked for an exact
+sum, then timed per message size, eager and captured."""
 
 from __future__ import annotations
 
@@ -35,9 +35,8 @@ def _symm_buffer(r: _Rank, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor
     return buf, name
 
 
-def _allreduce_ops(r: _Rank, kind: str, numel: int, bufs: dict) -> tuple[Callable[[], Any],
-                                                                        Callable[[], torch.Tensor],
-                                                                        bool]:
+def _allreduce_ops(kind: str, numel: int, bufs: dict
+                   ) -> tuple[Callable[[], Any], Callable[[], torch.Tensor], bool]:
     """(operation, where its result is, whether it reduces in place) for one method kind."""
     if kind == "pg":
         x = bufs["x"][:numel]
@@ -54,7 +53,7 @@ def _allreduce_ops(r: _Rank, kind: str, numel: int, bufs: dict) -> tuple[Callabl
     return (lambda: torch.ops.symm_mem.two_shot_all_reduce_(b, "sum", name)), (lambda: b), True
 
 
-def _fill(r: _Rank, kind: str, numel: int, bufs: dict, value: float) -> None:
+def _fill(kind: str, numel: int, bufs: dict, value: float) -> None:
     src = bufs["x"] if kind == "pg" else bufs["symm"][0]
     src[:numel].fill_(value)
     if kind == "one_shot":
@@ -63,16 +62,16 @@ def _fill(r: _Rank, kind: str, numel: int, bufs: dict, value: float) -> None:
 
 def _check_sum(r: _Rank, kind: str, numel: int, bufs: dict, run: Callable[[], Any],
                ops: int) -> bool:
-    """Each rank puts ``rank + 1``; after ``ops`` reductions the result must be exact:
-    ``S * N**(ops-1)`` in place (each pass sums the last sum), ``S`` out of place."""
+    """Each rank puts ``rank + 1``; after ``ops`` reductions the result must be exactly
+    ``S * N**(ops-1)`` in place, ``S`` out of place."""
     n = r.world_size
     s = n * (n + 1) / 2
-    _fill(r, kind, numel, bufs, float(r.rank + 1))
+    _fill(kind, numel, bufs, float(r.rank + 1))
     run()
-    _, result, inplace = _allreduce_ops(r, kind, numel, bufs)
+    _, result, inplace = _allreduce_ops(kind, numel, bufs)
     want = s * n ** (ops - 1) if inplace else s
     ok = bool((result().float() == want).all())
-    _fill(r, kind, numel, bufs, 0.0)
+    _fill(kind, numel, bufs, 0.0)
     if r.device.type == "cuda":
         torch.cuda.synchronize()
     return ok
@@ -96,7 +95,7 @@ def _sweep_method(r: _Rank, kind: str, graph: bool, bufs: dict) -> None:
 
         def one() -> dict:
             nonlocal checked
-            op, _, _ = _allreduce_ops(r, kind, numel, bufs)
+            op, _, _ = _allreduce_ops(kind, numel, bufs)
             if not graph:
                 if not checked:
                     r.out["checks"][f"sum_exact.{method}"] = _check_sum(r, kind, numel, bufs,

@@ -1,7 +1,5 @@
-"""The parts that run the model: ``check_pg``/``check_symm`` (TP=N tokens equal TP=1
-tokens, eager and through the padding dispatcher's graphs) and ``decode_pg``/``decode_symm``
-(decode step times per batch size, TP=1 and TP=N, eager, graphs, no-op all-reduce,
-symmetric memory)."""
+"""The parts that run the model: ``check_*`` (TP=N tokens equal TP=1 tokens) and ``decode_*``
+(decode step times per batch size)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The parent process: two launches of the ranks (the process-group parts, then the
-symmetric-memory parts), each with its own time limit, and the per-rank results merged into
-the data of ``tp_allreduce`` and ``tp_decode_<preset>`` (:func:`measure_tp`)."""
+"""The parent process: two launches of the ranks, each with its own time limit, their results
+merged into the data of ``tp_allreduce`` and ``tp_decode_<preset>`` (:func:`measure_tp`)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ from labkit.measure.tp.worker import rank_main
 
 def _launch(parts: Sequence[str], world_size: int, backend: str, spec: dict, timeout_s: float,
             partial: Path) -> tuple[list[dict], dict, str | None]:
-    """Run ``parts`` on every rank; (per-rank results, launcher info, failure or None). On a
-    failure the parts rank 0 finished are read back from its partial file."""
+    """Run ``parts`` on every rank: (per-rank results, launcher info, failure or None; on a
+    failure, what rank 0 saved)."""
     info: dict = {}
     spec = {**spec, "parts": list(parts), "partial": str(partial)}
     t0 = time.perf_counter()
@@ -45,9 +44,8 @@ def _launch(parts: Sequence[str], world_size: int, backend: str, spec: dict, tim
 
 def _merge(results: list[dict], into: dict, methods: Sequence[str], n: int,
            keep: Callable[[str], bool]) -> None:
-    """Rank 0's Stats per method (``times``), every rank's medians (``rank_medians``),
-    checks that hold on every rank, errors of any rank (named); checks and errors only
-    where ``keep(key)``."""
+    """Merge rank 0's times, every rank's medians, checks that hold on every rank and errors of
+    any rank into ``into``, checks and errors only where ``keep(key)``."""
     if not results:
         return
     r0 = results[0]
@@ -79,9 +77,8 @@ def _merge(results: list[dict], into: dict, methods: Sequence[str], n: int,
 
 
 def check_launch(world_size: int, backend: str | None) -> str:
-    """The backend a launch of ``world_size`` ranks uses (``backend``, else the default one),
-    after checking that this machine can run it; raises ``ValueError``/``RuntimeError`` naming
-    the problem before anything is made (a run folder, a rank)."""
+    """The backend a launch of ``world_size`` ranks uses (``backend``, else the default),
+    checked to run on this machine before anything is made."""
     world_size = as_int(world_size, "world_size", minimum=2,
                         fix="tensor parallelism needs 2 or more ranks")
     backend = default_backend() if backend is None else backend
@@ -93,9 +90,8 @@ def measure_tp(*, world_size: int = 2, backend: str | None = None, quick: bool =
                spec: dict | None = None, timeout_s: float = 150.0,
                symm_timeout_s: float = 90.0, scratch: str | os.PathLike[str] | None = None,
                log: Callable[[str], None] = print) -> tuple[dict, dict]:
-    """Measure everything on ``world_size`` ranks; returns the data of ``tp_allreduce`` and
-    ``tp_decode_<preset>`` (each with ``checks``, ``errors`` naming what failed and why, and
-    per-rank shutdown times). Never raises for a failed part or launch: it is recorded."""
+    """Measure everything on ``world_size`` ranks: the data of ``tp_allreduce`` and
+    ``tp_decode_<preset>``. A failed part or launch is recorded in ``errors``, never raised."""
     backend = check_launch(world_size, backend)
     world_size = int(world_size)
     cpu = backend == "gloo"
@@ -159,8 +155,7 @@ def _is_allreduce_key(key: str) -> bool:
 
 
 def _split_errors(d: dict) -> None:
-    """Errors are kept as they came (``method.size`` keys) and summed up per method: the
-    first reason of any size under the method's own name."""
+    """Add each method's first ``method.size`` error under the method's own name."""
     for k in list(d["errors"]):
         head = k.split(".")[0]
         if head in d["times"] and head != k:

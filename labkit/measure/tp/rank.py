@@ -1,6 +1,5 @@
-"""What one rank collects and how the ranks agree: :class:`_Rank` (times, checks, errors;
-agreement over a gloo control group; rank 0's partial file) and the small helpers every
-part uses."""
+"""What one rank collects and how the ranks agree (:class:`_Rank`), and the helpers every part
+uses."""
 
 from __future__ import annotations
 
@@ -54,18 +53,11 @@ class _Rank:
                                     "backend": self.backend, "times": {}, "checks": {},
                                     "errors": {}, "skipped": {}, "parts_s": {},
                                     "notes": []}
-        if self.device.type == "cuda":
-            self.out["device"] = torch.cuda.get_device_name(self.device)
-        else:
-            self.out["device"] = "cpu"
-
-    def agree(self, ok: bool) -> list[bool]:
-        """Every rank's ``ok`` (a gloo all-gather: works while NCCL is wedged or busy)."""
-        flags: list[Any] = [None] * self.world_size
-        dist.all_gather_object(flags, bool(ok), group=self.ctrl)
-        return [bool(f) for f in flags]
+        self.out["device"] = (torch.cuda.get_device_name(self.device)
+                              if self.device.type == "cuda" else "cpu")
 
     def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (a gloo all-gather: works while NCCL is wedged or busy)."""
         got: list[Any] = [None] * self.world_size
         dist.all_gather_object(got, value, group=self.ctrl)
         return got
@@ -87,7 +79,7 @@ class _Rank:
             if self.device.type == "cuda":
                 with contextlib.suppress(Exception):
                     torch.cuda.synchronize()
-        flags = self.agree(ok)
+        flags = [bool(f) for f in self.gather(ok)]
         if ok and not all(flags):
             bad = [r for r, f in enumerate(flags) if not f]
             self.out["errors"][key] = f"failed on rank(s) {bad}"

@@ -1,5 +1,4 @@
-"""The parameters of a tensor-parallel measurement: the all-reduce message sizes, the method
-and part names of each launch, and :func:`default_spec`."""
+"""The parameters of a tensor-parallel measurement: message sizes, method and part names."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ def decode_methods(world_size: int) -> list[str]:
 
 
 def default_spec(quick: bool = False, *, cpu: bool = False) -> dict:
-    """The measurement parameters: gpt2 bf16 at batch 1, 8, 64, 128 on GPUs; the ``test``
-    preset and a few small sizes on CPU (gloo), where only the plumbing is checked."""
+    """The measurement parameters: gpt2 bf16 on GPUs; the tiny ``test`` preset on CPU (gloo),
+    where only the plumbing is checked."""
     if cpu:
         return {"preset": "test", "overrides": {"n_head": 4, "d_model": 32, "max_seq": 32},
                 "dtype": "float32", "batch_sizes": [1, 4], "sizes_bytes": [2048, 8192],

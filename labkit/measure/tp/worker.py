@@ -1,6 +1,4 @@
-"""The function every rank runs (:func:`rank_main`, started by
-:func:`labkit.distributed.launch.run_ranks` in spawned processes, which import it by its
-module path) and the table of parts it runs."""
+"""The function every spawned rank runs (:func:`rank_main`) and the table of its parts."""
 
 from __future__ import annotations
 
@@ -23,8 +21,8 @@ _PARTS: dict[str, Callable[[_Rank], None]] = {
 
 
 def rank_main(rank: int, world_size: int, spec: dict) -> dict:
-    """Run on every rank: the parts named in ``spec['parts']`` (see :mod:`labkit.measure.tp`), in
-    order; returns this rank's times (``Stats`` as dicts), checks, errors and part seconds."""
+    """Run the parts named in ``spec['parts']`` in order; this rank's times, checks, errors and
+    part seconds."""
     r = _Rank(rank, world_size, spec)
     for part in spec["parts"]:
         t0 = time.perf_counter()
