@@ -15,8 +15,6 @@ from labkit.measure.results import load_result, new_run_dir, provenance_line, sa
 from labkit.teach.lessons.fairness import NOT_SCORED, fair_compile_size
 
 BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
-POOL_SIZES = tuple(records.default_params("pool_memory_gpt2")["sizes"])
-METHODS = ("eager", "graph", "dispatcher", "compile")
 
 
 def bench_table(decode: dict[str, Any]) -> list[dict]:
@@ -340,9 +338,6 @@ def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
                              for b, r in zip(sizes[1:], ratios[1:])) + ".")
         out.append(f"The compile_us column below compiled all {len({r.batch for r in d.rows})}"
                    " sizes in one process: shown, not scored. " + NOT_SCORED)
-    return out
-
-
     return out
 
 

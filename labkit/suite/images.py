@@ -64,20 +64,6 @@ def _kaleido():
     return kaleido
 
 
-def figure_bytes(fig: Any, fmt: str = "png", *, width: int = WIDTH, height: int = HEIGHT,
-                 scale: float | None = None, browser: str | None = None) -> bytes:
-    """Draw one plotly figure as PNG or SVG bytes with kaleido and the local Chromium.
-    MathJax is not loaded (nothing is fetched from the network)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
-    kaleido = _kaleido()
-    browser = browser or find_browser()
-    scale = scale if scale is not None else (PNG_SCALE if fmt == "png" else 1)
-    return kaleido.calc_fig_sync(fig, opts=dict(format=fmt, width=width, height=height,
-                                                scale=scale),
-                                 kopts=dict(path=browser, mathjax=False))
-
-
 # ----------------------------------------------------------------------------- charts
 
 

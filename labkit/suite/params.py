@@ -1,14 +1,6 @@
-"""Parameters of the suite's notebooks: what a notebook declares, what the command line gives,
-and the checks between them, all before anything runs.
-
-* :func:`declared_parameters` reads a notebook's cell tagged ``parameters``: names, default
-  source text, the type a value must have (from the default's syntax or an annotation).
-* :func:`parse_param_items` reads ``-p key=value`` (values are YAML); :func:`load_param_file`
-  reads ``-f file.yaml``.
-* :func:`assign_parameters` gives each notebook the names it declares and raises
-  :class:`labkit.suite.engine.SuiteError` for a name no selected notebook declares (closest
-  names suggested), a value of the wrong type (int accepted where float is expected) or a
-  value its rule does not allow.
+"""Parameters of the suite's notebooks: what a notebook declares (:func:`declared_parameters`),
+what the command line gives (:func:`parse_param_items`, :func:`load_param_file`) and the checks
+between them (:func:`assign_parameters`), all before anything runs.
 
 **Rules** (one source of truth: the notebook's parameters cell). The last ``;``-separated part
 of an assignment's trailing comment may be a rule, and then holds nothing else::
@@ -23,8 +15,7 @@ A rule is ``[TYPE] [choices: LITERAL, ... | BOUND[, BOUND]] [or None]`` with TYP
 ``int float str bool list`` (default: the default value's type), BOUND one of ``>= N``,
 ``> N``, ``<= N``, ``< N``, and LITERALs written as in Python. For a list, choices and bounds
 apply to each item, its items must have the type of the default's items, and it must not be
-empty. ``or None`` also allows None (``-p name=null``). :func:`with_rules` writes rules into a
-parameters cell.
+empty. ``or None`` also allows None (``-p name=null``).
 """
 
 from __future__ import annotations
@@ -120,21 +111,16 @@ def parse_rule(text: str) -> tuple[str | None, Rule] | None:
     return m.group("type"), Rule(choices, bounds, bool(m.group("none")), None, text)
 
 
-def _comment_tokens(source: str) -> dict[int, tuple[int, str]]:
-    """``{line number: (column of the #, comment text)}`` of a cell's source."""
-    out: dict[int, tuple[int, str]] = {}
+def _comments(source: str) -> dict[int, str]:
+    """``{line number: comment text}`` of a cell's source (``#`` left out)."""
+    out: dict[int, str] = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT:
-                out[tok.start[0]] = (tok.start[1], tok.string[1:].strip())
+                out[tok.start[0]] = tok.string[1:].strip()
     except (tokenize.TokenError, SyntaxError):
         pass
     return out
-
-
-def _comments(source: str) -> dict[int, str]:
-    """``{line number: comment text}`` of a cell's source (``#`` left out)."""
-    return {n: text for n, (_, text) in _comment_tokens(source).items()}
 
 
 def _rule_text(comment: str) -> str:
@@ -333,26 +319,6 @@ def load_param_file(path: Path | None) -> dict:
     return data
 
 
-def type_problem(value: Any, param: Parameter) -> str | None:
-    """Why ``value`` does not fit ``param``'s type (None when it does): int is accepted where
-    float is expected; a list where the default is a tuple."""
-    kind = param.kind
-    if kind is None:
-        return None
-    ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-        "str": isinstance(value, str),
-        "list": isinstance(value, (list, tuple)),
-        "dict": isinstance(value, dict),
-    }[kind]
-    if ok:
-        return None
-    got = "null" if value is None else f"{type(value).__name__} {value!r}"
-    return f"expects {kind} (default {param.default}), got {got}"
-
-
 def _type_hint(name: str, value: Any, kind: str) -> str:
     if kind == "str":
         shown = str(value) if str(value).isprintable() and "'" not in str(value) else "your text"
@@ -477,39 +443,3 @@ def assign_parameters(params: Mapping[str, Any],
         per_nb[nb] = mine
     return per_nb
 
-
-def with_rules(source: str, rules: Mapping[str, str]) -> str:
-    """A parameters cell's ``source`` with ``rules`` (``{name: rule text}``, e.g.
-    ``{"n_steps": ">= 1"}``) written as the last ``;``-part of each assignment's trailing
-    comment (a rule already there is replaced). Raises :class:`RuleError` for a name the cell
-    does not assign on one line, or a text that is no rule."""
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    comments = _comment_tokens(source)
-    where: dict[str, int] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno == node.end_lineno:
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                if isinstance(target, ast.Name):
-                    where.setdefault(target.id, node.lineno)
-    for name, text in rules.items():
-        if name not in where:
-            raise RuleError(f"the parameters cell assigns no {name!r} on one line")
-        if parse_rule(text) is None:
-            raise RuleError(f"{text!r} (for {name}) is not a rule")
-        n = where[name]
-        line = lines[n - 1]
-        if n not in comments:
-            lines[n - 1] = f"{line.rstrip()}  # {text}"
-            continue
-        col, comment = comments[n]
-        code = line[:col].rstrip()
-        head, _, last = comment.rpartition(";")
-        try:
-            is_rule = parse_rule(last) is not None
-        except RuleError:
-            is_rule = True
-        prose = (head.strip() if is_rule else comment.strip())
-        pad = " " * max(2, col - len(code))
-        lines[n - 1] = f"{code}{pad}# {prose + '; ' if prose else ''}{text}"
-    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")

@@ -49,11 +49,6 @@ SWEEP_NOTEBOOKS_KEY = "notebooks"
 
 _STAMP = "%Y%m%d-%H%M%S"
 
-__all__ = ["RunPlan", "RunResult", "RunInterrupted", "SweepPlan", "SweepResult", "SuiteError",
-           "plan_run", "plan_sweep", "run_suite", "run_sweep", "merge_params", "load_grid",
-           "combinations", "summary_line", "sweep_summary_line", "format_duration"]
-
-
 def _utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
@@ -65,13 +60,6 @@ def _iso(t: _dt.datetime) -> str:
 def _write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically (a reader never sees half a file)."""
     write_text_atomic(path, json.dumps(to_jsonable(obj, path.name), indent=2) + "\n")
-
-
-def merge_params(params: dict | None, param_file: Path | None) -> dict:
-    """Parameters from ``param_file`` overridden by ``params`` (``-p`` wins over ``-f``)."""
-    merged = dict(load_param_file(param_file))
-    merged.update(params or {})
-    return merged
 
 
 # ----------------------------------------------------------------------------- plans
