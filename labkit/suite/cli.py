@@ -1,8 +1,7 @@
 """The labkit command line: run the notebook suite, benchmark, record references, slides.
 
-Every subcommand imports what it needs when it runs, so ``labkit --help`` is instant. Bad
-input ends in one line on stderr naming the problem and the fix (exit status 2), never a
-traceback.
+Each sub-command imports what it needs when it runs (``labkit --help`` is instant); bad input
+ends in one line on stderr naming the problem and the fix (exit status 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from labkit import __version__
 from labkit.support.envvars import EnvVarError
-from labkit.suite.engine import SuiteError
+from labkit.suite.engine import SuiteError, read_run_record
 from labkit.suite.params import parse_param_items
 
 #: Exit status for bad input (as argparse uses); a run with a failed notebook exits 1.
@@ -117,8 +116,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise SuiteError(f"run folder {run_dir} does not exist: give a folder made by "
                          "`labkit run` or `labkit bench --record` on a GPU (runs/<stamp>-gpu/)")
-    record = _run_record(run_dir)
-    if not (run_dir / "results").is_dir() and (record or {}).get("tier") == "cpu":
+    record = read_run_record(run_dir) or {}
+    if not (run_dir / "results").is_dir() and record.get("tier") == "cpu":
         raise SuiteError(f"{run_dir} is a CPU run: the CPU tier saves no result records (its "
                          "notebooks show the references); file a run made on the GPU named by "
                          "--gpu")
@@ -140,14 +139,6 @@ def _cuda_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
-
-
-def _run_record(run_dir: Path) -> dict | None:
-    try:
-        rec = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -280,7 +271,7 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
+    if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
     return value
 
@@ -491,15 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
         return int(args.func(args) or 0)
-    except (SuiteError, EnvVarError) as exc:  # bad input: nothing was run or written
+    except (ValueError, *_user_errors()) as exc:  # messages that name the problem and the fix
         print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except _user_errors() as exc:  # a clear message, not a traceback
-        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return 1
-    except ValueError as exc:  # library checks name the problem and the fix (CONTRIBUTING)
-        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        # bad input (nothing was run or written) is 2; a clear failure of the command is 1
+        bad_input = isinstance(exc, (SuiteError, EnvVarError)) or not isinstance(
+            exc, _user_errors())
+        return EXIT_USAGE if bad_input else 1
     except KeyboardInterrupt:
         print("labkit: interrupted", file=sys.stderr)
         return 130

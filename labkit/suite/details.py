@@ -1,17 +1,9 @@
 """Folded ``<details>`` blocks (the notebooks' hints) in nbconvert exports.
 
-The notebooks write a hint as markdown::
-
-    <details><summary>Hint</summary>
-
-    Markdown text of the hint.
-    </details>
-
-JupyterLab renders that folded, with the text inside. nbconvert's markdown renderer ends the
-HTML block at the blank line, so in an export the ``<details>`` closes before the text, which
-then shows below a closed "Hint". :class:`FoldDetailsPreprocessor` (registered by the slides and
-run-page exporters) renders the inner markdown itself and puts the HTML inside the
-``<details>``, as one HTML block without blank lines. The notebooks are not changed.
+nbconvert's markdown renderer ends an HTML block at a blank line, so a hint's ``<details>``
+closes before its text, which then shows below a closed "Hint". :class:`FoldDetailsPreprocessor`
+(used by the slides and run-page exporters) renders the inner markdown itself and puts the HTML
+inside the ``<details>``, as one block without blank lines; the notebooks are not changed.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share.
-
-* Finding notebooks: :func:`find_notebooks` turns ``03``, ``03_capture_replay``,
-  ``solutions/03``, ``workshop_90min`` or a path into notebook files.
-* Parameters are checked against the notebooks before anything runs (:mod:`labkit.suite.params`).
-* The kernel's environment: :func:`kernel_environment` (``LABKIT_RUN_DIR``, ``PYTHONPATH``
-  with this labkit first, ``PLOTLY_RENDERER``, ``LABKIT_CPU_THREADS``), every value checked.
-* Executing one notebook: :func:`execute_notebook` (papermill, with parameters) returns a
-  :class:`NotebookResult`; a failing notebook is a result, not an exception.
-
-Bad input raises :class:`SuiteError` (a ``ValueError``) whose message names the input, the
-problem and the fix; nothing here prints to the terminal or exits.
+"""The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share: finding
+notebooks (:func:`find_notebooks`), the kernel's environment (:func:`kernel_environment`) and
+executing one notebook with papermill (:func:`execute_notebook`; a failing notebook is a
+result, not an exception). Bad input raises :class:`SuiteError`; nothing here prints or exits.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import time
@@ -143,6 +136,15 @@ def _no_match(entry: str, matches: list[Path], nb_dir: Path) -> SuiteError:
     return SuiteError(f"notebook {entry!r} {why} in {display_path(nb_dir)}: {hint}"
                      f"give a number like 03, a name like 03_topic, solutions/03, or a path to a "
                      f".ipynb file (have: {listing})")
+
+
+def read_run_record(run_dir: Path) -> dict | None:
+    """``run_dir/run.json`` as a dict, or None when it is missing or unreadable."""
+    try:
+        rec = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("notebooks"), list) else None
 
 
 # ----------------------------------------------------------------------------- environment

@@ -1,10 +1,7 @@
 """``labkit images``: static PNG/SVG files of the suite's key charts, for papers, handouts and
-slides made with other tools.
-
-The figures are built from the recorded reference results (``data/reference/<gpu>/``, via
-:func:`labkit.measure.results.load_reference`) with the suite's plotly builders, and drawn by
-kaleido 1.x, which drives the machine's own Chromium. labkit never downloads a browser: without one,
-:func:`find_browser` raises an error saying how to install it (``apt-get install chromium``).
+slides made with other tools: built from the reference records (``data/reference/<gpu>/``) with
+the suite's plotly builders and drawn by kaleido 1.x in the machine's own Chromium (labkit never
+downloads a browser; :func:`find_browser` says how to install one).
 """
 
 from __future__ import annotations

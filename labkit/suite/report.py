@@ -1,8 +1,7 @@
-"""HTML pages for ``labkit run``: the run folder's ``index.html``, the sweep's ``index.html``
-and the HTML export of each executed notebook.
-
-The index pages are self-contained (inline CSS, no scripts, no network addresses) and link
-only to files inside the run folder, so a run folder can be zipped, copied or opened offline.
+"""HTML pages for ``labkit run``: the run folder's and the sweep's ``index.html`` and the HTML
+export of each executed notebook. The index pages are self-contained (inline CSS, no scripts,
+no network addresses) and link only inside the run folder, so it can be copied or opened
+offline.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """``labkit run``: execute the notebook suite (or some notebooks, or a parameter sweep) with
-papermill, into a fresh run folder.
-
-A run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/`` holds::
+papermill, into a fresh run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/``::
 
     run.json              environment record, parameters, per-notebook status and duration
     notebooks/NN_x.ipynb  the executed notebooks (outputs included)
@@ -9,14 +7,10 @@ A run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/`` holds::
     results/<name>.json   result records the notebooks saved (labkit.measure.results.save_result)
     index.html            a self-contained report page (labkit.suite.report)
 
-A sweep (``labkit run --sweep grid.yaml``) makes one run folder per parameter combination
-plus ``runs/sweep-<UTC timestamp>/`` with ``sweep.json`` and ``index.html``.
-
-Everything the command line gives is checked before a folder is made (:func:`plan_run`,
-:func:`plan_sweep`): notebook names, parameter names and types, the sweep file and the
-environment. Bad input raises :class:`labkit.suite.engine.SuiteError`; a run returns a
-:class:`RunResult`, a sweep a :class:`SweepResult` (failed notebooks are in the result, not
-an exception).
+A sweep (``--sweep grid.yaml``) makes one run folder per combination plus
+``runs/sweep-<stamp>/`` (``sweep.json``, ``index.html``). Everything is checked before a folder
+is made (:func:`plan_run`, :func:`plan_sweep`); failed notebooks are in the result, not an
+exception.
 """
 
 from __future__ import annotations

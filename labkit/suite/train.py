@@ -1,13 +1,10 @@
-"""``labkit train``: train the tiny byte-level checkpoint used by the decode demos.
+"""``labkit train``: train the tiny byte-level checkpoint used by the decode demos,
+reproducibly (fixed seed and data order, the corpus in ``data/corpus``); the config and the
+training record go into the safetensors metadata.
 
-Reproducible: fixed seed, fixed data order, the corpus shipped in ``data/corpus``. The
-result is saved with its config and training record (steps, loss, device, torch version)
-in the safetensors metadata.
-
-The shipped checkpoint was made with ``labkit train --device cpu`` (1500 steps of 32
-windows of 128 bytes). Its learned position embeddings are trained for positions 0-127
-only: text generated past position 128 degrades into noise, a small lesson of its own
-(learned positions do not extrapolate). Train with ``--seq 256`` for the full cache.
+The shipped checkpoint was made with ``labkit train --device cpu``. Its learned position
+embeddings are trained for positions 0-127 only, so text past position 128 degrades into noise
+(learned positions do not extrapolate); train with ``--seq 256`` for the full cache.
 """
 
 from __future__ import annotations

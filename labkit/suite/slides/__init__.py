@@ -1,40 +1,16 @@
 """``labkit slides``: export executed notebooks to reveal.js decks and HTML pages that work
 OFFLINE (no CDN address left in the page), charts included.
 
-* The executed notebooks come from a run folder (``runs/<stamp>/notebooks/NN_x.ipynb``, made by
-  ``labkit run``): the one given, else the newest COMPLETE run (status ok, every notebook asked
-  for executed, not one run of a sweep; :func:`choose_run`), and the result says which. Without
-  one, the notebooks are executed here (the suite engine, :mod:`labkit.suite.engine`, into a
-  temporary folder), so a CPU machine still gets decks showing the recorded reference charts.
-  Notebooks are named as for ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``,
-  ``workshop_90min``, a path).
-* Cells tagged ``parameters`` / ``injected-parameters`` are dropped. A deck shows what the deck
-  rules choose per cell (:mod:`~.deck`: code hidden unless tagged ``slide-code``; statement,
-  set-up and exercise-check cells left out; one visual per slide; long text split; charts
-  sized to the slide); a page shows every other cell.
-* Nothing a page needs comes from npm: plotly.js is the plotly wheel's own bundle, copied once
-  per output folder (``assets/plotly.min.js``) and loaded by every page; every chart is rebuilt
-  from its plotly JSON, so pages draw the charts whatever plotly renderer the notebook ran
-  with; widgets are drawn from their saved state as plain HTML (:mod:`~.widgets`), with no
-  widget manager, require.js or jQuery. Decks load reveal.js, and pages whose markdown holds
-  TeX MathJax 3: local copies fetched once by ``scripts/fetch_web_assets.sh`` (npm) into
-  ``build/web/node_modules`` (``$LABKIT_WEB_DIR`` overrides ``build/web``). Mermaid is not
-  loaded (JupyterLab renders mermaid diagrams; exports show their source).
-* Hints (``<details>`` blocks of markdown) are folded with their text inside, as in JupyterLab
-  (:mod:`labkit.suite.details`, a preprocessor of both exporters; the notebooks are unchanged).
-* A slide whose content is taller or wider than the slide (1280x800) first shrinks its charts
-  (down to a floor), then is scaled down to fit, never scrolled or cut off (``fitSlide``).
-* The run pages of ``labkit run`` (:func:`labkit.suite.report.export_notebook_html`) are made
-  with the same exporter and copy only the assets they need (:func:`page_asset_parts`).
-* :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
-  load a script, style, font or module from; the export fails loudly if one remains.
-
-One module per job, every name imported from ``labkit.suite.slides``: :mod:`~.assets` (the
-local web assets), :mod:`~.offline` (no remote address left), :mod:`~.prepare` (an executed
-notebook made ready for export), :mod:`~.widgets` (widgets drawn from their saved state),
-:mod:`~.deck` (what each slide shows), :mod:`~.exporters` (the nbconvert exporters and templates),
-:mod:`~.runs` (which run folder to export); this module executes what no run holds and
-exports them all (:func:`export_slides`).
+The executed notebooks come from a ``labkit run`` folder: the one given, else the newest
+complete run (:func:`choose_run`); a notebook no run holds is executed here with the suite
+engine, so a CPU machine still gets decks of the recorded reference charts. A deck shows what
+the deck rules choose per cell (:mod:`~.deck`); a page shows every cell but the parameters.
+Pages load plotly.js from the plotly wheel, decks reveal.js and MathJax from local npm copies
+(:mod:`~.assets`); widgets are drawn from their saved state (:mod:`~.widgets`); hints stay
+folded (:mod:`labkit.suite.details`); a page that would still load anything from the network
+fails the export (:mod:`~.offline`). The other modules: :mod:`~.prepare` (a notebook made
+ready for export), :mod:`~.exporters` (nbconvert exporters and templates), :mod:`~.runs`
+(which run folder to export).
 """
 
 from __future__ import annotations
@@ -46,34 +22,28 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from labkit.support import envvars
-from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks
+from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks, read_run_record
 from labkit.suite.engine import execute_notebook as _execute
 from labkit.suite.engine import display_path
-from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, NPM_PARTS, PLOTLY_FILE,
-                                        WEB_DIR_ENV, SlidesError, copy_assets, ensure_web_assets,
-                                        fetch_script, missing_assets, page_asset_parts,
-                                        pinned_packages, plotlyjs_file, web_dir)
-from labkit.suite.slides.deck import SLIDE_CODE_TAG, deck_notebook
-from labkit.suite.slides.exporters import (REVEAL_THEME, SLIDE_HEIGHT, SLIDE_WIDTH,
-                                           export_notebook, make_exporters)
+from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, PLOTLY_FILE, WEB_DIR_ENV,
+                                        SlidesError, copy_assets, ensure_web_assets,
+                                        page_asset_parts, pinned_packages, plotlyjs_file,
+                                        web_dir)
+from labkit.suite.slides.deck import deck_notebook
+from labkit.suite.slides.exporters import export_notebook, make_exporters
 from labkit.suite.slides.offline import (RemoteAssetError, check_offline, count_plotlyjs,
                                          find_remote_urls)
-from labkit.suite.slides.prepare import (DROP_TAGS, chart_html, has_math, head_html,
-                                         output_html, prepare_notebook)
-from labkit.suite.slides.runs import (RUN_KIND, _entry_for, check_run_dir, choose_run,
-                                      held_notebooks, newest_complete_run, read_run_record,
-                                      why_not_complete)
+from labkit.suite.slides.prepare import has_math, head_html, prepare_notebook
+from labkit.suite.slides.runs import _entry_for, choose_run, held_notebooks, newest_complete_run, \
+    why_not_complete
 
 __all__ = [
-    "ASSETS_DIR", "DROP_TAGS", "LOCAL_URLS", "NPM_PARTS", "PLOTLY_FILE", "REVEAL_THEME",
-    "RUN_KIND", "SLIDE_CODE_TAG", "SLIDE_HEIGHT", "SLIDE_WIDTH", "WEB_DIR_ENV",
-    "RemoteAssetError", "SlidesError", "SlidesResult", "chart_html", "check_offline",
-    "check_run_dir", "choose_run", "copy_assets", "count_plotlyjs", "deck_notebook",
-    "ensure_web_assets", "execute_notebook", "export_notebook", "export_slides", "fetch_script",
-    "find_remote_urls", "has_math", "head_html", "held_notebooks", "make_exporters",
-    "missing_assets", "newest_complete_run", "output_html", "page_asset_parts",
-    "pinned_packages", "plotlyjs_file", "prepare_notebook", "read_run_record",
-    "why_not_complete", "web_dir",
+    "ASSETS_DIR", "LOCAL_URLS", "PLOTLY_FILE", "WEB_DIR_ENV", "RemoteAssetError", "SlidesError",
+    "SlidesResult", "check_offline", "choose_run", "copy_assets", "count_plotlyjs",
+    "deck_notebook", "ensure_web_assets", "execute_notebook", "export_notebook",
+    "export_slides", "find_remote_urls", "has_math", "head_html", "make_exporters",
+    "newest_complete_run", "page_asset_parts", "pinned_packages", "plotlyjs_file",
+    "prepare_notebook", "why_not_complete", "web_dir",
 ]
 
 

@@ -1,8 +1,6 @@
-"""The local copies of the web assets the exports load: plotly.js from the plotly wheel
-(every page with a chart; no npm), and for decks reveal.js (and MathJax 3 for pages whose
-markdown holds TeX), fetched once with npm into ``node_modules`` (:func:`ensure_web_assets`).
-:func:`copy_assets` copies what a page needs beside it, into ``assets/``.
-Part of :mod:`labkit.suite.slides`.
+"""The local copies of the web assets the exports load: plotly.js from the plotly wheel, and for
+decks reveal.js (MathJax 3 for TeX) fetched once with npm into ``node_modules``
+(:func:`ensure_web_assets`); :func:`copy_assets` copies what a page needs into ``assets/``.
 """
 
 from __future__ import annotations

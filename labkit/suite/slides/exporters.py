@@ -1,7 +1,6 @@
-"""The nbconvert exporters: a reveal.js deck and a JupyterLab-style HTML page of a prepared
-notebook, with templates that load only local assets and no widget manager, require.js or
-jQuery (:func:`make_exporters`), and the export of one executed notebook
-(:func:`export_notebook`). Part of :mod:`labkit.suite.slides`.
+"""The nbconvert exporters of a reveal.js deck and a JupyterLab-style page, with templates that
+load only local assets and no widget manager, require.js or jQuery (:func:`make_exporters`),
+and the export of one executed notebook (:func:`export_notebook`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Checking that an exported page is offline: every http(s) address it would still load a
-script, style sheet, font or module from (:func:`find_remote_urls`, :func:`check_offline`),
-and how many copies of plotly.js it embeds. Part of :mod:`labkit.suite.slides`.
+script, style sheet, font or module from (:func:`find_remote_urls`, :func:`check_offline`), and
+how many copies of plotly.js it embeds.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`):
-parameter cells dropped, the plotly.js library taken out of the outputs (the page loads one
-shared copy, ``assets/plotly.min.js``, from the plotly wheel), every chart rebuilt from its
-plotly JSON, every widget drawn from its saved state as plain HTML (no widget manager), and
-the head's scripts and styles (:func:`head_html`). Part of :mod:`labkit.suite.slides`.
+"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`): parameter
+cells dropped, the plotly.js library taken out of the outputs (the page loads one shared copy),
+every chart rebuilt from its plotly JSON, every widget drawn from its saved state, and the
+head's scripts and styles (:func:`head_html`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which ``labkit run`` folder the executed notebooks of an export come from: the one given
 (:func:`check_run_dir`) or the newest complete run (:func:`newest_complete_run`), and a line
-saying which and why (:func:`choose_run`). Part of :mod:`labkit.suite.slides`.
+saying which and why (:func:`choose_run`).
 """
 
 from __future__ import annotations
@@ -9,21 +9,11 @@ from pathlib import Path
 from collections.abc import Sequence
 
 from labkit.support.paths import repo_root
-from labkit.suite.engine import RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path
+from labkit.suite.engine import (RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path,
+                                 read_run_record)
 
 #: The ``kind`` a ``labkit run`` folder's ``run.json`` has (a sweep's ``sweep.json`` has another).
 RUN_KIND = "labkit-run"
-
-
-def read_run_record(run_dir: Path) -> dict | None:
-    """``run_dir/run.json`` as a dict, or None when it is missing or unreadable."""
-    import json
-
-    try:
-        rec = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("notebooks"), list) else None
 
 
 def _entry_for(record: dict, source: Path) -> dict | None:

@@ -1,8 +1,6 @@
-"""Widgets drawn without the widget manager: an executed notebook saves each widget's last
-state (``metadata.widgets``); :func:`static_widgets` replaces every widget view in the outputs
-by plain HTML made from that state (a slider as a disabled range input at its last value, an
-output area's saved outputs, boxes as boxes), so a page or deck needs no JavaScript from npm
-to show what the widget showed when the notebook ran. Part of :mod:`labkit.suite.slides`.
+"""Widgets drawn without the widget manager: :func:`static_widget_html` turns a widget view into
+plain HTML from the state the executed notebook saved (a slider as a disabled range input at
+its last value, an output area's saved outputs, boxes as boxes), so no JavaScript is needed.
 """
 
 from __future__ import annotations
