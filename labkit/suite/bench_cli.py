@@ -18,9 +18,7 @@ BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 def bench_table(decode: dict[str, Any]) -> list[dict]:
-    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records (Results,
-    data dicts or :class:`labkit.measure.records.Decode`); the ratios come from
-    :func:`labkit.measure.records.bench_row`."""
+    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records."""
     rows = []
     for name, rec in decode.items():
         dec = view(rec, Decode)
@@ -32,11 +30,8 @@ def bench_table(decode: dict[str, Any]) -> list[dict]:
 
 def evaluate_targets(decode: dict[str, Any], pool: Any | None,
                      compile_few: Any | None = None) -> list[dict]:
-    """The targets, each with the measured value and pass/fail.
-
-    The dispatcher is scored against torch.compile only where the comparison is fair
-    (:func:`compile_targets`): at the first size a compile record compiled (static shapes),
-    and only when the record shows that no CUDA graph was skipped."""
+    """The targets, each with the measured value and pass/fail; the dispatcher is scored
+    against torch.compile only where that is fair (:func:`compile_targets`)."""
     out = []
     small = view(decode["small"], Decode) if decode.get("small") else None
     if compile_few:
@@ -81,8 +76,7 @@ def evaluate_targets(decode: dict[str, Any], pool: Any | None,
 COMPILE_TARGET = "dispatcher faster than torch.compile"
 def compile_targets(*compile_records: Any) -> list[dict]:
     """Dispatcher vs torch.compile, scored only at each record's :func:`fair_compile_size`
-    (records may be ``decode_<preset>`` with a merged compile column or ``compile_<preset>``;
-    ``None`` entries are skipped)."""
+    (``decode_*`` with a merged compile column or ``compile_*``; None skipped)."""
     out = []
     for raw in (r for r in compile_records if r is not None):
         b = fair_compile_size(raw)
@@ -139,9 +133,8 @@ def _default_step(name: str) -> tuple[str, str, dict]:
 
 # name -> (labkit.measure.bench function, keyword arguments); each runs in its own process
 def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
-    """The measurements ``labkit bench`` makes, as (record name, function, kwargs). The bench
-    table times every size in :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``) and the
-    dispatcher; everything else is measured with the records' default parameters."""
+    """The measurements ``labkit bench`` makes, as (record name, function, kwargs): the bench
+    table at :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``), the rest at their defaults."""
     sizes = [1, 8, 64] if quick else list(BENCH_SIZES)
     repeats = 10 if quick else 30
     steps = []
@@ -160,10 +153,8 @@ def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
 
 
 def merge_compile(decode: dict, compile_rec: dict) -> dict:
-    """Put the compile column (measured in its own process, possibly at fewer batch sizes)
-    into a decode record's ``data``; sizes it did not measure get ``None``. Both inputs are
-    checked as :class:`labkit.measure.records.Decode`; tokens/s and speed-ups are derived
-    with :mod:`labkit.measure.records`."""
+    """A decode record's ``data`` with the compile column (measured in its own process) merged
+    in; sizes it did not measure get None."""
     view(decode, Decode)
     comp = view(compile_rec, Decode)
     out = dict(decode)
@@ -191,9 +182,8 @@ def run_worker(name: str, func: str, kwargs: dict) -> int:
 
 def summarize_bench(run: Path, failed: list[str] | None = None,
                     params: dict | None = None) -> tuple[Path, dict]:
-    """Merge the compile columns into the decode records and write the ``bench`` record of
-    run folder ``run``. Needs no GPU: the records keep the environment they were measured
-    in. Returns the bench record's path and the correctness gate."""
+    """Merge the compile columns into the decode records and write the ``bench`` record of run
+    folder ``run`` (no GPU needed); returns its path and the correctness gate."""
 
     res = run / "results"
 
@@ -235,8 +225,7 @@ def summarize_bench(run: Path, failed: list[str] | None = None,
 
 
 def contention_lines(run: Path) -> list[str]:
-    """One line per record of run folder ``run`` whose environment shows a busy host
-    (:func:`labkit.support.env.contention_warning`): its host-bound columns deserve suspicion."""
+    """One line per record of ``run`` whose environment shows a busy host."""
     out = []
     for p in sorted((run / "results").glob("*.json")):
         warning = contention_warning(load_result(p).env)
@@ -246,11 +235,9 @@ def contention_lines(run: Path) -> list[str]:
 
 
 def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
-    """Run the benchmark on the GPU; print and save the table. Returns an exit code.
-
-    Each measurement runs in a fresh Python process (a CUDA error in one cannot poison the
-    others, and torch.compile's CUDA Graph Trees never share a process with manual graphs).
-    """
+    """Run the benchmark on the GPU; print and save the table; returns an exit code. Each
+    measurement runs in a fresh process (a CUDA error cannot poison the others, and
+    torch.compile's CUDA Graph Trees never share a process with manual graphs)."""
     import json
     import subprocess
 
@@ -342,9 +329,8 @@ def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
 
 
 def markdown_summary(result, compile_few=None) -> str:
-    """The README's reference-results block, generated from the recorded ``bench`` result
-    (a :class:`labkit.measure.results.Result`) and, if given, the ``compile_small`` record, so that
-    no number in the README is typed by hand."""
+    """The README's reference-results block, generated from the ``bench`` record (and
+    ``compile_small``), so that no number in the README is typed by hand."""
 
     d = view(result, Bench)
     few = view(compile_few, Compile) if compile_few is not None else None
@@ -382,9 +368,8 @@ README_END = "<!-- bench:end -->"
 
 
 def run_roofline(out_root: Path = Path("runs")) -> int:
-    """``labkit bench --roofline``: the records of notebook 12 (:data:`labkit.measure.roofline.
-    RECORDS`), each in its own process, into a new run folder under ``out_root``. Returns an
-    exit code (0: every record saved)."""
+    """``labkit bench --roofline``: the records of notebook 12, each in its own process, into a
+    new run folder; returns an exit code."""
     import torch
 
     if not torch.cuda.is_available():

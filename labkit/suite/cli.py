@@ -287,8 +287,7 @@ def _positive_int(text: str) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The message on one line: line breaks (and the indentation after them) become one space;
-    spaces inside a line, such as in a quoted value, stay as they are."""
+    """The message on one line: line breaks and the indentation after them become one space."""
     return re.sub(r"\s*\n\s*", " ", str(exc)).strip() or type(exc).__name__
 
 
@@ -470,8 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line ``argv``; returns the exit status (0 ok, 1 a notebook or command
-    failed, 2 bad input, 130 interrupted). Bad input prints one message, no traceback."""
+    """Run the command line ``argv``; returns the exit status (0 ok, 1 failed, 2 bad input, 130)."""
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

@@ -27,8 +27,7 @@ def _render(markdown: str) -> str:
 
 def fold_details(source: str) -> str:
     """``source`` (a markdown cell) with each ``<details>`` block's inner markdown rendered to
-    HTML inside the block, with no blank line left in it (so a markdown renderer keeps the
-    whole block as one HTML block). A block holding another ``<details>`` is left as it is."""
+    HTML inside it, no blank line left (a block holding another ``<details>`` is left as it is)."""
 
     def repl(m: re.Match[str]) -> str:
         body = m.group("body")
@@ -47,8 +46,7 @@ def fold_details(source: str) -> str:
 
 
 class FoldDetailsPreprocessor(Preprocessor):
-    """Renders the markdown inside ``<details>`` blocks of markdown cells (see
-    :func:`fold_details`) so that exports show them folded, with their text inside."""
+    """Folds the ``<details>`` blocks of markdown cells (:func:`fold_details`)."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown" and "<details" in cell.source.lower():

@@ -39,8 +39,7 @@ POLL_SLICE_S = 0.1
 
 
 class SuiteError(ValueError):
-    """Bad input to the suite (a notebook name, a parameter, a file); the message names the
-    input, the problem and the fix."""
+    """Bad input to the suite; the message names the input, the problem and the fix."""
 
 
 # ----------------------------------------------------------------------------- notebooks
@@ -61,8 +60,7 @@ def display_path(path: Path) -> str:
 
 
 def known_names(nb_dir: Path) -> list[str]:
-    """Every name :func:`find_notebooks` accepts for the notebooks in ``nb_dir`` (stems of the
-    numbered and workshop notebooks, ``solutions/<stem>`` for the solutions)."""
+    """Every name :func:`find_notebooks` accepts for the notebooks in ``nb_dir``."""
     nb_dir = Path(nb_dir)
     if not nb_dir.is_dir():
         return []
@@ -88,13 +86,9 @@ def _lookup(entry: str, nb_dir: Path) -> list[Path]:
 
 
 def find_notebooks(names: Sequence[str] | None, nb_dir: Path | None = None) -> list[Path]:
-    """The notebook files ``names`` select, in order, each once.
-
-    ``None`` (or empty) selects every ``notebooks/NN_*.ipynb``. An entry is a number (``03``,
-    ``3``), a name (``03_capture_replay``, ``workshop_90min``), a solution (``solutions/03``,
-    ``solutions/03_capture_replay``) or a path to a ``.ipynb`` file. Raises :class:`SuiteError`
-    naming the entry and the closest known names.
-    """
+    """The notebook files ``names`` select, in order, each once (None: every
+    ``notebooks/NN_*.ipynb``): numbers (``03``), names (``03_capture_replay``,
+    ``workshop_90min``), solutions (``solutions/03``) or ``.ipynb`` paths."""
     nb_dir = Path(nb_dir) if nb_dir is not None else notebooks_dir()
     if not names:
         found = sorted(nb_dir.glob(NOTEBOOK_GLOB)) if nb_dir.is_dir() else []
@@ -151,8 +145,8 @@ def read_run_record(run_dir: Path) -> dict | None:
 
 
 def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
-    """PYTHONPATH for a kernel: the folder holding this labkit first, so notebooks import the
-    same labkit as the command line even when it is not installed."""
+    """PYTHONPATH for a kernel: this labkit's folder first, so notebooks import the same labkit
+    as the command line."""
     pkg_parent = str(Path(labkit.__file__).resolve().parent.parent)
     rest = [p for p in (os.environ if environ is None else environ).get("PYTHONPATH", "")
             .split(os.pathsep) if p and p != pkg_parent]
@@ -162,11 +156,9 @@ def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
 def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | None = None,
                        cpu_threads: int | None = None,
                        environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables a kernel started by the suite gets on top of ``environ`` (default: this
-    process's): ``PYTHONPATH`` (this labkit first), ``LABKIT_RUN_DIR`` (when ``run_dir``),
-    ``PLOTLY_RENDERER`` (given, else the environment's, else the offline-friendly default) and
-    ``LABKIT_CPU_THREADS`` (when given). Every LABKIT_* value the kernel would see is checked
-    first (:class:`labkit.support.envvars.EnvVarError`)."""
+    """The variables a suite kernel gets on top of ``environ`` (default: this process's):
+    ``PYTHONPATH``, ``LABKIT_RUN_DIR``, ``PLOTLY_RENDERER`` and ``LABKIT_CPU_THREADS``, every
+    LABKIT_* value checked first."""
     base = dict(os.environ if environ is None else environ)
     out = {"PYTHONPATH": kernel_pythonpath(base)}
     if run_dir is not None:
@@ -184,9 +176,8 @@ def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | No
 
 @dataclass
 class NotebookResult:
-    """What executing one notebook gave: ``ok`` or the error (``error``: one line;
-    ``error_record``: JSON-ready details), the executed copy (``output``, None when none was
-    written), the seconds it took and the result records it wrote into the run folder."""
+    """What executing one notebook gave: ``ok`` or the error (one line, and JSON-ready
+    ``error_record``), the executed copy, the seconds and the records it wrote."""
 
     notebook: Path
     output: Path | None
@@ -228,10 +219,8 @@ def error_record(exc: BaseException) -> dict:
 
 
 def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
-    """A kernel manager whose kernel gets ``env`` on top of this process's environment (this
-    process's own environment is left alone) and writes its own stdout/stderr (start-up
-    warnings, C-level messages) to ``log_file`` instead of the terminal; its client polls in
-    slices (:func:`_sliced_client_class`). Cell outputs go into the executed notebook."""
+    """A kernel manager whose kernel gets ``env`` on top of this process's environment and
+    writes its own stdout/stderr to ``log_file``; its client polls in slices."""
     from jupyter_client.manager import AsyncKernelManager
 
     extra = dict(env)
@@ -253,11 +242,9 @@ def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
 def _sliced_client_class() -> type:
     """A kernel client whose channels wait for messages in short slices.
 
-    With a widget cell whose output is large (a plotly figure embedding plotly.js), the
-    execute reply on the shell channel is sometimes not noticed by one long ``poll`` (a lost
-    wake-up): nbclient then sits until the cell timeout although the kernel is idle, or
-    forever without one. Re-polling every :data:`POLL_SLICE_S` seconds picks the reply up.
-    """
+    With a large widget output the execute reply is sometimes not noticed by one long ``poll``
+    (a lost wake-up) and nbclient waits until the cell timeout; re-polling every
+    :data:`POLL_SLICE_S` seconds picks the reply up."""
     from queue import Empty
 
     from jupyter_client.asynchronous import AsyncKernelClient
@@ -299,10 +286,8 @@ def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, A
                      log_path: Path | None = None, plotly_renderer: str | None = None,
                      cpu_threads: int | None = None) -> NotebookResult:
     """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
-    JupyterLab would), with ``parameters`` injected and the kernel environment of
-    :func:`kernel_environment`; the kernel's own stdout/stderr go to ``log_path`` (default:
-    ``output`` with ``.kernel.log``). Records it saves go to ``run_dir``. ``timeout``: seconds
-    per cell. A failing notebook gives ``ok=False`` with the error; Ctrl-C propagates."""
+    JupyterLab would) with ``parameters`` and :func:`kernel_environment`; the kernel's own output
+    goes to ``log_path``, saved records to ``run_dir``. A failing notebook gives ``ok=False``."""
     import papermill
 
     notebook, output = Path(notebook), Path(output)

@@ -32,8 +32,7 @@ class ImagesError(RuntimeError):
 
 
 def find_browser() -> str:
-    """Path of a local Chromium/Chrome: ``$BROWSER_PATH``, ``/usr/bin/chromium``, or one on PATH.
-    Raises :class:`ImagesError` (with the install command) when there is none."""
+    """Path of a local Chromium/Chrome (``$BROWSER_PATH`` first), else :class:`ImagesError`."""
     env = os.environ.get("BROWSER_PATH")
     if env:
         if os.path.isfile(env) and os.access(env, os.X_OK):
@@ -124,9 +123,8 @@ def _provenance(res) -> str:
 
 @dataclass(frozen=True)
 class Chart:
-    """One key chart: the image's file stem, the record it is drawn from, the suite's builder
-    (``module:function``, called with the Result, or with ``data`` + ``subtitle`` when
-    ``takes_data``) and a generic fallback built with :mod:`labkit.teach.plots`."""
+    """One key chart: its file stem, its record, the suite's builder (``module:function``, given
+    the Result, or ``data`` and ``subtitle`` when ``takes_data``) and a generic fallback."""
 
     stem: str
     record: str
@@ -201,9 +199,8 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
 
 def export_images(out_dir: Path = Path("build/images"), fmt: str = "png", *,
                   gpu: str = "h200", charts: Sequence[Chart] | None = None) -> list[Path]:
-    """Write ``<out_dir>/<stem>.<fmt>`` for every key chart whose reference record exists;
-    returns the files written. Charts without a record are skipped (and listed on stderr);
-    :class:`ImagesError` when none can be drawn."""
+    """Write ``<out_dir>/<stem>.<fmt>`` for every key chart whose reference record exists
+    (the others are listed on stderr); returns the files written."""
 
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")

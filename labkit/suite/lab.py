@@ -87,8 +87,7 @@ def _raise_stopped(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
-    """While active, :data:`STOP_SIGNALS` raise :class:`LabStopped` in the main thread (the
-    previous handlers come back afterwards; in another thread nothing changes)."""
+    """While active, :data:`STOP_SIGNALS` raise :class:`LabStopped` (in the main thread)."""
     old: dict[int, object] = {}
     for sig in STOP_SIGNALS:
         try:
@@ -115,9 +114,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def stop_process_group(proc: subprocess.Popen, grace: float = 20.0) -> int:
-    """Stop ``proc`` (started with ``start_new_session=True``) and everything in its process
-    group: SIGTERM, up to ``grace`` seconds for JupyterLab to shut its kernels down, then
-    SIGKILL (at once on a second Ctrl-C or stop signal). Returns its exit status."""
+    """Stop ``proc`` and its process group: SIGTERM, up to ``grace`` seconds for JupyterLab to
+    shut its kernels down, then SIGKILL; returns its exit status."""
     pgid = proc.pid
     _signal_group(pgid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt, LabStopped):
@@ -129,13 +127,9 @@ def stop_process_group(proc: subprocess.Popen, grace: float = 20.0) -> int:
 
 def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | None = None,
               token: str | None = None, extra_args: Sequence[str] = ()) -> int:
-    """Run JupyterLab on ``notebooks/`` until Ctrl-C, SIGTERM or SIGHUP (each stops JupyterLab's
-    whole process group, then returns 0); returns its exit status when it ends by itself.
-
-    Listens on 127.0.0.1 only (on a remote machine, forward the port:
-    ``ssh -L 8888:127.0.0.1:8888 host``). The token is ``$LABKIT_LAB_TOKEN`` or a fresh random
-    one; the address printed includes it. A busy ``port`` is replaced by the next free one.
-    """
+    """Run JupyterLab on ``notebooks/`` until Ctrl-C, SIGTERM or SIGHUP (then returns 0), on
+    127.0.0.1 only, with ``$LABKIT_LAB_TOKEN`` or a random token; a busy ``port`` is replaced by
+    the next free one."""
     root = Path(root_dir) if root_dir is not None else notebooks_dir()
     if not root.is_dir():
         raise LabError(f"notebook folder {root} does not exist: run from the repository root "

@@ -35,8 +35,7 @@ from labkit.suite.engine import SuiteError, display_path
 
 @dataclass(frozen=True)
 class Rule:
-    """What a parameter's rule allows besides its type: choices, bounds, None, the items' type
-    of a list (see the module docstring)."""
+    """What a parameter's rule allows besides its type (see the module docstring)."""
 
     choices: tuple = ()
     bounds: tuple[tuple[str, float], ...] = ()
@@ -66,8 +65,7 @@ class Rule:
 @dataclass(frozen=True)
 class Parameter:
     """One name of a notebook's ``parameters`` cell: its default's source text, the type a
-    value must have (``int``, ``float``, ``bool``, ``str``, ``list``, ``dict``; None: any) and
-    its :class:`Rule` (choices, bounds, None allowed)."""
+    value must have (None: any) and its :class:`Rule`."""
 
     name: str
     default: str
@@ -185,8 +183,7 @@ def _parameters_cell(notebook: Path) -> str | None:
 
 
 def declared_parameters(notebook: Path) -> dict[str, Parameter]:
-    """The names assigned at the top level of the notebook's cell tagged ``parameters``, with
-    their defaults and expected types (``{}`` without such a cell)."""
+    """The names the notebook's ``parameters`` cell assigns, with defaults and types."""
     source = _parameters_cell(Path(notebook))
     if source is None:
         return {}
@@ -367,8 +364,7 @@ def _example(param: Parameter) -> str:
 
 
 def value_problem(value: Any, param: Parameter) -> tuple[str, str] | None:
-    """``(problem, how to fix it)`` when ``value`` does not fit ``param``'s type and rule
-    (None when it does): the problem names the allowed values and the value given."""
+    """``(problem, how to fix it)`` when ``value`` does not fit ``param`` (None when it does)."""
     kind, rule = param.kind, param.rule
     allowed = rule.describe(kind)
     default = f" (default {param.default})" if param.default else ""
@@ -420,13 +416,8 @@ def unknown_parameter_error(names: Sequence[str],
 def assign_parameters(params: Mapping[str, Any],
                       declared: Mapping[Path, Mapping[str, Parameter]], *,
                       may_skip: Iterable[str] = ()) -> dict[Path, dict]:
-    """Per notebook, the parameters it declares, each checked against the default's type and
-    the parameter's rule (choices, bounds; module docstring).
-
-    A name may reach several notebooks; a name unknown to ALL of them (unless in ``may_skip``),
-    or a value of the wrong type or outside the rule for one of them, raises
-    :class:`SuiteError` (naming the parameter, the notebook and the allowed values).
-    """
+    """Per notebook, the parameters it declares, each checked against its type and rule; a
+    name no notebook declares (unless in ``may_skip``) or a bad value raises :class:`SuiteError`."""
     known = set().union(*(set(d) for d in declared.values())) if declared else set()
     skip = set(may_skip)
     unknown = [k for k in params if k not in known and k not in skip]

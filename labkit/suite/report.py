@@ -112,19 +112,12 @@ def _fmt_num(x: float | int) -> str:
 
 def export_notebook_html(notebook: Path, out_html: Path, *,
                          notes: list[str] | None = None) -> Path:
-    """Export an executed notebook to an HTML page that works offline and needs nothing from
-    npm; returns its path.
+    """Export an executed notebook to an offline HTML page, made as ``labkit slides`` makes
+    its pages (parameters cells kept); returns its path.
 
-    The page is made as ``labkit slides`` makes its pages (template ``lab``, images embedded,
-    hints folded, every chart rebuilt from its plotly JSON, widgets drawn from their saved
-    state); the parameters cells stay (they show what the run was given). Pages with charts
-    load one shared copy of plotly.js, the plotly wheel's own bundle, copied once to
-    ``assets/plotly.min.js`` beside them. TeX in markdown is typeset by the local MathJax when
-    ``scripts/fetch_web_assets.sh`` fetched it; without it the page is still written (TeX shown
-    as written) and a line saying so is appended to ``notes``. Raises
-    :class:`~labkit.suite.slides.RemoteAssetError` (nothing written) if the page would still
-    load a script, style or font from the network.
-    """
+    Charts load the shared ``assets/plotly.min.js``; without a local MathJax TeX is shown as
+    written and ``notes`` says so. Raises :class:`~labkit.suite.slides.RemoteAssetError`
+    (nothing written) if the page would still load anything from the network."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
@@ -166,12 +159,8 @@ def _is_stats(obj: Any) -> bool:
 
 
 def headline_numbers(data: Any, max_depth: int = 3, max_list: int = 4) -> dict[str, float]:
-    """Flatten a result's ``data`` into ``{path: number}`` for a quick look.
-
-    Plain numbers are kept; a Stats dict (``{"median", "p10", ..., "unit"}``) contributes its
-    median (``path.median [unit]``); short lists contribute their items (``path[i]``). Nesting
-    deeper than ``max_depth`` and lists longer than ``max_list`` are left out.
-    """
+    """A result's ``data`` flattened into ``{path: number}``: plain numbers, a Stats dict's
+    median (``path.median [unit]``), short lists' items (``path[i]``), down to ``max_depth``."""
     out: dict[str, float] = {}
 
     def walk(obj: Any, path: str, depth: int) -> None:
@@ -360,9 +349,8 @@ DIFF_ROWS = 40
 
 
 def _output_lines(nb_path: Path, run_name: str = "") -> dict[int, list[str]]:
-    """``{code cell number: text lines of its outputs}`` of an executed notebook (printed text
-    and markdown from ``nb.say``; charts, HTML and reprs left out), with the run folder's name
-    written ``<run>``."""
+    """``{code cell number: text lines of its outputs}`` (printed text and markdown only), the
+    run folder's name written ``<run>``."""
     import nbformat
 
     try:
@@ -390,10 +378,8 @@ def _output_lines(nb_path: Path, run_name: str = "") -> dict[int, list[str]]:
 
 
 def sweep_differences(sweep_dir: Path, record: dict) -> tuple[list[list[str]], list[list[str]]]:
-    """What differs between a sweep's runs, as table rows (one column per run, in sweep order):
-    the headline numbers of the result records (``[record, number, value per run]``) and the
-    output lines of the executed notebooks that hold a number (``[notebook, cell, line per
-    run]``); lines and numbers equal in every run are left out."""
+    """What differs between a sweep's runs, as table rows with one column per run: headline
+    numbers of the records and the output lines holding a number."""
     runs = [Path(sweep_dir).parent / r["run"] for r in record.get("runs") or [] if r.get("run")]
     if len(runs) < 2:
         return [], []

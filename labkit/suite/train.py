@@ -44,8 +44,7 @@ def evaluate(model: TinyGPT, ids: torch.Tensor, batch: int, seq: int, iters: int
 
 
 def _readable(path: Path) -> None:
-    """Give ``path`` the mode a new file gets here (0644 under the usual umask 022): the save
-    goes through a private temporary file, which is created 0600."""
+    """Give ``path`` the mode a new file gets here (the save's temporary file is 0600)."""
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)

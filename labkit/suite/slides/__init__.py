@@ -56,9 +56,8 @@ def _is_executed(path: Path) -> bool:
 
 
 def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
-    """Execute ``src`` (in its own folder, as JupyterLab would) into ``dest`` with the suite
-    engine (papermill, the plotly renderer exports need). Results the notebook saves go to a
-    folder beside ``dest``, never into ``runs/``. Raises :class:`SlidesError` when it fails."""
+    """Execute ``src`` into ``dest`` with the suite engine, its records beside ``dest`` (never in
+    ``runs/``); raises :class:`SlidesError` when it fails."""
     dest = Path(dest)
     res = _execute(Path(src), dest, run_dir=dest.parent / "run", timeout=timeout,
                    plotly_renderer=DEFAULT_PLOTLY_RENDERER)
@@ -79,8 +78,8 @@ class _Job:
 
 @dataclass
 class SlidesResult:
-    """What :func:`export_slides` did: the files written, the run folder the executed notebooks
-    came from (None: none), the line saying which run and why, and the notebooks executed here."""
+    """What :func:`export_slides` did: the files written, the run folder used (None: none), the
+    line saying which and why, and the notebooks executed here."""
 
     files: list[Path]
     run_dir: Path | None
@@ -92,15 +91,9 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                   notebooks: Sequence[str] | None = None, html: bool = True, *,
                   runs_root: Path | None = None,
                   echo: Callable[[str], None] | None = None) -> SlidesResult:
-    """Export notebooks as offline reveal.js decks ``<out_dir>/NN_x.slides.html`` (and HTML pages
-    ``<out_dir>/NN_x.html`` when ``html``); returns a :class:`SlidesResult`.
-
-    The executed notebooks come from ``run_dir`` when given (it must be a ``labkit run`` folder;
-    the notebooks it lacks are executed here), else from the newest COMPLETE run under
-    ``runs_root`` (default ``runs/``; see :func:`choose_run`), else every notebook is executed
-    here. ``echo`` receives the line saying which run is used, before any work. Fails with
-    :class:`RemoteAssetError` if a page would still load anything from the network.
-    """
+    """Export notebooks as offline decks ``<out_dir>/NN_x.slides.html`` (and pages
+    ``NN_x.html`` when ``html``), taking the executed notebooks from ``run_dir`` or the newest
+    complete run under ``runs_root`` (:func:`choose_run`); ``echo`` gets the line saying which."""
     envvars.check_environment()
     out_dir = Path(out_dir)
     sources = find_notebooks(notebooks)

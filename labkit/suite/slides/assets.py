@@ -54,8 +54,7 @@ class SlidesError(RuntimeError):
 
 
 def web_dir() -> Path:
-    """Folder holding ``node_modules`` with the web assets (``build/web`` or
-    ``$LABKIT_WEB_DIR``)."""
+    """Folder holding ``node_modules`` (``build/web``, or ``$LABKIT_WEB_DIR``)."""
     return envvars.web_dir() or repo_root() / "build" / "web"
 
 
@@ -92,9 +91,8 @@ def _wanted(parts: Iterable[str] | None) -> set[str]:
 
 
 def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> list[str]:
-    """What ``node_modules`` lacks for the exports (only for the npm ``parts`` named, default
-    all): missing files, and packages at another version than the one pinned in
-    ``scripts/fetch_web_assets.sh`` (empty when complete)."""
+    """What ``node_modules`` lacks for the npm ``parts`` (default all): missing files, and
+    packages at another version than ``scripts/fetch_web_assets.sh`` pins."""
     wanted = _wanted(parts)
     need = [src for src, dst in _COPY_FILES if _part(dst) in wanted]
     need += [src for src, dst, _ in _COPY_DIRS if _part(dst) in wanted]
@@ -110,9 +108,8 @@ def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> li
 
 def ensure_web_assets(*, fetch: bool = True, quiet: bool = False,
                       parts: Iterable[str] | None = None) -> Path:
-    """``node_modules`` with every npm asset the exports need (or the ``parts`` named); runs
-    ``scripts/fetch_web_assets.sh`` (npm) when some are missing and ``fetch`` is true. Raises
-    :class:`SlidesError` saying what to do when they cannot be had."""
+    """``node_modules`` with the npm assets of ``parts`` (default all), fetched with
+    ``scripts/fetch_web_assets.sh`` when ``fetch``; else :class:`SlidesError` saying what to do."""
     base = web_dir()
     modules = base / "node_modules"
     missing = missing_assets(modules, parts)
@@ -165,9 +162,7 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
 
 
 def page_asset_parts(info: dict) -> list[str]:
-    """The parts of ``assets/`` (see :func:`copy_assets`) an HTML page (not a deck) of a
-    prepared notebook needs: ``plotly.min.js`` for charts, ``mathjax`` for TeX (``info``
-    from :func:`prepare_notebook`)."""
+    """The parts of ``assets/`` a page (not a deck) needs: plotly.js for charts, MathJax for TeX."""
     parts = []
     if info.get("charts"):
         parts.append(PLOTLY_FILE)
@@ -178,10 +173,8 @@ def page_asset_parts(info: dict) -> list[str]:
 
 def copy_assets(out_dir: Path, node_modules: Path | None = None,
                 parts: Iterable[str] | None = None) -> Path:
-    """Copy the assets an export needs into ``<out_dir>/assets`` (unchanged files are skipped):
-    all of them, or only the ``parts`` named (first folder or file name under ``assets/``:
-    ``plotly.min.js`` from the plotly wheel; ``reveal.js`` and ``mathjax`` from npm's
-    ``node_modules``, fetched when missing unless ``node_modules`` is given)."""
+    """Copy the assets an export needs (or only ``parts``: ``plotly.min.js``, ``reveal.js``,
+    ``mathjax``) into ``<out_dir>/assets``, unchanged files skipped."""
     wanted = None if parts is None else set(parts)
     dest = Path(out_dir) / ASSETS_DIR
     if wanted is None or PLOTLY_FILE in wanted:

@@ -117,7 +117,7 @@ def text_lines(text: str) -> float:
 
 def _split_markdown(source: str, limit: float) -> list[str]:
     """``source`` cut at blank lines into parts of at most ``limit`` estimated lines, never
-    inside a fenced code block or an HTML block (``<details>`` ...); one part when it fits."""
+    inside a fenced code block or an HTML block."""
     blocks: list[str] = []
     cur: list[str] = []
     fence, html_depth = False, 0
@@ -188,8 +188,7 @@ def _visuals(cell) -> int:
 
 
 def _split_visuals(cell) -> list:
-    """A code cell with several visuals as one cell per visual (the outputs before a visual go
-    with it, those after the last with the last); the source shows on the first only."""
+    """A code cell with several visuals as one cell per visual (the source on the first only)."""
     outs = list(cell.get("outputs", []))
     if sum(is_visual(o) for o in outs) < 2:
         return [cell]

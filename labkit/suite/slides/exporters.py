@@ -178,10 +178,8 @@ def make_exporters(prefix: str = ASSETS_DIR):
 
 def export_notebook(nb_path: Path, out_dir: Path, *, html: bool = True,
                     name: str | None = None) -> list[Path]:
-    """Export one EXECUTED notebook to the deck ``<out_dir>/<name>.slides.html`` (the deck
-    rules of :mod:`labkit.suite.slides.deck` choose what each slide shows) and the page
-    ``<name>.html`` (every cell but the parameters). The assets must already be in
-    ``<out_dir>/assets`` (:func:`copy_assets`)."""
+    """Export one EXECUTED notebook to the deck ``<out_dir>/<name>.slides.html`` and the page
+    ``<name>.html``; the assets must already be in ``<out_dir>/assets``."""
     import nbformat
 
     name = name or Path(nb_path).stem
