@@ -30,8 +30,7 @@ def _entry_for(record: dict, source: Path) -> dict | None:
 
 def held_notebooks(run_dir: Path, sources: Sequence[Path], record: dict | None = None
                    ) -> dict[Path, Path]:
-    """``{source: executed notebook}`` for every source ``run_dir`` holds executed with status
-    ok (its ``notebooks/<name>.ipynb``)."""
+    """``{source: executed notebook}`` for every source ``run_dir`` holds with status ok."""
     record = record if record is not None else read_run_record(run_dir) or {}
     out = {}
     for src in sources:
@@ -44,9 +43,8 @@ def held_notebooks(run_dir: Path, sources: Sequence[Path], record: dict | None =
 
 def why_not_complete(run_dir: Path, sources: Sequence[Path], *, sweep_ok: bool = False
                      ) -> str | None:
-    """Why ``run_dir`` is not a complete run for ``sources`` (None when it is): a complete run
-    has a ``run.json`` with status ok, is no member of a sweep (unless ``sweep_ok``) and holds
-    every source executed."""
+    """Why ``run_dir`` is not a complete run for ``sources`` (None when it is: status ok, no
+    member of a sweep unless ``sweep_ok``, every source executed)."""
     record = read_run_record(run_dir)
     if record is None or record.get("kind", RUN_KIND) != RUN_KIND:
         return f"no {RUN_FILE} of a `labkit run`"
@@ -69,9 +67,8 @@ def _started(run_dir: Path) -> tuple[str, str]:
 
 def newest_complete_run(sources: Sequence[Path], root: Path | None = None, *,
                         sweep_ok: bool = False) -> tuple[Path | None, list[str]]:
-    """The newest complete run (:func:`why_not_complete`) under ``root`` (default ``runs/``)
-    for ``sources``, by its start time, or None; and one line for each newer run passed over
-    (``"<folder>: <why>"``)."""
+    """The newest complete run under ``root`` (default ``runs/``) for ``sources``, or None; and
+    a line ``"<folder>: <why>"`` for each newer run passed over."""
     root = Path(root) if root is not None else repo_root() / "runs"
     runs = [d for d in root.iterdir() if (d / RUN_FILE).is_file()] if root.is_dir() else []
     passed: list[str] = []
@@ -84,8 +81,7 @@ def newest_complete_run(sources: Sequence[Path], root: Path | None = None, *,
 
 
 def check_run_dir(run_dir: Path) -> Path:
-    """``run_dir`` when it is a ``labkit run`` folder (``run.json`` and ``notebooks/``); else
-    raises :class:`SuiteError` naming the path, what it is and what to pass instead."""
+    """``run_dir`` if it is a ``labkit run`` folder, else a :class:`SuiteError` saying why."""
     run_dir = Path(run_dir).expanduser()
     shown = display_path(run_dir)
     if not run_dir.is_dir():
@@ -123,12 +119,8 @@ def _names(stems: Sequence[str]) -> str:
 
 def choose_run(sources: Sequence[Path], run_dir: Path | None = None, root: Path | None = None
                ) -> tuple[Path | None, str]:
-    """The run folder to take the executed ``sources`` from, and one line saying which and why.
-
-    ``run_dir`` given: that folder (checked by :func:`check_run_dir`; a partial run or a sweep's
-    run is fine, the notebooks it lacks are executed). Else the newest complete run under
-    ``root`` (:func:`newest_complete_run`), or None when there is none.
-    """
+    """The run folder to take the executed ``sources`` from, and a line saying which and why:
+    ``run_dir`` when given (checked), else the newest complete run under ``root``, or None."""
     if run_dir is not None:
         run_dir = check_run_dir(run_dir)
         return run_dir, f"using run {display_path(run_dir)} (as given)"

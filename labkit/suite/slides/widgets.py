@@ -92,8 +92,8 @@ def _value_widget(s: dict) -> str:
 
 def render_widget(model_id: str, states: dict[str, dict],
                   render_output: Callable[[dict], str], depth: int = 0) -> str:
-    """HTML of one widget (and its children) from its saved state; ``render_output`` turns one
-    saved output (an nbformat output dict of an Output widget) into HTML."""
+    """HTML of one widget and its children from the saved state; ``render_output`` draws one
+    saved output of an Output widget."""
     entry = states.get(model_id)
     if entry is None or depth > 20:
         return ""
