@@ -203,11 +203,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from labkit.suite.serve_cli import check_record_names, record_serving, run_serve, summary_line
 
     if args.record:
-        try:
-            names = check_record_names(args.only.split(",") if args.only else None)
-        except ValueError as exc:
-            print(f"labkit serve: {_one_line(exc)}", file=sys.stderr)
-            return EXIT_USAGE
+        names = check_record_names(args.only.split(",") if args.only else None)
         if not _cuda_available():
             print("labkit serve --record: no CUDA GPU here (torch.cuda.is_available() is False). "
                   "The serving reference records time CUDA graphs and need an NVIDIA GPU; the "
@@ -219,8 +215,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(run)
         return 1 if failed else 0
     if args.only:
-        print("labkit serve: --only picks records of --record; add --record", file=sys.stderr)
-        return EXIT_USAGE
+        raise SuiteError("--only picks records of --record; add --record")
     breaker = None
     if args.breaker:
         breaker = {"window": args.breaker_window, "threshold": args.breaker_threshold,

@@ -283,15 +283,15 @@ def _records_state(run_dir: Path | None) -> dict[str, int]:
 
 def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, Any] | None = None,
                      run_dir: Path | None = None, timeout: int | None = 1800,
-                     log_path: Path | None = None, plotly_renderer: str | None = None,
-                     cpu_threads: int | None = None) -> NotebookResult:
+                     log_path: Path | None = None,
+                     plotly_renderer: str | None = None) -> NotebookResult:
     """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
     JupyterLab would) with ``parameters`` and :func:`kernel_environment`; the kernel's own output
     goes to ``log_path``, saved records to ``run_dir``. A failing notebook gives ``ok=False``."""
     import papermill
 
     notebook, output = Path(notebook), Path(output)
-    env = kernel_environment(run_dir, plotly_renderer=plotly_renderer, cpu_threads=cpu_threads)
+    env = kernel_environment(run_dir, plotly_renderer=plotly_renderer)
     output.parent.mkdir(parents=True, exist_ok=True)
     log_path = Path(log_path) if log_path is not None else output.with_suffix(".kernel.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,6 @@ def _generic_compile(res) -> Any:
 
 
 def _provenance(res) -> str:
-
     try:
         return provenance_line(res)
     except Exception:
@@ -198,19 +197,17 @@ def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
 
 
 def export_images(out_dir: Path = Path("build/images"), fmt: str = "png", *,
-                  gpu: str = "h200", charts: Sequence[Chart] | None = None) -> list[Path]:
+                  gpu: str = "h200") -> list[Path]:
     """Write ``<out_dir>/<stem>.<fmt>`` for every key chart whose reference record exists
     (the others are listed on stderr); returns the files written."""
-
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     browser = find_browser()
     kaleido = _kaleido()
     register_template()
-    charts = list(charts) if charts is not None else key_charts()
     todo, missing = [], []
     cache: dict[str, Any] = {}
-    for ch in charts:
+    for ch in key_charts():
         folder = gpu if ch.gpus == 1 else f"{gpu_slug(gpu)}x{ch.gpus}"
         key = f"{folder}/{ch.record}"
         if key not in cache:

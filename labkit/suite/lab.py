@@ -34,19 +34,19 @@ def server_environment() -> dict[str, str]:
     return {**os.environ, **kernel_environment()}
 
 
-def port_free(port: int, host: str = LOOPBACK) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
-            s.bind((host, port))
+            s.bind((LOOPBACK, port))
         except OSError:
             return False
     return True
 
 
-def free_port(host: str = LOOPBACK) -> int:
+def free_port() -> int:
     """A TCP port nothing listens on now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
 
 

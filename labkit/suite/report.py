@@ -76,14 +76,22 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]],
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+#: an empty cell
+_NONE = '<span class="muted">-</span>'
+
+
 def _status(status: str | None) -> str:
     s = status or "unknown"
     return f'<span class="{_e(s)}">{_e(s)}</span>'
 
 
 def _duration(seconds: float | None) -> str:
-
     return _e(format_duration(seconds))
+
+
+def _params_table(params: dict) -> str:
+    return _table(["parameter", "value"],
+                  [[f"<code>{_e(k)}</code>", _value(v)] for k, v in params.items()])
 
 
 def _value(v: Any) -> str:
@@ -202,7 +210,6 @@ def compare_with_reference(data: dict, ref_data: dict,
 
 def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
     """``(path, Result or None, error)`` for every ``results/*.json`` of a run."""
-
     folder = run_dir / "results"
     out: list[tuple[Path, Any, str | None]] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -213,16 +220,8 @@ def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
     return out
 
 
-def _reference_for(name: str, gpu: str):
-
-    try:
-        return load_reference(name, gpu=gpu)
-    except Exception:
-        return None
-
-
 def _link(href: str | None, text: str) -> str:
-    return f'<a href="{_e(href)}">{_e(text)}</a>' if href else '<span class="muted">-</span>'
+    return f'<a href="{_e(href)}">{_e(text)}</a>' if href else _NONE
 
 
 def _notebooks_section(record: dict) -> str:
@@ -240,7 +239,7 @@ def _notebooks_section(record: dict) -> str:
         if nb.get("html_error"):
             status += f'<div class="err">HTML export: {_e(nb["html_error"])}</div>'
         res = ", ".join(f'<a href="results/{_e(r)}.json">{_e(r)}</a>'
-                        for r in nb.get("results") or []) or '<span class="muted">-</span>'
+                        for r in nb.get("results") or []) or _NONE
         rows.append([str(i), f"<b>{_e(nb.get('name'))}</b>", status,
                      _duration(nb.get("duration_s")), ptext, res, links])
     return "<h2>Notebooks</h2>" + _table(
@@ -248,12 +247,11 @@ def _notebooks_section(record: dict) -> str:
 
 
 def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
-
     loaded = _load_results(run_dir)
     if not loaded:
-        note = ("No result records were saved in this run. On the CPU tier the notebooks show "
-                "recorded reference results instead of saving new ones.") \
-            if record.get("tier") == "cpu" else "No result records were saved in this run."
+        note = "No result records were saved in this run." + (
+            " On the CPU tier the notebooks show recorded reference results instead of saving "
+            "new ones." if record.get("tier") == "cpu" else "")
         return f'<h2>Results</h2><p class="muted">{_e(note)}</p>'
     producer = {r: nb.get("name") for nb in record.get("notebooks", [])
                 for r in nb.get("results") or []}
@@ -267,13 +265,15 @@ def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
             continue
         heads = list(headline_numbers(res.data).items())[:4]
         htext = "<br>".join(f"<code>{_e(k)}</code>: {_e(_fmt_num(v))}" for k, v in heads) \
-            or '<span class="muted">-</span>'
+            or _NONE
         rows.append([link, _e(producer.get(name, "")), _e(provenance_line(res)), htext])
-        ref = _reference_for(name, reference_gpu)
-        if ref is not None:
-            pairs = compare_with_reference(res.data, ref.data)
-            if pairs:
-                comparisons.append((name, provenance_line(ref), pairs))
+        try:
+            ref = load_reference(name, gpu=reference_gpu)
+        except Exception:  # no reference of that name (or an unreadable one)
+            continue
+        pairs = compare_with_reference(res.data, ref.data)
+        if pairs:
+            comparisons.append((name, provenance_line(ref), pairs))
     out = "<h2>Results</h2>" + _table(["record", "notebook", "provenance", "headline numbers"],
                                       rows)
     if comparisons:
@@ -287,7 +287,6 @@ def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
 
 
 def _env_section(env: dict) -> str:
-
     try:
         text = format_record(env)
     except Exception:
@@ -318,8 +317,7 @@ def render_run_index(run_dir: Path, record: dict, reference_gpu: str = "h200") -
                      f"<code>{_e(combo)}</code></p>")
     params = record.get("params") or {}
     if params or record.get("param_file"):
-        rows = [[f"<code>{_e(k)}</code>", _value(v)] for k, v in params.items()]
-        ptext = _table(["parameter", "value"], rows) if rows else ""
+        ptext = _params_table(params) if params else ""
         if record.get("param_file"):
             ptext += f'<p class="muted">parameter file: <code>{_e(record["param_file"])}</code></p>'
         if record.get("unknown_params"):
@@ -466,15 +464,13 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
                   if "notebooks_total" in r else "-")
         rows.append([str(r.get("index", ""))] + [_value(combo.get(k)) for k in keys]
                     + [status, _e(nbtext), _duration(r.get("duration_s")),
-                       _e(", ".join(r.get("results") or [])) or '<span class="muted">-</span>',
+                       _e(", ".join(r.get("results") or [])) or _NONE,
                        _link(f"../{run}/index.html" if run else None, run or "-")])
     base = record.get("base_params") or {}
     parts = [f"<h1>{_e(title)}</h1>", f'<p class="sub">{sub}</p>',
              "<h2>Grid</h2>" + _table(["parameter", "values"], grid_rows)]
     if base:
-        parts.append("<h2>Fixed parameters</h2>" + _table(
-            ["parameter", "value"],
-            [[f"<code>{_e(k)}</code>", _value(v)] for k, v in base.items()]))
+        parts.append("<h2>Fixed parameters</h2>" + _params_table(base))
     parts.append("<h2>Runs</h2>" + _table(
         ["#"] + [f"<code>{_e(k)}</code>" for k in keys]
         + ["status", "notebooks ok", "duration", "results", "run folder"], rows,

@@ -54,7 +54,6 @@ def train_char_model(out: Path = Path("data/checkpoints/char.safetensors"), step
                      seed: int = 0, device: str | None = None, batch: int = 32, seq: int = 128,
                      lr: float = 3e-3, log_every: int = 100) -> dict:
     """Train the ``char`` preset on the shipped corpus; save to ``out``; return the record."""
-
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

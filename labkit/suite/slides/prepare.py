@@ -132,8 +132,7 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
     return nb, {"charts": charts, "widgets": widgets, "math": has_math(nb)}
 
 
-def head_html(info: dict, *, plotly_url: str = LOCAL_URLS["plotly_url"],
-              mathjax_url: str | None = LOCAL_URLS["mathjax_url"]) -> str:
+def head_html(info: dict, *, mathjax_url: str | None = LOCAL_URLS["mathjax_url"]) -> str:
     """The page head's scripts and styles: the shared plotly.js for charts, the local MathJax
     for TeX (``mathjax_url`` None: TeX shown as written), the static widgets' style."""
     parts = ["<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
@@ -145,5 +144,5 @@ def head_html(info: dict, *, plotly_url: str = LOCAL_URLS["plotly_url"],
             "processEnvironments: true, tags: 'ams'}, svg: {fontCache: 'global'}};</script>\n"
             f'<script src="{mathjax_url}"></script>')
     if info.get("charts"):
-        parts.append(f'<script src="{plotly_url}"></script>')
+        parts.append(f'<script src="{LOCAL_URLS["plotly_url"]}"></script>')
     return "\n".join(parts)
