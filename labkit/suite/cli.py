@@ -475,12 +475,13 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, *_user_errors()) as exc:  # messages that name the problem and the fix
+    except Exception as exc:
+        clear = isinstance(exc, _user_errors())  # a failure whose message says what to do
+        if not clear and not isinstance(exc, ValueError):
+            raise
         print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        # bad input (nothing was run or written) is 2; a clear failure of the command is 1
-        bad_input = isinstance(exc, (SuiteError, EnvVarError)) or not isinstance(
-            exc, _user_errors())
-        return EXIT_USAGE if bad_input else 1
+        # bad input (library checks name the problem and the fix; nothing was run) is 2
+        return EXIT_USAGE if isinstance(exc, (SuiteError, EnvVarError)) or not clear else 1
     except KeyboardInterrupt:
         print("labkit: interrupted", file=sys.stderr)
         return 130

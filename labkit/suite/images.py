@@ -12,11 +12,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Sequence
-from labkit.measure.records import Compile, Decode, Dispatcher, LaunchOverhead, PoolMemory, view
+from collections.abc import Sequence
 from labkit.support.env import gpu_slug
 from labkit.measure.results import load_reference, provenance_line, reference_dir
-from labkit.teach.plots import bars, lines, register_template
+from labkit.teach.plots import register_template
 
 #: Executables tried, in order, after ``$BROWSER_PATH``.
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -63,56 +62,6 @@ def _kaleido():
 # ----------------------------------------------------------------------------- charts
 
 
-def _generic_launch(res) -> Any:
-    d = view(res, LaunchOverhead)
-    keys = [k for k in ("host_per_launch", "launch_sync", "gpu_per_eager_kernel",
-                        "gpu_per_graph_node") if getattr(d, k)]
-    return bars([k.replace("_", " ") for k in keys],
-                {"reference": [getattr(d, k).median for k in keys]},
-                title="Launch overhead", x_title="", y_title="µs (median)",
-                subtitle=_provenance(res))
-
-
-def _generic_sweep(res) -> Any:
-    sweep = view(res, LaunchOverhead).sweep
-    x = [p.numel for p in sweep]
-    series = {"eager": [p.eager.median for p in sweep]}
-    if all(p.graph for p in sweep):
-        series["graph"] = [p.graph.median for p in sweep]
-    return lines(x, series, title="Time per kernel vs work per kernel", x_title="elements",
-                 y_title="µs per kernel (median)", subtitle=_provenance(res), log_x=True,
-                 log_y=True)
-
-
-def _generic_decode(res) -> Any:
-    d = view(res, Decode)
-    return bars(d.batch_sizes, {m: d.median_us(m) for m in d.methods},
-                title=f"Decode step time ({d.preset})", x_title="batch size",
-                y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
-
-
-def _generic_pools(res) -> Any:
-    d = view(res, PoolMemory)
-    return bars(["graph pools"], {k: [v / 2**20] for k, v in d.total_bytes().items()},
-                title=f"Graph pool memory ({d.preset})", x_title="",
-                y_title="MiB", subtitle=_provenance(res), text_fmt=".0f")
-
-
-def _generic_dispatcher(res) -> Any:
-    d = view(res, Dispatcher)
-    series = {"graph" if k == "graph_exact" else k: d.median_us(k) for k in d.methods}
-    return lines(d.batch_sizes, series, title="Decode step: eager vs graph vs dispatcher",
-                 x_title="batch size", y_title="µs per step (median)",
-                 subtitle=_provenance(res), log_x=True)
-
-
-def _generic_compile(res) -> Any:
-    d = view(res, Compile)
-    return bars(d.batch_sizes, {m: d.median_us(m) for m in d.methods},
-                title="Manual graphs vs torch.compile", x_title="batch size",
-                y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
-
-
 def _provenance(res) -> str:
     try:
         return provenance_line(res)
@@ -122,77 +71,57 @@ def _provenance(res) -> str:
 
 @dataclass(frozen=True)
 class Chart:
-    """One key chart: its file stem, its record, the suite's builder (``module:function``, given
-    the Result, or ``data`` and ``subtitle`` when ``takes_data``) and a generic fallback."""
+    """One key chart: its file stem, its record and the suite's builder (``module:function``,
+    given the Result, or ``data`` and ``subtitle`` when ``takes_data``)."""
 
     stem: str
     record: str
-    builder: str | None
-    fallback: Callable[[Any], Any] | None
+    builder: str
     takes_data: bool = False
     #: GPUs the record is measured on: its reference folder is ``<gpu>`` or ``<gpu>x<gpus>``
     gpus: int = 1
 
     def build(self, res) -> Any:
-        if self.builder:
-            import importlib
+        import importlib
 
-            mod, fn = self.builder.split(":")
-            try:
-                func = getattr(importlib.import_module(mod), fn)
-            except (ImportError, AttributeError):
-                func = None
-            if func is not None:
-                try:
-                    if self.takes_data:
-                        return func(res.record, subtitle=_provenance(res))
-                    return func(res)
-                except Exception as exc:  # a builder out of step with the record: fall back
-                    if self.fallback is None:
-                        raise
-                    print(f"labkit images: {self.builder} failed on {self.record} ({exc}); "
-                          "using the generic chart", file=sys.stderr)
-        if self.fallback is None:
-            raise ImagesError(f"no builder for {self.stem}")
-        return self.fallback(res)
+        mod, fn = self.builder.split(":")
+        func = getattr(importlib.import_module(mod), fn)
+        return func(res.record, subtitle=_provenance(res)) if self.takes_data else func(res)
 
 
 def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     """The suite's key charts, in notebook order."""
     out = [
         Chart("01_launch_overhead", "launch_overhead",
-              "labkit.teach.plots.timing:launch_overhead_bars", _generic_launch),
-        Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart",
-              _generic_sweep),
+              "labkit.teach.plots.timing:launch_overhead_bars"),
+        Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart"),
     ]
     for p in presets:
         out.append(Chart(f"02_decode_step_{p}", f"decode_{p}",
-                         "labkit.teach.plots.decode:step_time_chart", _generic_decode))
+                         "labkit.teach.plots.decode:step_time_chart"))
     for p in presets:
         out.append(Chart(f"03_timeline_{p}", f"timeline_{p}",
-                         "labkit.teach.plots.timing:timeline_chart", None))
+                         "labkit.teach.plots.timing:timeline_chart"))
     for p in presets:
         out.append(Chart(f"04_pool_memory_{p}", f"pool_memory_{p}",
-                         "labkit.teach.plots.memory:pool_totals", _generic_pools, takes_data=True))
+                         "labkit.teach.plots.memory:pool_totals", takes_data=True))
     for p in presets:
         out.append(Chart(f"05_dispatcher_{p}", f"dispatcher_{p}",
-                         "labkit.teach.plots.dispatch:step_times", _generic_dispatcher,
-                         takes_data=True))
+                         "labkit.teach.plots.dispatch:step_times", takes_data=True))
     for p in presets:
         out.append(Chart(f"08_compile_{p}", f"compile_{p}",
-                         "labkit.teach.plots.compile:step_time_bars", _generic_compile))
-    out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart", None,
+                         "labkit.teach.plots.compile:step_time_bars"))
+    out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart",
                      takes_data=True))
     for p in presets:
         out.append(Chart(f"12_roofline_{p}", f"roofline_{p}",
-                         "labkit.teach.plots.roofline:floor_chart", None))
+                         "labkit.teach.plots.roofline:floor_chart"))
     out.append(Chart("13_serving_load_gpt2", "serving_load_gpt2",
-                     "labkit.teach.plots.serving:latency_load_chart", None, takes_data=True))
+                     "labkit.teach.plots.serving:latency_load_chart", takes_data=True))
     for stem, record, fn in (("14_tp_allreduce", "tp_allreduce", "allreduce_chart"),
                              ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp_step_chart"),
                              ("14_tp_comm_gpt2", "tp_decode_gpt2", "comm_split_chart")):
-        out.append(Chart(stem, record, f"labkit.teach.plots.tp:{fn}", None, takes_data=True,
-                         gpus=2))
+        out.append(Chart(stem, record, f"labkit.teach.plots.tp:{fn}", takes_data=True, gpus=2))
     return out
 
 
