@@ -330,7 +330,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the remaining notebooks after one fails")
     r.add_argument("--check", action="store_true",
                    help="check notebooks, parameters, sweep file and environment; run nothing")
-    r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="decode benchmark on a GPU: eager, graph, dispatcher, compile")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
@@ -340,11 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--roofline", action="store_true",
                    help="only the roofline records of notebook 12 (roofline_*, multistep_*), "
                         "into a new run folder")
-    b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("env", help="print the environment record (GPU, driver, torch, commit)")
     e.add_argument("--json", action="store_true", help="print it as JSON")
-    e.set_defaults(func=cmd_env)
 
     ref = sub.add_parser("reference", help="copy a run's result records into data/reference/<gpu>")
     ref.add_argument("run_dir", help="run folder made on a GPU (runs/<stamp>-gpu/) whose "
@@ -352,7 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("--gpu", default="h200",
                      help="reference folder name: the GPU the results were measured on "
                           "(default h200)")
-    ref.set_defaults(func=cmd_reference)
 
     t = sub.add_parser("train", help="train the tiny byte-level checkpoint on the corpus")
     t.add_argument("--out", default="data/checkpoints/char.safetensors",
@@ -363,7 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     t.add_argument("--batch", type=_positive_int, default=32, help="windows per step (default 32)")
     t.add_argument("--seq", type=_positive_int, default=128, help="bytes per window (default 128)")
-    t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("slides", help="export notebooks to offline reveal.js decks")
     s.add_argument("notebooks", nargs="*",
@@ -376,7 +371,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="build/slides",
                    help="folder for the decks, pages and assets/ (default build/slides)")
     s.add_argument("--no-html", action="store_true", help="decks only, no HTML pages")
-    s.set_defaults(func=cmd_slides)
 
     lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants",
                          description="JupyterLab on notebooks/, on 127.0.0.1 with a token. "
@@ -386,7 +380,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="port to listen on (default 8888; a busy one is replaced by the next "
                           "free one)")
     lab.add_argument("--no-browser", action="store_true", help="do not open a web browser")
-    lab.set_defaults(func=cmd_lab)
 
     sv = sub.add_parser("serve", help="serve a request trace with continuous batching in one "
                         "step mode; save a serve_<name> record (TTFT/TPOT/ITL percentiles)")
@@ -437,7 +430,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "parameters into one run folder; other options are ignored")
     sv.add_argument("--only", default=None,
                     help="with --record: comma-separated record names to measure")
-    sv.set_defaults(func=cmd_serve)
 
     tp = sub.add_parser("tp", help="tensor-parallel decode on N ranks: all-reduce latency, TP=1 "
                         "vs TP=N step time, compute vs communication; save tp_* records")
@@ -452,14 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds for the NCCL launch once the ranks joined (default 150)")
     tp.add_argument("--symm-timeout", type=_positive_float, default=90.0,
                     help="seconds for the symmetric-memory launch (default 90)")
-    tp.set_defaults(func=cmd_tp)
 
     im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")
     im.add_argument("--out", default="build/images",
                     help="folder for the images (default build/images)")
     im.add_argument("--format", default="png", choices=["png", "svg"],
                     help="image format (default png)")
-    im.set_defaults(func=cmd_images)
     return p
 
 
@@ -474,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or argparse's usage error (printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
-        return int(args.func(args) or 0)
+        return int(globals()[f"cmd_{args.command}"](args) or 0)  # sub-command x: cmd_x
     except Exception as exc:
         clear = isinstance(exc, _user_errors())  # a failure whose message says what to do
         if not clear and not isinstance(exc, ValueError):

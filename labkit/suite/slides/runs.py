@@ -41,17 +41,16 @@ def held_notebooks(run_dir: Path, sources: Sequence[Path], record: dict | None =
     return out
 
 
-def why_not_complete(run_dir: Path, sources: Sequence[Path], *, sweep_ok: bool = False
-                     ) -> str | None:
+def why_not_complete(run_dir: Path, sources: Sequence[Path]) -> str | None:
     """Why ``run_dir`` is not a complete run for ``sources`` (None when it is: status ok, no
-    member of a sweep unless ``sweep_ok``, every source executed)."""
+    member of a sweep, every source executed)."""
     record = read_run_record(run_dir)
     if record is None or record.get("kind", RUN_KIND) != RUN_KIND:
         return f"no {RUN_FILE} of a `labkit run`"
     if record.get("status") != "ok":
         return f"status {record.get('status')!r}"
     sweep = record.get("sweep")
-    if sweep and not sweep_ok:
+    if sweep:
         where = sweep.get("sweep_dir") if isinstance(sweep, dict) else None
         return f"one run of the sweep {where}" if where else "one run of a sweep"
     lacks = [s.stem for s in sources if s not in held_notebooks(run_dir, sources, record)]
@@ -65,15 +64,15 @@ def _started(run_dir: Path) -> tuple[str, str]:
     return (str(rec.get("started") or ""), run_dir.name)
 
 
-def newest_complete_run(sources: Sequence[Path], root: Path | None = None, *,
-                        sweep_ok: bool = False) -> tuple[Path | None, list[str]]:
+def newest_complete_run(sources: Sequence[Path], root: Path | None = None
+                        ) -> tuple[Path | None, list[str]]:
     """The newest complete run under ``root`` (default ``runs/``) for ``sources``, or None; and
     a line ``"<folder>: <why>"`` for each newer run passed over."""
     root = Path(root) if root is not None else repo_root() / "runs"
     runs = [d for d in root.iterdir() if (d / RUN_FILE).is_file()] if root.is_dir() else []
     passed: list[str] = []
     for d in sorted(runs, key=_started, reverse=True):
-        why = why_not_complete(d, sources, sweep_ok=sweep_ok)
+        why = why_not_complete(d, sources)
         if why is None:
             return d, passed
         passed.append(f"{d.name}: {why}")
