@@ -30,11 +30,9 @@ _COPY_FILES: tuple[tuple[str, str], ...] = (
     ("reveal.js/plugin/notes/notes.js", "reveal.js/plugin/notes/notes.js"),
     ("mathjax/es5/tex-svg-full.js", "mathjax/tex-svg-full.js"),
 )
-# folders copied whole (source, destination, file suffixes to copy)
-_COPY_DIRS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("reveal.js/dist/theme", "reveal.js/dist/theme",
-     (".css", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".otf")),
-)
+# the reveal.js themes, copied whole (their style sheets and fonts)
+_THEME_DIR = "reveal.js/dist/theme"
+_THEME_SUFFIXES = (".css", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".otf")
 #: The parts of ``assets/`` that come from npm (the rest come from Python wheels).
 NPM_PARTS = ("reveal.js", "mathjax")
 
@@ -45,12 +43,10 @@ LOCAL_URLS = {
     "plotly_url": f"{ASSETS_DIR}/{PLOTLY_FILE}",
 }
 
+
+
 class SlidesError(RuntimeError):
     """An export could not be made (missing assets, a notebook that fails, ...)."""
-
-
-
-# ----------------------------------------------------------------------------- paths
 
 
 def web_dir() -> Path:
@@ -95,7 +91,7 @@ def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> li
     packages at another version than ``scripts/fetch_web_assets.sh`` pins."""
     wanted = _wanted(parts)
     need = [src for src, dst in _COPY_FILES if _part(dst) in wanted]
-    need += [src for src, dst, _ in _COPY_DIRS if _part(dst) in wanted]
+    need += [_THEME_DIR] if _part(_THEME_DIR) in wanted else []
     out = [p for p in need if not (node_modules / p).exists()]
     for name, version in pinned_packages().items():
         if name not in wanted:
@@ -186,11 +182,9 @@ def copy_assets(out_dir: Path, node_modules: Path | None = None,
     for src, dst in _COPY_FILES:
         if _part(dst) in npm:
             _copy_if_changed(modules / src, dest / dst)
-    for src, dst, suffixes in _COPY_DIRS:
-        if _part(dst) not in npm:
-            continue
-        root = modules / src
+    if _part(_THEME_DIR) in npm:
+        root = modules / _THEME_DIR
         for f in sorted(root.rglob("*")):
-            if f.is_file() and f.suffix.lower() in suffixes:
-                _copy_if_changed(f, dest / dst / f.relative_to(root))
+            if f.is_file() and f.suffix.lower() in _THEME_SUFFIXES:
+                _copy_if_changed(f, dest / _THEME_DIR / f.relative_to(root))
     return dest
