@@ -42,9 +42,6 @@ class SuiteError(ValueError):
     """Bad input to the suite; the message names the input, the problem and the fix."""
 
 
-# ----------------------------------------------------------------------------- notebooks
-
-
 def notebooks_dir() -> Path:
     """The suite's ``notebooks/`` folder: the checkout's, else ``./notebooks``."""
     return repo_root() / "notebooks"
@@ -141,9 +138,6 @@ def read_run_record(run_dir: Path) -> dict | None:
     return rec if isinstance(rec, dict) and isinstance(rec.get("notebooks"), list) else None
 
 
-# ----------------------------------------------------------------------------- environment
-
-
 def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
     """PYTHONPATH for a kernel: this labkit's folder first, so notebooks import the same labkit
     as the command line."""
@@ -169,9 +163,6 @@ def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | No
         out[envvars.CPU_THREADS] = str(cpu_threads)
     envvars.check_environment({**base, **out})
     return out
-
-
-# ----------------------------------------------------------------------------- execution
 
 
 @dataclass

@@ -27,9 +27,6 @@ class ImagesError(RuntimeError):
     """Static images cannot be made here (no browser, no kaleido, no records)."""
 
 
-# ----------------------------------------------------------------------------- browser
-
-
 def find_browser() -> str:
     """Path of a local Chromium/Chrome (``$BROWSER_PATH`` first), else :class:`ImagesError`."""
     env = os.environ.get("BROWSER_PATH")
@@ -57,9 +54,6 @@ def _kaleido():
         raise ImagesError("static images need kaleido 1.x: `pip install 'kaleido>=1.0'` "
                           "(or install labkit with the `images` extra)") from exc
     return kaleido
-
-
-# ----------------------------------------------------------------------------- charts
 
 
 def _provenance(res) -> str:

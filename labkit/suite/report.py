@@ -48,9 +48,6 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-# ----------------------------------------------------------------------------- selection
-
-
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -115,9 +112,6 @@ def _fmt_num(x: float | int) -> str:
     return f"{x:.4g}"
 
 
-# ----------------------------------------------------------------------------- notebook HTML
-
-
 def export_notebook_html(notebook: Path, out_html: Path, *,
                          notes: list[str] | None = None) -> Path:
     """Export an executed notebook to an offline HTML page, made as ``labkit slides`` makes
@@ -155,9 +149,6 @@ def export_notebook_html(notebook: Path, out_html: Path, *,
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(body, encoding="utf-8")
     return out_html
-
-
-# ----------------------------------------------------------------------------- numbers
 
 
 def _is_stats(obj: Any) -> bool:
@@ -203,9 +194,6 @@ def compare_with_reference(data: dict, ref_data: dict,
     mine = headline_numbers(data)
     ref = headline_numbers(ref_data)
     return [(k, mine[k], ref[k]) for k in mine if k in ref][:limit]
-
-
-# ----------------------------------------------------------------------------- run index
 
 
 def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
@@ -337,9 +325,6 @@ def write_run_index(run_dir: Path, record: dict, reference_gpu: str = "h200") ->
     path = Path(run_dir) / "index.html"
     path.write_text(render_run_index(run_dir, record, reference_gpu), encoding="utf-8")
     return path
-
-
-# ----------------------------------------------------------------------------- sweep index
 
 
 #: Most rows a sweep page shows per table of differences.

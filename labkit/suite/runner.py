@@ -56,9 +56,6 @@ def _write_json(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(to_jsonable(obj, path.name), indent=2) + "\n")
 
 
-# ----------------------------------------------------------------------------- plans
-
-
 @dataclass
 class RunPlan:
     """What a checked run will do: the notebooks, the merged parameters, each notebook's share."""
@@ -174,9 +171,6 @@ def plan_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | 
                      sorted(set(base) & set(grid)), unused)
 
 
-# ----------------------------------------------------------------------------- results
-
-
 @dataclass
 class RunResult:
     """A finished (or interrupted) run: its folder, status and per-notebook results."""
@@ -272,9 +266,6 @@ def sweep_summary_line(result: SweepResult) -> str:
             + f"{format_duration(result.record.get('duration_s'))}"
             f" -> {display_path(result.sweep_dir)} "
             f"(report: {display_path(result.sweep_dir / 'index.html')})")
-
-
-# ----------------------------------------------------------------------------- run
 
 
 def _progress(total: int, desc: str, stream=None):
@@ -436,9 +427,6 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
     if result.status == "interrupted":
         raise RunInterrupted(result)
     return result
-
-
-# ----------------------------------------------------------------------------- sweep
 
 
 def run_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | None = None,
