@@ -404,23 +404,18 @@ def _differences_section(sweep_dir: Path, record: dict) -> str:
 
     heads = [f"run {_e(r.get('index'))}: <code>{_e(combo(r))}</code>" for r in runs]
     parts = ["<h2>What differs between the runs</h2>"]
-    if rec_rows:
-        more = len(rec_rows) - DIFF_ROWS
-        parts.append("<h3>Result records</h3>" + _table(["record", "number", *heads],
-                                                       rec_rows[:DIFF_ROWS]))
-        if more > 0:
-            parts.append(f'<p class="muted">and {more} more numbers</p>')
-    else:
-        parts.append('<p class="muted">No result record differs between the runs (on the CPU '
-                     "tier the notebooks save none: they show the recorded references).</p>")
-    if out_rows:
-        more = len(out_rows) - DIFF_ROWS
-        parts.append("<h3>Notebook outputs (lines holding a number)</h3>"
-                     + _table(["notebook", "cell", *heads], out_rows[:DIFF_ROWS]))
-        if more > 0:
-            parts.append(f'<p class="muted">and {more} more lines</p>')
-    else:
-        parts.append('<p class="muted">The notebooks printed the same numbers in every run.</p>')
+    for rows, title, cols, what, same in (
+            (rec_rows, "Result records", ["record", "number"], "numbers",
+             "No result record differs between the runs (on the CPU tier the notebooks save "
+             "none: they show the recorded references)."),
+            (out_rows, "Notebook outputs (lines holding a number)", ["notebook", "cell"], "lines",
+             "The notebooks printed the same numbers in every run.")):
+        if not rows:
+            parts.append(f'<p class="muted">{same}</p>')
+            continue
+        parts.append(f"<h3>{title}</h3>" + _table([*cols, *heads], rows[:DIFF_ROWS]))
+        if len(rows) > DIFF_ROWS:
+            parts.append(f'<p class="muted">and {len(rows) - DIFF_ROWS} more {what}</p>')
     return "".join(parts)
 
 

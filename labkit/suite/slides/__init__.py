@@ -70,13 +70,6 @@ def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
 
 
 @dataclass
-class _Job:
-    name: str
-    executed: Path | None
-    source: Path
-
-
-@dataclass
 class SlidesResult:
     """What :func:`export_slides` did: the files written, the run folder used (None: none), the
     line saying which and why, and the notebooks executed here."""
@@ -103,7 +96,7 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     record = read_run_record(run_dir) if run_dir is not None else None
     held = held_notebooks(run_dir, sources, record) if run_dir is not None else {}
 
-    jobs = []
+    jobs: list[tuple[Path, Path | None]] = []  # (source, its executed copy if there is one)
     for src in sources:
         executed = held.get(src)
         if executed is None and run_dir is not None:
@@ -113,7 +106,7 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                   f"executing {src.name} here", file=sys.stderr)
         if executed is None and _is_executed(src):
             executed = src
-        jobs.append(_Job(src.stem, executed, src))
+        jobs.append((src, executed))
 
     modules = ensure_web_assets()
     copy_assets(out_dir, modules)
@@ -121,18 +114,17 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     failed: list[str] = []
     executed_here: list[str] = []
     with tempfile.TemporaryDirectory(prefix="labkit-slides-") as tmp:
-        for job in jobs:
-            nb_path = job.executed
+        for src, nb_path in jobs:
             if nb_path is None:
-                print(f"labkit slides: executing {job.source.name}", file=sys.stderr)
-                executed_here.append(job.name)
+                print(f"labkit slides: executing {src.name}", file=sys.stderr)
+                executed_here.append(src.stem)
                 try:
-                    nb_path = execute_notebook(job.source, Path(tmp) / job.name / job.source.name)
+                    nb_path = execute_notebook(src, Path(tmp) / src.stem / src.name)
                 except SlidesError as exc:  # export the others, then report
                     print(f"labkit slides: {exc}", file=sys.stderr)
-                    failed.append(job.source.name)
+                    failed.append(src.name)
                     continue
-            written += export_notebook(nb_path, out_dir, html=html, name=job.name)
+            written += export_notebook(nb_path, out_dir, html=html, name=src.stem)
     check_offline(written)
     if failed:
         done = "".join(f"\n  {p}" for p in written) or " none"
