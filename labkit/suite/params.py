@@ -332,7 +332,7 @@ def _yaml(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) or not value.isidentifier() else value
 
 
-def _allowed(value: Any, kind: str | None, rule: Rule) -> str | None:
+def _allowed(value: Any, rule: Rule) -> str | None:
     """Why one (scalar) value breaks ``rule``'s choices or bounds (None when it does not)."""
     if rule.choices and value not in rule.choices:
         return f"{value!r} is not allowed"
@@ -389,11 +389,11 @@ def value_problem(value: Any, param: Parameter) -> tuple[str, str] | None:
             if rule.item_kind and not _fits(item, rule.item_kind):
                 return (f"expects {allowed}{default}, got {item!r} (a {type(item).__name__}) "
                         f"at position {i + 1} of {list(value)!r}", fix)
-            why = _allowed(item, rule.item_kind, rule)
+            why = _allowed(item, rule)
             if why:
                 return f"expects {allowed}{default}: {why} (in {list(value)!r})", fix
         return None
-    why = _allowed(value, kind, rule)
+    why = _allowed(value, rule)
     if why:
         return f"expects {allowed}{default}: {why}", fix
     return None

@@ -98,8 +98,7 @@ def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None
             echo(f"{name}: FAILED after {time.perf_counter() - start:.1f} s: "
                  f"{type(exc).__name__}: {exc}")
             continue
-        line = summary_line(data["metrics"], device=data.get("device"), mode=data.get("mode")) \
-            if "metrics" in data else \
-            f"{len(data['points'])} points"
+        line = (summary_line(data["metrics"], device=data.get("device"), mode=data.get("mode"))
+                if "metrics" in data else f"{len(data['points'])} points")
         echo(f"{name}: {time.perf_counter() - start:.1f} s: {line}")
     return run, failed
