@@ -366,16 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "path); default all NN_*.ipynb")
     s.add_argument("--run", metavar="PATH",
                    help="run folder (runs/<stamp>/) to take the executed notebooks from "
-                        "(default: the newest complete run: status ok, holding every notebook "
-                        "asked for, not one run of a sweep)")
+                        "(default: the newest complete run holding them, not a sweep's)")
     s.add_argument("--out", default="build/slides",
                    help="folder for the decks, pages and assets/ (default build/slides)")
     s.add_argument("--no-html", action="store_true", help="decks only, no HTML pages")
 
     lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants",
-                         description="JupyterLab on notebooks/, on 127.0.0.1 with a token. "
-                                     "Other jupyter lab options (--Name.option=value) are "
-                                     "passed on.")
+                         description="JupyterLab on notebooks/, on 127.0.0.1 with a token; "
+                                     "other jupyter lab options (--Name.option=value) pass on.")
     lab.add_argument("--port", type=_positive_int, default=8888,
                      help="port to listen on (default 8888; a busy one is replaced by the next "
                           "free one)")
@@ -422,8 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--name", default=None, help="record name serve_<name> (default the mode)")
     sv.add_argument("--no-timeline", action="store_true",
                     help="leave each token's and step's time out of the record (metrics, "
-                         "windows and per-request TTFT/TPOT/E2EL stay): small files for long "
-                         "traces")
+                         "windows, per-request TTFT/TPOT/E2EL stay): small files for long traces")
     sv.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
     sv.add_argument("--record", action="store_true",
                     help="measure every serving reference record (GPU) with its default "
