@@ -115,7 +115,7 @@ def _fmt_num(x: float | int) -> str:
 def export_notebook_html(notebook: Path, out_html: Path, *,
                          notes: list[str] | None = None) -> Path:
     """Export an executed notebook to an offline HTML page, made as ``labkit slides`` makes
-    its pages (parameters cells kept); returns its path.
+    its pages; returns its path.
 
     Charts load the shared ``assets/plotly.min.js``; without a local MathJax TeX is shown as
     written and ``notes`` says so. Raises :class:`~labkit.suite.slides.RemoteAssetError`
