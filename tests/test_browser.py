@@ -122,25 +122,6 @@ def test_html_page_draws_the_charts_offline(pages, tmp_path):
     assert_not_blank(png)
 
 
-def test_static_image_export(tmp_path, monkeypatch):
-    """kaleido draws a PNG and an SVG with the system Chromium (never a downloaded one)."""
-    monkeypatch.setenv("BROWSER_PATH", chromium())
-    from labkit.suite.images import figure_bytes
-    from labkit.teach.plots import lines, register_template
-
-    register_template()
-    fig = lines([1, 8, 64], {"eager": [1200, 1210, 1300], "graph": [170, 180, 260]},
-                title="Step time", x_title="batch size", y_title="µs")
-    png = tmp_path / "chart.png"
-    png.write_bytes(figure_bytes(fig, "png", width=800, height=450, scale=1))
-    img = read_png(png)
-    assert (img.width, img.height) == (800, 450)
-    assert_not_blank(png)
-    svg = figure_bytes(fig, "svg", width=800, height=450).decode()
-    assert svg.lstrip().startswith("<svg") and "main-svg" in svg
-    assert not re.search(r"""(?:href|src)=["']https?://""", svg)
-
-
 def test_export_images_from_reference_records(tmp_path, monkeypatch):
     """`labkit images` draws the key charts from reference records (a made-up record in a
     temporary data folder here) and skips those without a record."""

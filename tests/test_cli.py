@@ -199,23 +199,6 @@ def test_rules_are_read_from_the_parameters_cell(ruled) -> None:
     assert got["pool"].rule.choices == () and got["repeats"].rule.bounds == ()  # prose, no rule
 
 
-def test_with_rules_writes_and_replaces_rules(tmp_path: Path) -> None:
-    from labkit.suite.params import RuleError, declared_parameters, with_rules
-
-    src = 'k = 6\nname = "a#b"   # the #1 name; >= 1\ntrace = "x"  # a trace in data/traces/\n'
-    new = with_rules(src, {"k": ">= 1", "name": 'choices: "a#b", "c"', "trace": "str"})
-    assert new == ('k = 6  # >= 1\nname = "a#b"   # the #1 name; choices: "a#b", "c"\n'
-                   'trace = "x"  # a trace in data/traces/; str\n')
-    assert with_rules(new, {"k": ">= 1"}) == new  # idempotent
-    nb = make_notebook(tmp_path / "nb.ipynb", new)
-    got = declared_parameters(nb)
-    assert got["k"].rule.bounds and got["name"].rule.choices == ("a#b", "c")
-    with pytest.raises(RuleError, match="'nope'"):
-        with_rules(src, {"nope": ">= 1"})
-    with pytest.raises(RuleError, match="is not a rule"):
-        with_rules(src, {"k": "at least one"})
-
-
 def test_a_rule_that_cannot_be_read_names_the_notebook(tmp_path: Path) -> None:
     nb = make_notebook(tmp_path / "nbs" / "07_bad.ipynb", "mode = 'a'  # how; choices: a, b\n")
     code, _, err = run_cli("run", str(nb), "--check")

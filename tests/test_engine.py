@@ -13,7 +13,6 @@ import labkit
 from labkit.support.envvars import EnvVarError
 from labkit.suite import engine, params
 from labkit.suite.engine import SuiteError
-from labkit.suite.params import Parameter
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 PKG_PARENT = str(Path(labkit.__file__).resolve().parent.parent)
@@ -32,20 +31,6 @@ def test_kernel_environment(tmp_path: Path) -> None:
                                      environ={"PLOTLY_RENDERER": "png"})["PLOTLY_RENDERER"] == "notebook"
     with pytest.raises(EnvVarError, match="LABKIT_CPU_THREADS='x'"):
         engine.kernel_environment(None, environ={"LABKIT_CPU_THREADS": "x"})
-
-
-def test_type_problem() -> None:
-    def p(kind):
-        return Parameter("n", "1", kind)
-
-    assert params.type_problem(3, p("float")) is None  # int where float is expected
-    assert params.type_problem(3.0, p("int")) == "expects int (default 1), got float 3.0"
-    assert params.type_problem(True, p("int")) is not None  # a bool is not a number here
-    assert params.type_problem([1], p("list")) is None and params.type_problem((1,), p("list")) is None
-    assert params.type_problem("a", p("list")) is not None
-    assert params.type_problem({"a": 1}, p("dict")) is None
-    assert params.type_problem(None, p("str")) == "expects str (default 1), got null"
-    assert params.type_problem(object(), p(None)) is None
 
 
 def test_parse_param_items() -> None:

@@ -23,6 +23,7 @@ import nbformat
 import pytest
 
 from labkit.suite import lab as lablib
+from labserver import LabServer, execute_code
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def server(tmp_path_factory):
         nb.cells = [nbformat.v4.new_markdown_cell("# 00 · Setup"),
                     nbformat.v4.new_code_cell("1 + 1")]
         nbformat.write(nb, str(root / NOTEBOOK))
-    with lablib.LabServer(root, start_timeout=90) as srv:
+    with LabServer(root, start_timeout=90) as srv:
         yield srv
 
 
@@ -81,9 +82,9 @@ def test_contents_api_serves_the_notebook(server):
 
 
 def test_kernel_executes_over_the_websocket(server):
-    out = lablib.execute_code(server, "1+1", timeout=90)
+    out = execute_code(server, "1+1", timeout=90)
     assert out["error"] is None and out["result"] == "2"
-    out = lablib.execute_code(server, "import labkit; print(labkit.__version__)", timeout=90)
+    out = execute_code(server, "import labkit; print(labkit.__version__)", timeout=90)
     assert out["error"] is None and out["stdout"].strip() == __import__("labkit").__version__
     assert server.get("/api/sessions")[1] == []  # sessions (and kernels) cleaned up
 
@@ -96,7 +97,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start_labkit_lab(tmp_path: Path) -> tuple[subprocess.Popen, int, lablib.LabServer]:
+def _start_labkit_lab(tmp_path: Path) -> tuple[subprocess.Popen, int, LabServer]:
     """``python -m labkit lab`` as a user starts it, on a free port with a known token and a
     private runtime folder; returns it once JupyterLab answers, with the server's pid (from
     the server's runtime file) and a client for the server."""
@@ -108,7 +109,7 @@ def _start_labkit_lab(tmp_path: Path) -> tuple[subprocess.Popen, int, lablib.Lab
     with open(tmp_path / "lab.out", "wb") as out, open(tmp_path / "lab.err", "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "labkit", "lab", "--no-browser",
                                  "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=err)
-    client = lablib.LabServer(tmp_path, port=port, token=token)  # only its requests are used
+    client = LabServer(tmp_path, port=port, token=token)  # only its requests are used
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, (f"labkit lab exited with {proc.returncode}: "

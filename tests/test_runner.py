@@ -239,11 +239,11 @@ def test_resolve_notebooks(tmp_path: Path) -> None:
 def test_parameters_merge_and_split(tmp_path: Path) -> None:
     f = tmp_path / "p.yaml"
     f.write_text("a: 1\nb: [1, 2]\n")
-    assert runner.merge_params({"a": 5, "c": "x"}, f) == {"a": 5, "b": [1, 2], "c": "x"}
-    assert runner.merge_params(None, None) == {}
+    assert params.load_param_file(f) == {"a": 1, "b": [1, 2]}
+    assert params.load_param_file(None) == {}
     f.write_text("- not a mapping\n")
     with pytest.raises(SuiteError, match="mapping"):
-        runner.merge_params({}, f)
+        params.load_param_file(f)
     anything = {n: params.Parameter(n, "", None) for n in "ab"}
     declared = {Path("x"): {"a": anything["a"]}, Path("y"): anything}
     per_nb = params.assign_parameters({"a": 1, "b": 2}, declared)

@@ -441,9 +441,8 @@ def test_newest_complete_run_passes_over_partial_failed_and_sweep_runs(suite):
                       "20260104-000000-cpu: lacks 01_launch_overhead",
                       "20260103-000000-cpu: one run of the sweep sweep-20260103-000000",
                       "20260102-000000-cpu: status 'failed'"]
-    # asked for 00 only, the run lacking 01 is complete; a sweep's run only when allowed
+    # asked for 00 only, the run lacking 01 is complete
     assert slides.newest_complete_run(src[:1], root)[0] == root / "20260104-000000-cpu"
-    assert slides.newest_complete_run(src, root, sweep_ok=True)[0] == root / "20260103-000000-cpu"
     assert slides.newest_complete_run(src, root / "missing") == (None, [])
 
 

@@ -15,14 +15,10 @@ from labkit.measure.results import load_result, new_run_dir, provenance_line, sa
 from labkit.teach.lessons.fairness import NOT_SCORED, fair_compile_size
 
 BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
-POOL_SIZES = tuple(records.default_params("pool_memory_gpt2")["sizes"])
-METHODS = ("eager", "graph", "dispatcher", "compile")
 
 
 def bench_table(decode: dict[str, Any]) -> list[dict]:
-    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records (Results,
-    data dicts or :class:`labkit.measure.records.Decode`); the ratios come from
-    :func:`labkit.measure.records.bench_row`."""
+    """Rows (model, batch, µs per method, ratios) from ``measure_decode`` records."""
     rows = []
     for name, rec in decode.items():
         dec = view(rec, Decode)
@@ -34,57 +30,48 @@ def bench_table(decode: dict[str, Any]) -> list[dict]:
 
 def evaluate_targets(decode: dict[str, Any], pool: Any | None,
                      compile_few: Any | None = None) -> list[dict]:
-    """The targets, each with the measured value and pass/fail.
+    """The targets, each with the measured value and pass/fail; the dispatcher is scored
+    against torch.compile only where that is fair (:func:`compile_targets`)."""
+    out: list[dict] = []
 
-    The dispatcher is scored against torch.compile only where the comparison is fair
-    (:func:`compile_targets`): at the first size a compile record compiled (static shapes),
-    and only when the record shows that no CUDA graph was skipped."""
-    out = []
-    small = view(decode["small"], Decode) if decode.get("small") else None
+    def target(name: str, value: float, ok: bool) -> None:
+        out.append({"target": name, "value": value, "pass": ok})
+
+    recs = {m: view(decode[m], Decode) for m in ("small", "gpt2") if decode.get(m)}
     if compile_few:
         view(compile_few, Compile)  # SchemaError unless a compile record
-    if small:
-        e, g, d = small.at("eager", 1), small.at("graph", 1), small.at("dispatcher", 1)
+    if "small" in recs:
+        e, g, d = (recs["small"].at(m, 1) for m in ("eager", "graph", "dispatcher"))
         if e and g:
-            out.append({"target": "graph >= 5x eager at batch 1 (4-layer)", "value": e / g,
-                        "pass": e / g >= 5})
+            target("graph >= 5x eager at batch 1 (4-layer)", e / g, e / g >= 5)
         if d and g:
-            out.append({"target": "dispatcher within 5% of raw replay at batch 1 (4-layer)",
-                        "value": d / g, "pass": d / g <= 1.05})
+            target("dispatcher within 5% of raw replay at batch 1 (4-layer)", d / g, d / g <= 1.05)
     out += compile_targets(decode.get("small"), compile_few)
     # the decode engine's targets: the cache read in place, host-side metadata
-    step_limits = (("small", 1, 180.0), ("gpt2", 1, 680.0), ("gpt2", 64, 1050.0))
-    for model, b, limit in step_limits:
-        rec = view(decode[model], Decode) if decode.get(model) else None
-        g = rec.at("graph", b) if rec else None
+    for model, b, limit in (("small", 1, 180.0), ("gpt2", 1, 680.0), ("gpt2", 64, 1050.0)):
+        g = recs[model].at("graph", b) if model in recs else None
         if g:
-            out.append({"target": f"FULL graph step <= {limit:.0f} us at batch {b} ({model})",
-                        "value": g, "pass": g <= limit})
-    for model in ("small", "gpt2"):
-        rec = view(decode[model], Decode) if decode.get(model) else None
-        if rec is None:
-            continue
+            target(f"FULL graph step <= {limit:.0f} us at batch {b} ({model})", g, g <= limit)
+    for model, rec in recs.items():
         ratios = [rec.at("dispatcher", b) / rec.at("graph", b) for b in rec.batch_sizes
                   if b <= 128 and rec.at("dispatcher", b) and rec.at("graph", b)]
         if ratios:
-            out.append({"target": f"dispatcher <= 1.03x raw replay at every size ({model}, "
-                                  "worst)", "value": max(ratios), "pass": max(ratios) <= 1.03})
+            target(f"dispatcher <= 1.03x raw replay at every size ({model}, worst)",
+                   max(ratios), max(ratios) <= 1.03)
     if pool:
         mem = view(pool, PoolMemory)
         ratio = mem.shared_largest_first.total_bytes / mem.largest_private_bytes
-        out.append({"target": "shared pool largest-first <= 1.1x largest private pool",
-                    "value": ratio, "pass": ratio <= 1.1})
+        target("shared pool largest-first <= 1.1x largest private pool", ratio, ratio <= 1.1)
         mib = _mib(mem.shared_largest_first.total_bytes)
-        out.append({"target": f"ten sizes, one shared pool largest-first <= 100 MiB "
-                              f"({len(mem.sizes)} sizes)", "value": mib, "pass": mib <= 100})
+        target(f"ten sizes, one shared pool largest-first <= 100 MiB ({len(mem.sizes)} sizes)",
+               mib, mib <= 100)
     return out
 
 
 COMPILE_TARGET = "dispatcher faster than torch.compile"
 def compile_targets(*compile_records: Any) -> list[dict]:
     """Dispatcher vs torch.compile, scored only at each record's :func:`fair_compile_size`
-    (records may be ``decode_<preset>`` with a merged compile column or ``compile_<preset>``;
-    ``None`` entries are skipped)."""
+    (``decode_*`` with a merged compile column or ``compile_*``; None skipped)."""
     out = []
     for raw in (r for r in compile_records if r is not None):
         b = fair_compile_size(raw)
@@ -141,9 +128,8 @@ def _default_step(name: str) -> tuple[str, str, dict]:
 
 # name -> (labkit.measure.bench function, keyword arguments); each runs in its own process
 def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
-    """The measurements ``labkit bench`` makes, as (record name, function, kwargs). The bench
-    table times every size in :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``) and the
-    dispatcher; everything else is measured with the records' default parameters."""
+    """The measurements ``labkit bench`` makes, as (record name, function, kwargs): the bench
+    table at :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``), the rest at their defaults."""
     sizes = [1, 8, 64] if quick else list(BENCH_SIZES)
     repeats = 10 if quick else 30
     steps = []
@@ -162,10 +148,8 @@ def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
 
 
 def merge_compile(decode: dict, compile_rec: dict) -> dict:
-    """Put the compile column (measured in its own process, possibly at fewer batch sizes)
-    into a decode record's ``data``; sizes it did not measure get ``None``. Both inputs are
-    checked as :class:`labkit.measure.records.Decode`; tokens/s and speed-ups are derived
-    with :mod:`labkit.measure.records`."""
+    """A decode record's ``data`` with the compile column (measured in its own process) merged
+    in; sizes it did not measure get None."""
     view(decode, Decode)
     comp = view(compile_rec, Decode)
     out = dict(decode)
@@ -193,10 +177,8 @@ def run_worker(name: str, func: str, kwargs: dict) -> int:
 
 def summarize_bench(run: Path, failed: list[str] | None = None,
                     params: dict | None = None) -> tuple[Path, dict]:
-    """Merge the compile columns into the decode records and write the ``bench`` record of
-    run folder ``run``. Needs no GPU: the records keep the environment they were measured
-    in. Returns the bench record's path and the correctness gate."""
-
+    """Merge the compile columns into the decode records and write the ``bench`` record of run
+    folder ``run`` (no GPU needed); returns its path and the correctness gate."""
     res = run / "results"
 
     def rec(name: str):
@@ -237,8 +219,7 @@ def summarize_bench(run: Path, failed: list[str] | None = None,
 
 
 def contention_lines(run: Path) -> list[str]:
-    """One line per record of run folder ``run`` whose environment shows a busy host
-    (:func:`labkit.support.env.contention_warning`): its host-bound columns deserve suspicion."""
+    """One line per record of ``run`` whose environment shows a busy host."""
     out = []
     for p in sorted((run / "results").glob("*.json")):
         warning = contention_warning(load_result(p).env)
@@ -248,16 +229,13 @@ def contention_lines(run: Path) -> list[str]:
 
 
 def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
-    """Run the benchmark on the GPU; print and save the table. Returns an exit code.
-
-    Each measurement runs in a fresh Python process (a CUDA error in one cannot poison the
-    others, and torch.compile's CUDA Graph Trees never share a process with manual graphs).
-    """
+    """Run the benchmark on the GPU; print and save the table; returns an exit code. Each
+    measurement runs in a fresh process (a CUDA error cannot poison the others, and
+    torch.compile's CUDA Graph Trees never share a process with manual graphs)."""
     import json
     import subprocess
 
     import torch
-
 
     if not torch.cuda.is_available():
         print("labkit bench: no CUDA GPU here (torch.cuda.is_available() is False). The "
@@ -279,25 +257,16 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
     path, gate = summarize_bench(run, failed, {"quick": quick, "record": record})
     result = load_result(path)
     rec = result.data  # printed as stored: format_rows shows the columns each row has
-    rows, pool_rows, checks, targets = rec["rows"], rec["pool"], rec["checks"], rec["targets"]
-    print()
-    print(provenance_line(result))
-    print(format_rows(rows))
-    print()
-    print(format_rows(pool_rows))
-    print()
-    print("checks (tokens equal eager before timing):", checks)
-    print(format_rows(targets))
+    print("\n".join(["", provenance_line(result), format_rows(rec["rows"]), "",
+                     format_rows(rec["pool"]), "",
+                     f"checks (tokens equal eager before timing): {rec['checks']}",
+                     format_rows(rec["targets"])]))
     if failed:
         print("FAILED measurements:", ", ".join(failed))
     for line in contention_lines(run):
         print(line)
     print(f"\nsaved: {run}")
     return 0 if all(gate.values()) and not failed else 1
-
-
-#: what the GPU operation counts in the findings include (one definition, in the records)
-COUNTED = records.GPU_OPS_COUNTED
 
 
 def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
@@ -332,8 +301,8 @@ def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
                                                       compile_few.median_us("graph"))]
         sizes = compile_few.batch_sizes
         out.append(f"torch.compile(mode='reduce-overhead') fuses kernels ({k.get('compile')} "
-                   f"GPU operations per step instead of {k.get('eager')}; {COUNTED}) and takes "
-                   f"{ratios[0]:.2f}x "
+                   f"GPU operations per step instead of {k.get('eager')}; "
+                   f"{records.GPU_OPS_COUNTED}) and takes {ratios[0]:.2f}x "
                    f"the time of the hand-made graphs at batch {sizes[0]}, its first compiled "
                    "size (static shapes)"
                    + "".join(f"; {r:.2f}x at batch {b} (after a dynamic-shape recompile)"
@@ -343,14 +312,9 @@ def _findings(d: Bench, compile_few: Compile | None) -> list[str]:
     return out
 
 
-    return out
-
-
 def markdown_summary(result, compile_few=None) -> str:
-    """The README's reference-results block, generated from the recorded ``bench`` result
-    (a :class:`labkit.measure.results.Result`) and, if given, the ``compile_small`` record, so that
-    no number in the README is typed by hand."""
-
+    """The README's reference-results block, generated from the ``bench`` record (and
+    ``compile_small``), so that no number in the README is typed by hand."""
     d = view(result, Bench)
     few = view(compile_few, Compile) if compile_few is not None else None
     params = getattr(result, "params", None) or {}
@@ -387,9 +351,8 @@ README_END = "<!-- bench:end -->"
 
 
 def run_roofline(out_root: Path = Path("runs")) -> int:
-    """``labkit bench --roofline``: the records of notebook 12 (:data:`labkit.measure.roofline.
-    RECORDS`), each in its own process, into a new run folder under ``out_root``. Returns an
-    exit code (0: every record saved)."""
+    """``labkit bench --roofline``: the records of notebook 12, each in its own process, into a
+    new run folder; returns an exit code."""
     import torch
 
     if not torch.cuda.is_available():

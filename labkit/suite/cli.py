@@ -1,8 +1,7 @@
 """The labkit command line: run the notebook suite, benchmark, record references, slides.
 
-Every subcommand imports what it needs when it runs, so ``labkit --help`` is instant. Bad
-input ends in one line on stderr naming the problem and the fix (exit status 2), never a
-traceback.
+Each sub-command imports what it needs when it runs (``labkit --help`` is instant); bad input
+ends in one line on stderr naming the problem and the fix (exit status 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from labkit import __version__
 from labkit.support.envvars import EnvVarError
-from labkit.suite.engine import SuiteError
+from labkit.suite.engine import SuiteError, read_run_record
 from labkit.suite.params import parse_param_items
 
 #: Exit status for bad input (as argparse uses); a run with a failed notebook exits 1.
@@ -117,8 +116,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise SuiteError(f"run folder {run_dir} does not exist: give a folder made by "
                          "`labkit run` or `labkit bench --record` on a GPU (runs/<stamp>-gpu/)")
-    record = _run_record(run_dir)
-    if not (run_dir / "results").is_dir() and (record or {}).get("tier") == "cpu":
+    record = read_run_record(run_dir) or {}
+    if not (run_dir / "results").is_dir() and record.get("tier") == "cpu":
         raise SuiteError(f"{run_dir} is a CPU run: the CPU tier saves no result records (its "
                          "notebooks show the references); file a run made on the GPU named by "
                          "--gpu")
@@ -140,14 +139,6 @@ def _cuda_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
-
-
-def _run_record(run_dir: Path) -> dict | None:
-    try:
-        rec = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -212,11 +203,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from labkit.suite.serve_cli import check_record_names, record_serving, run_serve, summary_line
 
     if args.record:
-        try:
-            names = check_record_names(args.only.split(",") if args.only else None)
-        except ValueError as exc:
-            print(f"labkit serve: {_one_line(exc)}", file=sys.stderr)
-            return EXIT_USAGE
+        names = check_record_names(args.only.split(",") if args.only else None)
         if not _cuda_available():
             print("labkit serve --record: no CUDA GPU here (torch.cuda.is_available() is False). "
                   "The serving reference records time CUDA graphs and need an NVIDIA GPU; the "
@@ -228,8 +215,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(run)
         return 1 if failed else 0
     if args.only:
-        print("labkit serve: --only picks records of --record; add --record", file=sys.stderr)
-        return EXIT_USAGE
+        raise SuiteError("--only picks records of --record; add --record")
     breaker = None
     if args.breaker:
         breaker = {"window": args.breaker_window, "threshold": args.breaker_threshold,
@@ -280,7 +266,7 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
+    if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
     return value
 
@@ -296,8 +282,7 @@ def _positive_int(text: str) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The message on one line: line breaks (and the indentation after them) become one space;
-    spaces inside a line, such as in a quoted value, stay as they are."""
+    """The message on one line: line breaks and the indentation after them become one space."""
     return re.sub(r"\s*\n\s*", " ", str(exc)).strip() or type(exc).__name__
 
 
@@ -345,7 +330,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the remaining notebooks after one fails")
     r.add_argument("--check", action="store_true",
                    help="check notebooks, parameters, sweep file and environment; run nothing")
-    r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="decode benchmark on a GPU: eager, graph, dispatcher, compile")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
@@ -355,11 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--roofline", action="store_true",
                    help="only the roofline records of notebook 12 (roofline_*, multistep_*), "
                         "into a new run folder")
-    b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("env", help="print the environment record (GPU, driver, torch, commit)")
     e.add_argument("--json", action="store_true", help="print it as JSON")
-    e.set_defaults(func=cmd_env)
 
     ref = sub.add_parser("reference", help="copy a run's result records into data/reference/<gpu>")
     ref.add_argument("run_dir", help="run folder made on a GPU (runs/<stamp>-gpu/) whose "
@@ -367,7 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("--gpu", default="h200",
                      help="reference folder name: the GPU the results were measured on "
                           "(default h200)")
-    ref.set_defaults(func=cmd_reference)
 
     t = sub.add_parser("train", help="train the tiny byte-level checkpoint on the corpus")
     t.add_argument("--out", default="data/checkpoints/char.safetensors",
@@ -378,7 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     t.add_argument("--batch", type=_positive_int, default=32, help="windows per step (default 32)")
     t.add_argument("--seq", type=_positive_int, default=128, help="bytes per window (default 128)")
-    t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("slides", help="export notebooks to offline reveal.js decks")
     s.add_argument("notebooks", nargs="*",
@@ -386,22 +366,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "path); default all NN_*.ipynb")
     s.add_argument("--run", metavar="PATH",
                    help="run folder (runs/<stamp>/) to take the executed notebooks from "
-                        "(default: the newest complete run: status ok, holding every notebook "
-                        "asked for, not one run of a sweep)")
+                        "(default: the newest complete run holding them, not a sweep's)")
     s.add_argument("--out", default="build/slides",
                    help="folder for the decks, pages and assets/ (default build/slides)")
     s.add_argument("--no-html", action="store_true", help="decks only, no HTML pages")
-    s.set_defaults(func=cmd_slides)
 
     lab = sub.add_parser("lab", help="start JupyterLab on the notebooks for participants",
-                         description="JupyterLab on notebooks/, on 127.0.0.1 with a token. "
-                                     "Other jupyter lab options (--Name.option=value) are "
-                                     "passed on.")
+                         description="JupyterLab on notebooks/, on 127.0.0.1 with a token; "
+                                     "other jupyter lab options (--Name.option=value) pass on.")
     lab.add_argument("--port", type=_positive_int, default=8888,
                      help="port to listen on (default 8888; a busy one is replaced by the next "
                           "free one)")
     lab.add_argument("--no-browser", action="store_true", help="do not open a web browser")
-    lab.set_defaults(func=cmd_lab)
 
     sv = sub.add_parser("serve", help="serve a request trace with continuous batching in one "
                         "step mode; save a serve_<name> record (TTFT/TPOT/ITL percentiles)")
@@ -444,15 +420,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--name", default=None, help="record name serve_<name> (default the mode)")
     sv.add_argument("--no-timeline", action="store_true",
                     help="leave each token's and step's time out of the record (metrics, "
-                         "windows and per-request TTFT/TPOT/E2EL stay): small files for long "
-                         "traces")
+                         "windows, per-request TTFT/TPOT/E2EL stay): small files for long traces")
     sv.add_argument("--out", default="runs", help="folder for the run folder (default: runs)")
     sv.add_argument("--record", action="store_true",
                     help="measure every serving reference record (GPU) with its default "
                          "parameters into one run folder; other options are ignored")
     sv.add_argument("--only", default=None,
                     help="with --record: comma-separated record names to measure")
-    sv.set_defaults(func=cmd_serve)
 
     tp = sub.add_parser("tp", help="tensor-parallel decode on N ranks: all-reduce latency, TP=1 "
                         "vs TP=N step time, compute vs communication; save tp_* records")
@@ -467,20 +441,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds for the NCCL launch once the ranks joined (default 150)")
     tp.add_argument("--symm-timeout", type=_positive_float, default=90.0,
                     help="seconds for the symmetric-memory launch (default 90)")
-    tp.set_defaults(func=cmd_tp)
 
     im = sub.add_parser("images", help="export the suite's charts as PNG/SVG (system Chromium)")
     im.add_argument("--out", default="build/images",
                     help="folder for the images (default build/images)")
     im.add_argument("--format", default="png", choices=["png", "svg"],
                     help="image format (default png)")
-    im.set_defaults(func=cmd_images)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line ``argv``; returns the exit status (0 ok, 1 a notebook or command
-    failed, 2 bad input, 130 interrupted). Bad input prints one message, no traceback."""
+    """Run the command line ``argv``; returns the exit status (0 ok, 1 failed, 2 bad input, 130)."""
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -490,16 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or argparse's usage error (printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
-        return int(args.func(args) or 0)
-    except (SuiteError, EnvVarError) as exc:  # bad input: nothing was run or written
+        return int(globals()[f"cmd_{args.command}"](args) or 0)  # sub-command x: cmd_x
+    except Exception as exc:
+        clear = isinstance(exc, _user_errors())  # a failure whose message says what to do
+        if not clear and not isinstance(exc, ValueError):
+            raise
         print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except _user_errors() as exc:  # a clear message, not a traceback
-        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return 1
-    except ValueError as exc:  # library checks name the problem and the fix (CONTRIBUTING)
-        print(f"labkit {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        # bad input (library checks name the problem and the fix; nothing was run) is 2
+        return EXIT_USAGE if isinstance(exc, (SuiteError, EnvVarError)) or not clear else 1
     except KeyboardInterrupt:
         print("labkit: interrupted", file=sys.stderr)
         return 130

@@ -1,17 +1,9 @@
 """Folded ``<details>`` blocks (the notebooks' hints) in nbconvert exports.
 
-The notebooks write a hint as markdown::
-
-    <details><summary>Hint</summary>
-
-    Markdown text of the hint.
-    </details>
-
-JupyterLab renders that folded, with the text inside. nbconvert's markdown renderer ends the
-HTML block at the blank line, so in an export the ``<details>`` closes before the text, which
-then shows below a closed "Hint". :class:`FoldDetailsPreprocessor` (registered by the slides and
-run-page exporters) renders the inner markdown itself and puts the HTML inside the
-``<details>``, as one HTML block without blank lines. The notebooks are not changed.
+nbconvert's markdown renderer ends an HTML block at a blank line, so a hint's ``<details>``
+closes before its text, which then shows below a closed "Hint". :class:`FoldDetailsPreprocessor`
+(used by the slides and run-page exporters) renders the inner markdown itself and puts the HTML
+inside the ``<details>``, as one block without blank lines; the notebooks are not changed.
 """
 
 from __future__ import annotations
@@ -35,8 +27,7 @@ def _render(markdown: str) -> str:
 
 def fold_details(source: str) -> str:
     """``source`` (a markdown cell) with each ``<details>`` block's inner markdown rendered to
-    HTML inside the block, with no blank line left in it (so a markdown renderer keeps the
-    whole block as one HTML block). A block holding another ``<details>`` is left as it is."""
+    HTML inside it, no blank line left (a block holding another ``<details>`` is left as it is)."""
 
     def repl(m: re.Match[str]) -> str:
         body = m.group("body")
@@ -55,8 +46,7 @@ def fold_details(source: str) -> str:
 
 
 class FoldDetailsPreprocessor(Preprocessor):
-    """Renders the markdown inside ``<details>`` blocks of markdown cells (see
-    :func:`fold_details`) so that exports show them folded, with their text inside."""
+    """Folds the ``<details>`` blocks of markdown cells (:func:`fold_details`)."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown" and "<details" in cell.source.lower():

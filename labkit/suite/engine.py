@@ -1,20 +1,13 @@
-"""The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share.
-
-* Finding notebooks: :func:`find_notebooks` turns ``03``, ``03_capture_replay``,
-  ``solutions/03``, ``workshop_90min`` or a path into notebook files.
-* Parameters are checked against the notebooks before anything runs (:mod:`labkit.suite.params`).
-* The kernel's environment: :func:`kernel_environment` (``LABKIT_RUN_DIR``, ``PYTHONPATH``
-  with this labkit first, ``PLOTLY_RENDERER``, ``LABKIT_CPU_THREADS``), every value checked.
-* Executing one notebook: :func:`execute_notebook` (papermill, with parameters) returns a
-  :class:`NotebookResult`; a failing notebook is a result, not an exception.
-
-Bad input raises :class:`SuiteError` (a ``ValueError``) whose message names the input, the
-problem and the fix; nothing here prints to the terminal or exits.
+"""The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share: finding
+notebooks (:func:`find_notebooks`), the kernel's environment (:func:`kernel_environment`) and
+executing one notebook with papermill (:func:`execute_notebook`; a failing notebook is a
+result, not an exception). Bad input raises :class:`SuiteError`; nothing here prints or exits.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import time
@@ -46,11 +39,7 @@ POLL_SLICE_S = 0.1
 
 
 class SuiteError(ValueError):
-    """Bad input to the suite (a notebook name, a parameter, a file); the message names the
-    input, the problem and the fix."""
-
-
-# ----------------------------------------------------------------------------- notebooks
+    """Bad input to the suite; the message names the input, the problem and the fix."""
 
 
 def notebooks_dir() -> Path:
@@ -68,8 +57,7 @@ def display_path(path: Path) -> str:
 
 
 def known_names(nb_dir: Path) -> list[str]:
-    """Every name :func:`find_notebooks` accepts for the notebooks in ``nb_dir`` (stems of the
-    numbered and workshop notebooks, ``solutions/<stem>`` for the solutions)."""
+    """Every name :func:`find_notebooks` accepts for the notebooks in ``nb_dir``."""
     nb_dir = Path(nb_dir)
     if not nb_dir.is_dir():
         return []
@@ -95,13 +83,9 @@ def _lookup(entry: str, nb_dir: Path) -> list[Path]:
 
 
 def find_notebooks(names: Sequence[str] | None, nb_dir: Path | None = None) -> list[Path]:
-    """The notebook files ``names`` select, in order, each once.
-
-    ``None`` (or empty) selects every ``notebooks/NN_*.ipynb``. An entry is a number (``03``,
-    ``3``), a name (``03_capture_replay``, ``workshop_90min``), a solution (``solutions/03``,
-    ``solutions/03_capture_replay``) or a path to a ``.ipynb`` file. Raises :class:`SuiteError`
-    naming the entry and the closest known names.
-    """
+    """The notebook files ``names`` select, in order, each once (None: every
+    ``notebooks/NN_*.ipynb``): numbers (``03``), names (``03_capture_replay``,
+    ``workshop_90min``), solutions (``solutions/03``) or ``.ipynb`` paths."""
     nb_dir = Path(nb_dir) if nb_dir is not None else notebooks_dir()
     if not names:
         found = sorted(nb_dir.glob(NOTEBOOK_GLOB)) if nb_dir.is_dir() else []
@@ -145,12 +129,18 @@ def _no_match(entry: str, matches: list[Path], nb_dir: Path) -> SuiteError:
                      f".ipynb file (have: {listing})")
 
 
-# ----------------------------------------------------------------------------- environment
+def read_run_record(run_dir: Path) -> dict | None:
+    """``run_dir/run.json`` as a dict, or None when it is missing or unreadable."""
+    try:
+        rec = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("notebooks"), list) else None
 
 
 def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
-    """PYTHONPATH for a kernel: the folder holding this labkit first, so notebooks import the
-    same labkit as the command line even when it is not installed."""
+    """PYTHONPATH for a kernel: this labkit's folder first, so notebooks import the same labkit
+    as the command line."""
     pkg_parent = str(Path(labkit.__file__).resolve().parent.parent)
     rest = [p for p in (os.environ if environ is None else environ).get("PYTHONPATH", "")
             .split(os.pathsep) if p and p != pkg_parent]
@@ -160,11 +150,9 @@ def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
 def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | None = None,
                        cpu_threads: int | None = None,
                        environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables a kernel started by the suite gets on top of ``environ`` (default: this
-    process's): ``PYTHONPATH`` (this labkit first), ``LABKIT_RUN_DIR`` (when ``run_dir``),
-    ``PLOTLY_RENDERER`` (given, else the environment's, else the offline-friendly default) and
-    ``LABKIT_CPU_THREADS`` (when given). Every LABKIT_* value the kernel would see is checked
-    first (:class:`labkit.support.envvars.EnvVarError`)."""
+    """The variables a suite kernel gets on top of ``environ`` (default: this process's):
+    ``PYTHONPATH``, ``LABKIT_RUN_DIR``, ``PLOTLY_RENDERER`` and ``LABKIT_CPU_THREADS``, every
+    LABKIT_* value checked first."""
     base = dict(os.environ if environ is None else environ)
     out = {"PYTHONPATH": kernel_pythonpath(base)}
     if run_dir is not None:
@@ -177,14 +165,10 @@ def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | No
     return out
 
 
-# ----------------------------------------------------------------------------- execution
-
-
 @dataclass
 class NotebookResult:
-    """What executing one notebook gave: ``ok`` or the error (``error``: one line;
-    ``error_record``: JSON-ready details), the executed copy (``output``, None when none was
-    written), the seconds it took and the result records it wrote into the run folder."""
+    """What executing one notebook gave: ``ok`` or the error (one line, and JSON-ready
+    ``error_record``), the executed copy, the seconds and the records it wrote."""
 
     notebook: Path
     output: Path | None
@@ -226,10 +210,8 @@ def error_record(exc: BaseException) -> dict:
 
 
 def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
-    """A kernel manager whose kernel gets ``env`` on top of this process's environment (this
-    process's own environment is left alone) and writes its own stdout/stderr (start-up
-    warnings, C-level messages) to ``log_file`` instead of the terminal; its client polls in
-    slices (:func:`_sliced_client_class`). Cell outputs go into the executed notebook."""
+    """A kernel manager whose kernel gets ``env`` on top of this process's environment and
+    writes its own stdout/stderr to ``log_file``; its client polls in slices."""
     from jupyter_client.manager import AsyncKernelManager
 
     extra = dict(env)
@@ -251,11 +233,9 @@ def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
 def _sliced_client_class() -> type:
     """A kernel client whose channels wait for messages in short slices.
 
-    With a widget cell whose output is large (a plotly figure embedding plotly.js), the
-    execute reply on the shell channel is sometimes not noticed by one long ``poll`` (a lost
-    wake-up): nbclient then sits until the cell timeout although the kernel is idle, or
-    forever without one. Re-polling every :data:`POLL_SLICE_S` seconds picks the reply up.
-    """
+    With a large widget output the execute reply is sometimes not noticed by one long ``poll``
+    (a lost wake-up) and nbclient waits until the cell timeout; re-polling every
+    :data:`POLL_SLICE_S` seconds picks the reply up."""
     from queue import Empty
 
     from jupyter_client.asynchronous import AsyncKernelClient
@@ -294,17 +274,15 @@ def _records_state(run_dir: Path | None) -> dict[str, int]:
 
 def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, Any] | None = None,
                      run_dir: Path | None = None, timeout: int | None = 1800,
-                     log_path: Path | None = None, plotly_renderer: str | None = None,
-                     cpu_threads: int | None = None) -> NotebookResult:
+                     log_path: Path | None = None,
+                     plotly_renderer: str | None = None) -> NotebookResult:
     """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
-    JupyterLab would), with ``parameters`` injected and the kernel environment of
-    :func:`kernel_environment`; the kernel's own stdout/stderr go to ``log_path`` (default:
-    ``output`` with ``.kernel.log``). Records it saves go to ``run_dir``. ``timeout``: seconds
-    per cell. A failing notebook gives ``ok=False`` with the error; Ctrl-C propagates."""
+    JupyterLab would) with ``parameters`` and :func:`kernel_environment`; the kernel's own output
+    goes to ``log_path``, saved records to ``run_dir``. A failing notebook gives ``ok=False``."""
     import papermill
 
     notebook, output = Path(notebook), Path(output)
-    env = kernel_environment(run_dir, plotly_renderer=plotly_renderer, cpu_threads=cpu_threads)
+    env = kernel_environment(run_dir, plotly_renderer=plotly_renderer)
     output.parent.mkdir(parents=True, exist_ok=True)
     log_path = Path(log_path) if log_path is not None else output.with_suffix(".kernel.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,7 @@
 """``labkit images``: static PNG/SVG files of the suite's key charts, for papers, handouts and
-slides made with other tools.
-
-The figures are built from the recorded reference results (``data/reference/<gpu>/``, via
-:func:`labkit.measure.results.load_reference`) with the suite's plotly builders, and drawn by
-kaleido 1.x, which drives the machine's own Chromium. labkit never downloads a browser: without one,
-:func:`find_browser` raises an error saying how to install it (``apt-get install chromium``).
+slides made with other tools: built from the reference records (``data/reference/<gpu>/``) with
+the suite's plotly builders and drawn by kaleido 1.x in the machine's own Chromium (labkit never
+downloads a browser; :func:`find_browser` says how to install one).
 """
 
 from __future__ import annotations
@@ -15,11 +12,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Sequence
-from labkit.measure.records import Compile, Decode, Dispatcher, LaunchOverhead, PoolMemory, view
+from collections.abc import Sequence
 from labkit.support.env import gpu_slug
 from labkit.measure.results import load_reference, provenance_line, reference_dir
-from labkit.teach.plots import bars, lines, register_template
+from labkit.teach.plots import register_template
 
 #: Executables tried, in order, after ``$BROWSER_PATH``.
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -31,12 +27,8 @@ class ImagesError(RuntimeError):
     """Static images cannot be made here (no browser, no kaleido, no records)."""
 
 
-# ----------------------------------------------------------------------------- browser
-
-
 def find_browser() -> str:
-    """Path of a local Chromium/Chrome: ``$BROWSER_PATH``, ``/usr/bin/chromium``, or one on PATH.
-    Raises :class:`ImagesError` (with the install command) when there is none."""
+    """Path of a local Chromium/Chrome (``$BROWSER_PATH`` first), else :class:`ImagesError`."""
     env = os.environ.get("BROWSER_PATH")
     if env:
         if os.path.isfile(env) and os.access(env, os.X_OK):
@@ -64,75 +56,7 @@ def _kaleido():
     return kaleido
 
 
-def figure_bytes(fig: Any, fmt: str = "png", *, width: int = WIDTH, height: int = HEIGHT,
-                 scale: float | None = None, browser: str | None = None) -> bytes:
-    """Draw one plotly figure as PNG or SVG bytes with kaleido and the local Chromium.
-    MathJax is not loaded (nothing is fetched from the network)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
-    kaleido = _kaleido()
-    browser = browser or find_browser()
-    scale = scale if scale is not None else (PNG_SCALE if fmt == "png" else 1)
-    return kaleido.calc_fig_sync(fig, opts=dict(format=fmt, width=width, height=height,
-                                                scale=scale),
-                                 kopts=dict(path=browser, mathjax=False))
-
-
-# ----------------------------------------------------------------------------- charts
-
-
-def _generic_launch(res) -> Any:
-    d = view(res, LaunchOverhead)
-    keys = [k for k in ("host_per_launch", "launch_sync", "gpu_per_eager_kernel",
-                        "gpu_per_graph_node") if getattr(d, k)]
-    return bars([k.replace("_", " ") for k in keys],
-                {"reference": [getattr(d, k).median for k in keys]},
-                title="Launch overhead", x_title="", y_title="µs (median)",
-                subtitle=_provenance(res))
-
-
-def _generic_sweep(res) -> Any:
-    sweep = view(res, LaunchOverhead).sweep
-    x = [p.numel for p in sweep]
-    series = {"eager": [p.eager.median for p in sweep]}
-    if all(p.graph for p in sweep):
-        series["graph"] = [p.graph.median for p in sweep]
-    return lines(x, series, title="Time per kernel vs work per kernel", x_title="elements",
-                 y_title="µs per kernel (median)", subtitle=_provenance(res), log_x=True,
-                 log_y=True)
-
-
-def _generic_decode(res) -> Any:
-    d = view(res, Decode)
-    return bars(d.batch_sizes, {m: d.median_us(m) for m in d.methods},
-                title=f"Decode step time ({d.preset})", x_title="batch size",
-                y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
-
-
-def _generic_pools(res) -> Any:
-    d = view(res, PoolMemory)
-    return bars(["graph pools"], {k: [v / 2**20] for k, v in d.total_bytes().items()},
-                title=f"Graph pool memory ({d.preset})", x_title="",
-                y_title="MiB", subtitle=_provenance(res), text_fmt=".0f")
-
-
-def _generic_dispatcher(res) -> Any:
-    d = view(res, Dispatcher)
-    series = {"graph" if k == "graph_exact" else k: d.median_us(k) for k in d.methods}
-    return lines(d.batch_sizes, series, title="Decode step: eager vs graph vs dispatcher",
-                 x_title="batch size", y_title="µs per step (median)",
-                 subtitle=_provenance(res), log_x=True)
-
-
-def _generic_compile(res) -> Any:
-    d = view(res, Compile)
-    return bars(d.batch_sizes, {m: d.median_us(m) for m in d.methods},
-                title="Manual graphs vs torch.compile", x_title="batch size",
-                y_title="µs per step (median)", subtitle=_provenance(res), text_fmt=",.0f")
-
-
 def _provenance(res) -> str:
-
     try:
         return provenance_line(res)
     except Exception:
@@ -141,96 +65,72 @@ def _provenance(res) -> str:
 
 @dataclass(frozen=True)
 class Chart:
-    """One key chart: the image's file stem, the record it is drawn from, the suite's builder
-    (``module:function``, called with the Result, or with ``data`` + ``subtitle`` when
-    ``takes_data``) and a generic fallback built with :mod:`labkit.teach.plots`."""
+    """One key chart: its file stem, its record and the suite's builder (``module:function``,
+    given the Result, or ``data`` and ``subtitle`` when ``takes_data``)."""
 
     stem: str
     record: str
-    builder: str | None
-    fallback: Callable[[Any], Any] | None
+    builder: str
     takes_data: bool = False
     #: GPUs the record is measured on: its reference folder is ``<gpu>`` or ``<gpu>x<gpus>``
     gpus: int = 1
 
     def build(self, res) -> Any:
-        if self.builder:
-            import importlib
+        import importlib
 
-            mod, fn = self.builder.split(":")
-            try:
-                func = getattr(importlib.import_module(mod), fn)
-            except (ImportError, AttributeError):
-                func = None
-            if func is not None:
-                try:
-                    if self.takes_data:
-                        return func(res.record, subtitle=_provenance(res))
-                    return func(res)
-                except Exception as exc:  # a builder out of step with the record: fall back
-                    if self.fallback is None:
-                        raise
-                    print(f"labkit images: {self.builder} failed on {self.record} ({exc}); "
-                          "using the generic chart", file=sys.stderr)
-        if self.fallback is None:
-            raise ImagesError(f"no builder for {self.stem}")
-        return self.fallback(res)
+        mod, fn = self.builder.split(":")
+        func = getattr(importlib.import_module(mod), fn)
+        return func(res.record, subtitle=_provenance(res)) if self.takes_data else func(res)
 
 
 def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     """The suite's key charts, in notebook order."""
     out = [
         Chart("01_launch_overhead", "launch_overhead",
-              "labkit.teach.plots.timing:launch_overhead_bars", _generic_launch),
-        Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart",
-              _generic_sweep),
+              "labkit.teach.plots.timing:launch_overhead_bars"),
+        Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart"),
     ]
     for p in presets:
         out.append(Chart(f"02_decode_step_{p}", f"decode_{p}",
-                         "labkit.teach.plots.decode:step_time_chart", _generic_decode))
+                         "labkit.teach.plots.decode:step_time_chart"))
     for p in presets:
         out.append(Chart(f"03_timeline_{p}", f"timeline_{p}",
-                         "labkit.teach.plots.timing:timeline_chart", None))
+                         "labkit.teach.plots.timing:timeline_chart"))
     for p in presets:
         out.append(Chart(f"04_pool_memory_{p}", f"pool_memory_{p}",
-                         "labkit.teach.plots.memory:pool_totals", _generic_pools, takes_data=True))
+                         "labkit.teach.plots.memory:pool_totals", takes_data=True))
     for p in presets:
         out.append(Chart(f"05_dispatcher_{p}", f"dispatcher_{p}",
-                         "labkit.teach.plots.dispatch:step_times", _generic_dispatcher,
-                         takes_data=True))
+                         "labkit.teach.plots.dispatch:step_times", takes_data=True))
     for p in presets:
         out.append(Chart(f"08_compile_{p}", f"compile_{p}",
-                         "labkit.teach.plots.compile:step_time_bars", _generic_compile))
-    out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart", None,
+                         "labkit.teach.plots.compile:step_time_bars"))
+    out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart",
                      takes_data=True))
     for p in presets:
         out.append(Chart(f"12_roofline_{p}", f"roofline_{p}",
-                         "labkit.teach.plots.roofline:floor_chart", None))
+                         "labkit.teach.plots.roofline:floor_chart"))
     out.append(Chart("13_serving_load_gpt2", "serving_load_gpt2",
-                     "labkit.teach.plots.serving:latency_load_chart", None, takes_data=True))
+                     "labkit.teach.plots.serving:latency_load_chart", takes_data=True))
     for stem, record, fn in (("14_tp_allreduce", "tp_allreduce", "allreduce_chart"),
                              ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp_step_chart"),
                              ("14_tp_comm_gpt2", "tp_decode_gpt2", "comm_split_chart")):
-        out.append(Chart(stem, record, f"labkit.teach.plots.tp:{fn}", None, takes_data=True,
-                         gpus=2))
+        out.append(Chart(stem, record, f"labkit.teach.plots.tp:{fn}", takes_data=True, gpus=2))
     return out
 
 
 def export_images(out_dir: Path = Path("build/images"), fmt: str = "png", *,
-                  gpu: str = "h200", charts: Sequence[Chart] | None = None) -> list[Path]:
-    """Write ``<out_dir>/<stem>.<fmt>`` for every key chart whose reference record exists;
-    returns the files written. Charts without a record are skipped (and listed on stderr);
-    :class:`ImagesError` when none can be drawn."""
-
+                  gpu: str = "h200") -> list[Path]:
+    """Write ``<out_dir>/<stem>.<fmt>`` for every key chart whose reference record exists
+    (the others are listed on stderr); returns the files written."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     browser = find_browser()
     kaleido = _kaleido()
     register_template()
-    charts = list(charts) if charts is not None else key_charts()
     todo, missing = [], []
     cache: dict[str, Any] = {}
-    for ch in charts:
+    for ch in key_charts():
         folder = gpu if ch.gpus == 1 else f"{gpu_slug(gpu)}x{ch.gpus}"
         key = f"{folder}/{ch.record}"
         if key not in cache:

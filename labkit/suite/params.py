@@ -1,14 +1,6 @@
-"""Parameters of the suite's notebooks: what a notebook declares, what the command line gives,
-and the checks between them, all before anything runs.
-
-* :func:`declared_parameters` reads a notebook's cell tagged ``parameters``: names, default
-  source text, the type a value must have (from the default's syntax or an annotation).
-* :func:`parse_param_items` reads ``-p key=value`` (values are YAML); :func:`load_param_file`
-  reads ``-f file.yaml``.
-* :func:`assign_parameters` gives each notebook the names it declares and raises
-  :class:`labkit.suite.engine.SuiteError` for a name no selected notebook declares (closest
-  names suggested), a value of the wrong type (int accepted where float is expected) or a
-  value its rule does not allow.
+"""Parameters of the suite's notebooks: what a notebook declares (:func:`declared_parameters`),
+what the command line gives (:func:`parse_param_items`, :func:`load_param_file`) and the checks
+between them (:func:`assign_parameters`), all before anything runs.
 
 **Rules** (one source of truth: the notebook's parameters cell). The last ``;``-separated part
 of an assignment's trailing comment may be a rule, and then holds nothing else::
@@ -23,8 +15,7 @@ A rule is ``[TYPE] [choices: LITERAL, ... | BOUND[, BOUND]] [or None]`` with TYP
 ``int float str bool list`` (default: the default value's type), BOUND one of ``>= N``,
 ``> N``, ``<= N``, ``< N``, and LITERALs written as in Python. For a list, choices and bounds
 apply to each item, its items must have the type of the default's items, and it must not be
-empty. ``or None`` also allows None (``-p name=null``). :func:`with_rules` writes rules into a
-parameters cell.
+empty. ``or None`` also allows None (``-p name=null``).
 """
 
 from __future__ import annotations
@@ -44,8 +35,7 @@ from labkit.suite.engine import SuiteError, display_path
 
 @dataclass(frozen=True)
 class Rule:
-    """What a parameter's rule allows besides its type: choices, bounds, None, the items' type
-    of a list (see the module docstring)."""
+    """What a parameter's rule allows besides its type (see the module docstring)."""
 
     choices: tuple = ()
     bounds: tuple[tuple[str, float], ...] = ()
@@ -75,8 +65,7 @@ class Rule:
 @dataclass(frozen=True)
 class Parameter:
     """One name of a notebook's ``parameters`` cell: its default's source text, the type a
-    value must have (``int``, ``float``, ``bool``, ``str``, ``list``, ``dict``; None: any) and
-    its :class:`Rule` (choices, bounds, None allowed)."""
+    value must have (None: any) and its :class:`Rule`."""
 
     name: str
     default: str
@@ -120,21 +109,16 @@ def parse_rule(text: str) -> tuple[str | None, Rule] | None:
     return m.group("type"), Rule(choices, bounds, bool(m.group("none")), None, text)
 
 
-def _comment_tokens(source: str) -> dict[int, tuple[int, str]]:
-    """``{line number: (column of the #, comment text)}`` of a cell's source."""
-    out: dict[int, tuple[int, str]] = {}
+def _comments(source: str) -> dict[int, str]:
+    """``{line number: comment text}`` of a cell's source (``#`` left out)."""
+    out: dict[int, str] = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT:
-                out[tok.start[0]] = (tok.start[1], tok.string[1:].strip())
+                out[tok.start[0]] = tok.string[1:].strip()
     except (tokenize.TokenError, SyntaxError):
         pass
     return out
-
-
-def _comments(source: str) -> dict[int, str]:
-    """``{line number: comment text}`` of a cell's source (``#`` left out)."""
-    return {n: text for n, (_, text) in _comment_tokens(source).items()}
 
 
 def _rule_text(comment: str) -> str:
@@ -199,8 +183,7 @@ def _parameters_cell(notebook: Path) -> str | None:
 
 
 def declared_parameters(notebook: Path) -> dict[str, Parameter]:
-    """The names assigned at the top level of the notebook's cell tagged ``parameters``, with
-    their defaults and expected types (``{}`` without such a cell)."""
+    """The names the notebook's ``parameters`` cell assigns, with defaults and types."""
     source = _parameters_cell(Path(notebook))
     if source is None:
         return {}
@@ -333,26 +316,6 @@ def load_param_file(path: Path | None) -> dict:
     return data
 
 
-def type_problem(value: Any, param: Parameter) -> str | None:
-    """Why ``value`` does not fit ``param``'s type (None when it does): int is accepted where
-    float is expected; a list where the default is a tuple."""
-    kind = param.kind
-    if kind is None:
-        return None
-    ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-        "str": isinstance(value, str),
-        "list": isinstance(value, (list, tuple)),
-        "dict": isinstance(value, dict),
-    }[kind]
-    if ok:
-        return None
-    got = "null" if value is None else f"{type(value).__name__} {value!r}"
-    return f"expects {kind} (default {param.default}), got {got}"
-
-
 def _type_hint(name: str, value: Any, kind: str) -> str:
     if kind == "str":
         shown = str(value) if str(value).isprintable() and "'" not in str(value) else "your text"
@@ -369,7 +332,7 @@ def _yaml(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) or not value.isidentifier() else value
 
 
-def _allowed(value: Any, kind: str | None, rule: Rule) -> str | None:
+def _allowed(value: Any, rule: Rule) -> str | None:
     """Why one (scalar) value breaks ``rule``'s choices or bounds (None when it does not)."""
     if rule.choices and value not in rule.choices:
         return f"{value!r} is not allowed"
@@ -401,8 +364,7 @@ def _example(param: Parameter) -> str:
 
 
 def value_problem(value: Any, param: Parameter) -> tuple[str, str] | None:
-    """``(problem, how to fix it)`` when ``value`` does not fit ``param``'s type and rule
-    (None when it does): the problem names the allowed values and the value given."""
+    """``(problem, how to fix it)`` when ``value`` does not fit ``param`` (None when it does)."""
     kind, rule = param.kind, param.rule
     allowed = rule.describe(kind)
     default = f" (default {param.default})" if param.default else ""
@@ -427,11 +389,11 @@ def value_problem(value: Any, param: Parameter) -> tuple[str, str] | None:
             if rule.item_kind and not _fits(item, rule.item_kind):
                 return (f"expects {allowed}{default}, got {item!r} (a {type(item).__name__}) "
                         f"at position {i + 1} of {list(value)!r}", fix)
-            why = _allowed(item, rule.item_kind, rule)
+            why = _allowed(item, rule)
             if why:
                 return f"expects {allowed}{default}: {why} (in {list(value)!r})", fix
         return None
-    why = _allowed(value, kind, rule)
+    why = _allowed(value, rule)
     if why:
         return f"expects {allowed}{default}: {why}", fix
     return None
@@ -454,13 +416,8 @@ def unknown_parameter_error(names: Sequence[str],
 def assign_parameters(params: Mapping[str, Any],
                       declared: Mapping[Path, Mapping[str, Parameter]], *,
                       may_skip: Iterable[str] = ()) -> dict[Path, dict]:
-    """Per notebook, the parameters it declares, each checked against the default's type and
-    the parameter's rule (choices, bounds; module docstring).
-
-    A name may reach several notebooks; a name unknown to ALL of them (unless in ``may_skip``),
-    or a value of the wrong type or outside the rule for one of them, raises
-    :class:`SuiteError` (naming the parameter, the notebook and the allowed values).
-    """
+    """Per notebook, the parameters it declares, each checked against its type and rule; a
+    name no notebook declares (unless in ``may_skip``) or a bad value raises :class:`SuiteError`."""
     known = set().union(*(set(d) for d in declared.values())) if declared else set()
     skip = set(may_skip)
     unknown = [k for k in params if k not in known and k not in skip]
@@ -477,39 +434,3 @@ def assign_parameters(params: Mapping[str, Any],
         per_nb[nb] = mine
     return per_nb
 
-
-def with_rules(source: str, rules: Mapping[str, str]) -> str:
-    """A parameters cell's ``source`` with ``rules`` (``{name: rule text}``, e.g.
-    ``{"n_steps": ">= 1"}``) written as the last ``;``-part of each assignment's trailing
-    comment (a rule already there is replaced). Raises :class:`RuleError` for a name the cell
-    does not assign on one line, or a text that is no rule."""
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    comments = _comment_tokens(source)
-    where: dict[str, int] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno == node.end_lineno:
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                if isinstance(target, ast.Name):
-                    where.setdefault(target.id, node.lineno)
-    for name, text in rules.items():
-        if name not in where:
-            raise RuleError(f"the parameters cell assigns no {name!r} on one line")
-        if parse_rule(text) is None:
-            raise RuleError(f"{text!r} (for {name}) is not a rule")
-        n = where[name]
-        line = lines[n - 1]
-        if n not in comments:
-            lines[n - 1] = f"{line.rstrip()}  # {text}"
-            continue
-        col, comment = comments[n]
-        code = line[:col].rstrip()
-        head, _, last = comment.rpartition(";")
-        try:
-            is_rule = parse_rule(last) is not None
-        except RuleError:
-            is_rule = True
-        prose = (head.strip() if is_rule else comment.strip())
-        pad = " " * max(2, col - len(code))
-        lines[n - 1] = f"{code}{pad}# {prose + '; ' if prose else ''}{text}"
-    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")

@@ -1,8 +1,7 @@
-"""HTML pages for ``labkit run``: the run folder's ``index.html``, the sweep's ``index.html``
-and the HTML export of each executed notebook.
-
-The index pages are self-contained (inline CSS, no scripts, no network addresses) and link
-only to files inside the run folder, so a run folder can be zipped, copied or opened offline.
+"""HTML pages for ``labkit run``: the run folder's and the sweep's ``index.html`` and the HTML
+export of each executed notebook. The index pages are self-contained (inline CSS, no scripts,
+no network addresses) and link only inside the run folder, so it can be copied or opened
+offline.
 """
 
 from __future__ import annotations
@@ -49,9 +48,6 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-# ----------------------------------------------------------------------------- selection
-
-
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -77,14 +73,22 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]],
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+#: an empty cell
+_NONE = '<span class="muted">-</span>'
+
+
 def _status(status: str | None) -> str:
     s = status or "unknown"
     return f'<span class="{_e(s)}">{_e(s)}</span>'
 
 
 def _duration(seconds: float | None) -> str:
-
     return _e(format_duration(seconds))
+
+
+def _params_table(params: dict) -> str:
+    return _table(["parameter", "value"],
+                  [[f"<code>{_e(k)}</code>", _value(v)] for k, v in params.items()])
 
 
 def _value(v: Any) -> str:
@@ -108,24 +112,14 @@ def _fmt_num(x: float | int) -> str:
     return f"{x:.4g}"
 
 
-# ----------------------------------------------------------------------------- notebook HTML
-
-
 def export_notebook_html(notebook: Path, out_html: Path, *,
                          notes: list[str] | None = None) -> Path:
-    """Export an executed notebook to an HTML page that works offline and needs nothing from
-    npm; returns its path.
+    """Export an executed notebook to an offline HTML page, made as ``labkit slides`` makes
+    its pages; returns its path.
 
-    The page is made as ``labkit slides`` makes its pages (template ``lab``, images embedded,
-    hints folded, every chart rebuilt from its plotly JSON, widgets drawn from their saved
-    state); the parameters cells stay (they show what the run was given). Pages with charts
-    load one shared copy of plotly.js, the plotly wheel's own bundle, copied once to
-    ``assets/plotly.min.js`` beside them. TeX in markdown is typeset by the local MathJax when
-    ``scripts/fetch_web_assets.sh`` fetched it; without it the page is still written (TeX shown
-    as written) and a line saying so is appended to ``notes``. Raises
-    :class:`~labkit.suite.slides.RemoteAssetError` (nothing written) if the page would still
-    load a script, style or font from the network.
-    """
+    Charts load the shared ``assets/plotly.min.js``; without a local MathJax TeX is shown as
+    written and ``notes`` says so. Raises :class:`~labkit.suite.slides.RemoteAssetError`
+    (nothing written) if the page would still load anything from the network."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
@@ -157,9 +151,6 @@ def export_notebook_html(notebook: Path, out_html: Path, *,
     return out_html
 
 
-# ----------------------------------------------------------------------------- numbers
-
-
 def _is_stats(obj: Any) -> bool:
     return (isinstance(obj, dict) and "median" in obj
             and isinstance(obj.get("median"), (int, float))
@@ -167,12 +158,8 @@ def _is_stats(obj: Any) -> bool:
 
 
 def headline_numbers(data: Any, max_depth: int = 3, max_list: int = 4) -> dict[str, float]:
-    """Flatten a result's ``data`` into ``{path: number}`` for a quick look.
-
-    Plain numbers are kept; a Stats dict (``{"median", "p10", ..., "unit"}``) contributes its
-    median (``path.median [unit]``); short lists contribute their items (``path[i]``). Nesting
-    deeper than ``max_depth`` and lists longer than ``max_list`` are left out.
-    """
+    """A result's ``data`` flattened into ``{path: number}``: plain numbers, a Stats dict's
+    median (``path.median [unit]``), short lists' items (``path[i]``), down to ``max_depth``."""
     out: dict[str, float] = {}
 
     def walk(obj: Any, path: str, depth: int) -> None:
@@ -209,12 +196,8 @@ def compare_with_reference(data: dict, ref_data: dict,
     return [(k, mine[k], ref[k]) for k in mine if k in ref][:limit]
 
 
-# ----------------------------------------------------------------------------- run index
-
-
 def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
     """``(path, Result or None, error)`` for every ``results/*.json`` of a run."""
-
     folder = run_dir / "results"
     out: list[tuple[Path, Any, str | None]] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -225,16 +208,8 @@ def _load_results(run_dir: Path) -> list[tuple[Path, Any, str | None]]:
     return out
 
 
-def _reference_for(name: str, gpu: str):
-
-    try:
-        return load_reference(name, gpu=gpu)
-    except Exception:
-        return None
-
-
 def _link(href: str | None, text: str) -> str:
-    return f'<a href="{_e(href)}">{_e(text)}</a>' if href else '<span class="muted">-</span>'
+    return f'<a href="{_e(href)}">{_e(text)}</a>' if href else _NONE
 
 
 def _notebooks_section(record: dict) -> str:
@@ -252,7 +227,7 @@ def _notebooks_section(record: dict) -> str:
         if nb.get("html_error"):
             status += f'<div class="err">HTML export: {_e(nb["html_error"])}</div>'
         res = ", ".join(f'<a href="results/{_e(r)}.json">{_e(r)}</a>'
-                        for r in nb.get("results") or []) or '<span class="muted">-</span>'
+                        for r in nb.get("results") or []) or _NONE
         rows.append([str(i), f"<b>{_e(nb.get('name'))}</b>", status,
                      _duration(nb.get("duration_s")), ptext, res, links])
     return "<h2>Notebooks</h2>" + _table(
@@ -260,12 +235,11 @@ def _notebooks_section(record: dict) -> str:
 
 
 def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
-
     loaded = _load_results(run_dir)
     if not loaded:
-        note = ("No result records were saved in this run. On the CPU tier the notebooks show "
-                "recorded reference results instead of saving new ones.") \
-            if record.get("tier") == "cpu" else "No result records were saved in this run."
+        note = "No result records were saved in this run." + (
+            " On the CPU tier the notebooks show recorded reference results instead of saving "
+            "new ones." if record.get("tier") == "cpu" else "")
         return f'<h2>Results</h2><p class="muted">{_e(note)}</p>'
     producer = {r: nb.get("name") for nb in record.get("notebooks", [])
                 for r in nb.get("results") or []}
@@ -279,13 +253,15 @@ def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
             continue
         heads = list(headline_numbers(res.data).items())[:4]
         htext = "<br>".join(f"<code>{_e(k)}</code>: {_e(_fmt_num(v))}" for k, v in heads) \
-            or '<span class="muted">-</span>'
+            or _NONE
         rows.append([link, _e(producer.get(name, "")), _e(provenance_line(res)), htext])
-        ref = _reference_for(name, reference_gpu)
-        if ref is not None:
-            pairs = compare_with_reference(res.data, ref.data)
-            if pairs:
-                comparisons.append((name, provenance_line(ref), pairs))
+        try:
+            ref = load_reference(name, gpu=reference_gpu)
+        except Exception:  # no reference of that name (or an unreadable one)
+            continue
+        pairs = compare_with_reference(res.data, ref.data)
+        if pairs:
+            comparisons.append((name, provenance_line(ref), pairs))
     out = "<h2>Results</h2>" + _table(["record", "notebook", "provenance", "headline numbers"],
                                       rows)
     if comparisons:
@@ -299,7 +275,6 @@ def _results_section(run_dir: Path, record: dict, reference_gpu: str) -> str:
 
 
 def _env_section(env: dict) -> str:
-
     try:
         text = format_record(env)
     except Exception:
@@ -330,8 +305,7 @@ def render_run_index(run_dir: Path, record: dict, reference_gpu: str = "h200") -
                      f"<code>{_e(combo)}</code></p>")
     params = record.get("params") or {}
     if params or record.get("param_file"):
-        rows = [[f"<code>{_e(k)}</code>", _value(v)] for k, v in params.items()]
-        ptext = _table(["parameter", "value"], rows) if rows else ""
+        ptext = _params_table(params) if params else ""
         if record.get("param_file"):
             ptext += f'<p class="muted">parameter file: <code>{_e(record["param_file"])}</code></p>'
         if record.get("unknown_params"):
@@ -353,17 +327,13 @@ def write_run_index(run_dir: Path, record: dict, reference_gpu: str = "h200") ->
     return path
 
 
-# ----------------------------------------------------------------------------- sweep index
-
-
 #: Most rows a sweep page shows per table of differences.
 DIFF_ROWS = 40
 
 
 def _output_lines(nb_path: Path, run_name: str = "") -> dict[int, list[str]]:
-    """``{code cell number: text lines of its outputs}`` of an executed notebook (printed text
-    and markdown from ``nb.say``; charts, HTML and reprs left out), with the run folder's name
-    written ``<run>``."""
+    """``{code cell number: text lines of its outputs}`` (printed text and markdown only), the
+    run folder's name written ``<run>``."""
     import nbformat
 
     try:
@@ -391,10 +361,8 @@ def _output_lines(nb_path: Path, run_name: str = "") -> dict[int, list[str]]:
 
 
 def sweep_differences(sweep_dir: Path, record: dict) -> tuple[list[list[str]], list[list[str]]]:
-    """What differs between a sweep's runs, as table rows (one column per run, in sweep order):
-    the headline numbers of the result records (``[record, number, value per run]``) and the
-    output lines of the executed notebooks that hold a number (``[notebook, cell, line per
-    run]``); lines and numbers equal in every run are left out."""
+    """What differs between a sweep's runs, as table rows with one column per run: headline
+    numbers of the records and the output lines holding a number."""
     runs = [Path(sweep_dir).parent / r["run"] for r in record.get("runs") or [] if r.get("run")]
     if len(runs) < 2:
         return [], []
@@ -436,23 +404,18 @@ def _differences_section(sweep_dir: Path, record: dict) -> str:
 
     heads = [f"run {_e(r.get('index'))}: <code>{_e(combo(r))}</code>" for r in runs]
     parts = ["<h2>What differs between the runs</h2>"]
-    if rec_rows:
-        more = len(rec_rows) - DIFF_ROWS
-        parts.append("<h3>Result records</h3>" + _table(["record", "number", *heads],
-                                                       rec_rows[:DIFF_ROWS]))
-        if more > 0:
-            parts.append(f'<p class="muted">and {more} more numbers</p>')
-    else:
-        parts.append('<p class="muted">No result record differs between the runs (on the CPU '
-                     "tier the notebooks save none: they show the recorded references).</p>")
-    if out_rows:
-        more = len(out_rows) - DIFF_ROWS
-        parts.append("<h3>Notebook outputs (lines holding a number)</h3>"
-                     + _table(["notebook", "cell", *heads], out_rows[:DIFF_ROWS]))
-        if more > 0:
-            parts.append(f'<p class="muted">and {more} more lines</p>')
-    else:
-        parts.append('<p class="muted">The notebooks printed the same numbers in every run.</p>')
+    for rows, title, cols, what, same in (
+            (rec_rows, "Result records", ["record", "number"], "numbers",
+             "No result record differs between the runs (on the CPU tier the notebooks save "
+             "none: they show the recorded references)."),
+            (out_rows, "Notebook outputs (lines holding a number)", ["notebook", "cell"], "lines",
+             "The notebooks printed the same numbers in every run.")):
+        if not rows:
+            parts.append(f'<p class="muted">{same}</p>')
+            continue
+        parts.append(f"<h3>{title}</h3>" + _table([*cols, *heads], rows[:DIFF_ROWS]))
+        if len(rows) > DIFF_ROWS:
+            parts.append(f'<p class="muted">and {len(rows) - DIFF_ROWS} more {what}</p>')
     return "".join(parts)
 
 
@@ -481,15 +444,13 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
                   if "notebooks_total" in r else "-")
         rows.append([str(r.get("index", ""))] + [_value(combo.get(k)) for k in keys]
                     + [status, _e(nbtext), _duration(r.get("duration_s")),
-                       _e(", ".join(r.get("results") or [])) or '<span class="muted">-</span>',
+                       _e(", ".join(r.get("results") or [])) or _NONE,
                        _link(f"../{run}/index.html" if run else None, run or "-")])
     base = record.get("base_params") or {}
     parts = [f"<h1>{_e(title)}</h1>", f'<p class="sub">{sub}</p>',
              "<h2>Grid</h2>" + _table(["parameter", "values"], grid_rows)]
     if base:
-        parts.append("<h2>Fixed parameters</h2>" + _table(
-            ["parameter", "value"],
-            [[f"<code>{_e(k)}</code>", _value(v)] for k, v in base.items()]))
+        parts.append("<h2>Fixed parameters</h2>" + _params_table(base))
     parts.append("<h2>Runs</h2>" + _table(
         ["#"] + [f"<code>{_e(k)}</code>" for k in keys]
         + ["status", "notebooks ok", "duration", "results", "run folder"], rows,

@@ -1,7 +1,5 @@
 """``labkit run``: execute the notebook suite (or some notebooks, or a parameter sweep) with
-papermill, into a fresh run folder.
-
-A run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/`` holds::
+papermill, into a fresh run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/``::
 
     run.json              environment record, parameters, per-notebook status and duration
     notebooks/NN_x.ipynb  the executed notebooks (outputs included)
@@ -9,14 +7,10 @@ A run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/`` holds::
     results/<name>.json   result records the notebooks saved (labkit.measure.results.save_result)
     index.html            a self-contained report page (labkit.suite.report)
 
-A sweep (``labkit run --sweep grid.yaml``) makes one run folder per parameter combination
-plus ``runs/sweep-<UTC timestamp>/`` with ``sweep.json`` and ``index.html``.
-
-Everything the command line gives is checked before a folder is made (:func:`plan_run`,
-:func:`plan_sweep`): notebook names, parameter names and types, the sweep file and the
-environment. Bad input raises :class:`labkit.suite.engine.SuiteError`; a run returns a
-:class:`RunResult`, a sweep a :class:`SweepResult` (failed notebooks are in the result, not
-an exception).
+A sweep (``--sweep grid.yaml``) makes one run folder per combination plus
+``runs/sweep-<stamp>/`` (``sweep.json``, ``index.html``). Everything is checked before a folder
+is made (:func:`plan_run`, :func:`plan_sweep`); failed notebooks are in the result, not an
+exception.
 """
 
 from __future__ import annotations
@@ -49,11 +43,6 @@ SWEEP_NOTEBOOKS_KEY = "notebooks"
 
 _STAMP = "%Y%m%d-%H%M%S"
 
-__all__ = ["RunPlan", "RunResult", "RunInterrupted", "SweepPlan", "SweepResult", "SuiteError",
-           "plan_run", "plan_sweep", "run_suite", "run_sweep", "merge_params", "load_grid",
-           "combinations", "summary_line", "sweep_summary_line", "format_duration"]
-
-
 def _utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
@@ -67,20 +56,9 @@ def _write_json(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(to_jsonable(obj, path.name), indent=2) + "\n")
 
 
-def merge_params(params: dict | None, param_file: Path | None) -> dict:
-    """Parameters from ``param_file`` overridden by ``params`` (``-p`` wins over ``-f``)."""
-    merged = dict(load_param_file(param_file))
-    merged.update(params or {})
-    return merged
-
-
-# ----------------------------------------------------------------------------- plans
-
-
 @dataclass
 class RunPlan:
-    """What a run will do, checked: the notebooks, the merged parameters and what each
-    notebook receives."""
+    """What a checked run will do: the notebooks, the merged parameters, each notebook's share."""
 
     notebooks: list[Path]
     params: dict
@@ -93,8 +71,8 @@ class RunPlan:
 
 def _file_names_for_other_notebooks(file_params: dict, params: dict | None,
                                     declared: dict[Path, dict], nb_dir: Path | None) -> list[str]:
-    """Names of a parameter file (not also given with -p) that no selected notebook declares
-    but another suite notebook does: a file like params/quick.yaml serves the whole suite."""
+    """Names of a parameter file (not also given with -p) that only unselected suite notebooks
+    declare: a file like params/quick.yaml serves the whole suite."""
     selected = set().union(*(set(d) for d in declared.values())) if declared else set()
     left = [k for k in file_params if k not in selected and k not in (params or {})]
     if not left:
@@ -109,11 +87,8 @@ def _file_names_for_other_notebooks(file_params: dict, params: dict | None,
 
 def plan_run(notebooks: Sequence[str] | None, params: dict | None = None,
              param_file: Path | None = None, *, nb_dir: Path | None = None) -> RunPlan:
-    """Check a run before anything is made: notebooks exist, every parameter is declared by at
-    least one of them with a value of the declared type, the LABKIT_* variables are valid.
-    A name from ``param_file`` that only notebooks outside the selection declare is not passed
-    (listed in ``unused``). Raises :class:`SuiteError` /
-    :class:`labkit.support.envvars.EnvVarError`."""
+    """Check a run before anything is made (notebooks, parameter names and types, LABKIT_*
+    variables); file names only other notebooks declare are listed in ``unused``, not passed."""
     envvars.check_environment()
     nb_paths = find_notebooks(notebooks, nb_dir)
     file_params = load_param_file(param_file)
@@ -126,10 +101,8 @@ def plan_run(notebooks: Sequence[str] | None, params: dict | None = None,
 
 
 def load_grid(grid_file: Path) -> tuple[dict[str, list], list[str] | None]:
-    """Read a sweep grid: ``{param: [values...]}`` plus an optional ``notebooks: [...]``.
-
-    A scalar value counts as a one-value list. Returns (grid, notebooks or None).
-    """
+    """A sweep grid ``{param: [values...]}`` (a scalar is a one-value list) and its optional
+    ``notebooks: [...]`` (None without)."""
     grid_file = Path(grid_file)
     example = "batch_size: [1, 8, 64]"
     raw = load_yaml_mapping(grid_file, "sweep file", example)
@@ -167,8 +140,7 @@ def combinations(grid: dict[str, list]) -> list[dict]:
 
 @dataclass
 class SweepPlan:
-    """A checked sweep: the grid, its combinations, the notebooks, the base parameters and the
-    names both given with -p/-f and swept (the grid's values win)."""
+    """A checked sweep; ``overridden``: names given with -p/-f and swept (the grid wins)."""
 
     grid_file: Path
     grid: dict[str, list]
@@ -182,9 +154,8 @@ class SweepPlan:
 
 def plan_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | None = None,
                param_file: Path | None = None, *, nb_dir: Path | None = None) -> SweepPlan:
-    """Check a sweep before anything is made: the grid file, the notebooks (the command line's
-    win over the grid file's ``notebooks``), and every combination's parameters (names and
-    types, as :func:`plan_run` checks them)."""
+    """Check a sweep before anything is made, as :func:`plan_run` does for every combination
+    (notebooks given here win over the grid file's ``notebooks``)."""
     envvars.check_environment()
     grid, grid_nbs = load_grid(grid_file)
     nb_paths = find_notebooks(list(notebooks or []) or grid_nbs, nb_dir)
@@ -198,9 +169,6 @@ def plan_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | 
         assign_parameters({**base, **combo}, declared, may_skip=unused)
     return SweepPlan(Path(grid_file), grid, combos, nb_paths, base, declared,
                      sorted(set(base) & set(grid)), unused)
-
-
-# ----------------------------------------------------------------------------- results
 
 
 @dataclass
@@ -300,12 +268,9 @@ def sweep_summary_line(result: SweepResult) -> str:
             f"(report: {display_path(result.sweep_dir / 'index.html')})")
 
 
-# ----------------------------------------------------------------------------- run
-
-
 def _progress(total: int, desc: str, stream=None):
-    """A progress bar on ``stream`` (stderr) when it is a terminal; otherwise (a log file, a
-    pipe, CI) no bar, only the lines written to it, so no carriage return lands in a log."""
+    """A progress bar on ``stream`` (stderr) when it is a terminal; else only the lines written
+    to it, so no carriage return lands in a log."""
     stream = sys.stderr if stream is None else stream
     if not getattr(stream, "isatty", lambda: False)():
         return _Lines()
@@ -371,14 +336,10 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
               command: str | None = None) -> RunResult:
     """Execute notebooks with papermill into a new run folder under ``out_root``.
 
-    ``notebooks``: numbers, names or paths (None: every ``notebooks/NN_*.ipynb``); ``params``
-    (``-p``) override ``param_file`` (``-f``, YAML); each notebook receives the parameters its
-    ``parameters`` cell declares. Everything is checked first (:func:`plan_run`; pass ``plan``
-    to reuse one): bad input raises :class:`SuiteError` and no folder is made. ``timeout`` is
-    seconds per cell; after a failing notebook the rest are skipped unless ``keep_going``.
-    Writes ``run.json`` and ``index.html`` and returns a :class:`RunResult` (``ok`` False when
-    a notebook failed). ``progress`` shows a progress bar (stderr) and a line per notebook (stdout).
-    """
+    Everything is checked first (:func:`plan_run`, or ``plan``); ``-p`` ``params`` override the
+    ``param_file``. ``timeout``: seconds per cell; after a failing notebook the rest are skipped
+    unless ``keep_going``. Writes ``run.json`` and ``index.html``; ``progress``: a bar on stderr
+    and a line per notebook on stdout."""
     if plan is None:
         plan = plan_run(notebooks, params, param_file)
     tier = hardware_tier()
@@ -468,20 +429,14 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
     return result
 
 
-# ----------------------------------------------------------------------------- sweep
-
-
 def run_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | None = None,
               param_file: Path | None = None, out_root: Path = Path("runs"),
               timeout: int = 1800, *, keep_going: bool = True, plan: SweepPlan | None = None,
               progress: bool = False, echo: Callable[[str], None] | None = None,
               command: str | None = None) -> SweepResult:
-    """One :func:`run_suite` per combination of the grid in ``grid_file``. Swept values
-    override ``params``/``param_file`` of the same name; notebooks given here win over the grid
-    file's ``notebooks``. Everything is checked first (:func:`plan_sweep`). Writes
-    ``<out_root>/sweep-<timestamp>/`` with ``sweep.json`` and ``index.html`` and returns a
-    :class:`SweepResult` holding every run (``ok`` False when one failed). ``echo`` receives a
-    line as each combination starts."""
+    """One :func:`run_suite` per combination of the grid in ``grid_file`` (swept values win over
+    ``params``), checked first (:func:`plan_sweep`); writes ``<out_root>/sweep-<stamp>/``.
+    ``echo`` receives a line as each combination starts."""
     if plan is None:
         plan = plan_sweep(notebooks, grid_file, params, param_file)
     say = echo or (lambda text: None)

@@ -27,9 +27,8 @@ def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | Non
               max_requests: int | None, window_s: float, breaker: dict | None, name: str | None,
               out_root: str | os.PathLike[str], keep_timeline: bool = True
               ) -> tuple[Path, dict]:
-    """Serve ``trace`` and save the record; returns the record's path and data.
-    ``keep_timeline=False``: leave every token's and step's time out of the file (a long trace
-    makes a file of tens of MB otherwise); the metrics and windows are computed first."""
+    """Serve ``trace`` and save the record; returns its path and data. ``keep_timeline=False``
+    leaves each token's and step's time out of the file (metrics and windows stay)."""
     # bad settings or a bad trace fail here, before the progress bar or any folder
     check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
                   kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
@@ -58,10 +57,8 @@ def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | Non
 
 
 def summary_line(m: dict, *, device: str | None = None, mode: str | None = None) -> str:
-    """One line of a run's headline metrics (the record's ``metrics``). On a CPU (``device``)
-    no CUDA graph exists: the dispatcher's modes bucket and pad eagerly, so the hit rate is
-    called what it is there (the share of steps whose batch had a bucket) and the line says
-    that the times are CPU times."""
+    """One line of a run's headline metrics; on a CPU (no CUDA graph) the hit rate is called
+    the bucket hit rate and the times CPU times."""
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     cpu = device is not None and not str(device).startswith("cuda")
     hit = ("bucket hit rate (CPU: eager bucketing, no CUDA graph)" if cpu and mode != "eager"
@@ -74,8 +71,7 @@ def summary_line(m: dict, *, device: str | None = None, mode: str | None = None)
 
 
 def check_record_names(names: Sequence[str] | None) -> list[str]:
-    """The serving records to measure (default all of
-    :data:`labkit.measure.records.SERVE_RECORDS`); an unknown name raises listing the known."""
+    """The serving records to measure (default all); an unknown name raises, listing them."""
     names = list(records.SERVE_RECORDS) if not names else list(names)
     bad = [n for n in names if n not in records.SERVE_RECORDS]
     if bad:
@@ -86,10 +82,8 @@ def check_record_names(names: Sequence[str] | None) -> list[str]:
 
 def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None = None, *,
                    echo: Callable[[str], None] = print) -> tuple[Path, list[str]]:
-    """Measure each serving record of ``names`` with its default parameters into one fresh
-    run folder under ``out_root`` (file them with ``labkit reference <run folder>``). A
-    record that fails is reported and the others still run. Returns the run folder and the
-    names that failed."""
+    """Measure each serving record of ``names`` with its defaults into one fresh run folder;
+    one that fails is reported and the others still run. Returns the folder and the failed."""
     names = check_record_names(names)
     run = new_run_dir("serve-record", root=out_root)
     failed = []
@@ -104,8 +98,7 @@ def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None
             echo(f"{name}: FAILED after {time.perf_counter() - start:.1f} s: "
                  f"{type(exc).__name__}: {exc}")
             continue
-        line = summary_line(data["metrics"], device=data.get("device"), mode=data.get("mode")) \
-            if "metrics" in data else \
-            f"{len(data['points'])} points"
+        line = (summary_line(data["metrics"], device=data.get("device"), mode=data.get("mode"))
+                if "metrics" in data else f"{len(data['points'])} points")
         echo(f"{name}: {time.perf_counter() - start:.1f} s: {line}")
     return run, failed

@@ -49,8 +49,7 @@ def summary_lines(ar: dict, dec: dict) -> list[str]:
 def run_tp(*, out_root: str | os.PathLike[str] = "runs", world_size: int = 2,
            backend: str | None = None, quick: bool = False, timeout_s: float = 150.0,
            symm_timeout_s: float = 90.0) -> tuple[int, Path]:
-    """Measure, save both records into ``<out_root>/<stamp>-tp/results/``, print a summary.
-    Returns (exit code, run folder)."""
+    """Measure, save both records into a fresh run folder, print a summary; (exit code, folder)."""
     t0 = time.perf_counter()
     backend = check_launch(world_size, backend)  # bad arguments fail before the folder is made
     run = new_run_dir("tp", root=out_root)

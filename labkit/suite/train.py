@@ -1,13 +1,10 @@
-"""``labkit train``: train the tiny byte-level checkpoint used by the decode demos.
+"""``labkit train``: train the tiny byte-level checkpoint used by the decode demos,
+reproducibly (fixed seed and data order, the corpus in ``data/corpus``); the config and the
+training record go into the safetensors metadata.
 
-Reproducible: fixed seed, fixed data order, the corpus shipped in ``data/corpus``. The
-result is saved with its config and training record (steps, loss, device, torch version)
-in the safetensors metadata.
-
-The shipped checkpoint was made with ``labkit train --device cpu`` (1500 steps of 32
-windows of 128 bytes). Its learned position embeddings are trained for positions 0-127
-only: text generated past position 128 degrades into noise, a small lesson of its own
-(learned positions do not extrapolate). Train with ``--seq 256`` for the full cache.
+The shipped checkpoint was made with ``labkit train --device cpu``. Its learned position
+embeddings are trained for positions 0-127 only, so text past position 128 degrades into noise
+(learned positions do not extrapolate); train with ``--seq 256`` for the full cache.
 """
 
 from __future__ import annotations
@@ -47,8 +44,7 @@ def evaluate(model: TinyGPT, ids: torch.Tensor, batch: int, seq: int, iters: int
 
 
 def _readable(path: Path) -> None:
-    """Give ``path`` the mode a new file gets here (0644 under the usual umask 022): the save
-    goes through a private temporary file, which is created 0600."""
+    """Give ``path`` the mode a new file gets here (the save's temporary file is 0600)."""
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
@@ -58,7 +54,6 @@ def train_char_model(out: Path = Path("data/checkpoints/char.safetensors"), step
                      seed: int = 0, device: str | None = None, batch: int = 32, seq: int = 128,
                      lr: float = 3e-3, log_every: int = 100) -> dict:
     """Train the ``char`` preset on the shipped corpus; save to ``out``; return the record."""
-
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

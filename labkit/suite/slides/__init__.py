@@ -1,40 +1,16 @@
 """``labkit slides``: export executed notebooks to reveal.js decks and HTML pages that work
 OFFLINE (no CDN address left in the page), charts included.
 
-* The executed notebooks come from a run folder (``runs/<stamp>/notebooks/NN_x.ipynb``, made by
-  ``labkit run``): the one given, else the newest COMPLETE run (status ok, every notebook asked
-  for executed, not one run of a sweep; :func:`choose_run`), and the result says which. Without
-  one, the notebooks are executed here (the suite engine, :mod:`labkit.suite.engine`, into a
-  temporary folder), so a CPU machine still gets decks showing the recorded reference charts.
-  Notebooks are named as for ``labkit run`` (``03``, ``03_capture_replay``, ``solutions/03``,
-  ``workshop_90min``, a path).
-* Cells tagged ``parameters`` / ``injected-parameters`` are dropped. A deck shows what the deck
-  rules choose per cell (:mod:`~.deck`: code hidden unless tagged ``slide-code``; statement,
-  set-up and exercise-check cells left out; one visual per slide; long text split; charts
-  sized to the slide); a page shows every other cell.
-* Nothing a page needs comes from npm: plotly.js is the plotly wheel's own bundle, copied once
-  per output folder (``assets/plotly.min.js``) and loaded by every page; every chart is rebuilt
-  from its plotly JSON, so pages draw the charts whatever plotly renderer the notebook ran
-  with; widgets are drawn from their saved state as plain HTML (:mod:`~.widgets`), with no
-  widget manager, require.js or jQuery. Decks load reveal.js, and pages whose markdown holds
-  TeX MathJax 3: local copies fetched once by ``scripts/fetch_web_assets.sh`` (npm) into
-  ``build/web/node_modules`` (``$LABKIT_WEB_DIR`` overrides ``build/web``). Mermaid is not
-  loaded (JupyterLab renders mermaid diagrams; exports show their source).
-* Hints (``<details>`` blocks of markdown) are folded with their text inside, as in JupyterLab
-  (:mod:`labkit.suite.details`, a preprocessor of both exporters; the notebooks are unchanged).
-* A slide whose content is taller or wider than the slide (1280x800) first shrinks its charts
-  (down to a floor), then is scaled down to fit, never scrolled or cut off (``fitSlide``).
-* The run pages of ``labkit run`` (:func:`labkit.suite.report.export_notebook_html`) are made
-  with the same exporter and copy only the assets they need (:func:`page_asset_parts`).
-* :func:`find_remote_urls` / :func:`check_offline` list any http(s) address a page would still
-  load a script, style, font or module from; the export fails loudly if one remains.
-
-One module per job, every name imported from ``labkit.suite.slides``: :mod:`~.assets` (the
-local web assets), :mod:`~.offline` (no remote address left), :mod:`~.prepare` (an executed
-notebook made ready for export), :mod:`~.widgets` (widgets drawn from their saved state),
-:mod:`~.deck` (what each slide shows), :mod:`~.exporters` (the nbconvert exporters and templates),
-:mod:`~.runs` (which run folder to export); this module executes what no run holds and
-exports them all (:func:`export_slides`).
+The executed notebooks come from a ``labkit run`` folder: the one given, else the newest
+complete run (:func:`choose_run`); a notebook no run holds is executed here with the suite
+engine, so a CPU machine still gets decks of the recorded reference charts. A deck shows what
+the deck rules choose per cell (:mod:`~.deck`); a page shows every cell but the parameters.
+Pages load plotly.js from the plotly wheel, decks reveal.js and MathJax from local npm copies
+(:mod:`~.assets`); widgets are drawn from their saved state (:mod:`~.widgets`); hints stay
+folded (:mod:`labkit.suite.details`); a page that would still load anything from the network
+fails the export (:mod:`~.offline`). The other modules: :mod:`~.prepare` (a notebook made
+ready for export), :mod:`~.exporters` (nbconvert exporters and templates), :mod:`~.runs`
+(which run folder to export).
 """
 
 from __future__ import annotations
@@ -46,34 +22,28 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from labkit.support import envvars
-from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks
+from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks, read_run_record
 from labkit.suite.engine import execute_notebook as _execute
 from labkit.suite.engine import display_path
-from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, NPM_PARTS, PLOTLY_FILE,
-                                        WEB_DIR_ENV, SlidesError, copy_assets, ensure_web_assets,
-                                        fetch_script, missing_assets, page_asset_parts,
-                                        pinned_packages, plotlyjs_file, web_dir)
-from labkit.suite.slides.deck import SLIDE_CODE_TAG, deck_notebook
-from labkit.suite.slides.exporters import (REVEAL_THEME, SLIDE_HEIGHT, SLIDE_WIDTH,
-                                           export_notebook, make_exporters)
+from labkit.suite.slides.assets import (ASSETS_DIR, LOCAL_URLS, PLOTLY_FILE, WEB_DIR_ENV,
+                                        SlidesError, copy_assets, ensure_web_assets,
+                                        page_asset_parts, pinned_packages, plotlyjs_file,
+                                        web_dir)
+from labkit.suite.slides.deck import deck_notebook
+from labkit.suite.slides.exporters import export_notebook, make_exporters
 from labkit.suite.slides.offline import (RemoteAssetError, check_offline, count_plotlyjs,
                                          find_remote_urls)
-from labkit.suite.slides.prepare import (DROP_TAGS, chart_html, has_math, head_html,
-                                         output_html, prepare_notebook)
-from labkit.suite.slides.runs import (RUN_KIND, _entry_for, check_run_dir, choose_run,
-                                      held_notebooks, newest_complete_run, read_run_record,
-                                      why_not_complete)
+from labkit.suite.slides.prepare import has_math, head_html, prepare_notebook
+from labkit.suite.slides.runs import _entry_for, choose_run, held_notebooks, newest_complete_run, \
+    why_not_complete
 
 __all__ = [
-    "ASSETS_DIR", "DROP_TAGS", "LOCAL_URLS", "NPM_PARTS", "PLOTLY_FILE", "REVEAL_THEME",
-    "RUN_KIND", "SLIDE_CODE_TAG", "SLIDE_HEIGHT", "SLIDE_WIDTH", "WEB_DIR_ENV",
-    "RemoteAssetError", "SlidesError", "SlidesResult", "chart_html", "check_offline",
-    "check_run_dir", "choose_run", "copy_assets", "count_plotlyjs", "deck_notebook",
-    "ensure_web_assets", "execute_notebook", "export_notebook", "export_slides", "fetch_script",
-    "find_remote_urls", "has_math", "head_html", "held_notebooks", "make_exporters",
-    "missing_assets", "newest_complete_run", "output_html", "page_asset_parts",
-    "pinned_packages", "plotlyjs_file", "prepare_notebook", "read_run_record",
-    "why_not_complete", "web_dir",
+    "ASSETS_DIR", "LOCAL_URLS", "PLOTLY_FILE", "WEB_DIR_ENV", "RemoteAssetError", "SlidesError",
+    "SlidesResult", "check_offline", "choose_run", "copy_assets", "count_plotlyjs",
+    "deck_notebook", "ensure_web_assets", "execute_notebook", "export_notebook",
+    "export_slides", "find_remote_urls", "has_math", "head_html", "make_exporters",
+    "newest_complete_run", "page_asset_parts", "pinned_packages", "plotlyjs_file",
+    "prepare_notebook", "why_not_complete", "web_dir",
 ]
 
 
@@ -86,9 +56,8 @@ def _is_executed(path: Path) -> bool:
 
 
 def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
-    """Execute ``src`` (in its own folder, as JupyterLab would) into ``dest`` with the suite
-    engine (papermill, the plotly renderer exports need). Results the notebook saves go to a
-    folder beside ``dest``, never into ``runs/``. Raises :class:`SlidesError` when it fails."""
+    """Execute ``src`` into ``dest`` with the suite engine, its records beside ``dest`` (never in
+    ``runs/``); raises :class:`SlidesError` when it fails."""
     dest = Path(dest)
     res = _execute(Path(src), dest, run_dir=dest.parent / "run", timeout=timeout,
                    plotly_renderer=DEFAULT_PLOTLY_RENDERER)
@@ -101,16 +70,9 @@ def execute_notebook(src: Path, dest: Path, *, timeout: int = 1800) -> Path:
 
 
 @dataclass
-class _Job:
-    name: str
-    executed: Path | None
-    source: Path
-
-
-@dataclass
 class SlidesResult:
-    """What :func:`export_slides` did: the files written, the run folder the executed notebooks
-    came from (None: none), the line saying which run and why, and the notebooks executed here."""
+    """What :func:`export_slides` did: the files written, the run folder used (None: none), the
+    line saying which and why, and the notebooks executed here."""
 
     files: list[Path]
     run_dir: Path | None
@@ -122,15 +84,9 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                   notebooks: Sequence[str] | None = None, html: bool = True, *,
                   runs_root: Path | None = None,
                   echo: Callable[[str], None] | None = None) -> SlidesResult:
-    """Export notebooks as offline reveal.js decks ``<out_dir>/NN_x.slides.html`` (and HTML pages
-    ``<out_dir>/NN_x.html`` when ``html``); returns a :class:`SlidesResult`.
-
-    The executed notebooks come from ``run_dir`` when given (it must be a ``labkit run`` folder;
-    the notebooks it lacks are executed here), else from the newest COMPLETE run under
-    ``runs_root`` (default ``runs/``; see :func:`choose_run`), else every notebook is executed
-    here. ``echo`` receives the line saying which run is used, before any work. Fails with
-    :class:`RemoteAssetError` if a page would still load anything from the network.
-    """
+    """Export notebooks as offline decks ``<out_dir>/NN_x.slides.html`` (and pages
+    ``NN_x.html`` when ``html``), taking the executed notebooks from ``run_dir`` or the newest
+    complete run under ``runs_root`` (:func:`choose_run`); ``echo`` gets the line saying which."""
     envvars.check_environment()
     out_dir = Path(out_dir)
     sources = find_notebooks(notebooks)
@@ -140,7 +96,7 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     record = read_run_record(run_dir) if run_dir is not None else None
     held = held_notebooks(run_dir, sources, record) if run_dir is not None else {}
 
-    jobs = []
+    jobs: list[tuple[Path, Path | None]] = []  # (source, its executed copy if there is one)
     for src in sources:
         executed = held.get(src)
         if executed is None and run_dir is not None:
@@ -150,7 +106,7 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                   f"executing {src.name} here", file=sys.stderr)
         if executed is None and _is_executed(src):
             executed = src
-        jobs.append(_Job(src.stem, executed, src))
+        jobs.append((src, executed))
 
     modules = ensure_web_assets()
     copy_assets(out_dir, modules)
@@ -158,18 +114,17 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
     failed: list[str] = []
     executed_here: list[str] = []
     with tempfile.TemporaryDirectory(prefix="labkit-slides-") as tmp:
-        for job in jobs:
-            nb_path = job.executed
+        for src, nb_path in jobs:
             if nb_path is None:
-                print(f"labkit slides: executing {job.source.name}", file=sys.stderr)
-                executed_here.append(job.name)
+                print(f"labkit slides: executing {src.name}", file=sys.stderr)
+                executed_here.append(src.stem)
                 try:
-                    nb_path = execute_notebook(job.source, Path(tmp) / job.name / job.source.name)
+                    nb_path = execute_notebook(src, Path(tmp) / src.stem / src.name)
                 except SlidesError as exc:  # export the others, then report
                     print(f"labkit slides: {exc}", file=sys.stderr)
-                    failed.append(job.source.name)
+                    failed.append(src.name)
                     continue
-            written += export_notebook(nb_path, out_dir, html=html, name=job.name)
+            written += export_notebook(nb_path, out_dir, html=html, name=src.stem)
     check_offline(written)
     if failed:
         done = "".join(f"\n  {p}" for p in written) or " none"

@@ -1,8 +1,6 @@
-"""The local copies of the web assets the exports load: plotly.js from the plotly wheel
-(every page with a chart; no npm), and for decks reveal.js (and MathJax 3 for pages whose
-markdown holds TeX), fetched once with npm into ``node_modules`` (:func:`ensure_web_assets`).
-:func:`copy_assets` copies what a page needs beside it, into ``assets/``.
-Part of :mod:`labkit.suite.slides`.
+"""The local copies of the web assets the exports load: plotly.js from the plotly wheel, and for
+decks reveal.js (MathJax 3 for TeX) fetched once with npm into ``node_modules``
+(:func:`ensure_web_assets`); :func:`copy_assets` copies what a page needs into ``assets/``.
 """
 
 from __future__ import annotations
@@ -32,11 +30,9 @@ _COPY_FILES: tuple[tuple[str, str], ...] = (
     ("reveal.js/plugin/notes/notes.js", "reveal.js/plugin/notes/notes.js"),
     ("mathjax/es5/tex-svg-full.js", "mathjax/tex-svg-full.js"),
 )
-# folders copied whole (source, destination, file suffixes to copy)
-_COPY_DIRS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("reveal.js/dist/theme", "reveal.js/dist/theme",
-     (".css", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".otf")),
-)
+# the reveal.js themes, copied whole (their style sheets and fonts)
+_THEME_DIR = "reveal.js/dist/theme"
+_THEME_SUFFIXES = (".css", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".otf")
 #: The parts of ``assets/`` that come from npm (the rest come from Python wheels).
 NPM_PARTS = ("reveal.js", "mathjax")
 
@@ -47,17 +43,14 @@ LOCAL_URLS = {
     "plotly_url": f"{ASSETS_DIR}/{PLOTLY_FILE}",
 }
 
+
+
 class SlidesError(RuntimeError):
     """An export could not be made (missing assets, a notebook that fails, ...)."""
 
 
-
-# ----------------------------------------------------------------------------- paths
-
-
 def web_dir() -> Path:
-    """Folder holding ``node_modules`` with the web assets (``build/web`` or
-    ``$LABKIT_WEB_DIR``)."""
+    """Folder holding ``node_modules`` (``build/web``, or ``$LABKIT_WEB_DIR``)."""
     return envvars.web_dir() or repo_root() / "build" / "web"
 
 
@@ -94,12 +87,11 @@ def _wanted(parts: Iterable[str] | None) -> set[str]:
 
 
 def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> list[str]:
-    """What ``node_modules`` lacks for the exports (only for the npm ``parts`` named, default
-    all): missing files, and packages at another version than the one pinned in
-    ``scripts/fetch_web_assets.sh`` (empty when complete)."""
+    """What ``node_modules`` lacks for the npm ``parts`` (default all): missing files, and
+    packages at another version than ``scripts/fetch_web_assets.sh`` pins."""
     wanted = _wanted(parts)
     need = [src for src, dst in _COPY_FILES if _part(dst) in wanted]
-    need += [src for src, dst, _ in _COPY_DIRS if _part(dst) in wanted]
+    need += [_THEME_DIR] if _part(_THEME_DIR) in wanted else []
     out = [p for p in need if not (node_modules / p).exists()]
     for name, version in pinned_packages().items():
         if name not in wanted:
@@ -112,9 +104,8 @@ def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> li
 
 def ensure_web_assets(*, fetch: bool = True, quiet: bool = False,
                       parts: Iterable[str] | None = None) -> Path:
-    """``node_modules`` with every npm asset the exports need (or the ``parts`` named); runs
-    ``scripts/fetch_web_assets.sh`` (npm) when some are missing and ``fetch`` is true. Raises
-    :class:`SlidesError` saying what to do when they cannot be had."""
+    """``node_modules`` with the npm assets of ``parts`` (default all), fetched with
+    ``scripts/fetch_web_assets.sh`` when ``fetch``; else :class:`SlidesError` saying what to do."""
     base = web_dir()
     modules = base / "node_modules"
     missing = missing_assets(modules, parts)
@@ -167,9 +158,7 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
 
 
 def page_asset_parts(info: dict) -> list[str]:
-    """The parts of ``assets/`` (see :func:`copy_assets`) an HTML page (not a deck) of a
-    prepared notebook needs: ``plotly.min.js`` for charts, ``mathjax`` for TeX (``info``
-    from :func:`prepare_notebook`)."""
+    """The parts of ``assets/`` a page (not a deck) needs: plotly.js for charts, MathJax for TeX."""
     parts = []
     if info.get("charts"):
         parts.append(PLOTLY_FILE)
@@ -180,10 +169,8 @@ def page_asset_parts(info: dict) -> list[str]:
 
 def copy_assets(out_dir: Path, node_modules: Path | None = None,
                 parts: Iterable[str] | None = None) -> Path:
-    """Copy the assets an export needs into ``<out_dir>/assets`` (unchanged files are skipped):
-    all of them, or only the ``parts`` named (first folder or file name under ``assets/``:
-    ``plotly.min.js`` from the plotly wheel; ``reveal.js`` and ``mathjax`` from npm's
-    ``node_modules``, fetched when missing unless ``node_modules`` is given)."""
+    """Copy the assets an export needs (or only ``parts``: ``plotly.min.js``, ``reveal.js``,
+    ``mathjax``) into ``<out_dir>/assets``, unchanged files skipped."""
     wanted = None if parts is None else set(parts)
     dest = Path(out_dir) / ASSETS_DIR
     if wanted is None or PLOTLY_FILE in wanted:
@@ -195,11 +182,9 @@ def copy_assets(out_dir: Path, node_modules: Path | None = None,
     for src, dst in _COPY_FILES:
         if _part(dst) in npm:
             _copy_if_changed(modules / src, dest / dst)
-    for src, dst, suffixes in _COPY_DIRS:
-        if _part(dst) not in npm:
-            continue
-        root = modules / src
+    if _part(_THEME_DIR) in npm:
+        root = modules / _THEME_DIR
         for f in sorted(root.rglob("*")):
-            if f.is_file() and f.suffix.lower() in suffixes:
-                _copy_if_changed(f, dest / dst / f.relative_to(root))
+            if f.is_file() and f.suffix.lower() in _THEME_SUFFIXES:
+                _copy_if_changed(f, dest / _THEME_DIR / f.relative_to(root))
     return dest

@@ -1,29 +1,22 @@
 """What a deck shows of an executed notebook, chosen per cell at export time
-(:func:`deck_notebook`); the notebook itself is not changed. A deck is for a speaker: one idea
-per slide (a chart with its takeaway, a table, a short text, or a short code cell the speaker
-explains), not a notebook page.
+(:func:`deck_notebook`; the notebook is not changed): one idea per slide for a speaker.
 
 The rules, in order:
 
-1. Left out: cells tagged ``parameters``, ``injected-parameters`` or ``statement`` (the
-   checks behind the text), the set-up cell (``nb = setup(...)``), and the exercise checks
-   (code cells calling ``Exercise(``: their PASS/TODO lines are for the learner at the
-   keyboard; the exercise's markdown, with its folded hint, stays).
-2. Code is hidden: a code cell shows its outputs only, unless it is tagged
-   :data:`SLIDE_CODE_TAG` (``slide-code``); a code cell left with nothing to show is left out.
-   A printed output longer than :data:`STREAM_LINES` lines is cut there, saying so.
+1. Left out: cells tagged ``parameters``, ``injected-parameters`` or ``statement``, the set-up
+   cell (``nb = setup(...)``) and the exercise checks (code calling ``Exercise(``).
+2. A code cell shows its outputs only, unless tagged :data:`SLIDE_CODE_TAG`; one left with
+   nothing to show is left out. Printed output is cut after :data:`STREAM_LINES` lines.
 3. A cell left out passes its slide start (``slide`` / ``subslide``) on to the next cell shown.
-4. One visual per slide: a chart, table, image or widget that would be the second visual on
-   a slide starts a new sub-slide; a cell holding several visuals is split into one cell per
-   visual first.
-5. Text is budgeted: a markdown cell longer than :data:`TEXT_LINES` estimated lines is split at
-   its paragraph boundaries (never inside a code block, an HTML block or a hint), and a cell that
-   would take a slide past :data:`TEXT_LINES` lines (:data:`TEXT_LINES_WITH_VISUAL` beside a
-   visual) starts a new sub-slide.
+4. One visual (chart, table, image, widget) per slide: a second one starts a sub-slide; a cell
+   with several visuals is split into one cell per visual first.
+5. A markdown cell longer than :data:`TEXT_LINES` estimated lines is split at paragraph
+   boundaries (never inside a code block, an HTML block or a hint); a cell that would take a
+   slide past :data:`TEXT_LINES` (:data:`TEXT_LINES_WITH_VISUAL` beside a visual) starts a
+   sub-slide.
 
 Charts are drawn :data:`CHART_HEIGHT` pixels high; the deck's script shrinks them further
-(down to a floor) when a slide still does not fit, before it scales the slide. Part of
-:mod:`labkit.suite.slides`.
+when a slide still does not fit, before it scales the slide.
 """
 
 from __future__ import annotations
@@ -124,7 +117,7 @@ def text_lines(text: str) -> float:
 
 def _split_markdown(source: str, limit: float) -> list[str]:
     """``source`` cut at blank lines into parts of at most ``limit`` estimated lines, never
-    inside a fenced code block or an HTML block (``<details>`` ...); one part when it fits."""
+    inside a fenced code block or an HTML block."""
     blocks: list[str] = []
     cur: list[str] = []
     fence, html_depth = False, 0
@@ -195,8 +188,7 @@ def _visuals(cell) -> int:
 
 
 def _split_visuals(cell) -> list:
-    """A code cell with several visuals as one cell per visual (the outputs before a visual go
-    with it, those after the last with the last); the source shows on the first only."""
+    """A code cell with several visuals as one cell per visual (the source on the first only)."""
     outs = list(cell.get("outputs", []))
     if sum(is_visual(o) for o in outs) < 2:
         return [cell]

@@ -1,7 +1,6 @@
-"""The nbconvert exporters: a reveal.js deck and a JupyterLab-style HTML page of a prepared
-notebook, with templates that load only local assets and no widget manager, require.js or
-jQuery (:func:`make_exporters`), and the export of one executed notebook
-(:func:`export_notebook`). Part of :mod:`labkit.suite.slides`.
+"""The nbconvert exporters of a reveal.js deck and a JupyterLab-style page, with templates that
+load only local assets and no widget manager, require.js or jQuery (:func:`make_exporters`),
+and the export of one executed notebook (:func:`export_notebook`).
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from labkit.suite.details import FoldDetailsPreprocessor
-from labkit.suite.slides.assets import ASSETS_DIR, LOCAL_URLS
+from labkit.suite.slides.assets import LOCAL_URLS
 from labkit.suite.slides.deck import CHART_HEIGHT, deck_notebook
 from labkit.suite.slides.prepare import DROP_TAGS, head_html, prepare_notebook
 
@@ -142,22 +141,21 @@ _TEMPLATES = {
 }
 
 
-def make_exporters(prefix: str = ASSETS_DIR):
-    """``(SlidesExporter, HTMLExporter)`` configured for local assets under ``prefix``."""
+def make_exporters():
+    """``(SlidesExporter, HTMLExporter)`` configured for the local assets under ``assets/``."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter, SlidesExporter
     from traitlets.config import Config
 
-    urls = {k: v.replace(ASSETS_DIR, prefix, 1) for k, v in LOCAL_URLS.items()}
     c = Config()
     for cls in ("SlidesExporter", "HTMLExporter"):
-        c[cls].mathjax_url = urls["mathjax_url"]
+        c[cls].mathjax_url = LOCAL_URLS["mathjax_url"]
         c[cls].require_js_url = ""
         c[cls].jquery_url = ""
         c[cls].widget_renderer_url = ""
         c[cls].embed_images = True
         c[cls].exclude_anchor_links = True
-    c.SlidesExporter.reveal_url_prefix = urls["reveal_url_prefix"]
+    c.SlidesExporter.reveal_url_prefix = LOCAL_URLS["reveal_url_prefix"]
     c.SlidesExporter.reveal_theme = REVEAL_THEME
     c.SlidesExporter.reveal_number = "c/t"
     c.SlidesExporter.reveal_width = str(SLIDE_WIDTH)
@@ -179,10 +177,8 @@ def make_exporters(prefix: str = ASSETS_DIR):
 
 def export_notebook(nb_path: Path, out_dir: Path, *, html: bool = True,
                     name: str | None = None) -> list[Path]:
-    """Export one EXECUTED notebook to the deck ``<out_dir>/<name>.slides.html`` (the deck
-    rules of :mod:`labkit.suite.slides.deck` choose what each slide shows) and the page
-    ``<name>.html`` (every cell but the parameters). The assets must already be in
-    ``<out_dir>/assets`` (:func:`copy_assets`)."""
+    """Export one EXECUTED notebook to the deck ``<out_dir>/<name>.slides.html`` and the page
+    ``<name>.html``; the assets must already be in ``<out_dir>/assets``."""
     import nbformat
 
     name = name or Path(nb_path).stem

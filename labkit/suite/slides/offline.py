@@ -1,6 +1,6 @@
 """Checking that an exported page is offline: every http(s) address it would still load a
-script, style sheet, font or module from (:func:`find_remote_urls`, :func:`check_offline`),
-and how many copies of plotly.js it embeds. Part of :mod:`labkit.suite.slides`.
+script, style sheet, font or module from (:func:`find_remote_urls`, :func:`check_offline`), and
+how many copies of plotly.js it embeds.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ _SCRIPT_BLOCK = re.compile(r"<script\b[^>]*>(.*?)</script>", re.S | re.I)
 
 
 def _without_plotlyjs(html: str) -> str:
-    """``html`` with the inline plotly.js bundle left out (its source names many addresses, e.g.
-    map-tile servers, that a chart without maps never loads)."""
+    """``html`` without the inline plotly.js bundle (it names addresses a chart never loads)."""
     def repl(m: re.Match[str]) -> str:
         body = m.group(1)
         return "<script></script>" if len(body) > 100_000 and _PLOTLY_BANNER.search(body[:2000]) \
@@ -48,10 +47,8 @@ def _without_plotlyjs(html: str) -> str:
 
 
 def find_remote_urls(html: str, base_dir: Path | None = None) -> list[str]:
-    """Every http(s) (or protocol-relative) address ``html`` would load a script, style sheet,
-    font, image or module from, sorted and without repeats. Plain links (``<a href>``) and
-    XML namespaces are not loads and are not listed. With ``base_dir``, local style sheets the
-    page links to are scanned too (``@import`` of a web font, for instance)."""
+    """Every http(s) address ``html`` would load a script, style sheet, font, image or module
+    from, sorted (links are not loads); with ``base_dir``, linked local style sheets too."""
     text = _without_plotlyjs(html)
     found: set[str] = set()
     for _, pat in _REMOTE_PATTERNS:
@@ -70,8 +67,7 @@ def find_remote_urls(html: str, base_dir: Path | None = None) -> list[str]:
 
 
 def check_offline(paths: Iterable[str | os.PathLike[str]]) -> None:
-    """Raise :class:`RemoteAssetError` listing every page in ``paths`` that still loads a script,
-    style or font from the network (see :func:`find_remote_urls`)."""
+    """Raise :class:`RemoteAssetError` listing every page in ``paths`` that is not offline."""
     problems = []
     for p in paths:
         p = Path(p)

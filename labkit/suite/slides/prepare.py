@@ -1,8 +1,7 @@
-"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`):
-parameter cells dropped, the plotly.js library taken out of the outputs (the page loads one
-shared copy, ``assets/plotly.min.js``, from the plotly wheel), every chart rebuilt from its
-plotly JSON, every widget drawn from its saved state as plain HTML (no widget manager), and
-the head's scripts and styles (:func:`head_html`). Part of :mod:`labkit.suite.slides`.
+"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`): parameter
+cells dropped, the plotly.js library taken out of the outputs (the page loads one shared copy),
+every chart rebuilt from its plotly JSON, every widget drawn from its saved state, and the
+head's scripts and styles (:func:`head_html`).
 """
 
 from __future__ import annotations
@@ -42,8 +41,8 @@ def _is_plotlyjs_output(out) -> bool:
 
 
 def chart_html(fig_json: dict, height: int = PAGE_CHART_HEIGHT) -> str:
-    """A chart's HTML from its plotly JSON: a div and the call that draws it (the library is
-    loaded once by the page), ``height`` pixels high unless the figure sets its own."""
+    """A chart's HTML from its plotly JSON (the page loads the library once), ``height`` pixels
+    high unless the figure sets its own."""
     import plotly.io as pio
 
     return pio.to_html(fig_json, include_plotlyjs=False, include_mathjax=False, full_html=False,
@@ -85,15 +84,9 @@ def output_html(out: dict, chart_height: int = PAGE_CHART_HEIGHT) -> str:
 
 def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
                      chart_height: int = PAGE_CHART_HEIGHT) -> tuple[object, dict]:
-    """Make an executed notebook ready for an offline export (in place); returns ``(nb, info)``.
-
-    Drops cells tagged with one of ``drop_tags``; removes the plotly.js library from the
-    outputs (the page loads the shared copy); rebuilds every chart's HTML from its plotly JSON
-    (``chart_height`` pixels high) without MathJax or library copies; replaces every widget
-    view by static HTML from the saved widget state and removes that state (so no widget
-    manager is loaded); strips remote ``<script src>`` tags left in output HTML.
-    ``info``: ``{"charts": int, "widgets": int, "math": bool}``.
-    """
+    """Make an executed notebook ready for an offline export, in place: cells tagged
+    ``drop_tags`` dropped, plotly.js copies removed, charts rebuilt from their JSON, widgets made
+    static, remote ``<script src>`` tags stripped. Returns ``(nb, info)``: charts, widgets, math."""
     nb.cells = [c for c in nb.cells if not set(drop_tags) & set(c.metadata.get("tags", []))]
     states = widget_states(nb)
     charts = widgets = 0
@@ -139,12 +132,9 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
     return nb, {"charts": charts, "widgets": widgets, "math": has_math(nb)}
 
 
-def head_html(info: dict, *, plotly_url: str = LOCAL_URLS["plotly_url"],
-              mathjax_url: str | None = LOCAL_URLS["mathjax_url"]) -> str:
-    """The page head's scripts and styles for a prepared notebook (``info`` from
-    :func:`prepare_notebook`): the shared plotly.js when it has charts, the local MathJax when
-    its markdown holds TeX (``mathjax_url`` None: TeX is shown as written), the static widgets'
-    style."""
+def head_html(info: dict, *, mathjax_url: str | None = LOCAL_URLS["mathjax_url"]) -> str:
+    """The page head's scripts and styles: the shared plotly.js for charts, the local MathJax
+    for TeX (``mathjax_url`` None: TeX shown as written), the static widgets' style."""
     parts = ["<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
              f"<style>{WIDGET_CSS}</style>"]
     if info.get("math") and mathjax_url:
@@ -154,5 +144,5 @@ def head_html(info: dict, *, plotly_url: str = LOCAL_URLS["plotly_url"],
             "processEnvironments: true, tags: 'ams'}, svg: {fontCache: 'global'}};</script>\n"
             f'<script src="{mathjax_url}"></script>')
     if info.get("charts"):
-        parts.append(f'<script src="{plotly_url}"></script>')
+        parts.append(f'<script src="{LOCAL_URLS["plotly_url"]}"></script>')
     return "\n".join(parts)

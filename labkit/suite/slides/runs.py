@@ -1,6 +1,6 @@
 """Which ``labkit run`` folder the executed notebooks of an export come from: the one given
 (:func:`check_run_dir`) or the newest complete run (:func:`newest_complete_run`), and a line
-saying which and why (:func:`choose_run`). Part of :mod:`labkit.suite.slides`.
+saying which and why (:func:`choose_run`).
 """
 
 from __future__ import annotations
@@ -9,21 +9,11 @@ from pathlib import Path
 from collections.abc import Sequence
 
 from labkit.support.paths import repo_root
-from labkit.suite.engine import RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path
+from labkit.suite.engine import (RUN_FILE, SOLUTIONS, SWEEP_FILE, SuiteError, display_path,
+                                 read_run_record)
 
 #: The ``kind`` a ``labkit run`` folder's ``run.json`` has (a sweep's ``sweep.json`` has another).
 RUN_KIND = "labkit-run"
-
-
-def read_run_record(run_dir: Path) -> dict | None:
-    """``run_dir/run.json`` as a dict, or None when it is missing or unreadable."""
-    import json
-
-    try:
-        rec = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("notebooks"), list) else None
 
 
 def _entry_for(record: dict, source: Path) -> dict | None:
@@ -40,8 +30,7 @@ def _entry_for(record: dict, source: Path) -> dict | None:
 
 def held_notebooks(run_dir: Path, sources: Sequence[Path], record: dict | None = None
                    ) -> dict[Path, Path]:
-    """``{source: executed notebook}`` for every source ``run_dir`` holds executed with status
-    ok (its ``notebooks/<name>.ipynb``)."""
+    """``{source: executed notebook}`` for every source ``run_dir`` holds with status ok."""
     record = record if record is not None else read_run_record(run_dir) or {}
     out = {}
     for src in sources:
@@ -52,18 +41,16 @@ def held_notebooks(run_dir: Path, sources: Sequence[Path], record: dict | None =
     return out
 
 
-def why_not_complete(run_dir: Path, sources: Sequence[Path], *, sweep_ok: bool = False
-                     ) -> str | None:
-    """Why ``run_dir`` is not a complete run for ``sources`` (None when it is): a complete run
-    has a ``run.json`` with status ok, is no member of a sweep (unless ``sweep_ok``) and holds
-    every source executed."""
+def why_not_complete(run_dir: Path, sources: Sequence[Path]) -> str | None:
+    """Why ``run_dir`` is not a complete run for ``sources`` (None when it is: status ok, no
+    member of a sweep, every source executed)."""
     record = read_run_record(run_dir)
     if record is None or record.get("kind", RUN_KIND) != RUN_KIND:
         return f"no {RUN_FILE} of a `labkit run`"
     if record.get("status") != "ok":
         return f"status {record.get('status')!r}"
     sweep = record.get("sweep")
-    if sweep and not sweep_ok:
+    if sweep:
         where = sweep.get("sweep_dir") if isinstance(sweep, dict) else None
         return f"one run of the sweep {where}" if where else "one run of a sweep"
     lacks = [s.stem for s in sources if s not in held_notebooks(run_dir, sources, record)]
@@ -77,16 +64,15 @@ def _started(run_dir: Path) -> tuple[str, str]:
     return (str(rec.get("started") or ""), run_dir.name)
 
 
-def newest_complete_run(sources: Sequence[Path], root: Path | None = None, *,
-                        sweep_ok: bool = False) -> tuple[Path | None, list[str]]:
-    """The newest complete run (:func:`why_not_complete`) under ``root`` (default ``runs/``)
-    for ``sources``, by its start time, or None; and one line for each newer run passed over
-    (``"<folder>: <why>"``)."""
+def newest_complete_run(sources: Sequence[Path], root: Path | None = None
+                        ) -> tuple[Path | None, list[str]]:
+    """The newest complete run under ``root`` (default ``runs/``) for ``sources``, or None; and
+    a line ``"<folder>: <why>"`` for each newer run passed over."""
     root = Path(root) if root is not None else repo_root() / "runs"
     runs = [d for d in root.iterdir() if (d / RUN_FILE).is_file()] if root.is_dir() else []
     passed: list[str] = []
     for d in sorted(runs, key=_started, reverse=True):
-        why = why_not_complete(d, sources, sweep_ok=sweep_ok)
+        why = why_not_complete(d, sources)
         if why is None:
             return d, passed
         passed.append(f"{d.name}: {why}")
@@ -94,8 +80,7 @@ def newest_complete_run(sources: Sequence[Path], root: Path | None = None, *,
 
 
 def check_run_dir(run_dir: Path) -> Path:
-    """``run_dir`` when it is a ``labkit run`` folder (``run.json`` and ``notebooks/``); else
-    raises :class:`SuiteError` naming the path, what it is and what to pass instead."""
+    """``run_dir`` if it is a ``labkit run`` folder, else a :class:`SuiteError` saying why."""
     run_dir = Path(run_dir).expanduser()
     shown = display_path(run_dir)
     if not run_dir.is_dir():
@@ -133,12 +118,8 @@ def _names(stems: Sequence[str]) -> str:
 
 def choose_run(sources: Sequence[Path], run_dir: Path | None = None, root: Path | None = None
                ) -> tuple[Path | None, str]:
-    """The run folder to take the executed ``sources`` from, and one line saying which and why.
-
-    ``run_dir`` given: that folder (checked by :func:`check_run_dir`; a partial run or a sweep's
-    run is fine, the notebooks it lacks are executed). Else the newest complete run under
-    ``root`` (:func:`newest_complete_run`), or None when there is none.
-    """
+    """The run folder to take the executed ``sources`` from, and a line saying which and why:
+    ``run_dir`` when given (checked), else the newest complete run under ``root``, or None."""
     if run_dir is not None:
         run_dir = check_run_dir(run_dir)
         return run_dir, f"using run {display_path(run_dir)} (as given)"

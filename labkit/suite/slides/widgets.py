@@ -1,8 +1,6 @@
-"""Widgets drawn without the widget manager: an executed notebook saves each widget's last
-state (``metadata.widgets``); :func:`static_widgets` replaces every widget view in the outputs
-by plain HTML made from that state (a slider as a disabled range input at its last value, an
-output area's saved outputs, boxes as boxes), so a page or deck needs no JavaScript from npm
-to show what the widget showed when the notebook ran. Part of :mod:`labkit.suite.slides`.
+"""Widgets drawn without the widget manager: :func:`static_widget_html` turns a widget view into
+plain HTML from the state the executed notebook saved (a slider as a disabled range input at
+its last value, an output area's saved outputs, boxes as boxes), so no JavaScript is needed.
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ def _number(value: Any) -> str:
 
 
 def _slider(name: str, s: dict) -> str:
-    desc = s.get("description") or ""
     value: Any
     if name.startswith("Selection"):
         labels = list(s.get("_options_labels") or [])
@@ -71,31 +68,33 @@ def _slider(name: str, s: dict) -> str:
             value = value[0] if value else lo
         else:
             shown = _number(value)
-    return (f'<div class="labkit-widget-control"><span>{_e(desc)}</span>'
-            f'<input type="range" min="{_e(lo)}" max="{_e(hi)}" value="{_e(value)}" disabled>'
-            f'<span class="labkit-widget-value">{_e(shown)}</span></div>')
+    return _control(s, shown, f'<input type="range" min="{_e(lo)}" max="{_e(hi)}" '
+                              f'value="{_e(value)}" disabled>')
+
+
+def _control(s: dict, shown: str, widget: str = "") -> str:
+    """A control's description, ``widget`` (HTML) and the value it shows."""
+    return (f'<div class="labkit-widget-control"><span>{_e(s.get("description") or "")}</span>'
+            f'{widget}<span class="labkit-widget-value">{_e(shown)}</span></div>')
 
 
 def _choice(s: dict) -> str:
     labels = list(s.get("_options_labels") or [])
     idx = s.get("index")
-    shown = labels[idx] if isinstance(idx, int) and idx < len(labels) else ""
-    return (f'<div class="labkit-widget-control"><span>{_e(s.get("description") or "")}</span>'
-            f'<span class="labkit-widget-value">{_e(shown)}</span></div>')
+    return _control(s, labels[idx] if isinstance(idx, int) and idx < len(labels) else "")
 
 
 def _value_widget(s: dict) -> str:
     value = s.get("value")
     if isinstance(value, str) and "HTML" in str(s.get("_model_name", "")):
         return f"<div>{value}</div>"
-    return (f'<div class="labkit-widget-control"><span>{_e(s.get("description") or "")}</span>'
-            f'<span class="labkit-widget-value">{_e(_number(value))}</span></div>')
+    return _control(s, _number(value))
 
 
 def render_widget(model_id: str, states: dict[str, dict],
                   render_output: Callable[[dict], str], depth: int = 0) -> str:
-    """HTML of one widget (and its children) from its saved state; ``render_output`` turns one
-    saved output (an nbformat output dict of an Output widget) into HTML."""
+    """HTML of one widget and its children from the saved state; ``render_output`` draws one
+    saved output of an Output widget."""
     entry = states.get(model_id)
     if entry is None or depth > 20:
         return ""
@@ -112,7 +111,7 @@ def render_widget(model_id: str, states: dict[str, dict],
         return "".join(render_output(dict(o)) for o in s.get("outputs") or [])
     if name in ("HTMLModel", "HTMLMathModel"):
         return f"<div>{s.get('value') or ''}</div>"
-    if name in ("LabelModel",):
+    if name == "LabelModel":
         return f"<div>{_e(s.get('value'))}</div>"
     if "value" in s and name.endswith("Model") and not name.startswith(("Layout", "Style")):
         return _value_widget(s)
