@@ -3,29 +3,24 @@
 Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names
 the file and function it follows. The rules change between releases (vLLM 0.11 capped the
 default at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x
-renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``), so every helper here says
-which version it follows. Notebook 13 explains each setting (its table of settings).
-
-* :func:`from_vllm` / :func:`from_sglang` turn an engine's settings into
-  :class:`LabkitSettings`: the labkit step mode, the capture sizes the engine would capture
-  (its default rule when none are given), how a batch is padded, and the budgets.
-* :func:`vllm_kv_budget`, :func:`sglang_kv_budget` and :func:`sglang_mem_fraction_static`:
-  where graph memory comes from (vLLM 0.13 captures the graphs after sizing the KV cache,
-  out of the ``1 - gpu_memory_utilization`` headroom; SGLang reserves room up front).
+renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``). Notebook 13 explains each
+setting. :func:`from_vllm` / :func:`from_sglang` give :class:`LabkitSettings`;
+:func:`vllm_kv_budget` and :func:`sglang_mem_fraction_static` say where graph memory comes
+from (vLLM 0.13 captures after sizing the KV cache, out of the ``1 - gpu_memory_utilization``
+headroom; SGLang reserves room up front).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from collections.abc import Sequence
 
-from labkit.checks import as_bool, as_int, as_size_list
+from labkit.checks import as_bool, as_int, as_number, as_size_list
 
 __all__ = ["VLLM_VERSION", "SGLANG_VERSION", "LabkitSettings", "vllm_default_capture_sizes",
-           "vllm_spec_decode_sizes", "vllm_padded_size", "from_vllm", "sglang_default_max_bs",
+           "vllm_spec_decode_sizes", "from_vllm", "sglang_default_max_bs",
            "sglang_default_capture_sizes", "from_sglang", "vllm_kv_budget",
-           "sglang_mem_fraction_static", "sglang_kv_budget", "labkit_num_blocks"]
+           "sglang_mem_fraction_static", "labkit_num_blocks"]
 
 VLLM_VERSION = "vLLM 0.13.0"
 SGLANG_VERSION = "SGLang 0.5.6"
@@ -39,15 +34,12 @@ VLLM_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 @dataclass(frozen=True)
 class LabkitSettings:
     """An engine's settings in labkit terms. ``capture_sizes`` count tokens per step (vLLM)
-    or requests (SGLang); ``tokens_per_request`` is ``1 + k`` with ``k`` speculative
-    tokens. ``padding``: a batch between two sizes runs the next larger graph; otherwise
-    only exact sizes use a graph. ``mode``: the labkit step mode of a *decode* step.
-    ``full_max_size`` (vLLM's FULL_AND_PIECEWISE and FULL_DECODE_ONLY): the largest size with
-    a FULL graph for uniform decode batches (every request ``1 + k`` tokens), at most
-    ``max_num_seqs * (1 + k)`` tokens; vLLM picks the graph by the batch's composition
-    (``CudagraphDispatcher``): a uniform decode batch padded to at most this size replays a
-    FULL graph, a mixed prefill/decode batch (or a decode batch padded above it) a
-    PIECEWISE graph in FULL_AND_PIECEWISE, none in FULL_DECODE_ONLY."""
+    or requests (SGLang); ``tokens_per_request`` is ``1 + k`` (``k`` speculative tokens);
+    ``padding``: a batch runs the next larger graph (else only exact sizes); ``mode``: the
+    labkit mode of a decode step. ``full_max_size`` (vLLM's FULL_AND_PIECEWISE and
+    FULL_DECODE_ONLY): the largest FULL graph for uniform decode batches, at most
+    ``max_num_seqs * (1 + k)`` tokens; above it, or for a mixed batch, ``CudagraphDispatcher``
+    picks PIECEWISE (FULL_AND_PIECEWISE) or none (FULL_DECODE_ONLY)."""
 
     engine: str
     mode: str
@@ -61,8 +53,8 @@ class LabkitSettings:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def padded(self, n: int) -> int | None:
-        """The captured size a step of ``n`` tokens (vLLM) or requests (SGLang) runs at;
-        ``None``: no graph (eager)."""
+        """The captured size a step of ``n`` tokens (vLLM's ``bs_to_padded_graph_size``) or
+        requests (SGLang) runs at; ``None``: no graph (eager)."""
         n = as_int(n, "n", minimum=1)
         if not self.capture_sizes:
             return None
@@ -71,15 +63,10 @@ class LabkitSettings:
         return next((s for s in self.capture_sizes if s >= n), None)
 
     def dispatcher_kwargs(self, max_batch: int) -> dict | None:
-        """Keyword arguments of :class:`labkit.dispatch.PaddingDispatcher` that decode the
-        way this engine would on a labkit model with ``max_batch`` slots (``capture_sizes``
-        cut at ``max_batch``); ``None``: run eager. labkit's steps are pure decode batches
-        (prefill runs alone, eagerly), so vLLM's FULL_AND_PIECEWISE and FULL_DECODE_ONLY give
-        FULL graphs at every size up to ``full_max_size``; only where a size above it is
-        captured (``max_num_seqs`` not itself a capture size) does a decode batch padded
-        there replay a PIECEWISE graph (FULL_AND_PIECEWISE) or run eager (FULL_DECODE_ONLY).
-        labkit counts rows, one token per request, so with ``tokens_per_request > 1`` the
-        sizes are read as token counts."""
+        """:class:`labkit.dispatch.PaddingDispatcher` keyword arguments that decode as this
+        engine would with ``max_batch`` slots; ``None``: eager. labkit's steps are pure decode
+        batches, so FULL graphs up to ``full_max_size``, above it PIECEWISE
+        (FULL_AND_PIECEWISE) or eager (FULL_DECODE_ONLY). Sizes are read as rows."""
         max_batch = as_int(max_batch, "max_batch", minimum=1)
         sizes = [s for s in self.capture_sizes if s <= max_batch]
         if self.mode == "eager" or not sizes:
@@ -132,13 +119,6 @@ def vllm_spec_decode_sizes(sizes: Sequence[int], max_capture_size: int,
     return up
 
 
-def vllm_padded_size(sizes: Sequence[int], n: int) -> int | None:
-    """The captured size a step of ``n`` tokens is padded to (vLLM's
-    ``bs_to_padded_graph_size``: the smallest size >= n); ``None`` above the largest."""
-    n = as_int(n, "n", minimum=1)
-    return next((s for s in sorted(as_size_list(sizes, "sizes")) if s >= n), None)
-
-
 def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PIECEWISE",
               cudagraph_capture_sizes: Sequence[int] | None = None,
               max_cudagraph_capture_size: int | None = None,
@@ -148,10 +128,9 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
     """vLLM 0.13.0's CUDA-graph settings as labkit sees them: the sizes vLLM captures
     (``VllmConfig._set_cudagraph_sizes``; with speculative decoding and separate full decode
     graphs, ``GPUModelRunner._check_and_update_cudagraph_mode`` then calls
-    ``adjust_cudagraph_sizes_for_spec_decode``),
-    its mode and the largest FULL decode graph (``GPUModelRunner.capture_model``: uniform
-    decode sizes up to ``max_num_seqs * (1 + k)``). Defaults: an H200 serving the OpenAI
-    API. A bad or inconsistent setting raises as vLLM does, naming it."""
+    ``adjust_cudagraph_sizes_for_spec_decode``), its mode and the largest FULL decode graph
+    (``GPUModelRunner.capture_model``: up to ``max_num_seqs * (1 + k)``). Defaults: an H200
+    serving the OpenAI API. A bad or inconsistent setting raises as vLLM does, naming it."""
     as_bool(enforce_eager, "enforce_eager")
     mode = str(cudagraph_mode).upper()
     if mode not in VLLM_CUDAGRAPH_MODES:
@@ -293,9 +272,7 @@ def vllm_kv_budget(total_bytes: float, gpu_memory_utilization: float, non_kv_byt
     (``Worker.determine_available_memory``, ``compile_or_warm_up_model``)."""
     for name, v in (("total_bytes", total_bytes), ("non_kv_bytes", non_kv_bytes),
                     ("graph_bytes", graph_bytes)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 \
-                or not math.isfinite(v):
-            raise ValueError(f"{name} must be a number of bytes >= 0, got {v!r}")
+        as_number(v, name, minimum=0, fix="give a number of bytes >= 0")
     u = gpu_memory_utilization
     if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
@@ -322,18 +299,6 @@ def sglang_mem_fraction_static(gpu_memory_mib: float, *, chunked_prefill_size: i
     if g > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((g - reserved) / g, 3)
-
-
-def sglang_kv_budget(total_bytes: float, mem_fraction_static: float,
-                     weight_bytes: float) -> dict[str, float]:
-    """SGLang's split: weights + KV pool = ``total * mem_fraction_static``; the rest
-    (activations and CUDA graphs) is reserved up front."""
-    f = mem_fraction_static
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
-        raise ValueError(f"mem_fraction_static must be in (0, 1], got {f!r}")
-    static = total_bytes * f
-    return {"static": static, "kv_cache": static - weight_bytes,
-            "reserved": total_bytes - static}
 
 
 def labkit_num_blocks(kv_bytes: float, *, n_layer: int, n_head: int, head_dim: int,

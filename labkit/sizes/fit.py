@@ -1,7 +1,5 @@
-"""Cost models for choosing capture sizes from measurements: a least-squares line (graph memory
-per size) and a piecewise-linear, optionally non-decreasing curve (step time per size).
-Part of :mod:`labkit.sizes`; :mod:`labkit.teach.lessons.sizing` builds them from records.
-"""
+"""Cost models from measurements: a least-squares line (graph memory per size) and a
+piecewise-linear, optionally non-decreasing curve (step time per size)."""
 
 from __future__ import annotations
 
@@ -12,9 +10,8 @@ from collections.abc import Sequence
 
 @dataclass(frozen=True)
 class LinearFit:
-    """``y = a + b * x`` fitted by least squares (``r2``: coefficient of determination, ``n``
-    points). Calling it gives ``max(floor, a + b * x)``: a memory model never goes below the
-    smallest pool the allocator hands out."""
+    """``y = a + b * x`` fitted by least squares (``r2``, ``n`` points); calling it gives
+    ``max(floor, a + b * x)`` (a pool is never below the smallest the allocator hands out)."""
 
     a: float
     b: float

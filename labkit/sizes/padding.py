@@ -1,7 +1,5 @@
-"""Padding a batch up to a capture size: the padded size, the padding table, and what a set
-of capture sizes costs on a distribution (padded rows, graph hit rate, expected step time).
-Part of :mod:`labkit.sizes`.
-"""
+"""Padding a batch up to a capture size, and what a set of capture sizes costs on a
+distribution (padded rows, graph hit rate, expected step time)."""
 
 from __future__ import annotations
 
@@ -28,10 +26,8 @@ def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
 
 
 def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
-    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (0 means: run eager).
-
-    ``table[0]`` is 0 (there is no empty decode step). ``max_bs`` defaults to the largest size.
-    """
+    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (default: the largest size);
+    0: run eager (``table[0]``: there is no empty decode step)."""
     ordered = _check_sizes(sizes)
     max_bs = ordered[-1] if max_bs is None else as_int(
         max_bs, "max_bs", minimum=0, fix="give the largest batch size to tabulate")
@@ -44,12 +40,9 @@ def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
 
 @dataclass(frozen=True)
 class PaddingReport:
-    """What a set of capture sizes costs on a distribution, per decode step on average.
-
-    ``expected_padded_rows``: padded (wasted) rows per step; eager steps pad nothing.
-    ``waste_fraction``: padded rows / all rows computed. ``graph_hit_rate``: share of steps
-    served by a graph; ``eager_share = 1 - graph_hit_rate``. ``mean_batch``: real rows per step.
-    """
+    """What a set of capture sizes costs on a distribution, per decode step on average: real
+    and padded rows (eager steps pad none), padded / all rows computed, the share of steps a
+    graph serves and the eager rest."""
 
     sizes: tuple[int, ...]
     mean_batch: float
@@ -79,15 +72,12 @@ def expected_step_cost(sizes: Sequence[int], dist: DistLike,
                        step_time: Callable[[int], float],
                        eager_time: Callable[[int], float] | None = None) -> float:
     """Expected time of one decode step: ``step_time(padded)`` for a graph step,
-    ``eager_time(bs)`` for a batch above the largest size (required when any such batch occurs).
-    """
+    ``eager_time(bs)`` for a batch above the largest size (required if any occurs)."""
     ordered, p = _check_sizes(sizes), to_distribution(dist)
-    for name, fn in (("step_time", step_time), ("eager_time", eager_time)):
-        if fn is not None and not callable(fn):
+    for name, fn in (("step_time", step_time), ("eager_time", eager_time or float)):
+        if not callable(fn):
             raise TypeError(f"{name} must be a function batch size -> µs, got "
                             f"{type(fn).__name__}")
-    if step_time is None:
-        raise TypeError("step_time must be a function padded size -> µs, got None")
     total = 0.0
     for b, w in p.items():
         i = bisect.bisect_left(ordered, b)
