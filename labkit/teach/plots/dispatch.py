@@ -8,7 +8,7 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Dispatcher, view
-from labkit.teach.plots import COLORS, base_layout, color, register_template
+from labkit.teach.plots import COLORS, base_layout, color, plotly_go
 
 _LINES = {"eager": ("eager", "eager"),
           "graph_exact": ("graph", "a graph captured at exactly this size (a capture of its own)"),
@@ -18,9 +18,7 @@ _LINES = {"eager": ("eager", "eager"),
 def step_times(data: Any, *, subtitle: str = ""):
     """Median decode-step time (µs, p10-p90 bars) vs batch size per method, the captured
     sizes dotted and the eager fallback above the largest one shaded."""
-    register_template()
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     disp, fig = view(data, Dispatcher), go.Figure()
     bss = list(disp.batch_sizes)
     for key, (col, name) in _LINES.items():
@@ -57,9 +55,7 @@ def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
                         subtitle: str = ""):
     """Stacked bars per batch size ``b`` of a :func:`labkit.dispatch.build_padding_table`:
     ``b`` real rows and ``table[b] - b`` padded ones; ``table[b] == 0`` is drawn as eager."""
-    register_template()
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     bs = list(range(1, len(table)))
     if not bs:
         raise ValueError("empty padding table; build it with build_padding_table(sizes, max_bs)")
@@ -80,9 +76,7 @@ def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
 def hit_waste(results: Mapping[str, Any], *, title: str = "", subtitle: str = ""):
     """Grouped bars per size choice: hit rate and waste (%) of ``results[name]``, a
     ``DispatchCounters.to_dict()`` or a :class:`labkit.sizes.PaddingReport`."""
-    register_template()
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     vals = {n: (r["hit_rate"], r["waste"]) if isinstance(r, Mapping) else
             (r.graph_hit_rate, r.waste_fraction) for n, r in results.items()}
     fig = go.Figure([go.Bar(x=list(vals), y=[100 * v[i] for v in vals.values()], name=name,

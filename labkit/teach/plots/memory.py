@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.measure.records import PoolMemory, view
-from labkit.teach.plots import COLORS, base_layout, color, label, register_template
+from labkit.teach.plots import COLORS, base_layout, color, label, plotly_go
 
 MiB = 2**20
 
@@ -16,9 +16,7 @@ MiB = 2**20
 def pool_totals(data: Any, *, subtitle: str = ""):
     """Private pools stacked per size vs one shared pool in each order; the largest single
     private pool dotted."""
-    register_template()
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     pool = view(data, PoolMemory)
     sizes, n, fig = list(pool.sizes), len(pool.sizes), go.Figure()
     for i, bs in enumerate(sizes):  # orange shades, light (small sizes) to dark
@@ -44,9 +42,7 @@ def pool_totals(data: Any, *, subtitle: str = ""):
 def pool_growth(data: Any, *, subtitle: str = ""):
     """The shared pool after each capture, largest-first vs smallest-first (labels: the
     batch size just captured), and the running sum of private pools (largest first)."""
-    register_template()
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     pool = view(data, PoolMemory)
     sizes, fig = sorted(pool.sizes), go.Figure()
     x = list(range(1, len(sizes) + 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from labkit.teach.plots import COLORS, base_layout, register_template
+from labkit.teach.plots import COLORS, base_layout, plotly_go
 
 MiB = 2**20
 SET_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#1f77b4", "#8c564b", "#e377c2", "#17becf"]
@@ -16,8 +16,7 @@ def trace_histogram(dist: Mapping[int, float], capture_sets: Mapping[str, Sequen
                     subtitle: str = "", max_x: int | None = None):
     """Top: share of decode steps per batch size (``dist`` = ``{size: probability}``).
     Bottom: one row per named capture-size list, a tick at each captured size."""
-    register_template()
-    import plotly.graph_objects as go
+    go = plotly_go()
     from plotly.subplots import make_subplots
 
     if not dist:
@@ -52,9 +51,7 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
                  subtitle: str = "", cost_unit: str = "µs"):
     """The Pareto front (``labkit.sizes.ParetoPoint`` list) as a step line; ``chosen`` (a
     point) as a star; ``named`` points ``{label: (bytes, cost)}``; ``budget`` (bytes) a line."""
-    register_template()
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     if not front:
         raise ValueError("empty Pareto front; compute it with labkit.sizes.pareto_front")
     fig = go.Figure(go.Scatter(
