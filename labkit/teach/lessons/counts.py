@@ -1,5 +1,4 @@
-"""GPU operations per decode step, as ``labkit.measure.bench.count_step_ops`` counts them
-(:data:`labkit.measure.records.GPU_OPS_COUNTED`), read one way (notebooks 01–03, 08, 10)."""
+"""GPU operations per decode step as ``labkit.measure.bench.count_step_ops`` counts them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Notebooks 05 and 06: cost models and table rows from the ``dispatcher_<preset>``,
-``pool_memory_<preset>`` and ``bench`` records, and capture-size lists compared on a
-distribution."""
+"""Notebooks 05 and 06: cost models and table rows from records, and capture-size lists
+compared on a distribution."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ MiB = 2**20
 
 
 def memory_model_from_record(pool_data: Mapping) -> LinearFit:
-    """``bytes = a + b * size`` fitted to the private pool of each size of a
-    ``pool_memory_<preset>`` record, never below the smallest pool (whole segments)."""
+    """``bytes = a + b * size`` fitted to a ``pool_memory_<preset>`` record's private pools,
+    never below the smallest."""
     per = view(pool_data, PoolMemory).private.per_size_bytes
     if not per:
         raise ValueError("the record has no private pool per size (data.private."
@@ -35,9 +34,8 @@ def shared_residual_from_record(pool_data: Mapping) -> float:
 
 def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "median",
                monotone: bool = True) -> Interpolated:
-    """``size -> µs`` of ``method`` (``graph_exact``: one replay at a padded size; ``eager``)
-    in a ``dispatcher_<preset>`` record, interpolated; ``monotone``: made non-decreasing first
-    (:func:`labkit.sizes.isotonic`), so that an optimiser does not pick sizes for the noise."""
+    """``size -> µs`` of ``method`` in a ``dispatcher_<preset>`` record, interpolated;
+    ``monotone``: made non-decreasing first (so an optimiser does not pick sizes for noise)."""
     disp = view(disp_data, Dispatcher)
     if method not in disp.times:
         raise ValueError(f"the record has no times[{method!r}]; pass a 'dispatcher_<preset>' "
@@ -49,8 +47,8 @@ def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "
 
 
 def dispatcher_rows(disp_data: Mapping) -> list[dict]:
-    """One row per batch size of a ``dispatcher_<preset>`` record: the padded size and the
-    median µs of eager, the exact-size graph and the dispatcher (``—``: not measured)."""
+    """Per batch size of a ``dispatcher_<preset>`` record: padded size, median µs of eager,
+    exact-size graph and dispatcher (``—``: not measured)."""
     disp = view(disp_data, Dispatcher)
     cols = [disp.median_us(m) for m in ("eager", "graph_exact", "dispatcher")]
     return [{"batch size": b, "padded to": p or "eager",
@@ -60,8 +58,7 @@ def dispatcher_rows(disp_data: Mapping) -> list[dict]:
 
 
 def overhead_rows(bench_data: Mapping) -> list[dict]:
-    """Per model and batch size of a ``bench`` record: the bare replay of the dispatcher's own
-    graph, the dispatcher step (host metadata), the extra µs and the ratio (medians)."""
+    """Per model and batch of a ``bench`` record: bare replay vs dispatcher step (medians)."""
     return [{"model": r.model, "batch": r.batch, "bare replay (µs)": round(r.graph_us, 1),
              "dispatcher (µs)": round(r.dispatcher_us, 1),
              "extra (µs)": round(r.dispatcher_us - r.graph_us, 1),
@@ -81,8 +78,8 @@ def size_set_rows(dist, named: Mapping[str, Sequence[int]], *,
                   eager_time: Callable[[int], float] | None = None,
                   memory: Callable[[int], float] | Mapping[int, float] | None = None,
                   pool: Pool = "shared", residual_per_graph: float = 0.0) -> list[dict]:
-    """Named capture-size lists on a distribution: size count, hit rate, padded rows and waste
-    per step, and (with the models) expected step time (µs) and graph memory (MiB)."""
+    """Named capture-size lists on a distribution: count, hit rate, padded rows, waste, and
+    (with the models) expected step µs and graph MiB."""
     rows = []
     for name, sizes in named.items():
         rep = expected_padding(sizes, dist)
