@@ -1,6 +1,5 @@
-"""ipywidgets helpers: :func:`explore` redraws what a render function returns (a figure, text,
-or a list) whenever a control changes; sliders redraw on release. Widgets need a live kernel:
-show the default view as a static figure too, and tag widget cells ``nbval-ignore-output``."""
+"""ipywidgets helpers: :func:`explore` redraws a render function's figure, text or list when a
+control changes (a live kernel only: tag the cells ``nbval-ignore-output``)."""
 
 from __future__ import annotations
 
@@ -64,9 +63,8 @@ def _append(out: Any, item: Any) -> None:
 
 
 def explore(render: Callable[..., Any], controls: Mapping[str, Any]):
-    """Controls above an output showing ``render(**{name: control.value})``, now and on every
-    change; appended to the Output's state, not shown ``with out:`` (headless runners echo that
-    back and can stall). Returns the ``VBox``, with ``update``, ``controls`` and ``output``."""
+    """A ``VBox`` of controls over ``render(**values)``, redrawn on change (appended to the
+    Output, not ``with out:``, which headless runners echo back and can stall on)."""
     import ipywidgets as w
 
     if not controls:

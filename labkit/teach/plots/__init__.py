@@ -1,5 +1,4 @@
-"""Plotly figure builders with one visual style (the ``labkit`` template): generic ones here,
-one submodule per topic; each takes plain data or records and returns a plotly ``Figure``."""
+"""Plotly figure builders with one visual style: generic ones here, one submodule per topic."""
 
 from __future__ import annotations
 
@@ -114,8 +113,7 @@ def check_methods(kind: str, methods: Sequence[str], have: Sequence[str], what: 
 def lines(x: Sequence, series: Mapping[str, Sequence[float]], *, title: str, x_title: str,
           y_title: str, errors: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
           subtitle: str = "", log_x: bool = False, log_y: bool = False):
-    """One line per series (keys: method names of :data:`COLORS`); ``errors[key] = (low,
-    high)`` draws asymmetric error bars (p10/p90 around the median)."""
+    """One line per series (keys: methods of :data:`COLORS`), ``errors[key]``: (p10s, p90s)."""
     go = plotly_go()
     fig = go.Figure()
     for key, ys in series.items():

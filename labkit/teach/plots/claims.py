@@ -11,8 +11,7 @@ from labkit.teach.plots import color, finish, plotly_go, stats_bar
 
 
 def speedup_vs_claim(records: Mapping[str, Any], claimed: tuple[float, float]):
-    """Eager and graph-replay step time per model and batch size (median, p10–p90 whiskers),
-    the speed-up written on each graph bar, and the claimed band in the title."""
+    """Eager and graph-replay step time per model and batch size, the speed-up on each bar."""
     fig, subs = plotly_go().Figure(), []
     for i, (name, rec) in enumerate(sorted(records.items())):
         d = view(rec, Decode)

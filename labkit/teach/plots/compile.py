@@ -1,5 +1,4 @@
-"""Charts and tables of ``compile_<preset>`` records (notebook 08): manual CUDA graphs vs
-``torch.compile(mode="reduce-overhead")``; a Result's provenance is the default subtitle."""
+"""Charts and tables of ``compile_<preset>`` records: manual CUDA graphs vs torch.compile."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from labkit.teach.plots import check_methods, color, finish, label, plotly_go, s
 
 
 def step_rows(record: Any) -> list[dict]:
-    """Per batch size: static or dynamic compile shapes, each method's median µs (p10–p90),
-    the compiled step's verdicts vs dispatcher and bare replay (``fairness.compare``)."""
+    """Per batch size: compile shapes, each method's µs (p10–p90), compile's verdicts."""
     d = view(record, Compile)
     rows = []
     for i, b in enumerate(d.batch_sizes):
@@ -44,8 +42,7 @@ def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
 
 
 def break_even_steps(record: Any, batch: int) -> float:
-    """Steps until compile's extra set-up (compile − capture) is paid back by its median
-    saving over the manual graph at ``batch`` (``inf``: no saving; ``0.0``: no extra set-up)."""
+    """Steps until compile's extra set-up is paid back by its saving over the graph at ``batch``."""
     d = view(record, Compile)
     if batch not in d.batch_sizes:
         raise ValueError(f"batch {batch} was not measured; the record has {d.batch_sizes}")

@@ -1,5 +1,4 @@
-"""Charts of ``decode_<preset>`` records: median step time per batch size per method, or eager
-across presets beside live CPU timings; a Result's provenance is the default subtitle."""
+"""Charts of ``decode_<preset>`` records: step time per batch size and method or preset."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
 def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any] | None = None,
                      cpu_label: str = "CPU eager (this machine, live)",
                      subtitle: str | None = None):
-    """Eager step time per batch size of several presets' records, optionally beside live CPU
-    timings ``{batch size: Stats}`` (grey: a CPU launches no kernels)."""
+    """Eager step time per batch size of several presets, beside live CPU ``cpu_times``."""
     fig, subs, cats = plotly_go().Figure(), [], set()
     for name, rec in records.items():
         data = view(rec, Decode)

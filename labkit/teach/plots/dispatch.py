@@ -1,5 +1,4 @@
-"""Charts of the padding dispatcher (notebook 05): step times per batch size from a
-``dispatcher_<preset>`` record, a padding table, hit rate and waste of size choices."""
+"""Charts of the padding dispatcher (notebook 05): step times, padding table, hit rate, waste."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ _LINES = {"eager": ("eager", "eager"),
 
 
 def step_times(data: Any, *, subtitle: str = ""):
-    """Median decode-step time (µs, p10-p90 bars) vs batch size per method, the captured
-    sizes dotted and the eager fallback above the largest one shaded."""
+    """Median step time vs batch size per method, captured sizes dotted, eager fallback shaded."""
     go = plotly_go()
     disp, fig = view(data, Dispatcher), go.Figure()
     bss = list(disp.batch_sizes)
@@ -53,8 +51,7 @@ def step_times(data: Any, *, subtitle: str = ""):
 
 def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
                         subtitle: str = ""):
-    """Stacked bars per batch size ``b`` of a :func:`labkit.dispatch.build_padding_table`:
-    ``b`` real rows and ``table[b] - b`` padded ones; ``table[b] == 0`` is drawn as eager."""
+    """Real and padded rows per batch size of a padding table (``0``: drawn as eager)."""
     go = plotly_go()
     bs = list(range(1, len(table)))
     if not bs:
@@ -74,8 +71,7 @@ def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
 
 
 def hit_waste(results: Mapping[str, Any], *, title: str = "", subtitle: str = ""):
-    """Grouped bars per size choice: hit rate and waste (%) of ``results[name]``, a
-    ``DispatchCounters.to_dict()`` or a :class:`labkit.sizes.PaddingReport`."""
+    """Hit rate and waste (%) per size choice (``DispatchCounters.to_dict()`` or PaddingReport)."""
     go = plotly_go()
     vals = {n: (r["hit_rate"], r["waste"]) if isinstance(r, Mapping) else
             (r.graph_hit_rate, r.waste_fraction) for n, r in results.items()}

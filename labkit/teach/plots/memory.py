@@ -1,7 +1,4 @@
-"""Charts of graph-pool memory (notebooks 04 and 09) from a ``pool_memory_<preset>`` record
-(``result.data``, the Result, or a :class:`labkit.measure.records.PoolMemory`):
-:func:`pool_totals` (private pools stacked per size beside one shared pool in each capture
-order) and :func:`pool_growth` (the shared pool after each capture)."""
+"""Charts of graph-pool memory (notebooks 04 and 09) from a ``pool_memory_<preset>`` record."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ MiB = 2**20
 
 
 def pool_totals(data: Any, *, subtitle: str = ""):
-    """Private pools stacked per size vs one shared pool in each order; the largest single
-    private pool dotted."""
+    """Private pools stacked per size vs one shared pool in each order; the largest dotted."""
     go = plotly_go()
     pool = view(data, PoolMemory)
     sizes, n, fig = list(pool.sizes), len(pool.sizes), go.Figure()
@@ -40,8 +36,7 @@ def pool_totals(data: Any, *, subtitle: str = ""):
 
 
 def pool_growth(data: Any, *, subtitle: str = ""):
-    """The shared pool after each capture, largest-first vs smallest-first (labels: the
-    batch size just captured), and the running sum of private pools (largest first)."""
+    """The shared pool after each capture in both orders, and the private pools' running sum."""
     go = plotly_go()
     pool = view(data, PoolMemory)
     sizes, fig = sorted(pool.sizes), go.Figure()

@@ -16,8 +16,7 @@ MODE_COLORS: dict[str, str] = {"eager": color("eager"), "piecewise": "#ff7f0e",
 
 def step_time_bars(record: Any, *, modes: Sequence[str] | None = None,
                    subtitle: str | None = None, log_y: bool = False):
-    """Median µs per step and batch size, one bar per mode (p10–p90 whiskers, × over eager);
-    the subtitle defaults to the record's provenance."""
+    """Median µs per step and batch size, one bar per mode (p10–p90, × over eager)."""
     d = view(record, Modes)
     modes = list(modes or lm.modes_of(d))
     check_methods("modes", modes, d.times, "mode")

@@ -1,5 +1,4 @@
-"""Chart of notebook 11 (paged KV cache): the step time per layout of a ``paged_<preset>``
-record."""
+"""Chart of notebook 11 (paged KV cache): step time per layout of a ``paged_<preset>`` record."""
 
 from __future__ import annotations
 

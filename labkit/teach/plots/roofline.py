@@ -1,5 +1,4 @@
-"""Charts of notebook 12: step time against the floor (``roofline_<preset>``) and N decode
-steps per graph (``multistep_<preset>``); a Result's provenance is the default subtitle."""
+"""Charts of notebook 12: step time against the floor, and N decode steps per graph."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ MULTISTEP = {"host_sync": "one-step graph, tokens to the host and back each step
 
 def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
                 subtitle: str | None = None):
-    """Median step time per batch size (log–log, p10–p90 whiskers), one line per variant,
-    and the floor (bytes / measured copy bandwidth, or the compute floor) dashed."""
+    """Median step time per batch size, one line per variant, and the floor dashed (log–log)."""
     go = plotly_go()
     r = view(record, Roofline)
     variants = list(variants or r.methods)

@@ -1,5 +1,4 @@
-"""Charts of notebook 13: the latency–load curve, the monitoring series of serve runs, and one
-metric of every recorded run in the order served."""
+"""Charts of notebook 13: the latency–load curve, monitoring series, one metric per run."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ RUN_COLORS = ["#d62728", "#17becf", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", 
 
 
 def latency_load_chart(load: Any, *, key: str = "ttft_ms.p99", subtitle: str = ""):
-    """Two panels over the offered request rate: latency ``key`` (log scale) and served
-    requests/s, one line per mode; the dotted diagonal is "served = offered"."""
+    """Latency ``key`` and served requests/s over the offered rate, one line per mode."""
     go = plotly_go()
     from plotly.subplots import make_subplots
 
@@ -39,8 +37,7 @@ def latency_load_chart(load: Any, *, key: str = "ttft_ms.p99", subtitle: str = "
 
 
 def monitoring_chart(runs: Mapping[str, Any], *, subtitle: str = ""):
-    """Graph hit rate, padded-row waste and eager fallbacks per window of time, one line per
-    ``label -> run`` with ``windows``; breaker trips marked on the hit-rate panel."""
+    """Graph hit rate, padding waste and eager fallbacks per window, one line per run."""
     go = plotly_go()
     from plotly.subplots import make_subplots
 
@@ -70,8 +67,7 @@ def monitoring_chart(runs: Mapping[str, Any], *, subtitle: str = ""):
 
 
 def runs_chart(sources: Mapping[str, Any], key: str = "ttft_ms.median", *, subtitle: str = ""):
-    """``key`` of every recorded run of each ``label -> run source``, in the order served (log
-    scale): a cold first run stands out."""
+    """``key`` of every recorded run of each source, in the order served (log scale)."""
     go = plotly_go()
     fig = go.Figure()
     for i, (name, src) in enumerate(sources.items()):

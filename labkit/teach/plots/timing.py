@@ -1,5 +1,4 @@
-"""Charts of ``launch_overhead`` and ``timeline_<preset>`` records: cost bars, the
-work-per-kernel sweep, CPU/GPU timelines; a Result's provenance is the default subtitle."""
+"""Charts of ``launch_overhead`` and ``timeline_<preset>`` records (notebooks 01–03)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"),
 
 
 def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None = None):
-    """Launch costs (median, p10–p90; missing ones left out); ``cpu``: a live CPU
-    :class:`labkit.timing.LaunchOverhead` (or dict), a grey bar of PyTorch's dispatch cost."""
+    """Launch costs (median, p10–p90), beside a live CPU ``LaunchOverhead``'s dispatch cost."""
     go = plotly_go()
     data = view(record, LaunchOverhead)
     bars = [(lab, getattr(data, k)) for k, lab in OVERHEAD_BARS if getattr(data, k) is not None]
@@ -44,8 +42,7 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
 
 def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float = MEET_RATIO,
                 subtitle: str | None = None):
-    """Time per kernel vs elements per kernel, eager and replay, log–log; a star where they
-    meet (within ``meet_ratio``), a ring at the point nearest ``highlight``."""
+    """Time vs elements per kernel, eager and replay, a star where they meet (log–log)."""
     go = plotly_go()
     sweep = sweep_rows(record)
     if not sweep:

@@ -1,6 +1,4 @@
-"""Charts of notebook 14 from ``tp_allreduce`` / ``tp_decode_<preset>``: all-reduce latency per
-message size, the decode step on one GPU vs N, and the TP=N step split into compute and
-communication."""
+"""Charts of notebook 14 (tensor parallelism) from ``tp_allreduce`` / ``tp_decode_<preset>``."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ STEP_COLORS = {"tp1_eager": "#ff9896", "tp1_graph": "#d62728", "eager": "#aec7e8
 
 
 def allreduce_chart(record: Any, *, subtitle: str = ""):
-    """Median µs per all-reduce vs message size per method (log-log; methods that did not run
-    are left out); a dotted line marks the batch-8 gpt2 message."""
+    """Median µs per all-reduce vs message size per method; the batch-8 gpt2 message dotted."""
     go, rec = plotly_go(), view(record, TPAllReduce)
     fig = go.Figure([go.Scatter(x=[b / 1024 for b in rec.sizes_bytes], y=rec.median_us(m),
                                 name=METHOD_LABELS.get(m, m), mode="lines+markers",
@@ -32,8 +29,7 @@ def allreduce_chart(record: Any, *, subtitle: str = ""):
 
 
 def tp_step_chart(record: Any, *, subtitle: str = ""):
-    """Decode-step µs per batch size: TP=1 and TP=N, eager and FULL graph, and the graph with
-    the symmetric-memory all-reduce when recorded (grouped bars)."""
+    """Decode-step µs per batch size: TP=1 and TP=N, eager and graph (and symm_mem)."""
     go, rec = plotly_go(), view(record, TPDecode)
     ms = [m for m in ("tp1_eager", "tp1_graph", rec.tp("eager"), rec.tp("graph"),
                       rec.tp("graph_symm_mem"))
