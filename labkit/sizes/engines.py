@@ -17,11 +17,6 @@ from collections.abc import Sequence
 
 from labkit.checks import as_bool, as_int, as_number, as_size_list
 
-__all__ = ["VLLM_VERSION", "SGLANG_VERSION", "LabkitSettings", "vllm_default_capture_sizes",
-           "vllm_spec_decode_sizes", "from_vllm", "sglang_default_max_bs",
-           "sglang_default_capture_sizes", "from_sglang", "vllm_kv_budget",
-           "sglang_mem_fraction_static", "labkit_num_blocks"]
-
 VLLM_VERSION = "vLLM 0.13.0"
 SGLANG_VERSION = "SGLang 0.5.6"
 #: vLLM 0.13.0 defaults on a GPU with >= 70 GiB that is not an A100 (H100, H200), OpenAI
@@ -53,11 +48,8 @@ class LabkitSettings:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def padded(self, n: int) -> int | None:
-        """The captured size a step of ``n`` tokens (vLLM's ``bs_to_padded_graph_size``) or
-        requests (SGLang) runs at; ``None``: no graph (eager)."""
+        """The captured size ``n`` runs at (vLLM's ``bs_to_padded_graph_size``); ``None``: eager."""
         n = as_int(n, "n", minimum=1)
-        if not self.capture_sizes:
-            return None
         if not self.padding:
             return n if n in self.capture_sizes else None
         return next((s for s in self.capture_sizes if s >= n), None)
@@ -188,22 +180,16 @@ def sglang_default_max_bs(gpu_memory_mib: float | None, tp_size: int = 1) -> int
     if isinstance(gpu_memory_mib, bool) or not isinstance(gpu_memory_mib, (int, float)) \
             or not gpu_memory_mib > 0:
         raise ValueError(f"gpu_memory_mib must be a positive number, got {gpu_memory_mib!r}")
-    g = gpu_memory_mib
-    if g < 20 * 1024:
-        return 8
-    if g < 35 * 1024:
-        return 24 if tp < 4 else 80
-    if g < 60 * 1024:
-        return 32 if tp < 4 else 160
-    if g < 160 * 1024:
-        return 256 if tp < 4 else 512
+    for below_gib, tp_below_4, tp_4_up in ((20, 8, 8), (35, 24, 80), (60, 32, 160),
+                                           (160, 256, 512)):
+        if gpu_memory_mib < below_gib * 1024:
+            return tp_below_4 if tp < 4 else tp_4_up
     return 512
 
 
 def sglang_default_capture_sizes(max_bs: int, *, disable_padding: bool = False,
                                  speculative: bool = False) -> list[int]:
-    """SGLang 0.5.6's default capture batch sizes up to ``max_bs``
-    (``ServerArgs._generate_cuda_graph_batch_sizes``)."""
+    """SGLang 0.5.6's default batch sizes (``ServerArgs._generate_cuda_graph_batch_sizes``)."""
     m = as_int(max_bs, "max_bs", minimum=1)
     if disable_padding:
         out = list(range(1, m + 1))
@@ -303,8 +289,7 @@ def sglang_mem_fraction_static(gpu_memory_mib: float, *, chunked_prefill_size: i
 
 def labkit_num_blocks(kv_bytes: float, *, n_layer: int, n_head: int, head_dim: int,
                       block_size: int = 16, dtype_bytes: int = 2) -> int:
-    """Blocks of a labkit paged cache that ``kv_bytes`` hold (K and V, every layer), plus
-    labkit's pad block: the ``num_blocks`` to give ``GPTConfig``."""
+    """``GPTConfig.num_blocks`` for ``kv_bytes`` of paged cache (K and V, every layer, + pad)."""
     per = 2
     for name, v in (("n_layer", n_layer), ("block_size", block_size), ("n_head", n_head),
                     ("head_dim", head_dim), ("dtype_bytes", dtype_bytes)):

@@ -39,8 +39,7 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float], floor: float = float("-
 
 
 def isotonic(ys: Sequence[float]) -> list[float]:
-    """The closest non-decreasing sequence to ``ys`` in least squares (pool adjacent
-    violators: neighbours that go down are replaced by their mean)."""
+    """The closest non-decreasing sequence to ``ys`` in least squares (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [sum, count]
     for y in ys:
         blocks.append([float(y), 1.0])
@@ -53,8 +52,7 @@ def isotonic(ys: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Interpolated:
-    """Piecewise-linear ``x -> y`` through measured points, extrapolated linearly from the two
-    outermost points on each side (an estimate, not a measurement, outside ``[lo, hi]``)."""
+    """Piecewise-linear ``x -> y`` through measured points, extrapolated linearly outside them."""
 
     xs: tuple[float, ...]
     ys: tuple[float, ...]

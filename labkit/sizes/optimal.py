@@ -59,8 +59,7 @@ def _check_budget(memory_budget: float | None, memory_per_size: MemoryModel | No
 
 
 def _min_memory(prob: _Problem) -> float:
-    """Memory of the smallest allowed set: one size that may be the largest (any size with
-    eager fallback; otherwise one that serves every batch up to the largest candidate)."""
+    """Memory of the smallest allowed set: one size that may be the largest."""
     assert prob.mem is not None
     tail = _tail_costs(prob, prob.cands)
     return min(m for m, t in zip(prob.mem, tail.tolist()) if math.isfinite(t))

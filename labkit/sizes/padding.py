@@ -26,8 +26,7 @@ def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
 
 
 def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
-    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (default: the largest size);
-    0: run eager (``table[0]``: there is no empty decode step)."""
+    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (0: eager, and ``table[0]``)."""
     ordered = _check_sizes(sizes)
     max_bs = ordered[-1] if max_bs is None else as_int(
         max_bs, "max_bs", minimum=0, fix="give the largest batch size to tabulate")
@@ -71,8 +70,7 @@ def expected_padding(sizes: Sequence[int], dist: DistLike) -> PaddingReport:
 def expected_step_cost(sizes: Sequence[int], dist: DistLike,
                        step_time: Callable[[int], float],
                        eager_time: Callable[[int], float] | None = None) -> float:
-    """Expected time of one decode step: ``step_time(padded)`` for a graph step,
-    ``eager_time(bs)`` for a batch above the largest size (required if any occurs)."""
+    """Expected step time: ``step_time(padded)``, ``eager_time(bs)`` above the largest size."""
     ordered, p = _check_sizes(sizes), to_distribution(dist)
     for name, fn in (("step_time", step_time), ("eager_time", eager_time or float)):
         if not callable(fn):

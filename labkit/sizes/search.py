@@ -43,8 +43,7 @@ def _dp_matrix(C: np.ndarray, tail: np.ndarray, kmax: int) -> tuple[np.ndarray, 
 
 
 def _suffix_bounds(C: np.ndarray, tail: np.ndarray, kmax: int) -> list[list[float]]:
-    """``lb[r][i]``: least cost of the batches above candidate ``i`` with at most ``r`` more
-    sizes (a lower bound for any completion of a set whose largest size so far is ``i``)."""
+    """``lb[r][i]``: least cost of the batches above candidate ``i`` with ``<= r`` more sizes."""
     out = [tail.copy()]
     for _ in range(kmax - 1):
         nxt = tail.copy()
@@ -64,8 +63,7 @@ def _walk(back: np.ndarray, j: int, i: int) -> list[int]:
 
 def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
              allowed: set[int] | None = None, best_only: bool = False) -> list[_Entry]:
-    """Candidate optima: for every (size count, memory class) the cheapest set, so that both
-    the budgeted optimum and the memory/cost Pareto front are among them (exact)."""
+    """The cheapest set per (size count, memory class): the optimum and Pareto front among them."""
     cands, mem, out = prob.cands, prob.mem, []
     if mem is None or prob.pool == "shared":
         if mem is None:

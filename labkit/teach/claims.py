@@ -132,8 +132,7 @@ def check_offsets_not_addresses(records: Mapping[str, Any]) -> Assessment:
 
 
 def vllm_option_names() -> tuple[set[str], str]:
-    """vLLM's engine-argument and compilation-config names (an installed ``vllm``'s, else
-    :data:`VLLM_CUDAGRAPH_NAMES`) and where they were read."""
+    """vLLM's engine and compilation-config names (installed, else as read) and their source."""
     try:
         from vllm.config import CompilationConfig  # type: ignore
         from vllm.engine.arg_utils import EngineArgs  # type: ignore
@@ -232,8 +231,7 @@ _MEASURES: dict[str, Callable[..., dict]] = {
 
 
 def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
-    """name -> (measure function, default params) of the records :data:`CLAIMS` read
-    (:data:`labkit.measure.records.DEFAULTS`)."""
+    """name -> (measure function, default params) of the records :data:`CLAIMS` read."""
 
     def spec(name: str) -> tuple[Callable[[], dict], dict]:
         func, params = rk.DEFAULTS[name]

@@ -42,8 +42,7 @@ class NotebookContext:
         return self.tier == "gpu" and self.gpus_here < self.gpus_needed
 
     def state(self, statement: str, holds: Any, shows: str = "", *, about: Any = None) -> bool:
-        """A statement check (:func:`labkit.teach.statements.check`); recorded or not as the
-        record(s) ``about`` say, else as the tier does (CPU: recorded)."""
+        """A statement check, recorded as the record(s) ``about`` say, else by the tier."""
         recorded = statements.is_reference(about)
         if recorded is None:
             recorded = not self.live
@@ -149,8 +148,7 @@ def reference_or_none(ctx: NotebookContext, name: str) -> Any:
 def measure_many_or_reference(ctx: NotebookContext, names: Sequence[str],
                               measure: Callable[[], dict[str, dict]],
                               params: dict | None = None) -> dict[str, Any]:
-    """Several records of one measurement (``measure()``: name -> data), saved, when live;
-    else the recorded reference of each name (``None``: not recorded yet)."""
+    """Several records of one ``measure()`` (name -> data) when live, else references or None."""
     names = list(names)
     if not ctx.live:
         return {n: reference_or_none(ctx, n) for n in names}

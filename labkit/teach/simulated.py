@@ -100,8 +100,7 @@ class StandInGraph:
 
 @contextmanager
 def graph(g: StandInGraph, pool: Pool | None = None, stream: Any = None) -> Iterator[None]:
-    """Stand-in for ``torch.cuda.graph(g, pool=..., stream=...)``: record the body into ``g``;
-    the tensors it creates come from ``pool`` (default: a new, private one)."""
+    """Stand-in for ``torch.cuda.graph(g, pool=...)``: record the body into ``g``, from ``pool``."""
     if not isinstance(g, StandInGraph) or g.captured:
         raise RuntimeError(f"graph() needs a new CUDAGraph(), got {g!r} (a graph already "
                            "captured cannot be captured again)")

@@ -41,8 +41,7 @@ class Claim:
 
 
 def timing_verdict(d: Difference, lower: str, higher: str, same: str = "false") -> str:
-    """The verdict a timing :class:`Difference` allows: its ``untested (...)`` word, else
-    ``lower``, ``higher`` (a measurably lower, higher than b) or ``same``."""
+    """The verdict a :class:`Difference` allows: untested, ``lower``, ``higher`` or ``same``."""
     if not d.tested:
         return d.word
     return {"a lower": lower, "a higher": higher}.get(d.word, same)

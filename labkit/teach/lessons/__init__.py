@@ -23,8 +23,7 @@ def record_provenance(record: Any) -> str:
 
 
 def stat(stats: Any, key: str = "median") -> float | None:
-    """Field ``key`` (``median``, ``p10``, ``p90``, ``mean``) of a Stats dict or
-    :class:`labkit.timing.Stats`; ``None`` when absent."""
+    """Field ``key`` (``median``, ``p10``, ``p90``, ``mean``) of Stats or a dict, else None."""
     if stats is None:
         return None
     value = stats.get(key) if isinstance(stats, Mapping) else getattr(stats, key, None)

@@ -34,8 +34,7 @@ def interleaved(record: Any, default: bool = False, columns: tuple[str, ...] = (
 
 
 def compare(record: Any, a: str, b: str, batch: int, *, default: bool = False) -> Difference:
-    """Column ``a`` against ``b`` of a timed record at ``batch`` (``compare_stats``,
-    interleaved as :func:`interleaved` says)."""
+    """Column ``a`` against ``b`` of a timed record at ``batch``, by ``compare_stats``."""
     d = getattr(record, "data", record)
     i = list(d["batch_sizes"]).index(batch)
     sa, sb = d["times"][a][i], d["times"][b][i]

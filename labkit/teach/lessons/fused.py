@@ -42,8 +42,7 @@ def time_groups(record: Any, step: str = "fused") -> list[dict]:
 
 
 def step_rows(record: Any) -> list[dict]:
-    """Per batch size and step: FULL-graph replay µs, GPU ops, an eager step's summed kernel
-    µs where recorded, and the replay's gaps beyond it."""
+    """Per batch size and step: replay µs, GPU ops, summed kernel µs and the gaps beyond it."""
     rec = view(record, Fused)
     rows = []
     for i, b in enumerate(rec.batch_sizes):

@@ -88,8 +88,7 @@ def step_model_us(kernels: int, host_us: float, gpu_us: float) -> dict[str, floa
 
 
 def model_vs_measured(decode: Any, launch_record: Any) -> list[dict]:
-    """:func:`step_model_us` beside a ``decode_<preset>`` record per batch size (host µs per
-    launch from ``launch_record``; the replayed step as the GPU time)."""
+    """:func:`step_model_us` beside a ``decode_<preset>`` record, per batch size."""
     d = getattr(decode, "data", decode)
     host_us = median(view(launch_record, LaunchOverhead).host_per_launch)
     if host_us is None:

@@ -25,8 +25,7 @@ def _r(v: float | None, scale: float = 1 / MiB, digits: int = 2) -> float | None
 
 
 def hidden_bytes(data: Any, batch: int) -> int:
-    """Bytes of the record's MLP hidden layer (``batch x 4 d_model``): a step's largest
-    intermediate."""
+    """Bytes of the MLP hidden layer (``batch x 4 d_model``): a step's largest intermediate."""
     pool = view(data, PoolMemory)
     cfg = preset(pool.preset, dtype=pool.dtype or "float32")
     return batch * 4 * cfg.d_model * torch.empty((), dtype=cfg.torch_dtype).element_size()
@@ -58,8 +57,7 @@ def summary_rows(data: Any) -> list[dict]:
 
 
 def pool_memory_table(data: Any) -> list[dict]:
-    """Per batch size: MLP hidden layer, private pool and the shared pool after its capture
-    in each order (MiB), capture ms per mode."""
+    """Per batch size: MLP hidden layer, private and shared pools (MiB), capture ms."""
     pool = view(data, PoolMemory)
     return [{"batch size": bs, "MLP hidden (MiB)": _r(hidden_bytes(pool, bs)),
              "private pool (MiB)": _r(pool.private.per_size_bytes.get(bs)),
@@ -71,8 +69,7 @@ def pool_memory_table(data: Any) -> list[dict]:
 
 
 def max_seq_rows(data: Any) -> list[dict]:
-    """Per measured ``max_seq`` (and the whole-row gather path when recorded): the shared
-    largest-first pool and the KV cache (MiB)."""
+    """Per measured ``max_seq`` (and the gather path): shared pool and KV cache (MiB)."""
     pool = view(data, PoolMemory)
     entries = [pool.by_max_seq[m] for m in sorted(pool.by_max_seq)]
     return [{"max_seq": e.max_seq, "cache read": "in place" if e.in_place else "gathered",

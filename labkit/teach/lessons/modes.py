@@ -63,8 +63,7 @@ def modes_of(record: Any) -> list[str]:
 
 
 def mode_rows(record: Any) -> list[dict]:
-    """Per mode and batch size: median µs, × vs eager, graph launches per step (by design and
-    counted) and pool MiB."""
+    """Per mode and batch size: median µs, × vs eager, graph launches per step, pool MiB."""
     d = view(record, Modes)
     return [{"mode": MODE_LABELS.get(m, m), "batch": b,
              "step (µs, median)": None if t is None else round(t),

@@ -41,8 +41,7 @@ def cache_memory(lengths: Sequence[int], *, max_seq: int, block_size: int,
 
 def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int], *, max_seq: int,
                         bytes_per_pos: int) -> list[dict]:
-    """Per block size: blocks, paged bytes, the unused tails of last blocks (bytes, share) and
-    block-table entries per request."""
+    """Per block size: blocks, paged bytes, unused tails (bytes, share), table entries."""
     rows = []
     for bs in as_int_list(block_sizes, "block_sizes", minimum=1):
         m = cache_memory(lengths, max_seq=max_seq, block_size=bs, bytes_per_pos=bytes_per_pos)

@@ -74,8 +74,7 @@ def nodes_per_step(record: Any, variant: str = "graph") -> int | None:
 
 def node_model(record: Any, batch: int = 1, empty_node_us: float = 0.0,
                variant: str = "graph") -> dict:
-    """At ``batch``: step and floor µs, nodes, µs per node, × floor, and the prediction
-    ``floor + nodes × empty_node_us``."""
+    """At ``batch``: step, floor, nodes, µs per node and ``floor + nodes × empty_node_us``."""
     r = view(record, Roofline)
     if batch not in r.batch_sizes:
         raise KeyError(f"batch {batch} is not in the record; it has {r.batch_sizes}")
@@ -87,8 +86,7 @@ def node_model(record: Any, batch: int = 1, empty_node_us: float = 0.0,
 
 
 def compile_rows(record: Any) -> list[dict]:
-    """Per variant at the compiled sizes: µs, verdict vs the FULL graph, set-up, cache, pool,
-    GPU ops, CUDA graphs used, token agreement with eager."""
+    """Per variant at the compiled sizes: µs, verdict vs the FULL graph, set-up and checks."""
     r = view(record, Roofline)
     rows = []
     for name in r.methods:

@@ -91,16 +91,14 @@ def ttft_of(arrival_s: float, token_times_s: Sequence[float]) -> float:
 
 def pair(records: Mapping[str, Any], ab: str, labels: tuple[str, str],
          separate: tuple[str, str]) -> tuple[Any, Any, bool]:
-    """(a, b, interleaved): the arms ``labels`` of record ``ab`` if recorded, else the two
-    ``separate`` records."""
+    """(a, b, interleaved): arms ``labels`` of record ``ab``, else the ``separate`` records."""
     if records.get(ab) is None:
         return records[separate[0]], records[separate[1]], False
     return arms_of(records[ab])[labels[0]], arms_of(records[ab])[labels[1]], True
 
 
 def check_breaker(records: Mapping[str, Any]) -> Assessment:
-    """"A circuit breaker keeps latency safe": on vs off (``serve_breaker_ab``); ``holds``
-    only if TPOT p99 is measurably lower with it."""
+    """"A circuit breaker keeps latency safe": ``holds`` if TPOT p99 is measurably lower."""
     off, on, inter = pair(records, "serve_breaker_ab", ("breaker off", "breaker on"),
                           ("serve_capped", "serve_breaker"))
     diff = {k: compare(on, off, k, interleaved=inter)

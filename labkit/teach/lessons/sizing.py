@@ -13,8 +13,7 @@ MiB = 2**20
 
 
 def memory_model_from_record(pool_data: Mapping) -> LinearFit:
-    """``bytes = a + b * size`` fitted to a ``pool_memory_<preset>`` record's private pools,
-    never below the smallest."""
+    """``bytes = a + b * size`` fitted to a record's private pools, never below the smallest."""
     per = view(pool_data, PoolMemory).private.per_size_bytes
     if not per:
         raise ValueError("the record has no private pool per size (data.private."
@@ -47,8 +46,7 @@ def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "
 
 
 def dispatcher_rows(disp_data: Mapping) -> list[dict]:
-    """Per batch size of a ``dispatcher_<preset>`` record: padded size, median µs of eager,
-    exact-size graph and dispatcher (``—``: not measured)."""
+    """Per batch size: padded size, median µs of eager, exact graph, dispatcher (``—``: none)."""
     disp = view(disp_data, Dispatcher)
     cols = [disp.median_us(m) for m in ("eager", "graph_exact", "dispatcher")]
     return [{"batch size": b, "padded to": p or "eager",
@@ -78,8 +76,7 @@ def size_set_rows(dist, named: Mapping[str, Sequence[int]], *,
                   eager_time: Callable[[int], float] | None = None,
                   memory: Callable[[int], float] | Mapping[int, float] | None = None,
                   pool: Pool = "shared", residual_per_graph: float = 0.0) -> list[dict]:
-    """Named capture-size lists on a distribution: count, hit rate, padded rows, waste, and
-    (with the models) expected step µs and graph MiB."""
+    """Named capture-size lists on a distribution: hit rate, padding, step µs and graph MiB."""
     rows = []
     for name, sizes in named.items():
         rep = expected_padding(sizes, dist)

@@ -42,8 +42,7 @@ def shard_shapes(d_model: int, n_head: int, world_size: int) -> dict[str, tuple[
 
 
 def versus(record: Any, a: str, b: str, key: int) -> Difference:
-    """``compare_stats`` of ``a`` and ``b`` at batch (``tp_decode``) or bytes ``key``, not
-    interleaved."""
+    """``compare_stats`` of ``a`` and ``b`` at batch or bytes ``key`` (not interleaved)."""
     rec = getattr(record, "record", record)
     rec = rec if isinstance(rec, TPAllReduce) else view(rec, TPDecode)
     i = (rec.sizes_bytes if isinstance(rec, TPAllReduce) else rec.batch_sizes).index(key)
@@ -66,8 +65,7 @@ def tp_table(record: Any) -> list[dict]:
 
 
 def crossover(record: Any, mode: str = "graph") -> int | None:
-    """The smallest batch from which TP=N's median stays below TP=1's in ``mode``; ``None``:
-    never."""
+    """The smallest batch from which TP=N stays faster than TP=1 in ``mode`` (or ``None``)."""
     rec = view(record, TPDecode)
     one = "tp1_eager" if mode == "eager" else "tp1_graph"
     t = [(rec.at(one, b), rec.at(rec.tp(mode), b)) for b in rec.batch_sizes]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 def short_name(name: str, limit: int = 60) -> str:
-    """A profiler event name without ``void``, anonymous namespaces, template arguments and
-    parameter lists (``at::native::indexSelect``)."""
+    """A profiler event name without ``void``, anonymous namespaces, templates and parameters."""
     text = name.strip().removeprefix("void ").replace("(anonymous namespace)::", "")
     for stop in ("<", "("):
         if stop in text[1:]:

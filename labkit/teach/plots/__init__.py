@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from labkit.teach.lessons import stat
 
@@ -103,7 +103,7 @@ def stats_bar(x: Sequence, stats: Sequence[Any], name: str, colour: str, **kw: A
                            marker_color=colour, error_y=stats_error_bars(stats), **kw)
 
 
-def check_methods(kind: str, methods: Sequence[str], have: Sequence[str], what: str = "method"
+def check_methods(kind: str, methods: Sequence[str], have: Collection[str], what: str = "method"
                   ) -> None:
     """A ``KeyError`` naming the ``methods`` a ``kind`` record lacks and those it has."""
     if missing := [m for m in methods if m not in have]:
