@@ -1,12 +1,8 @@
-"""Choosing CUDA-graph capture sizes from a decode batch-size distribution.
+"""Choosing CUDA-graph capture sizes from a decode batch-size distribution (notebook 06).
 
-A serving engine captures one CUDA graph per *capture size* and pads every decode step up to
-the smallest captured size that fits (batches above the largest run eager): which sizes to
-capture trades padding waste, graph hit rate and graph memory. Notebook 06 uses it, one module
-per job: ``distribution``, ``padding``, ``engines`` (vLLM 0.13.0 and SGLang 0.5.6 defaults),
-``lists``, ``memory``, ``fit`` (cost models from measurements), ``optimal`` (the exact optimum
-and the Pareto front; ``problem`` builds what ``search`` solves). Pure Python and numpy: nothing
-here imports torch.
+An engine pads every decode step up to the smallest captured size that fits (above the largest
+it runs eager): which sizes to capture trades padding waste, graph hit rate and graph memory.
+Pure Python and numpy: nothing here imports torch.
 """
 
 from __future__ import annotations

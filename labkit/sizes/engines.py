@@ -28,13 +28,11 @@ VLLM_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 
 @dataclass(frozen=True)
 class LabkitSettings:
-    """An engine's settings in labkit terms. ``capture_sizes`` count tokens per step (vLLM)
-    or requests (SGLang); ``tokens_per_request`` is ``1 + k`` (``k`` speculative tokens);
-    ``padding``: a batch runs the next larger graph (else only exact sizes); ``mode``: the
-    labkit mode of a decode step. ``full_max_size`` (vLLM's FULL_AND_PIECEWISE and
-    FULL_DECODE_ONLY): the largest FULL graph for uniform decode batches, at most
-    ``max_num_seqs * (1 + k)`` tokens; above it, or for a mixed batch, ``CudagraphDispatcher``
-    picks PIECEWISE (FULL_AND_PIECEWISE) or none (FULL_DECODE_ONLY)."""
+    """An engine's settings in labkit terms: ``capture_sizes`` in tokens (vLLM) or requests
+    (SGLang), ``1 + k`` tokens per request (``k`` speculative), ``padding`` (else exact sizes
+    only), the labkit ``mode`` of a decode step, and (FULL_AND_PIECEWISE, FULL_DECODE_ONLY) the
+    largest FULL graph for uniform decode batches; above it, or for a mixed batch,
+    ``CudagraphDispatcher`` picks PIECEWISE (FULL_AND_PIECEWISE) or none."""
 
     engine: str
     mode: str
@@ -208,11 +206,10 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
                 gpu_memory_mib: float | None = 143771.0, tp_size: int = 1,
                 speculative_num_draft_tokens: int | None = None,
                 max_running_requests: int | None = None) -> LabkitSettings:
-    """SGLang 0.5.6's CUDA-graph settings as labkit sees them. Sizes count requests; with
-    speculative decoding each graph holds ``speculative_num_draft_tokens`` tokens per
-    request (``CudaGraphRunner.num_tokens_per_bs``). ``max_running_requests`` (the
-    request-to-token pool) adds its own size and cuts the list
-    (``get_batch_sizes_to_capture``). Default GPU: an H200 (143771 MiB)."""
+    """SGLang 0.5.6's CUDA-graph settings as labkit sees them: sizes count requests, each of
+    ``speculative_num_draft_tokens`` tokens (``CudaGraphRunner.num_tokens_per_bs``);
+    ``max_running_requests`` adds its size and cuts the list (``get_batch_sizes_to_capture``).
+    Default GPU: an H200 (143771 MiB)."""
     as_bool(disable_cuda_graph, "disable_cuda_graph")
     as_bool(disable_cuda_graph_padding, "disable_cuda_graph_padding")
     spec = speculative_num_draft_tokens is not None
@@ -251,11 +248,9 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
 
 def vllm_kv_budget(total_bytes: float, gpu_memory_utilization: float, non_kv_bytes: float,
                    graph_bytes: float) -> dict[str, float]:
-    """vLLM 0.13.0's memory split: ``requested = total * utilization``; KV cache =
-    ``requested - non_kv`` (weights + profiled activation peak + non-torch memory); the
-    graphs, captured after the KV cache is allocated, take ``graph_bytes`` from the
-    headroom ``total - requested``; ``headroom_left`` < 0 means they do not fit
-    (``Worker.determine_available_memory``, ``compile_or_warm_up_model``)."""
+    """vLLM 0.13.0's memory split (``Worker.determine_available_memory``,
+    ``compile_or_warm_up_model``): KV cache = ``total * utilization - non_kv``; the graphs,
+    captured after it, take ``graph_bytes`` of the headroom (``headroom_left < 0``: no fit)."""
     for name, v in (("total_bytes", total_bytes), ("non_kv_bytes", non_kv_bytes),
                     ("graph_bytes", graph_bytes)):
         as_number(v, name, minimum=0, fix="give a number of bytes >= 0")

@@ -1,5 +1,4 @@
-"""Cost models from measurements: a least-squares line (graph memory per size) and a
-piecewise-linear, optionally non-decreasing curve (step time per size)."""
+"""Cost models from measurements: a least-squares line and a piecewise-linear curve."""
 
 from __future__ import annotations
 

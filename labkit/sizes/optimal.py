@@ -21,17 +21,11 @@ def optimal_sizes(dist: DistLike, k: int, *, max_size: int | None = None,
                   memory_budget: float | None = None, pool: Pool = "shared",
                   residual_per_graph: float = 0.0,
                   candidates: Iterable[int] | None = None) -> list[int]:
-    """At most ``k`` capture sizes minimising the expected cost per decode step, exactly.
-
-    A step of ``b`` rows on graph ``s >= b`` costs ``s - b`` padded rows (``"padded_rows"``)
-    or ``cost(s)``. Batches above the largest candidate run eager at ``eager_cost(b)`` (0
-    padded rows if not given; a callable ``cost`` then needs it); below it a batch may fall
-    back only when ``eager_cost`` is given. Candidates: the observed sizes ``<= max_size``
-    (or a measured ``memory_per_size``'s keys, or ``candidates``), which hold an optimum when
-    cost and memory do not fall with size. The set's memory (:func:`set_memory`) stays
-    ``<= memory_budget``. A DP over the sorted candidates (:mod:`labkit.sizes.search`; private
-    pools: non-dominated (memory, cost) labels with branch and bound). Ties: fewer sizes.
-    """
+    """At most ``k`` capture sizes minimising the expected cost per decode step, exactly: a
+    step of ``b`` rows on graph ``s`` costs ``s - b`` padded rows or ``cost(s)``; batches above
+    the largest candidate (observed sizes ``<= max_size``, or given) run eager at
+    ``eager_cost(b)``, and below it only when ``eager_cost`` is given. The set's memory
+    (:func:`set_memory`) stays ``<= memory_budget``. Ties go to fewer sizes."""
     k = as_int(k, "k (the most sizes to capture)", minimum=1, fix="capture at least one size")
     prob = _problem(dist, max_size=max_size, cost=cost, eager_cost=eager_cost,
                     memory_per_size=memory_per_size, pool=pool,

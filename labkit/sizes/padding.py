@@ -1,5 +1,4 @@
-"""Padding a batch up to a capture size, and what a set of capture sizes costs on a
-distribution (padded rows, graph hit rate, expected step time)."""
+"""Padding a batch up to a capture size, and what a set of sizes costs on a distribution."""
 
 from __future__ import annotations
 

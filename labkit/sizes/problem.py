@@ -1,5 +1,4 @@
-"""The size-choice problem as the optimiser sees it (:class:`_Problem`) and its cost arrays:
-the segment costs between two consecutive sizes and the eager tail above the largest."""
+"""The size-choice problem as the optimiser sees it (:class:`_Problem`) and its cost arrays."""
 
 from __future__ import annotations
 

@@ -88,13 +88,10 @@ def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
 
 def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: int,
                         budget: float) -> tuple[float, list[int], float, float, bool] | None:
-    """Lagrangian relaxation of the private-pool budget: minimise ``cost + lam * memory`` (a
-    plain DP, as private memory adds up) and bisect ``lam`` for the cheapest set within budget.
-    Returns ``(lam, size indices, cost, memory, optimal)`` of a feasible set (``optimal``: the
-    budget does not bind), or None when no set fits. Feasibility is decided directly: the
-    least-memory set is one size that may be the largest. ``lam`` grows until the relaxed
-    optimum fits (memories may differ by far less than the smallest one); the least-memory
-    set is the incumbent if it never does."""
+    """Lagrangian relaxation of the private-pool budget: bisect ``lam`` in a DP of ``cost +
+    lam * memory`` for the cheapest set within budget: ``(lam, indices, cost, memory,
+    optimal)`` (``optimal``: the budget does not bind), or None when no set fits (the least
+    memory is one size's). If no ``lam`` fits, the least-memory set is the incumbent."""
     single = np.where(np.isfinite(tail), C[0] + tail, np.inf)
     tops = [i for i in range(len(single)) if math.isfinite(single[i])]
     if not tops:

@@ -1,6 +1,4 @@
-"""Five claims of the seed articles about CUDA graphs in vLLM (notebook 09, which quotes
-them), each checked against records: an :class:`~labkit.teach.verdicts.Assessment` per check,
-timing by :func:`~labkit.teach.verdicts.compare_stats`, memory by exact bytes."""
+"""Five claims of the seed articles about CUDA graphs in vLLM (notebook 09), checked on records."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Notebook plumbing: the set-up cell (``nb = setup("03_capture_replay")``), the tier banner
-(``gpu``: measured live; ``cpu``: recorded GPU references, labelled), live-or-recorded results.
-"""
+"""Notebook plumbing: the set-up cell, the tier banner, live-or-recorded results."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Verdicts: the words, the :class:`Assessment` a check returns, the :class:`Claim` record, and
-the evidence rule of every timing verdict (:class:`Difference`)."""
+"""Verdicts, the :class:`Assessment` a check returns, and the timing evidence rule."""
 
 from __future__ import annotations
 

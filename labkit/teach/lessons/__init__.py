@@ -1,5 +1,4 @@
-"""Small pure helpers the notebooks use to read and reason about result records, one submodule
-per topic; here what they all need: a record's data and provenance, a Stats record's fields."""
+"""Pure helpers that turn records into numbers and rows, a submodule per topic; here the shared."""
 
 from __future__ import annotations
 

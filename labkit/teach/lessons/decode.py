@@ -1,5 +1,4 @@
-"""Decode-step numbers for notebooks 00–03: the KV cache's size, a decode record's table (with
-the host time per GPU operation, which an eager step's time and every speed-up follow)."""
+"""Decode-step numbers for notebooks 00–03: the KV cache's size, a decode record's table."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Graph-pool memory (notebook 04) of a ``pool_memory_<preset>`` record, and the caching
-allocator's segment sizes."""
+"""Graph-pool memory (notebook 04) of a record, and the caching allocator's segment sizes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Capture modes (notebook 10): graph launches per step, the runtime mode vLLM's dispatcher
-picks, rows of a ``modes_<preset>`` record."""
+"""Capture modes (notebook 10): graph launches, vLLM's runtime mode, a record's rows."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Paged KV-cache arithmetic (notebook 11): slots vs blocks on request lengths, the block-size
-trade-off, rows of a ``paged_<preset>`` record."""
+"""Paged KV-cache arithmetic (notebook 11): slots vs blocks, block sizes, a record's rows."""
 
 from __future__ import annotations
 

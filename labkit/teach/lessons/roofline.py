@@ -1,5 +1,4 @@
-"""Roofline helpers (notebook 12): the bytes a decode step moves, the floor, the nodes × cost
-model, the compile columns, multi-step graphs."""
+"""Roofline helpers (notebook 12): bytes per step, the floor, the compile and multi-step rows."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Notebooks 05 and 06: cost models and table rows from records, and capture-size lists
-compared on a distribution."""
+"""Notebooks 05 and 06: cost models and rows from records, capture-size lists compared."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Dispatcher, view
-from labkit.teach.plots import COLORS, base_layout, color, plotly_go
+from labkit.teach.plots import COLORS, base_layout, color, plotly_go, stats_error_bars
 
 _LINES = {"eager": ("eager", "eager"),
           "graph_exact": ("graph", "a graph captured at exactly this size (a capture of its own)"),
@@ -23,11 +23,10 @@ def step_times(data: Any, *, subtitle: str = ""):
         pts = [(b, t) for b, t in zip(bss, disp.times.get(key, [])) if t is not None]
         if not pts:
             continue
-        err = dict(type="data", symmetric=False, array=[t.p90 - t.median for _, t in pts],
-                   arrayminus=[t.median - t.p10 for _, t in pts])
         exact = key == "graph_exact"
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t.median for _, t in pts], name=name,
-                                 error_y=err, mode="markers" if exact else "lines+markers",
+                                 error_y=stats_error_bars([t for _, t in pts]),
+                                 mode="markers" if exact else "lines+markers",
                                  marker=dict(size=9 if exact else 6, color=color(col)),
                                  line=dict(color=color(col))))
     for c in disp.capture_sizes:
