@@ -27,8 +27,3 @@ def stat(stats: Any, key: str = "median") -> float | None:
         return None
     value = stats.get(key) if isinstance(stats, Mapping) else getattr(stats, key, None)
     return None if value is None else float(value)
-
-
-def median(stats: Any) -> float | None:
-    """The median of a Stats dict or :class:`labkit.timing.Stats` (``None`` if absent)."""
-    return stat(stats, "median")

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from labkit.checks import as_number
 from labkit.measure.records import LaunchOverhead, view
-from labkit.teach.lessons import median
+from labkit.teach.lessons import stat
 
 MEET_RATIO = 1.1  # eager/graph time ratio at or below which the two "meet"
 SWEEP_BYTES_PER_ELEMENT = 8  # x.mul_(c) on float32 reads and writes 4 bytes per element
@@ -29,7 +29,7 @@ def sweep_rows(sweep: Any, meet_ratio: float = MEET_RATIO) -> list[dict]:
     for p in sweep:
         p = dict(p) if isinstance(p, Mapping) else {"numel": p.numel, "eager": p.eager,
                                                      "graph": p.graph}
-        n, e, g = int(p["numel"]), median(p["eager"]), median(p.get("graph"))
+        n, e, g = int(p["numel"]), stat(p["eager"]), stat(p.get("graph"))
         r = e / g if e is not None and g else None
         rows.append({**p, "numel": n, "mb": n * SWEEP_BYTES_PER_ELEMENT / 1e6, "eager_us": e,
                      "graph_us": g, "ratio": r, "gbs": n * SWEEP_BYTES_PER_ELEMENT / g / 1e3
@@ -90,13 +90,13 @@ def step_model_us(kernels: int, host_us: float, gpu_us: float) -> dict[str, floa
 def model_vs_measured(decode: Any, launch_record: Any) -> list[dict]:
     """:func:`step_model_us` beside a ``decode_<preset>`` record, per batch size."""
     d = getattr(decode, "data", decode)
-    host_us = median(view(launch_record, LaunchOverhead).host_per_launch)
+    host_us = stat(view(launch_record, LaunchOverhead).host_per_launch)
     if host_us is None:
         raise ValueError("the launch_overhead record has no host_per_launch median")
     kernels = int(d["kernels_per_step"])
     rows = []
     for i, bs in enumerate(d["batch_sizes"]):
-        gpu, eager = median(d["times"]["graph"][i]), median(d["times"]["eager"][i])
+        gpu, eager = stat(d["times"]["graph"][i]), stat(d["times"]["eager"][i])
         m = step_model_us(kernels, host_us, gpu)
         rows.append({"batch": bs, "kernels": kernels, "host_issue_us": m["host_issue_us"],
                      "gpu_us": gpu, "eager_model_us": m["eager_us"], "eager_measured_us": eager,

@@ -6,7 +6,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from labkit.measure.records import LaunchOverhead, view
-from labkit.teach.lessons import median, record_data
+from labkit.teach.lessons import record_data, stat
 from labkit.teach.lessons.counts import gpu_ops_per_step
 from labkit.teach.lessons.launch import sweep_rows
 
@@ -43,7 +43,7 @@ def regime_rows(launch_record: Any, decodes: Mapping[str, Any],
     through the first two, an estimate): kernels, weight bytes, launch µs, read µs (at the
     sweep's bandwidth), floor µs (read + a graph node per kernel) and the read's share."""
     lo = view(launch_record, LaunchOverhead)
-    host, node = median(lo.host_per_launch), median(lo.gpu_per_graph_node)
+    host, node = stat(lo.host_per_launch), stat(lo.gpu_per_graph_node)
     bw = sweep_bandwidth(launch_record)
     shapes: list[list[Any]] = []  # [name, kernels, kernels per layer (fitted) or None, shape]
     for name, rec in decodes.items():
