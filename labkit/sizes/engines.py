@@ -1,13 +1,9 @@
 """What the real engines' CUDA-graph settings mean in labkit's terms (pure; no torch).
 
-Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names
-the file and function it follows. The rules change between releases (vLLM 0.11 capped the
-default at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x
-renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``). Notebook 13 explains each
-setting. :func:`from_vllm` / :func:`from_sglang` give :class:`LabkitSettings`;
-:func:`vllm_kv_budget` and :func:`sglang_mem_fraction_static` say where graph memory comes
-from (vLLM 0.13 captures after sizing the KV cache, out of the ``1 - gpu_memory_utilization``
-headroom; SGLang reserves room up front).
+Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names the
+file and function it follows. The rules change between releases (vLLM 0.11 capped the default
+at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x renamed
+``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``). Notebook 13 explains each setting.
 """
 
 from __future__ import annotations
@@ -53,10 +49,8 @@ class LabkitSettings:
         return next((s for s in self.capture_sizes if s >= n), None)
 
     def dispatcher_kwargs(self, max_batch: int) -> dict | None:
-        """:class:`labkit.dispatch.PaddingDispatcher` keyword arguments that decode as this
-        engine would with ``max_batch`` slots; ``None``: eager. labkit's steps are pure decode
-        batches, so FULL graphs up to ``full_max_size``, above it PIECEWISE
-        (FULL_AND_PIECEWISE) or eager (FULL_DECODE_ONLY). Sizes are read as rows."""
+        """:class:`labkit.dispatch.PaddingDispatcher` arguments decoding as this engine would
+        with ``max_batch`` slots (labkit's steps are pure decode batches); ``None``: eager."""
         max_batch = as_int(max_batch, "max_batch", minimum=1)
         sizes = [s for s in self.capture_sizes if s <= max_batch]
         if self.mode == "eager" or not sizes:
@@ -223,14 +217,11 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
                   else as_int(cuda_graph_max_bs, "cuda_graph_max_bs", minimum=1))
         sizes = sglang_default_capture_sizes(max_bs, disable_padding=disable_cuda_graph_padding,
                                              speculative=spec)
-    pool = (None if max_running_requests is None
-            else as_int(max_running_requests, "max_running_requests", minimum=1))
-    if pool is not None:
-        if max(sizes) > pool:
-            sizes = [*sizes, pool]
-        sizes = [b for b in sizes if b <= pool]
+    running = max_bs
+    if max_running_requests is not None:  # the request pool adds its size and cuts the list
+        running = as_int(max_running_requests, "max_running_requests", minimum=1)
+        sizes = [b for b in sizes if b <= running] + ([running] if max(sizes) > running else [])
     sizes = sorted(set(sizes))
-    running = pool if pool is not None else max_bs
     if disable_cuda_graph:
         return LabkitSettings("SGLang", "eager", "NONE", (), 0, running, q, True, None,
                               (f"--disable-cuda-graph: no graphs ({SGLANG_VERSION})",))
@@ -266,10 +257,9 @@ def vllm_kv_budget(total_bytes: float, gpu_memory_utilization: float, non_kv_byt
 def sglang_mem_fraction_static(gpu_memory_mib: float, *, chunked_prefill_size: int = 8192,
                                cuda_graph_max_bs: int = 256, tp_size: int = 1,
                                pp_size: int = 1) -> float:
-    """SGLang 0.5.6's default ``mem_fraction_static`` (weights + KV pool share of the GPU):
-    ``reserved = 512 + max(chunked_prefill, 2048) * 1.5 + cuda_graph_max_bs * 2 +
-    tp * pp / 8 * 1024`` MiB, at least 10 GiB on GPUs above 60 GiB; fraction =
-    ``round((gpu - reserved) / gpu, 3)`` (no DP attention, no speculative decoding)."""
+    """SGLang 0.5.6's default ``mem_fraction_static`` (weights + KV pool share of the GPU),
+    ``(gpu - reserved) / gpu`` with the graphs' room reserved up front (no DP attention, no
+    speculative decoding)."""
     g = gpu_memory_mib
     if isinstance(g, bool) or not isinstance(g, (int, float)) or not g > 0:
         raise ValueError(f"gpu_memory_mib must be a positive number, got {g!r}")

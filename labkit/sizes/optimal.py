@@ -75,10 +75,8 @@ def pareto_front(dist: DistLike, candidates_k: Iterable[int] = range(1, 9), *,
                  eager_time: Callable[[int], float] | None = None, pool: Pool = "shared",
                  residual_per_graph: float = 0.0, max_size: int | None = None,
                  candidates: Iterable[int] | None = None) -> list[ParetoPoint]:
-    """The exact memory/cost Pareto front over sets whose size count is in ``candidates_k``
-    (``step_time``, ``eager_time`` as ``cost``, ``eager_cost`` of :func:`optimal_sizes`), by
-    memory, cost falling. Private pools over many sizes take seconds: pass a coarser
-    ``candidates=`` grid (e.g. multiples of 8)."""
+    """The exact memory/cost Pareto front of sets of ``candidates_k`` sizes (as
+    :func:`optimal_sizes` costs them), by memory; private pools: pass coarser ``candidates``."""
     ks = _check_sizes(candidates_k, "candidates_k")
     prob = _problem(dist, max_size=max_size, cost=step_time, eager_cost=eager_time,
                     memory_per_size=memory_per_size, pool=pool,

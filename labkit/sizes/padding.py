@@ -38,9 +38,8 @@ def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
 
 @dataclass(frozen=True)
 class PaddingReport:
-    """What a set of capture sizes costs on a distribution, per decode step on average: real
-    and padded rows (eager steps pad none), padded / all rows computed, the share of steps a
-    graph serves and the eager rest."""
+    """What a set of capture sizes costs per decode step on average: rows, padded rows (eager
+    steps pad none), padded / all rows computed, the shares of graph and eager steps."""
 
     sizes: tuple[int, ...]
     mean_batch: float

@@ -26,9 +26,8 @@ class _Entry:
 
 
 def _dp_matrix(C: np.ndarray, tail: np.ndarray, kmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """``best[j, i]``: least cost of exactly ``j + 1`` sizes whose largest is candidate ``i``,
-    tail included, for segment costs ``C`` (see :func:`_segment_costs`); ``back[j, i]`` is the
-    previous size's index. O(kmax * m^2) time with numpy, O(kmax * m) memory."""
+    """``best[j, i]`` with the tail, for segment costs ``C``, and ``back[j, i]``: the previous
+    size's index. O(kmax * m^2) time, O(kmax * m) memory."""
     m = C.shape[1]
     dp = np.full((kmax, m), np.inf)
     back = np.full((kmax, m), -1, dtype=np.int64)

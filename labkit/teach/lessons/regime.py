@@ -39,9 +39,8 @@ def weight_bytes(n_layer: int, d_model: int, vocab_size: int, *, d_ff: int | Non
 
 def regime_rows(launch_record: Any, decodes: Mapping[str, Any],
                 big: Mapping[str, Any] | None = LLAMA2_7B) -> list[dict]:
-    """A row per ``decodes`` record, then the bfloat16 shape ``big`` (its count fitted per layer
-    through the first two, an estimate): kernels, weight bytes, launch µs, read µs (at the
-    sweep's bandwidth), floor µs (read + a graph node per kernel) and the read's share."""
+    """Kernels, weight bytes, launch, read and floor µs per ``decodes`` record, then for the
+    shape ``big`` (its count fitted per layer through the first two records: an estimate)."""
     lo = view(launch_record, LaunchOverhead)
     host, node = stat(lo.host_per_launch), stat(lo.gpu_per_graph_node)
     bw = sweep_bandwidth(launch_record)

@@ -108,9 +108,8 @@ def compile_rows(record: Any) -> list[dict]:
 
 
 def cache_copy(record: Any) -> dict | None:
-    """``compile_full_cache`` against the small-cache compiled step at its batch, and
-    ``copy_us``: the whole K or V buffer read and written at each of the ``2 × layers`` cache
-    writes at the measured bandwidth; ``None`` without both."""
+    """``compile_full_cache`` against the small-cache compiled step, and ``copy_us``: a whole K
+    or V buffer copied at each of the ``2 × layers`` cache writes; ``None`` without both."""
     r = view(record, Roofline)
     full, small = r.variants.get("compile_full_cache"), r.variants.get("compile_reduce_overhead")
     if full is None or small is None or not full.sizes or not full.cache_bytes:

@@ -9,26 +9,14 @@ from labkit.teach.lessons import stat
 
 # one colour per method, the same in every chart of the suite
 COLORS: dict[str, str] = {
-    "eager": "#d62728",
-    "graph": "#1f77b4",
-    "dispatcher": "#2ca02c",
-    "compile": "#9467bd",
-    "private": "#ff7f0e",
-    "shared_largest_first": "#1f77b4",
-    "shared_smallest_first": "#17becf",
-    "cpu": "#7f7f7f",
-    "gpu": "#1f77b4",
-    "reference": "#8c564b",
-}
+    "eager": "#d62728", "graph": "#1f77b4", "dispatcher": "#2ca02c", "compile": "#9467bd",
+    "private": "#ff7f0e", "shared_largest_first": "#1f77b4", "shared_smallest_first": "#17becf",
+    "cpu": "#7f7f7f", "gpu": "#1f77b4", "reference": "#8c564b"}
 LABELS: dict[str, str] = {
-    "eager": "eager",
-    "graph": "graph replay",
-    "dispatcher": "padding dispatcher",
-    "compile": "torch.compile (reduce-overhead)",
-    "private": "private pools",
+    "eager": "eager", "graph": "graph replay", "dispatcher": "padding dispatcher",
+    "compile": "torch.compile (reduce-overhead)", "private": "private pools",
     "shared_largest_first": "shared pool, largest first",
-    "shared_smallest_first": "shared pool, smallest first",
-}
+    "shared_smallest_first": "shared pool, smallest first"}
 TEMPLATE = "labkit"
 
 
