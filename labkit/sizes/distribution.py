@@ -32,8 +32,7 @@ def _parse_batch_size(text: str, what: str) -> int:
 
 
 def to_distribution(obs: DistLike) -> dict[int, float]:
-    """``{size: probability}`` sorted by size, from a mapping ``{size: count or probability}``
-    (weights >= 0, zeros dropped) or an iterable of observed batch sizes, one per step."""
+    """``{size: probability}`` by size, from ``{size: weight}`` or observed batch sizes."""
     if isinstance(obs, (str, bytes)):
         raise ValueError("a distribution is a mapping {size: weight} or a sequence of sizes, "
                          f"not a string ({obs!r}); use load_trace(name) to read a trace")
@@ -60,8 +59,7 @@ def to_distribution(obs: DistLike) -> dict[int, float]:
 
 
 def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:
-    """Decode-step batch sizes of a trace CSV, in step order: a shipped trace's name
-    (``"synthetic_chat"``; ``data/traces/README.md``) or a path to a CSV with ``batch_size``."""
+    """Decode-step batch sizes of a trace CSV (a shipped trace's name or a path), in step order."""
     path = shipped_file("traces", name_or_path, ".csv")
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)

@@ -13,8 +13,7 @@ def vllm_v0_sizes() -> list[int]:
 
 
 def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None = None) -> list[int]:
-    """The coverage heuristic: powers of two below ``q`` and ``q``, the smallest size whose
-    cumulative share of steps is ``>= target`` (``max_sizes``: the largest kept)."""
+    """The coverage heuristic: powers of two up to the ``target`` quantile of the sizes."""
     p = to_distribution(dist)
     target = as_number(target, "target", fix="give a share of steps in (0, 1], e.g. 0.95")
     if not 0.0 < target <= 1.0:

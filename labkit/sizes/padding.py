@@ -38,8 +38,7 @@ def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
 
 @dataclass(frozen=True)
 class PaddingReport:
-    """What a set of capture sizes costs per decode step on average: rows, padded rows (eager
-    steps pad none), padded / all rows computed, the shares of graph and eager steps."""
+    """What a set of capture sizes costs per decode step on average: padding, hit rate."""
 
     sizes: tuple[int, ...]
     mean_batch: float

@@ -179,8 +179,7 @@ def needed_records(claims: Sequence[Claim] = CLAIMS) -> list[str]:
 
 
 def evaluate(c: Claim, records: Mapping[str, Any]) -> dict:
-    """One claim's check on ``records`` (name -> Result, data or None): its fields, ``verdict``
-    and ``evidence``; untested where its records are missing or lack a field."""
+    """One claim's check on ``records``: its fields, ``verdict`` and ``evidence``."""
     present = {k: v for k, v in records.items() if v is not None}
     missing = [r for r in c.records if r not in present]
     base = {"id": c.id, "claim": c.claim, "quote": c.quote, "measurement": c.measurement,
@@ -200,8 +199,7 @@ def evaluate_all(records: Mapping[str, Any], claims: Sequence[Claim] = CLAIMS) -
 
 def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Sequence[float],
                          smallest_first_mib: Sequence[float], preset: str = "synthetic") -> dict:
-    """A ``pool_memory_<preset>``-shaped record from MiB figures: ``private_mib[bs]``, and the
-    shared pool after each capture in capture order (largest first: descending sizes)."""
+    """A ``pool_memory_<preset>``-shaped record from MiB figures (shared: after each capture)."""
     sizes = sorted(int(b) for b in private_mib)
     if len(largest_first_mib) != len(sizes) or len(smallest_first_mib) != len(sizes):
         raise ValueError(f"give one pool size per capture: {len(sizes)} sizes, "
@@ -239,8 +237,7 @@ def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
 
 
 def gather_records(ctx: Any, *, reuse_run: bool = True) -> dict[str, Any]:
-    """The records of :data:`CLAIMS`: live on the GPU tier (``reuse_run``: as an earlier
-    notebook of this ``labkit run`` saved them), else the recorded references."""
+    """The records of :data:`CLAIMS`: live on the GPU tier, else the recorded references."""
     out = {}
     for n, (fn, params) in record_specs().items():
         saved = default_run_dir() / "results" / f"{n}.json"

@@ -22,8 +22,7 @@ class StrictExerciseError(AssertionError):
 
 
 def strict_mode() -> bool:
-    """True when ``LABKIT_STRICT_EXERCISES=1``; False when ``0``, empty or unset (read at
-    every check)."""
+    """True when ``LABKIT_STRICT_EXERCISES=1``; False when ``0``, empty or unset."""
     value = os.environ.get(STRICT_ENV, "").strip()
     if value in ("", "0"):
         return False
@@ -55,8 +54,7 @@ def _unanswered(got: Any, expected: Any) -> bool:
 
 @dataclass
 class Exercise:
-    """A named exercise collecting checks; ``strict`` (True or False) overrides
-    ``LABKIT_STRICT_EXERCISES`` for it."""
+    """A named exercise collecting checks (``strict`` overrides ``LABKIT_STRICT_EXERCISES``)."""
 
     title: str
     results: list[tuple[str, bool, str]] = field(default_factory=list)
@@ -82,8 +80,7 @@ class Exercise:
 
     def check(self, what: str, got: Any, expected: Any = True, *, hint: str = "",
               rel: float = 1e-6, reveal: bool = True) -> bool:
-        """Compare ``got`` with ``expected``; record and print the outcome (``reveal=False``:
-        the expected value stays out of the printed line, for multiple choice)."""
+        """Compare ``got`` with ``expected``, print the outcome (``reveal=False``: no answer)."""
         if _unanswered(got, expected):
             return self._record(what, False, _UNANSWERED, hint, got, expected)
         ok = _equal(got, expected, rel)
@@ -104,8 +101,7 @@ class Exercise:
         return bool(self.results) and all(ok for _, ok, _ in self.results)
 
     def report(self) -> None:
-        """Print how many checks passed (returns nothing: no stray ``True`` in a cell; read
-        :attr:`passed`); in strict mode an exercise with no check raises."""
+        """Print how many checks passed; in strict mode an exercise with no check raises."""
         n_ok = sum(ok for _, ok, _ in self.results)
         print(f"{self.title}: {n_ok}/{len(self.results)} checks passed"
               + ("" if self.passed else " -- keep going, the hints above say what to look at"))

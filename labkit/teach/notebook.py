@@ -53,8 +53,7 @@ class NotebookContext:
 
 
 def configure_plotly() -> str:
-    """Pick a plotly renderer that draws in JupyterLab and offline exports (default
-    ``plotly_mimetype+notebook``: plotly.js once per notebook); ``PLOTLY_RENDERER`` overrides."""
+    """Pick a plotly renderer that draws in JupyterLab and offline exports."""
     import plotly.io as pio
 
     renderer = envvars.plotly_renderer()
@@ -93,8 +92,7 @@ def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
 
 def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
           quiet: bool = False) -> NotebookContext:
-    """Set-up cell: versions, tier banner, plotly renderer; returns the context. With fewer
-    than ``gpus`` GPUs the notebook shows the references of ``reference_gpu``."""
+    """Set-up cell: versions, tier banner, plotly renderer; returns the context."""
     import torch
 
     reference_gpu = reference_gpu or reference_folder(gpus)  # checks gpus
@@ -117,8 +115,7 @@ def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
 
 def measure_or_reference(ctx: NotebookContext, name: str, measure: Callable[[], dict],
                          params: dict | None = None, *, show: bool = True):
-    """Live: run ``measure()``, save it as result ``name`` and return it; else the recorded
-    reference ``name``. The :class:`~labkit.measure.results.Result` says where it came from."""
+    """Live: run ``measure()`` and save it as ``name``; else the recorded reference."""
     if ctx.live:
         res = load_result(save_result(name, measure(), params or {}))
         label = "measured live"

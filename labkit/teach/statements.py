@@ -63,8 +63,7 @@ def say(template: str, /, **values: Any) -> None:
 
 
 def is_reference(records: Any) -> bool | None:
-    """True when any of ``records`` (a Result, a list or mapping of them) is a recorded
-    reference; False when all are live results; None when none says."""
+    """True when any of ``records`` is a recorded reference, False if all live, else None."""
     items: Iterable[Any] = (records.values() if isinstance(records, Mapping) else records
                             if isinstance(records, (list, tuple, set)) else (records,))
     flags = [r.reference for r in items if hasattr(r, "reference")]

@@ -27,8 +27,7 @@ class Assessment:
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim: this suite's paraphrase, what answers it (``records``: all needed, or one
-    of them with ``any_of``), the check, and the article's words as quoted here."""
+    """One claim: a paraphrase, the records that answer it, the check, the article's words."""
 
     id: str
     claim: str

@@ -20,8 +20,7 @@ def kv_cache_bytes(cfg: GPTConfig) -> int:
 
 
 def decode_rows(record: Any, methods: Sequence[str] | None = None) -> list[dict]:
-    """A rounded row per batch size of a ``decode_<preset>`` record: median µs and tokens/s
-    per method, speed-up over eager, ``eager µs per GPU op`` (the host time per launch)."""
+    """A rounded row per batch size: µs, tokens/s, speed-up, eager µs per GPU op."""
     dec = view(record, Decode)
     eager = dec.median_us("eager") if "eager" in dec.methods else None
     rows = []

@@ -24,8 +24,7 @@ def kernel_group(name: str) -> str:
 
 
 def time_groups(record: Any, step: str = "fused") -> list[dict]:
-    """Rows ``kind, kernels, us, share`` of one eager ``step``'s GPU time by kind of kernel,
-    largest first, then ``"total"``; ``[]`` without per-kernel times."""
+    """Rows of one eager ``step``'s GPU time by kind of kernel, then ``"total"``."""
     rec = view(record, Fused)
     groups: dict[str, list[float]] = {}
     for name, t in rec.op_us.get(step, {}).items():

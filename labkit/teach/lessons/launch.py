@@ -21,8 +21,7 @@ def expected_replay_us(n_kernels: int, gpu_per_node_us: float) -> float:
 
 
 def sweep_rows(sweep: Any, meet_ratio: float = MEET_RATIO) -> list[dict]:
-    """The sweep (a record, dicts or WorkPoints) by numel, with ``mb`` moved per kernel, medians,
-    ``ratio``, ``gbs`` (replayed) and ``verdict`` (``bandwidth-bound`` within ``meet_ratio``)."""
+    """The sweep by numel, with MB per kernel, medians, ratio, GB/s and a verdict."""
     if not (isinstance(sweep, Sequence) and not isinstance(sweep, (str, bytes))):
         sweep = view(sweep, LaunchOverhead).sweep
     rows = []
@@ -62,8 +61,7 @@ def point_at(sweep: Any, numel: int) -> dict:
 
 
 def timeline_stats(method: Mapping) -> dict:
-    """One method of a ``timeline_<preset>`` record: events per lane, span, GPU busy µs (the
-    union of its intervals), its idle fraction and ``step_us``."""
+    """One method of a ``timeline_<preset>`` record: events, span, GPU busy and idle."""
     ev = [(float(e["start_us"]), float(e["start_us"]) + float(e["dur_us"]), e.get("lane"))
           for e in method.get("events", [])]
     if any(lane not in ("CPU", "GPU") for *_, lane in ev):

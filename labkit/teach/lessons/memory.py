@@ -31,8 +31,7 @@ def hidden_bytes(data: Any, batch: int) -> int:
 
 
 def pool_memory_summary(data: Any) -> dict:
-    """Bytes of the private pools, each shared order and the largest private pool, capture s
-    per mode, and ``smaller_order`` (``"tie"`` within one small segment)."""
+    """Bytes of each pool layout, capture s per mode, and which shared order ends smaller."""
     pool = view(data, PoolMemory)
     lf, sf = pool.shared_largest_first.total_bytes, pool.shared_smallest_first.total_bytes
     if min(pool.largest_private_bytes, pool.private.total_bytes, lf) <= 0:

@@ -23,8 +23,7 @@ def bytes_per_position(n_layer: int, n_head: int, head_dim: int, dtype: str = "b
 
 def cache_memory(lengths: Sequence[int], *, max_seq: int, block_size: int,
                  bytes_per_pos: int) -> dict:
-    """KV-cache bytes of requests of ``lengths`` positions at once: in slots of ``max_seq``, in
-    ``ceil(len / block_size)`` blocks each, used, paged waste; blocks; slot / paged."""
+    """KV-cache bytes of requests of ``lengths`` positions at once, in slots vs blocks."""
     lengths = as_int_list(lengths, "lengths", minimum=0)
     max_seq, bs = as_int(max_seq, "max_seq", minimum=1), as_int(block_size, "block_size", minimum=1)
     if any(n > max_seq for n in lengths):

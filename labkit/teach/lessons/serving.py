@@ -47,8 +47,7 @@ def _fmt(values: Sequence[float]) -> str:
 
 
 def mode_rows(sources: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per ``label -> run source``: mode, breaker, runs, the :data:`HEADLINE` metrics
-    (median (min–max)), and the first run's graph hit rate, padding, fallbacks."""
+    """One row per run source: mode, breaker, runs, the :data:`HEADLINE` metrics, hit rate."""
     rows = []
     for name, src in sources.items():
         d = record_data(src)

@@ -22,8 +22,7 @@ def memory_model_from_record(pool_data: Mapping) -> LinearFit:
 
 
 def shared_residual_from_record(pool_data: Mapping) -> float:
-    """Bytes each further graph adds to a shared pool captured largest first:
-    ``(shared pool - largest private pool) / (graphs - 1)``, at least 0."""
+    """Bytes each further graph adds to a shared pool captured largest first (>= 0)."""
     pool = view(pool_data, PoolMemory)
     n = len(pool.sizes)
     extra = pool.shared_largest_first.total_bytes - pool.largest_private_bytes
@@ -32,8 +31,7 @@ def shared_residual_from_record(pool_data: Mapping) -> float:
 
 def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "median",
                monotone: bool = True) -> Interpolated:
-    """``size -> µs`` of ``method`` in a ``dispatcher_<preset>`` record, interpolated;
-    ``monotone``: made non-decreasing first (so an optimiser does not pick sizes for noise)."""
+    """``size -> µs`` of ``method`` in a dispatcher record, interpolated (made monotone)."""
     disp = view(disp_data, Dispatcher)
     if method not in disp.times:
         raise ValueError(f"the record has no times[{method!r}]; pass a 'dispatcher_<preset>' "
