@@ -65,10 +65,8 @@ def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
     """The cheapest set per (size count, memory class): the optimum and Pareto front among them."""
     cands, mem, out = prob.cands, prob.mem, []
     if mem is None or prob.pool == "shared":
-        if mem is None:
-            classes: list[list[int]] = [list(range(len(cands)))]
-        elif all(x <= y for x, y in itertools.pairwise(mem)):
-            classes = [list(range(len(cands)))]  # max memory = memory of the largest size
+        if mem is None or all(x <= y for x, y in itertools.pairwise(mem)):
+            classes: list[list[int]] = [list(range(len(cands)))]  # max: the largest's memory
         else:                                     # one run per memory ceiling M
             classes = [[i for i, x in enumerate(mem) if x <= ceil] for ceil in sorted(set(mem))]
         for idx in classes:

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from labkit.measure.records import LaunchOverhead, Timeline, view
 from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons.launch import MEET_RATIO, crossover_point, point_at, sweep_rows
-from labkit.teach.lessons.trace import short_name
 from labkit.teach.plots import (check_methods, color, finish, label, plotly_go, stats_bar,
                                 stats_error_bars)
 from labkit.teach.widgets import pow2_label
@@ -17,6 +16,15 @@ OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"),
                  ("launch_sync", "launch<br>+ sync"),
                  ("gpu_per_eager_kernel", "GPU time per<br>eager kernel"),
                  ("gpu_per_graph_node", "GPU time per<br>graph node")]
+
+
+def short_name(name: str, limit: int = 60) -> str:
+    """A profiler event name without ``void``, anonymous namespaces, templates and parameters."""
+    text = name.strip().removeprefix("void ").replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        if stop in text[1:]:
+            text = text[: text.index(stop, 1)]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None = None):
