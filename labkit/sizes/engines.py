@@ -128,9 +128,8 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
         why = "enforce_eager=True" if enforce_eager else "cudagraph_mode=NONE"
         return LabkitSettings("vLLM", "eager", "NONE", (), 0, seqs, q, True, None,
                               (f"{why}: no graphs ({VLLM_VERSION})",))
-    cap = (min(seqs * q * 2, 512) if max_cudagraph_capture_size is None
-           else as_int(max_cudagraph_capture_size, "max_cudagraph_capture_size", minimum=1))
-    cap = min(tokens, cap)
+    cap = min(tokens, min(seqs * q * 2, 512) if max_cudagraph_capture_size is None
+              else as_int(max_cudagraph_capture_size, "max_cudagraph_capture_size", minimum=1))
     if cudagraph_capture_sizes is not None:
         sizes = sorted({s for s in as_size_list(cudagraph_capture_sizes,
                                                 "cudagraph_capture_sizes") if s <= tokens})
