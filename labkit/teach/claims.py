@@ -170,7 +170,6 @@ CLAIMS: tuple[Claim, ...] = (
           "cuda_graph_batch_sizes and graph_pool_size.", "vLLM's engine arguments", (),
           check_engine_args, quote="enable_cuda_graph, cuda_graph_batch_sizes, graph_pool_size"),
 )
-BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
 
 
 def needed_records(claims: Sequence[Claim] = CLAIMS) -> list[str]:
