@@ -198,9 +198,10 @@ def test_evaluate_missing_or_bad_records_is_untested():
     assert res["pool_max_not_sum"]["verdict"] == "untested (not recorded)"
     assert res["pool_max_not_sum"]["evidence"] == {"missing": ["pool_memory_small",
                                                               "pool_memory_gpt2"]}
-    one = claims.evaluate(claims.BY_ID["replay_5_8x"], {"decode_gpt2": decode_record([6.0] * 3)})
+    by_id = {c.id: c for c in claims.CLAIMS}
+    one = claims.evaluate(by_id["replay_5_8x"], {"decode_gpt2": decode_record([6.0] * 3)})
     assert one["verdict"] == "holds"   # one decode record is enough
-    bad = claims.evaluate(claims.BY_ID["pool_max_not_sum"], {"pool_memory_gpt2": {"x": 1}})
+    bad = claims.evaluate(by_id["pool_max_not_sum"], {"pool_memory_gpt2": {"x": 1}})
     assert bad["verdict"] == "untested" and "error" in bad["evidence"]
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from labkit.teach.lessons import launch, median, record_data, record_provenance
+from labkit.teach.lessons import launch, record_data, record_provenance, stat
 from labkit.teach.lessons import decode as ld
 from labkit.model import build_model, preset
 from labkit.measure.results import Result
@@ -28,8 +28,8 @@ def test_record_helpers():
     assert "NVIDIA H200" in record_provenance(r) and record_provenance({"a": 1}) == ""
     with pytest.raises(TypeError, match="Result or a dict"):
         record_data([1, 2])
-    assert median(S(3.0)) == 3.0 and median(None) is None
-    assert median(Stats(2.0, 1.0, 3.0, 2.0, 3)) == 2.0
+    assert stat(S(3.0)) == 3.0 and stat(None) is None
+    assert stat(Stats(2.0, 1.0, 3.0, 2.0, 3)) == 2.0
 
 
 def test_expected_replay():

@@ -14,15 +14,6 @@ def test_quiz_answers_are_rule_keys():
     assert {item.answer for item in pitfalls.QUIZ.values()} == set(RULES)
 
 
-def test_check_quiz():
-    right = {k: item.answer for k, item in pitfalls.QUIZ.items()}
-    assert all(pitfalls.check_quiz(right).values())
-    wrong = dict(right, a="rng")
-    res = pitfalls.check_quiz(wrong)
-    assert res["a"] is False and sum(res.values()) == len(right) - 1
-    assert not any(pitfalls.check_quiz({}).values())
-
-
 def _fake_record() -> dict:
     return {"pitfalls": [
         {"name": "host_sync", "rule": RULES["host_sync"], "what": "w",

@@ -407,7 +407,7 @@ def test_padding_functions_refuse_bad_sizes(bad, bs, max_bs):
     refused(lambda: sizes.expected_padding(bad, dist), "capture size")
     refused(lambda: sizes.expected_step_cost(bad, dist, float), "capture size")
     refused(lambda: sizes.expected_step_cost([1, 3], dist, "fast"), "step_time")
-    refused(lambda: sizes.set_memory(bad, sizes.linear_memory(1, 1)), "capture size")
+    refused(lambda: sizes.set_memory(bad, lambda size: 1 + size), "capture size")
     assert dist == {1: 2, 3: 1}
 
 
@@ -420,9 +420,7 @@ def test_size_list_helpers_refuse_bad_arguments(max_size, target, max_sizes, byt
     refused(lambda: sizes.sglang_default_sizes(max_size), "max_bs")
     refused(lambda: sizes.coverage_sizes(dist, target), "target")
     refused(lambda: sizes.coverage_sizes(dist, 0.9, max_sizes=max_sizes), "max_sizes")
-    refused(lambda: sizes.linear_memory(byte_count, 1), "base")
-    refused(lambda: sizes.linear_memory(1, byte_count), "per_row")
-    mem = sizes.linear_memory(10, 1)
+    mem = {1: 11.0, 2: 12.0}
     refused(lambda: sizes.set_memory([1, 2], mem, residual_per_graph=byte_count),
             "residual_per_graph")
     refused(lambda: sizes.set_memory([1, 2], mem, pool="pooled"), "pool")
@@ -463,7 +461,6 @@ def test_optimal_sizes_refuses_bad_arguments(option, count, amount, size_list):
         if option == "candidates":
             word = "candidates"
         refused(lambda: sizes.optimal_sizes(dist, k, **kw), word)
-        refused(lambda: sizes.brute_force_optimal(dist, k, **kw), word)
     assert (dist, mem) == snapshot
 
 

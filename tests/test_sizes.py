@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from labkit.sizes import (PaddingReport, ParetoPoint, brute_force_optimal, coverage_sizes,
-                          expected_padding, expected_step_cost, linear_memory, load_trace,
-                          optimal_sizes, padded_size, padding_table, pareto_front, set_memory,
-                          sglang_default_sizes, to_distribution, vllm_default_sizes,
-                          vllm_v0_sizes)
+from labkit.sizes import (PaddingReport, ParetoPoint, coverage_sizes, expected_padding,
+                          expected_step_cost, load_trace, optimal_sizes, padded_size,
+                          padding_table, pareto_front, set_memory, sglang_default_sizes,
+                          to_distribution, vllm_default_sizes, vllm_v0_sizes)
+from labkit.sizes.optimal import _check_budget
+from labkit.sizes.problem import _problem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,33 @@ def direct_cost(sizes, dist, *, cost="padded_rows", eager_cost=None, cmax=None):
         elif cmax is not None and b <= cmax:
             return math.inf
     return total
+
+
+def linear_memory(base, per_row):
+    """A memory model ``size -> base + per_row * size`` bytes."""
+    return lambda size: base + per_row * size
+
+
+def brute_force_optimal(dist, k, *, memory_budget=None, **kw):
+    """The reference optimum: every set of at most ``k`` candidates (the arguments and rules of
+    optimal_sizes) costed by direct_cost, without the DP: ``(sizes, expected cost)``."""
+    budget = _check_budget(memory_budget, kw.get("memory_per_size"))
+    args = dict(max_size=None, cost="padded_rows", eager_cost=None, memory_per_size=None,
+                pool="shared", residual_per_graph=0.0, candidates=None) | kw
+    prob = _problem(dist, **args)
+    mem = None if prob.mem is None else dict(zip(prob.cands, prob.mem))
+    best = None
+    for j in range(1, min(k, len(prob.cands)) + 1):
+        for combo in itertools.combinations(prob.cands, j):
+            if mem is not None and set_memory(combo, mem, prob.pool, prob.residual) > budget:
+                continue
+            c = direct_cost(combo, dist, cost=args["cost"], eager_cost=args["eager_cost"],
+                            cmax=prob.cands[-1])
+            if math.isfinite(c) and (best is None or c < best[1] - 1e-12):
+                best = (list(combo), c)
+    if best is None:
+        raise ValueError("no set of capture sizes fits the memory budget")
+    return best
 
 
 # ------------------------------------------------------------------------------ distributions

@@ -12,8 +12,7 @@ from labkit.teach.verdicts import compare_runs, compare_stats
 
 
 def ctx(tier: str) -> NotebookContext:
-    return NotebookContext("t", tier, "h200", "cuda" if tier == "gpu" else "cpu",
-                           gpus_here=1 if tier == "gpu" else 0)
+    return NotebookContext("t", tier, "h200", gpus_here=1 if tier == "gpu" else 0)
 
 
 def test_a_true_statement_prints_what_it_checked(capsys):

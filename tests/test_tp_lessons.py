@@ -94,11 +94,11 @@ def test_two_gpu_notebooks_read_the_two_gpu_reference_folder():
     assert notebook.reference_folder(1) == "h200" and notebook.reference_folder(2) == "h200x2"
     with pytest.raises(ValueError, match="gpus must be a positive int"):
         notebook.reference_folder(0)
-    ctx = notebook.NotebookContext("14_x", "gpu", "h200x2", "cuda", gpus_needed=2, gpus_here=1)
+    ctx = notebook.NotebookContext("14_x", "gpu", "h200x2", gpus_needed=2, gpus_here=1)
     assert not ctx.live and ctx.too_few_gpus
     assert "measures on 2 GPUs and this machine has 1" in notebook.banner_html(ctx, "H200")
-    assert notebook.NotebookContext("x", "gpu", "h200", "cuda", gpus_here=1).live
-    cpu = notebook.NotebookContext("14_x", "cpu", "h200x2", "cpu", gpus_needed=2)
+    assert notebook.NotebookContext("x", "gpu", "h200", gpus_here=1).live
+    cpu = notebook.NotebookContext("14_x", "cpu", "h200x2", gpus_needed=2)
     assert not cpu.live and not cpu.too_few_gpus
     got = notebook.measure_many_or_reference(cpu, ["tp_allreduce_missing_x"], lambda: {})
     assert got == {"tp_allreduce_missing_x": None}

@@ -1,9 +1,4 @@
-"""Batch-size distributions and the shipped decode batch-size traces.
-
-A *distribution* is a mapping ``batch size -> count or probability`` or a sequence of observed
-batch sizes (one per decode step); :func:`to_distribution` turns either into probabilities and
-:func:`load_trace` reads a trace CSV (``step,batch_size``). Part of :mod:`labkit.sizes`.
-"""
+"""Batch-size distributions and the shipped decode batch-size traces (``step,batch_size``)."""
 
 from __future__ import annotations
 
@@ -11,7 +6,6 @@ import csv
 import math
 import os
 from collections import Counter
-from pathlib import Path
 from collections.abc import Iterable, Mapping
 
 from labkit.checks import as_int, as_number
@@ -25,8 +19,7 @@ _BATCH_SIZE_FIX = "a batch size is a whole number >= 1 (a step serves at least o
 
 
 def _as_batch_size(x: object, what: str) -> int:
-    """``x`` as a positive int: an ``int`` or numpy integer only (``2.5``, ``2.0``, ``"3"``,
-    ``True`` are refused, never coerced), with an error that names ``what`` and the fix."""
+    """``x`` as an int >= 1 (``2.5``, ``2.0``, ``"3"``, ``True`` refused, never coerced)."""
     return as_int(x, what, minimum=1, fix=_BATCH_SIZE_FIX)
 
 
@@ -39,12 +32,7 @@ def _parse_batch_size(text: str, what: str) -> int:
 
 
 def to_distribution(obs: DistLike) -> dict[int, float]:
-    """Normalise a batch-size distribution to ``{size: probability}``, sorted by size.
-
-    ``obs`` is either a mapping ``{size: count or probability}`` (weights >= 0, zeros dropped)
-    or an iterable of observed batch sizes, one per decode step. Raises ``ValueError`` for an
-    empty distribution, sizes < 1 or non-integral, and negative or non-finite weights.
-    """
+    """``{size: probability}`` by size, from ``{size: weight}`` or observed batch sizes."""
     if isinstance(obs, (str, bytes)):
         raise ValueError("a distribution is a mapping {size: weight} or a sequence of sizes, "
                          f"not a string ({obs!r}); use load_trace(name) to read a trace")
@@ -70,18 +58,9 @@ def to_distribution(obs: DistLike) -> dict[int, float]:
     return {s: weights[s] / total for s in sorted(weights)}
 
 
-def trace_path(name_or_path: str | os.PathLike[str]) -> Path:
-    """Path of a trace: an existing CSV file, or ``<data>/traces/<name>.csv`` for a bare name."""
-    return shipped_file("traces", name_or_path, ".csv")
-
-
 def load_trace(name_or_path: str | os.PathLike[str]) -> list[int]:
-    """Decode-step batch sizes of a trace CSV (columns ``step,batch_size``), in step order.
-
-    ``name_or_path`` is a shipped trace name (``"synthetic_chat"``, ``"synthetic_bursty"``; see
-    ``data/traces/README.md``) or a path to any CSV with a ``batch_size`` column.
-    """
-    path = trace_path(name_or_path)
+    """Decode-step batch sizes of a trace CSV (a shipped trace's name or a path), in step order."""
+    path = shipped_file("traces", name_or_path, ".csv")
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or "batch_size" not in reader.fieldnames:

@@ -1,31 +1,17 @@
 """What the real engines' CUDA-graph settings mean in labkit's terms (pure; no torch).
 
-Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names
-the file and function it follows. The rules change between releases (vLLM 0.11 capped the
-default at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x
-renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``), so every helper here says
-which version it follows. Notebook 13 explains each setting (its table of settings).
-
-* :func:`from_vllm` / :func:`from_sglang` turn an engine's settings into
-  :class:`LabkitSettings`: the labkit step mode, the capture sizes the engine would capture
-  (its default rule when none are given), how a batch is padded, and the budgets.
-* :func:`vllm_kv_budget`, :func:`sglang_kv_budget` and :func:`sglang_mem_fraction_static`:
-  where graph memory comes from (vLLM 0.13 captures the graphs after sizing the KV cache,
-  out of the ``1 - gpu_memory_utilization`` headroom; SGLang reserves room up front).
+Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names the
+file and function it follows. The rules change between releases (vLLM 0.11 capped the default
+at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x renamed
+``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``). Notebook 13 explains each setting.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from collections.abc import Sequence
 
-from labkit.checks import as_bool, as_int, as_size_list
-
-__all__ = ["VLLM_VERSION", "SGLANG_VERSION", "LabkitSettings", "vllm_default_capture_sizes",
-           "vllm_spec_decode_sizes", "vllm_padded_size", "from_vllm", "sglang_default_max_bs",
-           "sglang_default_capture_sizes", "from_sglang", "vllm_kv_budget",
-           "sglang_mem_fraction_static", "sglang_kv_budget", "labkit_num_blocks"]
+from labkit.checks import as_bool, as_int, as_number, as_size_list
 
 VLLM_VERSION = "vLLM 0.13.0"
 SGLANG_VERSION = "SGLang 0.5.6"
@@ -38,16 +24,11 @@ VLLM_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 
 @dataclass(frozen=True)
 class LabkitSettings:
-    """An engine's settings in labkit terms. ``capture_sizes`` count tokens per step (vLLM)
-    or requests (SGLang); ``tokens_per_request`` is ``1 + k`` with ``k`` speculative
-    tokens. ``padding``: a batch between two sizes runs the next larger graph; otherwise
-    only exact sizes use a graph. ``mode``: the labkit step mode of a *decode* step.
-    ``full_max_size`` (vLLM's FULL_AND_PIECEWISE and FULL_DECODE_ONLY): the largest size with
-    a FULL graph for uniform decode batches (every request ``1 + k`` tokens), at most
-    ``max_num_seqs * (1 + k)`` tokens; vLLM picks the graph by the batch's composition
-    (``CudagraphDispatcher``): a uniform decode batch padded to at most this size replays a
-    FULL graph, a mixed prefill/decode batch (or a decode batch padded above it) a
-    PIECEWISE graph in FULL_AND_PIECEWISE, none in FULL_DECODE_ONLY."""
+    """An engine's settings in labkit terms: ``capture_sizes`` in tokens (vLLM) or requests
+    (SGLang), ``1 + k`` tokens per request (``k`` speculative), ``padding`` (else exact sizes
+    only), the labkit ``mode`` of a decode step, and (FULL_AND_PIECEWISE, FULL_DECODE_ONLY) the
+    largest FULL graph for uniform decode batches; above it, or for a mixed batch,
+    ``CudagraphDispatcher`` picks PIECEWISE (FULL_AND_PIECEWISE) or none."""
 
     engine: str
     mode: str
@@ -61,25 +42,15 @@ class LabkitSettings:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def padded(self, n: int) -> int | None:
-        """The captured size a step of ``n`` tokens (vLLM) or requests (SGLang) runs at;
-        ``None``: no graph (eager)."""
+        """The captured size ``n`` runs at (vLLM's ``bs_to_padded_graph_size``); ``None``: eager."""
         n = as_int(n, "n", minimum=1)
-        if not self.capture_sizes:
-            return None
         if not self.padding:
             return n if n in self.capture_sizes else None
         return next((s for s in self.capture_sizes if s >= n), None)
 
     def dispatcher_kwargs(self, max_batch: int) -> dict | None:
-        """Keyword arguments of :class:`labkit.dispatch.PaddingDispatcher` that decode the
-        way this engine would on a labkit model with ``max_batch`` slots (``capture_sizes``
-        cut at ``max_batch``); ``None``: run eager. labkit's steps are pure decode batches
-        (prefill runs alone, eagerly), so vLLM's FULL_AND_PIECEWISE and FULL_DECODE_ONLY give
-        FULL graphs at every size up to ``full_max_size``; only where a size above it is
-        captured (``max_num_seqs`` not itself a capture size) does a decode batch padded
-        there replay a PIECEWISE graph (FULL_AND_PIECEWISE) or run eager (FULL_DECODE_ONLY).
-        labkit counts rows, one token per request, so with ``tokens_per_request > 1`` the
-        sizes are read as token counts."""
+        """:class:`labkit.dispatch.PaddingDispatcher` arguments decoding as this engine would
+        with ``max_batch`` slots (labkit's steps are pure decode batches); ``None``: eager."""
         max_batch = as_int(max_batch, "max_batch", minimum=1)
         sizes = [s for s in self.capture_sizes if s <= max_batch]
         if self.mode == "eager" or not sizes:
@@ -132,13 +103,6 @@ def vllm_spec_decode_sizes(sizes: Sequence[int], max_capture_size: int,
     return up
 
 
-def vllm_padded_size(sizes: Sequence[int], n: int) -> int | None:
-    """The captured size a step of ``n`` tokens is padded to (vLLM's
-    ``bs_to_padded_graph_size``: the smallest size >= n); ``None`` above the largest."""
-    n = as_int(n, "n", minimum=1)
-    return next((s for s in sorted(as_size_list(sizes, "sizes")) if s >= n), None)
-
-
 def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PIECEWISE",
               cudagraph_capture_sizes: Sequence[int] | None = None,
               max_cudagraph_capture_size: int | None = None,
@@ -148,10 +112,9 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
     """vLLM 0.13.0's CUDA-graph settings as labkit sees them: the sizes vLLM captures
     (``VllmConfig._set_cudagraph_sizes``; with speculative decoding and separate full decode
     graphs, ``GPUModelRunner._check_and_update_cudagraph_mode`` then calls
-    ``adjust_cudagraph_sizes_for_spec_decode``),
-    its mode and the largest FULL decode graph (``GPUModelRunner.capture_model``: uniform
-    decode sizes up to ``max_num_seqs * (1 + k)``). Defaults: an H200 serving the OpenAI
-    API. A bad or inconsistent setting raises as vLLM does, naming it."""
+    ``adjust_cudagraph_sizes_for_spec_decode``), its mode and the largest FULL decode graph
+    (``GPUModelRunner.capture_model``: up to ``max_num_seqs * (1 + k)``). Defaults: an H200
+    serving the OpenAI API. A bad or inconsistent setting raises as vLLM does, naming it."""
     as_bool(enforce_eager, "enforce_eager")
     mode = str(cudagraph_mode).upper()
     if mode not in VLLM_CUDAGRAPH_MODES:
@@ -165,9 +128,8 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
         why = "enforce_eager=True" if enforce_eager else "cudagraph_mode=NONE"
         return LabkitSettings("vLLM", "eager", "NONE", (), 0, seqs, q, True, None,
                               (f"{why}: no graphs ({VLLM_VERSION})",))
-    cap = (min(seqs * q * 2, 512) if max_cudagraph_capture_size is None
-           else as_int(max_cudagraph_capture_size, "max_cudagraph_capture_size", minimum=1))
-    cap = min(tokens, cap)
+    cap = min(tokens, min(seqs * q * 2, 512) if max_cudagraph_capture_size is None
+              else as_int(max_cudagraph_capture_size, "max_cudagraph_capture_size", minimum=1))
     if cudagraph_capture_sizes is not None:
         sizes = sorted({s for s in as_size_list(cudagraph_capture_sizes,
                                                 "cudagraph_capture_sizes") if s <= tokens})
@@ -209,22 +171,16 @@ def sglang_default_max_bs(gpu_memory_mib: float | None, tp_size: int = 1) -> int
     if isinstance(gpu_memory_mib, bool) or not isinstance(gpu_memory_mib, (int, float)) \
             or not gpu_memory_mib > 0:
         raise ValueError(f"gpu_memory_mib must be a positive number, got {gpu_memory_mib!r}")
-    g = gpu_memory_mib
-    if g < 20 * 1024:
-        return 8
-    if g < 35 * 1024:
-        return 24 if tp < 4 else 80
-    if g < 60 * 1024:
-        return 32 if tp < 4 else 160
-    if g < 160 * 1024:
-        return 256 if tp < 4 else 512
+    for below_gib, tp_below_4, tp_4_up in ((20, 8, 8), (35, 24, 80), (60, 32, 160),
+                                           (160, 256, 512)):
+        if gpu_memory_mib < below_gib * 1024:
+            return tp_below_4 if tp < 4 else tp_4_up
     return 512
 
 
 def sglang_default_capture_sizes(max_bs: int, *, disable_padding: bool = False,
                                  speculative: bool = False) -> list[int]:
-    """SGLang 0.5.6's default capture batch sizes up to ``max_bs``
-    (``ServerArgs._generate_cuda_graph_batch_sizes``)."""
+    """SGLang 0.5.6's default batch sizes (``ServerArgs._generate_cuda_graph_batch_sizes``)."""
     m = as_int(max_bs, "max_bs", minimum=1)
     if disable_padding:
         out = list(range(1, m + 1))
@@ -243,11 +199,10 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
                 gpu_memory_mib: float | None = 143771.0, tp_size: int = 1,
                 speculative_num_draft_tokens: int | None = None,
                 max_running_requests: int | None = None) -> LabkitSettings:
-    """SGLang 0.5.6's CUDA-graph settings as labkit sees them. Sizes count requests; with
-    speculative decoding each graph holds ``speculative_num_draft_tokens`` tokens per
-    request (``CudaGraphRunner.num_tokens_per_bs``). ``max_running_requests`` (the
-    request-to-token pool) adds its own size and cuts the list
-    (``get_batch_sizes_to_capture``). Default GPU: an H200 (143771 MiB)."""
+    """SGLang 0.5.6's CUDA-graph settings as labkit sees them: sizes count requests, each of
+    ``speculative_num_draft_tokens`` tokens (``CudaGraphRunner.num_tokens_per_bs``);
+    ``max_running_requests`` adds its size and cuts the list (``get_batch_sizes_to_capture``).
+    Default GPU: an H200 (143771 MiB)."""
     as_bool(disable_cuda_graph, "disable_cuda_graph")
     as_bool(disable_cuda_graph_padding, "disable_cuda_graph_padding")
     spec = speculative_num_draft_tokens is not None
@@ -261,14 +216,11 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
                   else as_int(cuda_graph_max_bs, "cuda_graph_max_bs", minimum=1))
         sizes = sglang_default_capture_sizes(max_bs, disable_padding=disable_cuda_graph_padding,
                                              speculative=spec)
-    pool = (None if max_running_requests is None
-            else as_int(max_running_requests, "max_running_requests", minimum=1))
-    if pool is not None:
-        if max(sizes) > pool:
-            sizes = [*sizes, pool]
-        sizes = [b for b in sizes if b <= pool]
+    running = max_bs
+    if max_running_requests is not None:  # the request pool adds its size and cuts the list
+        running = as_int(max_running_requests, "max_running_requests", minimum=1)
+        sizes = [b for b in sizes if b <= running] + ([running] if max(sizes) > running else [])
     sizes = sorted(set(sizes))
-    running = pool if pool is not None else max_bs
     if disable_cuda_graph:
         return LabkitSettings("SGLang", "eager", "NONE", (), 0, running, q, True, None,
                               (f"--disable-cuda-graph: no graphs ({SGLANG_VERSION})",))
@@ -286,16 +238,12 @@ def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | No
 
 def vllm_kv_budget(total_bytes: float, gpu_memory_utilization: float, non_kv_bytes: float,
                    graph_bytes: float) -> dict[str, float]:
-    """vLLM 0.13.0's memory split: ``requested = total * utilization``; KV cache =
-    ``requested - non_kv`` (weights + profiled activation peak + non-torch memory); the
-    graphs, captured after the KV cache is allocated, take ``graph_bytes`` from the
-    headroom ``total - requested``; ``headroom_left`` < 0 means they do not fit
-    (``Worker.determine_available_memory``, ``compile_or_warm_up_model``)."""
+    """vLLM 0.13.0's memory split (``Worker.determine_available_memory``,
+    ``compile_or_warm_up_model``): KV cache = ``total * utilization - non_kv``; the graphs,
+    captured after it, take ``graph_bytes`` of the headroom (``headroom_left < 0``: no fit)."""
     for name, v in (("total_bytes", total_bytes), ("non_kv_bytes", non_kv_bytes),
                     ("graph_bytes", graph_bytes)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 \
-                or not math.isfinite(v):
-            raise ValueError(f"{name} must be a number of bytes >= 0, got {v!r}")
+        as_number(v, name, minimum=0, fix="give a number of bytes >= 0")
     u = gpu_memory_utilization
     if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
@@ -308,10 +256,9 @@ def vllm_kv_budget(total_bytes: float, gpu_memory_utilization: float, non_kv_byt
 def sglang_mem_fraction_static(gpu_memory_mib: float, *, chunked_prefill_size: int = 8192,
                                cuda_graph_max_bs: int = 256, tp_size: int = 1,
                                pp_size: int = 1) -> float:
-    """SGLang 0.5.6's default ``mem_fraction_static`` (weights + KV pool share of the GPU):
-    ``reserved = 512 + max(chunked_prefill, 2048) * 1.5 + cuda_graph_max_bs * 2 +
-    tp * pp / 8 * 1024`` MiB, at least 10 GiB on GPUs above 60 GiB; fraction =
-    ``round((gpu - reserved) / gpu, 3)`` (no DP attention, no speculative decoding)."""
+    """SGLang 0.5.6's default ``mem_fraction_static`` (weights + KV pool share of the GPU),
+    ``(gpu - reserved) / gpu`` with the graphs' room reserved up front (no DP attention, no
+    speculative decoding)."""
     g = gpu_memory_mib
     if isinstance(g, bool) or not isinstance(g, (int, float)) or not g > 0:
         raise ValueError(f"gpu_memory_mib must be a positive number, got {g!r}")
@@ -324,22 +271,9 @@ def sglang_mem_fraction_static(gpu_memory_mib: float, *, chunked_prefill_size: i
     return round((g - reserved) / g, 3)
 
 
-def sglang_kv_budget(total_bytes: float, mem_fraction_static: float,
-                     weight_bytes: float) -> dict[str, float]:
-    """SGLang's split: weights + KV pool = ``total * mem_fraction_static``; the rest
-    (activations and CUDA graphs) is reserved up front."""
-    f = mem_fraction_static
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
-        raise ValueError(f"mem_fraction_static must be in (0, 1], got {f!r}")
-    static = total_bytes * f
-    return {"static": static, "kv_cache": static - weight_bytes,
-            "reserved": total_bytes - static}
-
-
 def labkit_num_blocks(kv_bytes: float, *, n_layer: int, n_head: int, head_dim: int,
                       block_size: int = 16, dtype_bytes: int = 2) -> int:
-    """Blocks of a labkit paged cache that ``kv_bytes`` hold (K and V, every layer), plus
-    labkit's pad block: the ``num_blocks`` to give ``GPTConfig``."""
+    """``GPTConfig.num_blocks`` for ``kv_bytes`` of paged cache (K and V, every layer, + pad)."""
     per = 2
     for name, v in (("n_layer", n_layer), ("block_size", block_size), ("n_head", n_head),
                     ("head_dim", head_dim), ("dtype_bytes", dtype_bytes)):

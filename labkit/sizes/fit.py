@@ -1,7 +1,4 @@
-"""Cost models for choosing capture sizes from measurements: a least-squares line (graph memory
-per size) and a piecewise-linear, optionally non-decreasing curve (step time per size).
-Part of :mod:`labkit.sizes`; :mod:`labkit.teach.lessons.sizing` builds them from records.
-"""
+"""Cost models from measurements: a least-squares line and a piecewise-linear curve."""
 
 from __future__ import annotations
 
@@ -12,9 +9,8 @@ from collections.abc import Sequence
 
 @dataclass(frozen=True)
 class LinearFit:
-    """``y = a + b * x`` fitted by least squares (``r2``: coefficient of determination, ``n``
-    points). Calling it gives ``max(floor, a + b * x)``: a memory model never goes below the
-    smallest pool the allocator hands out."""
+    """``y = a + b * x`` fitted by least squares (``r2``, ``n`` points); calling it gives
+    ``max(floor, a + b * x)`` (a pool is never below the smallest the allocator hands out)."""
 
     a: float
     b: float
@@ -42,8 +38,7 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float], floor: float = float("-
 
 
 def isotonic(ys: Sequence[float]) -> list[float]:
-    """The closest non-decreasing sequence to ``ys`` in least squares (pool adjacent
-    violators: neighbours that go down are replaced by their mean)."""
+    """The closest non-decreasing sequence to ``ys`` in least squares (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [sum, count]
     for y in ys:
         blocks.append([float(y), 1.0])
@@ -56,8 +51,7 @@ def isotonic(ys: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Interpolated:
-    """Piecewise-linear ``x -> y`` through measured points, extrapolated linearly from the two
-    outermost points on each side (an estimate, not a measurement, outside ``[lo, hi]``)."""
+    """Piecewise-linear ``x -> y`` through measured points, extrapolated linearly outside them."""
 
     xs: tuple[float, ...]
     ys: tuple[float, ...]

@@ -1,7 +1,4 @@
-"""Capture-size lists: vLLM V0's fixed list and the coverage heuristic (a power-of-two ladder
-up to a quantile). Part of :mod:`labkit.sizes`; the versioned defaults of vLLM V1 and SGLang
-are in :mod:`labkit.sizes.engines`.
-"""
+"""Capture-size lists: vLLM V0's fixed list and the coverage heuristic (engines.py: V1, SGLang)."""
 
 from __future__ import annotations
 
@@ -11,20 +8,12 @@ from labkit.sizes.distribution import DistLike, to_distribution
 
 def vllm_v0_sizes() -> list[int]:
     """vLLM V0 ``_BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in range(1, 33)]`` (1..256;
-    source: ``vllm/worker/model_runner.py``). The V1 and SGLang defaults, by version, are in
-    :mod:`labkit.sizes.engines`."""
+    source: ``vllm/worker/model_runner.py``)."""
     return [1, 2, 4] + [8 * i for i in range(1, 33)]
 
 
 def coverage_sizes(dist: DistLike, target: float = 0.95, max_sizes: int | None = None) -> list[int]:
-    """The coverage heuristic: a power-of-two ladder up to the ``target`` quantile.
-
-    The largest size ``q`` is the smallest observed batch size whose cumulative share of steps
-    is ``>= target``, so the graph hit rate is ``>= target`` and no smaller observed size would
-    reach it. Below ``q`` come the powers of two ``1, 2, 4, ... < q``. With ``max_sizes``, ``q``
-    and the ``max_sizes - 1`` largest powers of two are kept (small batches then pad up to the
-    smallest kept size). It ignores padding cost; compare it with :func:`optimal_sizes`.
-    """
+    """The coverage heuristic: powers of two up to the ``target`` quantile of the sizes."""
     p = to_distribution(dist)
     target = as_number(target, "target", fix="give a share of steps in (0, 1], e.g. 0.95")
     if not 0.0 < target <= 1.0:

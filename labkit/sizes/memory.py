@@ -1,6 +1,4 @@
-"""Graph memory models: bytes per captured size (a function or measurements) and the memory
-of a set of sizes in a shared or in private pools. Part of :mod:`labkit.sizes`.
-"""
+"""Graph memory models: bytes per captured size and the memory of a set of sizes in pools."""
 
 from __future__ import annotations
 
@@ -14,13 +12,6 @@ from labkit.sizes.padding import _check_sizes
 MemoryModel = Callable[[int], float] | Mapping[int, float]
 """Graph memory in bytes per captured size: a function (e.g. ``a + b * size``) or measurements."""
 Pool = Literal["shared", "private"]
-
-
-def linear_memory(base: float, per_row: float) -> Callable[[int], float]:
-    """A memory model ``size -> base + per_row * size`` bytes for one captured graph."""
-    base = as_number(base, "base", minimum=0.0, fix="graph memory is bytes >= 0")
-    per_row = as_number(per_row, "per_row", minimum=0.0, fix="graph memory is bytes >= 0")
-    return lambda size: base + per_row * size
 
 
 def _mem_of(memory_per_size: MemoryModel, size: int) -> float:
@@ -38,13 +29,9 @@ def _mem_of(memory_per_size: MemoryModel, size: int) -> float:
 
 def set_memory(sizes: Sequence[int], memory_per_size: MemoryModel, pool: Pool = "shared",
                residual_per_graph: float = 0.0) -> float:
-    """Graph memory of a set of sizes, in bytes.
-
-    ``pool="private"``: every graph has its own pool, so memory is the sum of
-    ``memory_per_size``. ``pool="shared"``: one pool captured largest-first, about the largest
-    graph's memory plus ``residual_per_graph`` for each further graph (vLLM estimates its graph
-    memory the same way: first capture + per-graph x (n - 1)).
-    """
+    """Graph memory of a set of sizes, in bytes: the sum of ``memory_per_size`` in private
+    pools; in one shared pool captured largest first, the largest graph's plus
+    ``residual_per_graph`` per further graph (as vLLM estimates it: first + per-graph x (n-1))."""
     ordered = _check_sizes(sizes)
     _check_pool(pool)
     _check_memory_model(memory_per_size)

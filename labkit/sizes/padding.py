@@ -1,7 +1,4 @@
-"""Padding a batch up to a capture size: the padded size, the padding table, and what a set
-of capture sizes costs on a distribution (padded rows, graph hit rate, expected step time).
-Part of :mod:`labkit.sizes`.
-"""
+"""Padding a batch up to a capture size, and what a set of sizes costs on a distribution."""
 
 from __future__ import annotations
 
@@ -28,10 +25,7 @@ def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
 
 
 def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
-    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (0 means: run eager).
-
-    ``table[0]`` is 0 (there is no empty decode step). ``max_bs`` defaults to the largest size.
-    """
+    """``table[bs]`` = padded size for ``bs`` in ``0..max_bs`` (0: eager, and ``table[0]``)."""
     ordered = _check_sizes(sizes)
     max_bs = ordered[-1] if max_bs is None else as_int(
         max_bs, "max_bs", minimum=0, fix="give the largest batch size to tabulate")
@@ -44,12 +38,7 @@ def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
 
 @dataclass(frozen=True)
 class PaddingReport:
-    """What a set of capture sizes costs on a distribution, per decode step on average.
-
-    ``expected_padded_rows``: padded (wasted) rows per step; eager steps pad nothing.
-    ``waste_fraction``: padded rows / all rows computed. ``graph_hit_rate``: share of steps
-    served by a graph; ``eager_share = 1 - graph_hit_rate``. ``mean_batch``: real rows per step.
-    """
+    """What a set of capture sizes costs per decode step on average: padding, hit rate."""
 
     sizes: tuple[int, ...]
     mean_batch: float
@@ -78,16 +67,12 @@ def expected_padding(sizes: Sequence[int], dist: DistLike) -> PaddingReport:
 def expected_step_cost(sizes: Sequence[int], dist: DistLike,
                        step_time: Callable[[int], float],
                        eager_time: Callable[[int], float] | None = None) -> float:
-    """Expected time of one decode step: ``step_time(padded)`` for a graph step,
-    ``eager_time(bs)`` for a batch above the largest size (required when any such batch occurs).
-    """
+    """Expected step time: ``step_time(padded)``, ``eager_time(bs)`` above the largest size."""
     ordered, p = _check_sizes(sizes), to_distribution(dist)
-    for name, fn in (("step_time", step_time), ("eager_time", eager_time)):
-        if fn is not None and not callable(fn):
+    for name, fn in (("step_time", step_time), ("eager_time", eager_time or float)):
+        if not callable(fn):
             raise TypeError(f"{name} must be a function batch size -> µs, got "
                             f"{type(fn).__name__}")
-    if step_time is None:
-        raise TypeError("step_time must be a function padded size -> µs, got None")
     total = 0.0
     for b, w in p.items():
         i = bisect.bisect_left(ordered, b)

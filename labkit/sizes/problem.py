@@ -1,13 +1,7 @@
-"""The size-choice problem as the optimiser sees it: the validated distribution, candidate
-sizes, cost model and memory per candidate (:class:`_Problem`), and its cost arrays (the
-segment costs between two consecutive sizes and the eager tail above the largest).
-Part of :mod:`labkit.sizes`; :mod:`labkit.sizes.search` solves it.
-"""
+"""The size-choice problem as the optimiser sees it (:class:`_Problem`) and its cost arrays."""
 
 from __future__ import annotations
 
-import bisect
-import math
 from dataclasses import dataclass
 from typing import Literal
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,10 +29,6 @@ class _Problem:
     mem: list[float] | None       # memory per candidate
     pool: Pool
     residual: float
-
-    def graph_cost(self, b: int, s: int) -> float:
-        """Cost of one step of ``b`` rows replayed on the graph of size ``s``."""
-        return float(s - b) if self.step is None else float(self.step(s))
 
 
 def _problem(dist: DistLike, *, max_size: int | None, cost: CostModel,
@@ -81,21 +71,6 @@ def _problem(dist: DistLike, *, max_size: int | None, cost: CostModel,
     return _Problem(b=np.array(list(p), dtype=np.int64), p=np.array(list(p.values())),
                     cands=cands, step=step, eager=eager_cost, mem=mem, pool=pool,
                     residual=float(residual_per_graph))
-
-
-def _objective(prob: _Problem, sizes: Sequence[int]) -> float:
-    """Expected cost of ``sizes`` computed directly, batch by batch (no DP)."""
-    ordered, cmax = sorted(sizes), prob.cands[-1]
-    total = 0.0
-    for b, w in zip(prob.b.tolist(), prob.p.tolist()):
-        i = bisect.bisect_left(ordered, b)
-        if i < len(ordered):
-            total += w * prob.graph_cost(b, ordered[i])
-        elif prob.eager is not None:
-            total += w * float(prob.eager(b))
-        elif b <= cmax:
-            return math.inf       # eager fallback below the largest candidate is not allowed
-    return total
 
 
 def _tail_costs(prob: _Problem, tops: Sequence[int]) -> np.ndarray:

@@ -1,7 +1,8 @@
-"""The exact search behind :func:`labkit.sizes.optimal_sizes` and
-:func:`labkit.sizes.pareto_front`: a dynamic programme over the sorted candidates (shared
-pools, or no memory model), and for private pools a label-setting DP with branch and bound and
-a Lagrangian incumbent. Part of :mod:`labkit.sizes`.
+"""The exact search behind ``optimal_sizes`` and ``pareto_front``:
+a DP over the sorted candidates, ``best[j, i]`` = the cheapest ``j + 1`` sizes whose largest is
+candidate ``i`` (one per memory ceiling for a shared pool of non-monotone memory); private pools
+(a knapsack: memory adds up) keep every non-dominated (memory, cost) label per state, pruned by
+branch and bound with a Lagrangian incumbent and bound.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ class _Entry:
 
 
 def _dp_matrix(C: np.ndarray, tail: np.ndarray, kmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """``best[j, i]``: least cost of exactly ``j + 1`` sizes whose largest is candidate ``i``,
-    tail included, for segment costs ``C`` (see :func:`_segment_costs`); ``back[j, i]`` is the
-    previous size's index. O(kmax * m^2) time with numpy, O(kmax * m) memory."""
+    """``best[j, i]`` with the tail, for segment costs ``C``, and ``back[j, i]``: the previous
+    size's index. O(kmax * m^2) time, O(kmax * m) memory."""
     m = C.shape[1]
     dp = np.full((kmax, m), np.inf)
     back = np.full((kmax, m), -1, dtype=np.int64)
@@ -41,15 +41,8 @@ def _dp_matrix(C: np.ndarray, tail: np.ndarray, kmax: int) -> tuple[np.ndarray, 
     return dp + tail[None, :], back
 
 
-def _dp_exact_count(prob: _Problem, cands: list[int], kmax: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_dp_matrix` for the problem restricted to ``cands``."""
-    return _dp_matrix(_segment_costs(prob, cands), _tail_costs(prob, cands), kmax)
-
-
 def _suffix_bounds(C: np.ndarray, tail: np.ndarray, kmax: int) -> list[list[float]]:
-    """``lb[r][i]``: least cost of the batches above candidate ``i`` with at most ``r`` more
-    sizes (a lower bound for any completion of a set whose largest size so far is ``i``)."""
+    """``lb[r][i]``: least cost of the batches above candidate ``i`` with ``<= r`` more sizes."""
     out = [tail.copy()]
     for _ in range(kmax - 1):
         nxt = tail.copy()
@@ -59,32 +52,29 @@ def _suffix_bounds(C: np.ndarray, tail: np.ndarray, kmax: int) -> list[list[floa
     return [x.tolist() for x in out]
 
 
-def _walk(back: np.ndarray, cands: list[int], j: int, i: int) -> list[int]:
-    out = [cands[i]]
-    while j > 0:
-        i = int(back[j, i])
-        j -= 1
-        out.append(cands[i])
+def _walk(back: np.ndarray, j: int, i: int) -> list[int]:
+    """The candidate indices of the set ending at ``back``'s state ``(j, i)``, ascending."""
+    out = [int(i)]
+    for jj in range(int(j), 0, -1):
+        out.append(int(back[jj, out[-1]]))
     return out[::-1]
 
 
 def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
              allowed: set[int] | None = None, best_only: bool = False) -> list[_Entry]:
-    """Candidate optima: for every (size count, memory class) the cheapest set, so that both
-    the budgeted optimum and the memory/cost Pareto front are among them (exact)."""
+    """The cheapest set per (size count, memory class): the optimum and Pareto front among them."""
     cands, mem, out = prob.cands, prob.mem, []
     if mem is None or prob.pool == "shared":
-        if mem is None:
-            classes: list[list[int]] = [list(range(len(cands)))]
-        elif all(x <= y for x, y in itertools.pairwise(mem)):
-            classes = [list(range(len(cands)))]  # max memory = memory of the largest size
+        if mem is None or all(x <= y for x, y in itertools.pairwise(mem)):
+            classes: list[list[int]] = [list(range(len(cands)))]  # max: the largest's memory
         else:                                     # one run per memory ceiling M
             classes = [[i for i, x in enumerate(mem) if x <= ceil] for ceil in sorted(set(mem))]
         for idx in classes:
             sub = [cands[i] for i in idx]
-            dp, back = _dp_exact_count(prob, sub, min(kmax, len(sub)))
+            dp, back = _dp_matrix(_segment_costs(prob, sub), _tail_costs(prob, sub),
+                                  min(kmax, len(sub)))
             for j, i in zip(*np.nonzero(np.isfinite(dp))):
-                sizes = _walk(back, sub, int(j), int(i))
+                sizes = [sub[x] for x in _walk(back, j, i)]
                 memory = None if mem is None else set_memory(
                     sizes, dict(zip(cands, mem)), "shared", prob.residual)
                 if memory is None or memory <= budget:
@@ -95,18 +85,10 @@ def _entries(prob: _Problem, kmax: int, budget: float = math.inf,
 
 def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: int,
                         budget: float) -> tuple[float, list[int], float, float, bool] | None:
-    """Lagrangian relaxation of the private-pool budget: minimise ``cost + lam * memory`` (an
-    ordinary DP, since private memory adds up per size) and bisect ``lam`` for the cheapest set
-    within budget. Returns ``(lam, size indices, cost, memory, optimal)`` of a feasible set
-    (an incumbent and a multiplier for bounds; ``optimal`` when the budget does not bind, so
-    the set is the optimum itself), or None only when no set fits at all.
-
-    Feasibility is decided directly, not by the relaxation: the least memory any allowed set
-    needs is that of the cheapest-memory single size that may be the largest (memory adds up
-    and is >= 0; the batches above the largest size decide whether it may be). A multiplier
-    large enough to reach that set can be far above any estimate from costs and memories
-    (memories may differ by far less than the smallest one), so ``lam`` grows until the
-    relaxed optimum fits, and the least-memory set is the incumbent if it never does."""
+    """Lagrangian relaxation of the private-pool budget: bisect ``lam`` in a DP of ``cost +
+    lam * memory`` for the cheapest set within budget: ``(lam, indices, cost, memory,
+    optimal)`` (``optimal``: the budget does not bind), or None when no set fits (the least
+    memory is one size's). If no ``lam`` fits, the least-memory set is the incumbent."""
     single = np.where(np.isfinite(tail), C[0] + tail, np.inf)
     tops = [i for i in range(len(single)) if math.isfinite(single[i])]
     if not tops:
@@ -118,10 +100,7 @@ def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: 
     def solve(lam: float) -> tuple[list[int], float, float]:
         dp, back = _dp_matrix(C + lam * mem[None, :], tail, kmax)
         j, i = np.unravel_index(int(np.argmin(dp)), dp.shape)
-        idx = [int(i)]
-        for jj in range(int(j), 0, -1):
-            idx.append(int(back[jj, idx[-1]]))
-        idx = idx[::-1]
+        idx = _walk(back, int(j), int(i))
         memory = float(mem[idx].sum())
         return idx, float(dp[j, i]) - lam * memory, memory
 
@@ -159,12 +138,11 @@ def _lagrange_incumbent(C: np.ndarray, tail: np.ndarray, mem: np.ndarray, kmax: 
 
 def _private_entries(prob: _Problem, kmax: int, budget: float, allowed: set[int] | None,
                      best_only: bool) -> list[_Entry]:
-    """Private pools: memory adds up, so each state (count j, largest size i) keeps its
-    non-dominated (memory, cost) labels; exact, but the label count L can grow large.
-    Branch and bound keeps it fast: a label is dropped when even its best completion (cost
-    bound from a memory-free suffix DP and, with a budget, a Lagrangian one; memory bound from
-    the sizes it still must add) is dominated by a set already found (``best_only``: costs
-    more than the best set within budget so far, seeded by :func:`_lagrange_incumbent`)."""
+    """Private pools: each state (count j, largest size i) keeps its non-dominated (memory,
+    cost) labels. A label is dropped when even its best completion (cost bounds from a
+    memory-free suffix DP and a Lagrangian one; memory bound from the sizes it must still add)
+    is dominated by a set found (``best_only``: costs more than the best set within budget,
+    seeded by :func:`_lagrange_incumbent`)."""
     cands, mem = prob.cands, prob.mem
     assert mem is not None
     m = len(cands)

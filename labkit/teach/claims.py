@@ -1,9 +1,4 @@
-"""Five claims of the seed articles about CUDA graphs in vLLM (notebook 09), each checked
-against records. The articles are not stored here: ``quote`` holds their words as notebook 09
-quotes them. Each check returns an :class:`~labkit.teach.verdicts.Assessment` (a verdict and
-its numbers); timing verdicts follow :func:`~labkit.teach.verdicts.compare_stats`, memory
-verdicts compare bytes exactly.
-"""
+"""Five claims of the seed articles about CUDA graphs in vLLM (notebook 09), checked on records."""
 
 from __future__ import annotations
 
@@ -33,9 +28,8 @@ ARTICLE_NAMES = ("enable_cuda_graph", "cuda_graph_batch_sizes", "graph_pool_size
 
 
 def check_replay_speedup(records: Mapping[str, Any]) -> Assessment:
-    """Graph replay vs eager per decode record and batch size: the speed-up, the timing word
-    (``measure_decode`` samples eager and graph interleaved, p10-p90 spreads), the host's
-    cost per launch beside it (``launch_overhead``) and the eager step's cost per kernel."""
+    """Graph replay vs eager per decode record and batch size (sampled interleaved): the
+    speed-up, the timing word, the host's cost per launch and the eager step's per kernel."""
     lo, hi = CLAIMED_SPEEDUP
     per: dict[str, dict[str, Any]] = {}
     words: list[str] = []
@@ -90,9 +84,8 @@ def _pools(records: Mapping[str, Any]) -> list[dict]:
 
 
 def check_shared_pool_max(records: Mapping[str, Any]) -> Assessment:
-    """One shared pool (both capture orders) vs the largest private pool and their sum, in
-    bytes, every ``pool_memory_*`` record: ``holds`` at exactly the largest, ``partly`` between
-    max and sum, ``false`` at the sum or above."""
+    """One shared pool (both orders) vs the largest private pool and their sum, in bytes:
+    ``holds`` at exactly the largest, ``partly`` below the sum, ``false`` at it or above."""
     per = _pools(records)
     ev = {"per_record": per}
     tested = [p for p in per if p["sum_private"] > p["largest_private"]]
@@ -106,9 +99,8 @@ def check_shared_pool_max(records: Mapping[str, Any]) -> Assessment:
 
 
 def check_largest_first(records: Mapping[str, Any]) -> Assessment:
-    """"Capture the largest first so the pool is big enough": the shared pool's bytes in both
-    orders. ``holds``: smallest first ends larger; ``false``: smaller; ``partly``: the same
-    bytes (harmless practice, wrong reason: the pool grows at capture, it is not pre-sized)."""
+    """"Capture the largest first so the pool is big enough": ``holds`` if smallest first
+    ends larger, ``false`` if smaller, ``partly`` if the same (the pool grows at capture)."""
     per = _pools(records)
     ev = {"per_record": per}
     sf = [p["smallest_first"] for p in per]
@@ -138,8 +130,7 @@ def check_offsets_not_addresses(records: Mapping[str, Any]) -> Assessment:
 
 
 def vllm_option_names() -> tuple[set[str], str]:
-    """vLLM's engine-argument and compilation-config field names (an installed ``vllm``'s,
-    else :data:`VLLM_CUDAGRAPH_NAMES`) and where they were read."""
+    """vLLM's engine and compilation-config names (installed, else as read) and their source."""
     try:
         from vllm.config import CompilationConfig  # type: ignore
         from vllm.engine.arg_utils import EngineArgs  # type: ignore
@@ -179,7 +170,6 @@ CLAIMS: tuple[Claim, ...] = (
           "cuda_graph_batch_sizes and graph_pool_size.", "vLLM's engine arguments", (),
           check_engine_args, quote="enable_cuda_graph, cuda_graph_batch_sizes, graph_pool_size"),
 )
-BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
 
 
 def needed_records(claims: Sequence[Claim] = CLAIMS) -> list[str]:
@@ -188,8 +178,7 @@ def needed_records(claims: Sequence[Claim] = CLAIMS) -> list[str]:
 
 
 def evaluate(c: Claim, records: Mapping[str, Any]) -> dict:
-    """Run one claim's check on ``records`` (name -> Result, data or None): the claim's fields,
-    ``verdict`` and ``evidence``; untested where its records are missing or lack a field."""
+    """One claim's check on ``records``: its fields, ``verdict`` and ``evidence``."""
     present = {k: v for k, v in records.items() if v is not None}
     missing = [r for r in c.records if r not in present]
     base = {"id": c.id, "claim": c.claim, "quote": c.quote, "measurement": c.measurement,
@@ -209,9 +198,7 @@ def evaluate_all(records: Mapping[str, Any], claims: Sequence[Claim] = CLAIMS) -
 
 def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Sequence[float],
                          smallest_first_mib: Sequence[float], preset: str = "synthetic") -> dict:
-    """A ``pool_memory_<preset>``-shaped record from MiB figures, for exercises and tests:
-    ``private_mib[bs]`` per batch size; the shared pool's size after each capture, in capture
-    order (largest first: descending sizes; smallest first: ascending)."""
+    """A ``pool_memory_<preset>``-shaped record from MiB figures (shared: after each capture)."""
     sizes = sorted(int(b) for b in private_mib)
     if len(largest_first_mib) != len(sizes) or len(smallest_first_mib) != len(sizes):
         raise ValueError(f"give one pool size per capture: {len(sizes)} sizes, "
@@ -239,8 +226,7 @@ _MEASURES: dict[str, Callable[..., dict]] = {
 
 
 def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
-    """name -> (measure function, params) of the records :data:`CLAIMS` read, with their
-    default parameters (:data:`labkit.measure.records.DEFAULTS`; run only when called)."""
+    """name -> (measure function, default params) of the records :data:`CLAIMS` read."""
 
     def spec(name: str) -> tuple[Callable[[], dict], dict]:
         func, params = rk.DEFAULTS[name]
@@ -250,9 +236,7 @@ def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
 
 
 def gather_records(ctx: Any, *, reuse_run: bool = True) -> dict[str, Any]:
-    """The records of :data:`CLAIMS`: on the GPU tier measured live (or, with ``reuse_run``,
-    as an earlier notebook of this ``labkit run`` saved them in the run folder); on the CPU
-    tier the recorded references (:func:`labkit.teach.notebook.measure_or_reference`)."""
+    """The records of :data:`CLAIMS`: live on the GPU tier, else the recorded references."""
     out = {}
     for n, (fn, params) in record_specs().items():
         saved = default_run_dir() / "results" / f"{n}.json"

@@ -1,17 +1,8 @@
-"""Self-checking exercises: each check prints what passed and what did not, with a hint.
-
-    from labkit.teach.exercises import Exercise
-    ex = Exercise("2.1 pad a batch of 5")
-    ex.check("padded size", answer, expected)
-    ex.report()
-
-By default a check never raises on a wrong answer (a student notebook with open TODOs keeps
-running under papermill and nbval); :attr:`Exercise.passed` says whether every check passed.
-
-**Strict mode** (``LABKIT_STRICT_EXERCISES=1``, how ``make test`` runs the solutions): a
-failing or unanswered check raises :class:`StrictExerciseError` naming the exercise, the check,
-the expected and the given answer, and so does an exercise that made no check at all.
-"""
+"""Self-checking exercises (``ex = Exercise("2.1 pad"); ex.check("padded size", got, want);
+ex.report()``): a check prints what passed and what did not, with a hint, and never raises (a
+notebook with open TODOs keeps running), except in strict mode (``LABKIT_STRICT_EXERCISES=1``,
+how the solutions run), where a failing or unanswered check, or an exercise with none, raises
+:class:`StrictExerciseError`."""
 
 from __future__ import annotations
 
@@ -19,6 +10,8 @@ import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 #: the environment variable that turns strict mode on (``1``) or off (``0`` or unset)
 STRICT_ENV = "LABKIT_STRICT_EXERCISES"
@@ -29,9 +22,7 @@ class StrictExerciseError(AssertionError):
 
 
 def strict_mode() -> bool:
-    """True when ``LABKIT_STRICT_EXERCISES=1``; False when it is ``0``, empty or unset.
-
-    Read at every check, so a test or a kernel can switch it without re-importing."""
+    """True when ``LABKIT_STRICT_EXERCISES=1``; False when ``0``, empty or unset."""
     value = os.environ.get(STRICT_ENV, "").strip()
     if value in ("", "0"):
         return False
@@ -48,14 +39,12 @@ def _equal(got: Any, expected: Any, rel: float) -> bool:
             return math.isclose(float(got), float(expected), rel_tol=rel, abs_tol=1e-12)
         except (TypeError, ValueError):
             return False
-    try:
-        import torch
-
-        if isinstance(got, torch.Tensor) or isinstance(expected, torch.Tensor):
-            return bool(torch.equal(torch.as_tensor(got), torch.as_tensor(expected)))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(got, torch.Tensor) or isinstance(expected, torch.Tensor):
+        return bool(torch.equal(torch.as_tensor(got), torch.as_tensor(expected)))
     return got == expected
+
+
+_UNANSWERED = "not answered yet (replace the ... / None)"
 
 
 def _unanswered(got: Any, expected: Any) -> bool:
@@ -65,11 +54,7 @@ def _unanswered(got: Any, expected: Any) -> bool:
 
 @dataclass
 class Exercise:
-    """A named exercise collecting checks.
-
-    ``strict``: ``None`` (default) follows ``LABKIT_STRICT_EXERCISES``; True or False
-    overrides it for this exercise.
-    """
+    """A named exercise collecting checks (``strict`` overrides ``LABKIT_STRICT_EXERCISES``)."""
 
     title: str
     results: list[tuple[str, bool, str]] = field(default_factory=list)
@@ -95,28 +80,18 @@ class Exercise:
 
     def check(self, what: str, got: Any, expected: Any = True, *, hint: str = "",
               rel: float = 1e-6, reveal: bool = True) -> bool:
-        """Compare ``got`` with ``expected``; record and print the outcome.
-
-        ``reveal=False`` keeps the expected value out of the printed line (for multiple-choice
-        answers, where it would give the answer away); strict mode's error always names it.
-        """
+        """Compare ``got`` with ``expected``, print the outcome (``reveal=False``: no answer)."""
         if _unanswered(got, expected):
-            ok, msg = False, "not answered yet (replace the ... / None)"
-        else:
-            ok = _equal(got, expected, rel)
-            if ok:
-                msg = ""
-            elif reveal:
-                msg = f"got {got!r}, expected {expected!r}"
-            else:
-                msg = f"{got!r} is not right yet"
+            return self._record(what, False, _UNANSWERED, hint, got, expected)
+        ok = _equal(got, expected, rel)
+        msg = ("" if ok else f"got {got!r}, expected {expected!r}" if reveal
+               else f"{got!r} is not right yet")
         return self._record(what, ok, msg, hint, got, expected)
 
     def check_true(self, what: str, condition: Any, *, hint: str = "") -> bool:
         """Record a condition that should hold (``...`` or ``None``: not answered yet)."""
         if _unanswered(condition, True):
-            return self._record(what, False, "not answered yet (replace the ... / None)", hint,
-                                condition, True)
+            return self._record(what, False, _UNANSWERED, hint, condition, True)
         ok = bool(condition)
         return self._record(what, ok, "" if ok else "does not hold yet", hint, ok, True)
 
@@ -126,9 +101,7 @@ class Exercise:
         return bool(self.results) and all(ok for _, ok, _ in self.results)
 
     def report(self) -> None:
-        """Print how many checks passed. Returns nothing (so a notebook cell ending in
-        ``ex.report()`` shows no stray ``True``/``False``); read :attr:`passed` for the verdict.
-        In strict mode an exercise that made no check raises :class:`StrictExerciseError`."""
+        """Print how many checks passed; in strict mode an exercise with no check raises."""
         n_ok = sum(ok for _, ok, _ in self.results)
         print(f"{self.title}: {n_ok}/{len(self.results)} checks passed"
               + ("" if self.passed else " -- keep going, the hints above say what to look at"))

@@ -1,9 +1,4 @@
-"""Notebook plumbing: the set-up cell, the hardware-tier banner, live-or-recorded results.
-
-Every notebook starts with ``nb = labkit.teach.notebook.setup("03_capture_replay")`` and gets
-the tier (``gpu`` runs measurements live; ``cpu`` shows recorded GPU reference results,
-labelled with where they came from). Nothing here measures anything itself.
-"""
+"""Notebook plumbing: the set-up cell, the tier banner, live-or-recorded results."""
 
 from __future__ import annotations
 
@@ -30,7 +25,6 @@ class NotebookContext:
     name: str
     tier: str
     reference_gpu: str
-    device: str
     #: GPUs the notebook's live measurements need (2 for tensor parallelism), and present
     gpus_needed: int = 1
     gpus_here: int = 0
@@ -46,10 +40,7 @@ class NotebookContext:
         return self.tier == "gpu" and self.gpus_here < self.gpus_needed
 
     def state(self, statement: str, holds: Any, shows: str = "", *, about: Any = None) -> bool:
-        """A statement check (:mod:`labkit.teach.statements`): ``holds`` is the statement as
-        code, ``shows`` what the record shows. ``about``: the record(s) it reads; a recorded
-        reference among them makes a false statement raise, records measured here make it
-        print what this GPU shows. Without ``about`` the tier decides (CPU: recorded)."""
+        """A statement check, recorded as the record(s) ``about`` say, else by the tier."""
         recorded = statements.is_reference(about)
         if recorded is None:
             recorded = not self.live
@@ -62,23 +53,17 @@ class NotebookContext:
 
 
 def configure_plotly() -> str:
-    """Pick a plotly renderer that draws in JupyterLab *and* in HTML/slide exports offline.
-
-    ``plotly_mimetype+notebook`` embeds plotly.js once per notebook, so exported decks and
-    HTML pages show the charts with no network. ``PLOTLY_RENDERER`` overrides it.
-    """
+    """Pick a plotly renderer that draws in JupyterLab and offline exports."""
     import plotly.io as pio
 
     renderer = envvars.plotly_renderer()
     pio.renderers.default = renderer
-
     register_template()
     return renderer
 
 
 def reference_folder(gpus: int = 1, gpu: str = "h200") -> str:
-    """The reference folder name for measurements on ``gpus`` GPUs of one kind:
-    ``h200`` for one, ``h200x2`` for two (``data/reference/<name>/``)."""
+    """The ``data/reference/`` folder of ``gpus`` GPUs of one kind: ``h200``, ``h200x2``."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"gpus must be a positive int, got {gpus!r}")
     return gpu if gpus == 1 else f"{gpu}x{gpus}"
@@ -107,11 +92,7 @@ def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
 
 def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
           quiet: bool = False) -> NotebookContext:
-    """Set-up cell: versions, tier banner, plotly renderer. Returns the context.
-
-    ``gpus``: how many GPUs the live measurements need; with fewer the notebook shows the
-    references of ``reference_gpu`` (default :func:`reference_folder`: ``h200`` for one GPU,
-    ``h200x2`` for two)."""
+    """Set-up cell: versions, tier banner, plotly renderer; returns the context."""
     import torch
 
     reference_gpu = reference_gpu or reference_folder(gpus)  # checks gpus
@@ -120,8 +101,7 @@ def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
         torch.set_num_threads(threads)
     tier = hardware_tier()
     here = torch.cuda.device_count() if tier == "gpu" else 0
-    ctx = NotebookContext(name, tier, reference_gpu, "cuda" if tier == "gpu" else "cpu",
-                          gpus_needed=gpus, gpus_here=here)
+    ctx = NotebookContext(name, tier, reference_gpu, gpus_needed=gpus, gpus_here=here)
     configure_plotly()
     if not quiet:
         gpu = torch.cuda.get_device_name(0) if tier == "gpu" else None
@@ -135,12 +115,9 @@ def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
 
 def measure_or_reference(ctx: NotebookContext, name: str, measure: Callable[[], dict],
                          params: dict | None = None, *, show: bool = True):
-    """On the GPU tier run ``measure()``, save it as result ``name`` and return it;
-    on the CPU tier load the recorded reference ``name`` instead. Either way the returned
-    :class:`labkit.measure.results.Result` says where its numbers came from."""
+    """Live: run ``measure()`` and save it as ``name``; else the recorded reference."""
     if ctx.live:
-        data = measure()
-        res = load_result(save_result(name, data, params or {}))
+        res = load_result(save_result(name, measure(), params or {}))
         label = "measured live"
     else:
         res = load_reference(name, gpu=ctx.reference_gpu)
@@ -166,15 +143,12 @@ def reference_or_none(ctx: NotebookContext, name: str) -> Any:
 def measure_many_or_reference(ctx: NotebookContext, names: Sequence[str],
                               measure: Callable[[], dict[str, dict]],
                               params: dict | None = None) -> dict[str, Any]:
-    """Several records from one measurement (e.g. one multi-GPU launch): on the live tier run
-    ``measure()`` (a dict record name -> data), save each and return them as results; else
-    the recorded reference of each name, or ``None`` where none is recorded yet."""
+    """Several records of one ``measure()`` (name -> data) when live, else references or None."""
     names = list(names)
     if not ctx.live:
         return {n: reference_or_none(ctx, n) for n in names}
     got = measure()
-    missing = [n for n in names if n not in got]
-    if missing:
+    if missing := [n for n in names if n not in got]:
         raise KeyError(f"the measurement returned no record {missing}; it returned "
                        f"{sorted(got)}")
     out = {n: load_result(save_result(n, got[n], params or {})) for n in names}

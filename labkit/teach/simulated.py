@@ -1,19 +1,14 @@
-"""CPU stand-ins for captured CUDA graphs (they model what a graph reads and writes, not its
-speed): :data:`standin_cuda` holds the names of ``torch.cuda`` a hand-written capture uses,
-:func:`graph_api` picks it or the real ``torch.cuda``, :class:`SimulatedGraph` wraps one function.
-
-Capture runs the body once and records each aten op with the memory it read and wrote; replay
-runs the ops again on that memory. A tensor the capture creates gets a block of the graph's
-**pool**, as in PyTorch's caching allocator (``c10/cuda/CUDACachingAllocator.cpp``): once no
-tensor uses the block it is free, though the graph still writes it on every replay, and a later
-capture into the pool gets the best-fitting free block, the same storage (equal ``data_ptr()``).
-Simplified: a block is a whole storage (never split or merged, no rounding, no segments, no
-streams)."""
+"""CPU stand-ins for captured CUDA graphs (what a graph reads and writes, not its speed):
+:data:`standin_cuda` for the ``torch.cuda`` names a capture uses, :func:`graph_api` to pick it.
+Capture records each aten op with its memory; replay reruns them on it. A tensor the capture
+creates gets a block of the graph's pool, as in ``c10/cuda/CUDACachingAllocator.cpp``: free once
+unused (the graph still writes it), best fit for a later capture into the pool. Simplified: a
+block is a whole storage (no splitting, rounding, segments or streams)."""
 
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from types import SimpleNamespace
 from typing import Any
 from collections.abc import Callable, Iterator
@@ -32,8 +27,7 @@ class Pool:
         self.blocks: list[torch.UntypedStorage] = []
 
     def take(self, nbytes: int) -> torch.UntypedStorage:
-        """The smallest free block (its one use is the pool's) of ``nbytes`` or more, or a new
-        one."""
+        """The smallest free block (used by the pool alone) of ``nbytes`` or more, or a new one."""
         free = [b for b in self.blocks
                 if b.nbytes() >= nbytes and torch._C._storage_Use_Count(b._cdata) == 1]
         if not free:
@@ -80,9 +74,8 @@ class _Recorder(TorchDispatchMode):
 
 
 class StandInGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph``: :meth:`replay` (returns ``None``) reruns the
-    captured ops on the captured memory: it reads the static inputs (``copy_`` into them is
-    seen, rebinding a name is not) and writes the same outputs and pool blocks."""
+    """Stand-in for ``torch.cuda.CUDAGraph``: :meth:`replay` reruns the captured ops on the
+    captured memory (``copy_`` into a static input is seen, rebinding a name is not)."""
 
     def __init__(self) -> None:
         self._tape: list = []
@@ -107,8 +100,7 @@ class StandInGraph:
 
 @contextmanager
 def graph(g: StandInGraph, pool: Pool | None = None, stream: Any = None) -> Iterator[None]:
-    """Stand-in for ``torch.cuda.graph(g, pool=..., stream=...)``: record the body into ``g``;
-    the tensors it creates come from ``pool`` (default: a new, private one)."""
+    """Stand-in for ``torch.cuda.graph(g, pool=...)``: record the body into ``g``, from ``pool``."""
     if not isinstance(g, StandInGraph) or g.captured:
         raise RuntimeError(f"graph() needs a new CUDAGraph(), got {g!r} (a graph already "
                            "captured cannot be captured again)")
@@ -138,16 +130,10 @@ class SimulatedGraph:
 
 _STREAM = SimpleNamespace(wait_stream=lambda other: None)  # CPU work runs in order
 
-
-@contextmanager
-def _on_stream(stream: object) -> Iterator[None]:
-    yield  # CPU work runs in order: nothing to switch
-
-
 #: the names a hand-written capture uses, as ``torch.cuda`` spells them
 standin_cuda = SimpleNamespace(CUDAGraph=StandInGraph, graph=graph, graph_pool_handle=Pool,
                                Stream=lambda: _STREAM, current_stream=lambda: _STREAM,
-                               stream=_on_stream)
+                               stream=lambda stream: nullcontext())
 
 
 def graph_api(device: str | torch.device) -> Any:

@@ -1,20 +1,8 @@
-"""Statement checks: every sentence a notebook states about a measurement, as code beside it.
-
-A notebook that says "captured smallest first, the pool ends no larger than largest first"
-follows the sentence with a cell tagged ``statement``::
-
-    nb.state("smallest first ends no larger than largest first", sf <= 1.1 * lf,
-             f"{sf:.0f} vs {lf:.0f} MiB")
-
-* On **recorded references** (the CPU tier, CI) a statement that does not hold raises
-  :class:`StatementError`: nbval fails, so a re-recorded reference that contradicts the text
-  cannot land unnoticed.
-* **Measured live** on a GPU, a statement that does not hold prints what this GPU shows
-  instead ("on this GPU: 26 vs 31 MiB") and the notebook goes on: a different GPU may
-  legitimately differ, and the learner should see it.
-
-:func:`say` shows prose that carries numbers from a record: a markdown template whose
-``{name}`` fields :func:`fmt` fills without float noise.
+"""Statement checks: every sentence a notebook states about a measurement, as code beside it
+(``nb.state("smallest first ends no larger", sf <= 1.1 * lf, f"{sf:.0f} vs {lf:.0f} MiB")``).
+On recorded references a false statement raises :class:`StatementError` (nbval fails, so a
+re-recorded reference cannot contradict the text unnoticed); measured live, it prints what this
+GPU shows and the notebook goes on. :func:`say` shows markdown with a record's numbers filled in.
 """
 
 from __future__ import annotations
@@ -31,9 +19,8 @@ class StatementError(AssertionError):
 
 
 def fmt(value: Any, spec: str = "") -> str:
-    """``value`` formatted for prose: ``spec`` when given (``".1f"``, ``",d"``), else floats
-    to three significant digits (``626.3375997`` -> ``626``, ``1.0837`` -> ``1.08``), ints
-    with thousands separators, everything else with ``str``."""
+    """``value`` for prose: by ``spec`` when given, else floats to three significant digits
+    (``626.3375997`` -> ``626``), ints with thousands separators, the rest with ``str``."""
     if spec:
         return format(value, spec)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -58,8 +45,7 @@ def render(template: str, /, **values: Any) -> str:
 
 
 def show(rich: str, plain: str, kind: str = "HTML") -> None:
-    """Display ``rich`` (``kind``: ``"HTML"`` or ``"Markdown"``) in a notebook; print
-    ``plain`` outside one."""
+    """Display ``rich`` (``"HTML"`` or ``"Markdown"``) in a notebook, else print ``plain``."""
     try:
         from IPython import display, get_ipython
     except ImportError:
@@ -71,15 +57,13 @@ def show(rich: str, plain: str, kind: str = "HTML") -> None:
 
 
 def say(template: str, /, **values: Any) -> None:
-    """Show ``template`` as markdown with ``values`` filled in (:func:`render`); outside a
-    notebook print it."""
+    """Show ``template`` as markdown with ``values`` filled in (:func:`render`)."""
     text = render(template, **values)
     show(text, text, "Markdown")
 
 
 def is_reference(records: Any) -> bool | None:
-    """True when any of ``records`` (a Result, or an iterable or mapping of them) was loaded
-    from ``data/reference/``; False when all are live results; None when none says."""
+    """True when any of ``records`` is a recorded reference, False if all live, else None."""
     items: Iterable[Any] = (records.values() if isinstance(records, Mapping) else records
                             if isinstance(records, (list, tuple, set)) else (records,))
     flags = [r.reference for r in items if hasattr(r, "reference")]
@@ -87,15 +71,11 @@ def is_reference(records: Any) -> bool | None:
 
 
 def check(statement: str, holds: Any, shows: str = "", *, recorded: bool) -> bool:
-    """Check one statement. ``holds``: the statement as code (truthy when it holds);
-    ``shows``: what the record shows, in a few words with its numbers; ``recorded``: True
-    when the numbers come from a recorded reference (then a false statement raises
-    :class:`StatementError`), False when they were measured here (then it prints what this
-    machine shows). Returns whether it holds."""
-    ok = bool(holds)
-    evidence = f" ({shows})" if shows else ""
-    if ok:
-        print(f"checked: {statement}{evidence}")
+    """Check one statement (``holds``: truthy when it holds; ``shows``: what the record shows,
+    with its numbers): false and ``recorded`` raises :class:`StatementError`, false and
+    measured here prints what this machine shows. Returns whether it holds."""
+    if holds:
+        print(f"checked: {statement}" + (f" ({shows})" if shows else ""))
         return True
     if recorded:
         raise StatementError(

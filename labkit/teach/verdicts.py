@@ -1,7 +1,4 @@
-"""Verdicts: the words (:data:`VERDICTS`), the :class:`Assessment` a check returns (a verdict
-and its numbers; the notebook says the sentence), the :class:`Claim` record, and the evidence
-rule of every timing verdict (:func:`compare_stats`, :func:`compare_runs`, :func:`timing_verdict`).
-"""
+"""Verdicts, the :class:`Assessment` a check returns, and the timing evidence rule."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ class Assessment:
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim: this suite's paraphrase, what answers it (``records``: all needed, or one
-    of them with ``any_of``), the check, and the article's words as quoted here."""
+    """One claim: a paraphrase, the records that answer it, the check, the article's words."""
 
     id: str
     claim: str
@@ -43,8 +39,7 @@ class Claim:
 
 
 def timing_verdict(d: Difference, lower: str, higher: str, same: str = "false") -> str:
-    """The verdict a timing :class:`Difference` allows: its ``untested (...)`` word, else
-    ``lower`` / ``higher`` (a measurably lower / higher than b) or ``same`` (no difference)."""
+    """The verdict a :class:`Difference` allows: untested, ``lower``, ``higher`` or ``same``."""
     if not d.tested:
         return d.word
     return {"a lower": lower, "a higher": higher}.get(d.word, same)
@@ -58,13 +53,9 @@ MIN_RUNS = 2
 
 @dataclass(frozen=True)
 class Difference:
-    """Two measured series of one quantity compared the way a verdict may use them.
-
-    ``a`` and ``b`` are the medians; ``a_range`` / ``b_range`` the spread of each (p10–p90 of
-    many samples, or min–max of repeated runs); ``runs`` the fewest runs on either side;
-    ``interleaved``: whether the two series were sampled alternately in one process (only then
-    does a clock or host change hit both alike). :attr:`word` is the only thing a verdict may
-    conclude from it."""
+    """Two measured series of one quantity: medians, spreads (p10–p90 of samples or min–max of
+    runs), the fewest runs on a side, and whether they were sampled alternately (only then does a
+    clock or host change hit both alike). A verdict may conclude only :attr:`word` from it."""
 
     a: float
     b: float
@@ -80,8 +71,7 @@ class Difference:
 
     @property
     def separated(self) -> bool:
-        """True when the two spreads do not overlap: every run of one side lies beyond every
-        run of the other."""
+        """True when the two spreads do not overlap."""
         return self.a_range[1] < self.b_range[0] or self.b_range[1] < self.a_range[0]
 
     @property
@@ -107,8 +97,7 @@ def _stat(s: Any, key: str) -> float:
 
 
 def compare_stats(a: Any, b: Any, *, interleaved: bool) -> Difference:
-    """Compare two :class:`labkit.timing.Stats` (or their dicts): medians, p10–p90 spreads,
-    ``n`` samples each."""
+    """Compare two :class:`labkit.timing.Stats` (or dicts): medians, p10–p90, ``n`` samples."""
     n = min(int(_stat(a, "n")), int(_stat(b, "n")))
     return Difference(_stat(a, "median"), _stat(b, "median"),
                       (_stat(a, "p10"), _stat(a, "p90")), (_stat(b, "p10"), _stat(b, "p90")),

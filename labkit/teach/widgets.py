@@ -1,6 +1,4 @@
-"""ipywidgets helpers: :func:`explore` redraws what a render function returns (a figure, text,
-or a list) whenever a control changes; sliders redraw on release. Widgets need a live kernel:
-show the default view as a static figure too, and tag widget cells ``nbval-ignore-output``."""
+"""ipywidgets helpers: sliders, and :func:`explore`, which redraws a view on every change."""
 
 from __future__ import annotations
 
@@ -8,11 +6,11 @@ from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
 
-def _common(**kw) -> dict:
+def _slider(kind: str, **kw: Any):
     import ipywidgets as w  # a dependency; imported when a widget is made
 
-    return dict(continuous_update=False, style={"description_width": "initial"},
-                layout=w.Layout(width="600px"), **kw)
+    return getattr(w, kind)(continuous_update=False, style={"description_width": "initial"},
+                            layout=w.Layout(width="600px"), **kw)
 
 
 def pow2_label(n: int, *, show_value: bool = True) -> str:
@@ -26,31 +24,26 @@ def pow2_label(n: int, *, show_value: bool = True) -> str:
 def choice_slider(values: Sequence[Any], *, description: str = "", value: Any = None,
                   fmt: Callable[[Any], str] = str):
     """A slider over a fixed list of ``values``, labelled by ``fmt``."""
-    import ipywidgets as w
-
     values = list(values)
     if not values:
         raise ValueError("choice_slider needs at least one value")
     if value is not None and value not in values:
         raise ValueError(f"value {value!r} is not one of the slider's values {values}")
-    return w.SelectionSlider(options=[(fmt(v), v) for v in values], **_common(
-        value=values[0] if value is None else value, description=description))
+    return _slider("SelectionSlider", options=[(fmt(v), v) for v in values],
+                   value=values[0] if value is None else value, description=description)
 
 
 def number_slider(low: float, high: float, *, step: float | None = None,
                   value: float | None = None, description: str = ""):
     """An integer slider when ``low``, ``high`` and ``step`` are ints, else a float slider."""
-    import ipywidgets as w
-
     value = low if value is None else value
     if high < low:
         raise ValueError(f"slider range is empty: low={low} > high={high}")
     if not low <= value <= high:
         raise ValueError(f"value {value} lies outside [{low}, {high}]")
-    kw = _common(min=low, max=high, value=value, description=description)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high, step or 1)):
-        return w.IntSlider(step=step or 1, **kw)
-    return w.FloatSlider(step=step or (high - low) / 100, **kw)
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high, step or 1))
+    return _slider("IntSlider" if ints else "FloatSlider", min=low, max=high, value=value,
+                   step=step or (1 if ints else (high - low) / 100), description=description)
 
 
 def _append(out: Any, item: Any) -> None:
@@ -64,9 +57,8 @@ def _append(out: Any, item: Any) -> None:
 
 
 def explore(render: Callable[..., Any], controls: Mapping[str, Any]):
-    """Controls above an output showing ``render(**{name: control.value})``, now and on every
-    change; appended to the Output's state, not shown ``with out:`` (headless runners echo that
-    back and can stall). Returns the ``VBox``, with ``update``, ``controls`` and ``output``."""
+    """A ``VBox`` of controls over ``render(**values)``, redrawn on change (appended to the
+    Output, not ``with out:``, which headless runners echo back and can stall on)."""
     import ipywidgets as w
 
     if not controls:

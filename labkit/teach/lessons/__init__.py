@@ -1,10 +1,4 @@
-"""Small pure helpers the notebooks use to read and reason about result records.
-
-One submodule per topic (``labkit.teach.lessons.launch``: launch-overhead arithmetic and timeline
-statistics; ``labkit.teach.lessons.decode``: decode-step helpers; and so on). This module holds what
-they all need: the data and the provenance of a record that may be a
-:class:`labkit.measure.results.Result` or a plain ``dict``, and fields of a Stats record.
-"""
+"""Pure helpers that turn records into numbers and rows, a submodule per topic; here the shared."""
 
 from __future__ import annotations
 
@@ -23,23 +17,13 @@ def record_data(record: Any) -> dict:
 
 
 def record_provenance(record: Any) -> str:
-    """The provenance line of a :class:`labkit.measure.results.Result` (GPU, torch, date, commit);
-    ``""`` for a plain dict, which carries none."""
-    if hasattr(record, "env") and hasattr(record, "data"):
-
-        return provenance_line(record)
-    return ""
+    """The provenance line of a :class:`labkit.measure.results.Result`; ``""`` for a dict."""
+    return provenance_line(record) if hasattr(record, "env") and hasattr(record, "data") else ""
 
 
 def stat(stats: Any, key: str = "median") -> float | None:
-    """Field ``key`` (``median``, ``p10``, ``p90``, ``mean``) of a Stats dict or a
-    :class:`labkit.timing.Stats`; ``None`` when the stats or the field are absent."""
+    """Field ``key`` (``median``, ``p10``, ``p90``, ``mean``) of Stats or a dict, else None."""
     if stats is None:
         return None
     value = stats.get(key) if isinstance(stats, Mapping) else getattr(stats, key, None)
     return None if value is None else float(value)
-
-
-def median(stats: Any) -> float | None:
-    """The median of a Stats dict or :class:`labkit.timing.Stats` (``None`` if absent)."""
-    return stat(stats, "median")

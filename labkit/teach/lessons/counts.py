@@ -1,5 +1,4 @@
-"""GPU operations per decode step, as ``labkit.measure.bench.count_step_ops`` counts them
-(:data:`labkit.measure.records.GPU_OPS_COUNTED`), read one way (notebooks 01–03, 08, 10)."""
+"""GPU operations per decode step as ``labkit.measure.bench.count_step_ops`` counts them."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from labkit.teach.lessons import record_data
 
 
 def gpu_ops_per_step(record: Any, method: str = "eager") -> int:
-    """GPU operations per step of ``method`` (``eager`` or ``compile``): ``kernels_per_step``
-    (an int in ``decode_``, per method in ``compile_`` records) or ``gpu_ops_per_step``."""
+    """GPU operations per step of ``method`` (``eager`` or ``compile``) in a record."""
     if method not in ("eager", "compile"):
         raise ValueError(f"method must be one of ['compile', 'eager'], got {method!r}")
     d = record_data(record)

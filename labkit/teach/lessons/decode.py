@@ -1,6 +1,4 @@
-"""Decode-step numbers for notebooks 00–03: the KV cache's size, and a decode record's table
-with the host time per GPU operation beside every speed-up (an eager step is host-bound: its
-time, and every speed-up over it, follows the host CPU)."""
+"""Decode-step numbers for notebooks 00–03: the KV cache's size, a decode record's table."""
 
 from __future__ import annotations
 
@@ -14,18 +12,15 @@ from labkit.model import GPTConfig
 
 
 def kv_cache_bytes(cfg: GPTConfig) -> int:
-    """Bytes of the static K and V caches of a :class:`TinyGPT` built from ``cfg``:
-    ``2 × n_layer × (max_batch + 1) × n_head × max_seq × head_dim × bytes per element``
-    (the ``+ 1`` is the scratch slot padded rows write to)."""
+    """Bytes of a :class:`TinyGPT`'s static K and V caches: ``2 × n_layer × (max_batch + 1)
+    × n_head × max_seq × head_dim × element`` (``+ 1``: the slot padded rows write to)."""
     element = torch.empty((), dtype=cfg.torch_dtype).element_size()
     return (2 * cfg.n_layer * (cfg.max_batch + 1) * cfg.n_head * cfg.max_seq * cfg.head_dim
             * element)
 
 
 def decode_rows(record: Any, methods: Sequence[str] | None = None) -> list[dict]:
-    """One row per batch size of a ``decode_<preset>`` record, rounded for a table: median µs
-    and tokens/s of each method, speed-up over eager, and ``eager µs per GPU op`` (the eager
-    step over its recorded GPU operations: the host time behind each launch)."""
+    """A rounded row per batch size: µs, tokens/s, speed-up, eager µs per GPU op."""
     dec = view(record, Decode)
     eager = dec.median_us("eager") if "eager" in dec.methods else None
     rows = []

@@ -1,7 +1,5 @@
-"""Fair comparisons of timed columns (notebooks 08 and 12, ``labkit bench``): a torch.compile
-column is compared with static CUDA graphs only at the first size it compiled (later sizes
-recompile with dynamic shapes) and only when no CUDA graph was skipped; two timed columns of a
-record give a verdict only when the record says they were sampled in turn (``interleaved``)."""
+"""Fair comparisons of timed columns (notebooks 08, 12, ``labkit bench``): torch.compile only at
+its first compiled size with no CUDA graph skipped, two columns only when sampled in turn."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ NOT_SCORED = ("torch.compile columns after the first compiled batch size are not
 
 
 def fair_compile_size(record: Any) -> int | None:
-    """The first batch size the compile column compiled, if ``cudagraph_skips`` is recorded
-    and empty; else ``None``."""
+    """The compile column's first batch size if ``cudagraph_skips`` is recorded and empty."""
     raw = getattr(record, "data", record) or {}
     if "cudagraph_skips" not in raw or raw["cudagraph_skips"]:
         return None
@@ -28,9 +25,8 @@ def fair_compile_size(record: Any) -> int | None:
 
 
 def interleaved(record: Any, default: bool = False, columns: tuple[str, ...] = ()) -> bool:
-    """Whether the record's columns (``columns``: those compared; all when empty) were sampled
-    in turn: its ``interleaved`` field is ``True``/``False`` for the whole record or a list of
-    the columns that were; ``default`` for a record made before the field."""
+    """Whether the record's ``columns`` (all when empty) were sampled in turn, by its
+    ``interleaved`` field (a bool or the list of such columns; ``default`` when absent)."""
     flag = getattr(record, "data", record).get("interleaved", default)
     if isinstance(flag, list):
         return bool(columns) and all(c in flag for c in columns)
@@ -38,9 +34,7 @@ def interleaved(record: Any, default: bool = False, columns: tuple[str, ...] = (
 
 
 def compare(record: Any, a: str, b: str, batch: int, *, default: bool = False) -> Difference:
-    """Column ``a`` against ``b`` of a timed record at ``batch``
-    (:func:`labkit.teach.verdicts.compare_stats`, interleaved as :func:`interleaved` says for
-    these two columns)."""
+    """Column ``a`` against ``b`` of a timed record at ``batch``, by ``compare_stats``."""
     d = getattr(record, "data", record)
     i = list(d["batch_sizes"]).index(batch)
     sa, sb = d["times"][a][i], d["times"][b][i]

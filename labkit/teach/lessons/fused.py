@@ -1,5 +1,4 @@
-"""The readable vs the fused decode step from a ``fused_<preset>`` record (notebook 08): replay
-time and operations per batch size, and where an eager step's GPU time goes by kind of kernel."""
+"""The readable vs the fused decode step of a ``fused_<preset>`` record (notebook 08)."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def kernel_group(name: str) -> str:
 
 
 def time_groups(record: Any, step: str = "fused") -> list[dict]:
-    """Rows ``{"kind", "kernels", "us", "share"}`` of one eager ``step`` at ``count_batch``,
-    largest summed GPU µs first, then ``"total"``; ``[]`` without per-kernel times."""
+    """Rows of one eager ``step``'s GPU time by kind of kernel, then ``"total"``."""
     rec = view(record, Fused)
     groups: dict[str, list[float]] = {}
     for name, t in rec.op_us.get(step, {}).items():
@@ -43,8 +41,7 @@ def time_groups(record: Any, step: str = "fused") -> list[dict]:
 
 
 def step_rows(record: Any) -> list[dict]:
-    """Per batch size and step: FULL-graph replay µs, GPU operations, the summed kernel µs of
-    an eager step where recorded, and what a replay spends beyond it (gaps)."""
+    """Per batch size and step: replay µs, GPU ops, summed kernel µs and the gaps beyond it."""
     rec = view(record, Fused)
     rows = []
     for i, b in enumerate(rec.batch_sizes):

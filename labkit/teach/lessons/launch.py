@@ -1,5 +1,4 @@
-"""Launch-overhead arithmetic over ``launch_overhead`` and ``timeline_<preset>`` records (01–03):
-where the work-per-kernel sweep stops being launch-bound, how much of a trace the GPU computes."""
+"""Launch-overhead arithmetic over ``launch_overhead`` and ``timeline_<preset>`` records (01–03)."""
 
 from __future__ import annotations
 
@@ -7,8 +6,9 @@ import math
 from typing import Any
 from collections.abc import Mapping, Sequence
 
+from labkit.checks import as_number
 from labkit.measure.records import LaunchOverhead, view
-from labkit.teach.lessons import median
+from labkit.teach.lessons import stat
 
 MEET_RATIO = 1.1  # eager/graph time ratio at or below which the two "meet"
 SWEEP_BYTES_PER_ELEMENT = 8  # x.mul_(c) on float32 reads and writes 4 bytes per element
@@ -16,23 +16,19 @@ SWEEP_BYTES_PER_ELEMENT = 8  # x.mul_(c) on float32 reads and writes 4 bytes per
 
 def expected_replay_us(n_kernels: int, gpu_per_node_us: float) -> float:
     """Replay time of a graph of ``n_kernels`` tiny nodes (µs): a lower bound."""
-    for name, v in (("n_kernels", n_kernels), ("gpu_per_node_us", gpu_per_node_us)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    return float(n_kernels) * float(gpu_per_node_us)
+    return (as_number(n_kernels, "n_kernels", minimum=0)
+            * as_number(gpu_per_node_us, "gpu_per_node_us", minimum=0))
 
 
 def sweep_rows(sweep: Any, meet_ratio: float = MEET_RATIO) -> list[dict]:
-    """The sweep (a record, or dicts or WorkPoints) by numel: ``numel``, ``mb`` moved per kernel,
-    ``eager``/``graph`` (Stats), ``eager_us``, ``graph_us``, ``ratio``, ``gbs`` (replayed) and
-    ``verdict`` (``bandwidth-bound`` within ``meet_ratio``, ``launch-bound``, or ``unknown``)."""
+    """The sweep by numel, with MB per kernel, medians, ratio, GB/s and a verdict."""
     if not (isinstance(sweep, Sequence) and not isinstance(sweep, (str, bytes))):
         sweep = view(sweep, LaunchOverhead).sweep
     rows = []
     for p in sweep:
         p = dict(p) if isinstance(p, Mapping) else {"numel": p.numel, "eager": p.eager,
                                                      "graph": p.graph}
-        n, e, g = int(p["numel"]), median(p["eager"]), median(p.get("graph"))
+        n, e, g = int(p["numel"]), stat(p["eager"]), stat(p.get("graph"))
         r = e / g if e is not None and g else None
         rows.append({**p, "numel": n, "mb": n * SWEEP_BYTES_PER_ELEMENT / 1e6, "eager_us": e,
                      "graph_us": g, "ratio": r, "gbs": n * SWEEP_BYTES_PER_ELEMENT / g / 1e3
@@ -65,9 +61,7 @@ def point_at(sweep: Any, numel: int) -> dict:
 
 
 def timeline_stats(method: Mapping) -> dict:
-    """One method of a ``timeline_<preset>`` record (``record.data["eager"]``): ``n_cpu``,
-    ``n_gpu`` (events per lane), ``span_us``, ``gpu_busy_us`` (union of GPU intervals),
-    ``gpu_idle_fraction`` and ``step_us``."""
+    """One method of a ``timeline_<preset>`` record: events, span, GPU busy and idle."""
     ev = [(float(e["start_us"]), float(e["start_us"]) + float(e["dur_us"]), e.get("lane"))
           for e in method.get("events", [])]
     if any(lane not in ("CPU", "GPU") for *_, lane in ev):
@@ -81,31 +75,26 @@ def timeline_stats(method: Mapping) -> dict:
             "gpu_idle_fraction": 1 - busy / span if span > 0 else float("nan")}
 
 
-
 def step_model_us(kernels: int, host_us: float, gpu_us: float) -> dict[str, float]:
-    """The overlap model of one step (notebook 03): the host issues ``kernels`` launches of
-    ``host_us`` each while the GPU runs ``gpu_us`` of work, so eager ≈ ``max(host issue,
-    GPU)``; a replay is one launch, ≈ ``gpu_us``."""
-    for name, v in (("kernels", kernels), ("host_us", host_us), ("gpu_us", gpu_us)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    host = float(kernels) * float(host_us)
-    eager = max(host, float(gpu_us))
-    return {"host_issue_us": host, "eager_us": eager, "graph_us": float(gpu_us),
+    """The overlap model of one step (notebook 03): eager ≈ ``max(kernels × host_us, gpu_us)``
+    (the host issues while the GPU works); a replay, one launch, ≈ ``gpu_us``."""
+    host = as_number(kernels, "kernels", minimum=0) * as_number(host_us, "host_us", minimum=0)
+    gpu_us = as_number(gpu_us, "gpu_us", minimum=0)
+    eager = max(host, gpu_us)
+    return {"host_issue_us": host, "eager_us": eager, "graph_us": gpu_us,
             "speedup": eager / gpu_us if gpu_us > 0 else float("nan")}
 
 
 def model_vs_measured(decode: Any, launch_record: Any) -> list[dict]:
-    """:func:`step_model_us` beside a ``decode_<preset>`` record, one row per batch size (host
-    µs per launch from ``launch_record``; the replayed step is the GPU time)."""
+    """:func:`step_model_us` beside a ``decode_<preset>`` record, per batch size."""
     d = getattr(decode, "data", decode)
-    host_us = median(view(launch_record, LaunchOverhead).host_per_launch)
+    host_us = stat(view(launch_record, LaunchOverhead).host_per_launch)
     if host_us is None:
         raise ValueError("the launch_overhead record has no host_per_launch median")
     kernels = int(d["kernels_per_step"])
     rows = []
     for i, bs in enumerate(d["batch_sizes"]):
-        gpu, eager = median(d["times"]["graph"][i]), median(d["times"]["eager"][i])
+        gpu, eager = stat(d["times"]["graph"][i]), stat(d["times"]["eager"][i])
         m = step_model_us(kernels, host_us, gpu)
         rows.append({"batch": bs, "kernels": kernels, "host_issue_us": m["host_issue_us"],
                      "gpu_us": gpu, "eager_model_us": m["eager_us"], "eager_measured_us": eager,

@@ -1,5 +1,4 @@
-"""Numbers of graph-pool memory (notebook 04) from a ``pool_memory_<preset>`` record (or the
-live ``lesson_runs.live_pool_comparison``), and the caching allocator's segment sizes."""
+"""Graph-pool memory (notebook 04) of a record, and the caching allocator's segment sizes."""
 
 from __future__ import annotations
 
@@ -25,17 +24,14 @@ def _r(v: float | None, scale: float = 1 / MiB, digits: int = 2) -> float | None
 
 
 def hidden_bytes(data: Any, batch: int) -> int:
-    """Bytes of the MLP's hidden layer (``batch x 4 d_model``, the record's dtype) of the
-    record's preset: a decode step's largest intermediate."""
+    """Bytes of the MLP hidden layer (``batch x 4 d_model``): a step's largest intermediate."""
     pool = view(data, PoolMemory)
     cfg = preset(pool.preset, dtype=pool.dtype or "float32")
     return batch * 4 * cfg.d_model * torch.empty((), dtype=cfg.torch_dtype).element_size()
 
 
 def pool_memory_summary(data: Any) -> dict:
-    """Bytes of ``private_total``, ``shared_largest_first``, ``shared_smallest_first`` and
-    ``largest_private``; ``capture_total_s`` per mode; ``smaller_order``: the order whose
-    shared pool ends smaller, ``"tie"`` within one small segment (a pool's resolution)."""
+    """Bytes of each pool layout, capture s per mode, and which shared order ends smaller."""
     pool = view(data, PoolMemory)
     lf, sf = pool.shared_largest_first.total_bytes, pool.shared_smallest_first.total_bytes
     if min(pool.largest_private_bytes, pool.private.total_bytes, lf) <= 0:
@@ -59,8 +55,7 @@ def summary_rows(data: Any) -> list[dict]:
 
 
 def pool_memory_table(data: Any) -> list[dict]:
-    """Per batch size (MiB, ms): the MLP hidden layer, the private pool, the shared pool just
-    after that size's capture in each order, and the capture time in each mode."""
+    """Per batch size: MLP hidden layer, private and shared pools (MiB), capture ms."""
     pool = view(data, PoolMemory)
     return [{"batch size": bs, "MLP hidden (MiB)": _r(hidden_bytes(pool, bs)),
              "private pool (MiB)": _r(pool.private.per_size_bytes.get(bs)),
@@ -72,8 +67,7 @@ def pool_memory_table(data: Any) -> list[dict]:
 
 
 def max_seq_rows(data: Any) -> list[dict]:
-    """Per measured ``max_seq`` (cache read in place), and the old whole-row gather path when
-    recorded: the shared largest-first pool and the KV cache (MiB)."""
+    """Per measured ``max_seq`` (and the gather path): shared pool and KV cache (MiB)."""
     pool = view(data, PoolMemory)
     entries = [pool.by_max_seq[m] for m in sorted(pool.by_max_seq)]
     return [{"max_seq": e.max_seq, "cache read": "in place" if e.in_place else "gathered",

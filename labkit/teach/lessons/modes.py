@@ -1,5 +1,4 @@
-"""Capture modes (notebook 10), pure: graph launches per step, the runtime mode vLLM's
-dispatcher picks for a batch, rows of a ``modes_<preset>`` record (``labkit.measure.modes``)."""
+"""Capture modes (notebook 10): graph launches, vLLM's runtime mode, a record's rows."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ VLLM_MODES: dict[str, tuple[str, str]] = {
 
 
 def graph_launches(mode: str, n_layer: int) -> int:
-    """Graph launches of one step of ``n_layer`` layers: NONE 0, FULL 1, PIECEWISE
-    ``n_layer + 1``, attention-only ``n_layer`` (record names or vLLM's)."""
+    """Graph launches of one step: NONE 0, FULL 1, PIECEWISE ``n_layer + 1``, attention-only
+    ``n_layer`` (record names or vLLM's)."""
     n = as_int(n_layer, "n_layer", minimum=1, fix="give the layers of the model")
     table = {"eager": 0, "full": 1, "piecewise": n + 1, "attention_only": n}
     key = {"NONE": "eager", "PIECEWISE": "piecewise", "FULL": "full"}.get(mode, mode)
@@ -33,13 +32,11 @@ def graph_launches(mode: str, n_layer: int) -> int:
 def vllm_runtime_mode(query_lens: Sequence[int], capture_sizes: Sequence[int], *,
                       max_num_seqs: int, decode_query_len: int = 1,
                       cudagraph_mode: str = "FULL_AND_PIECEWISE") -> tuple[str, int]:
-    """(runtime mode, tokens run) of a vLLM V1 step whose requests bring ``query_lens`` tokens,
-    as ``CudagraphDispatcher`` (``vllm/v1/cudagraph_dispatcher.py``) decides: pad the tokens to
-    the smallest capture size holding them; *uniform* = every request has ``decode_query_len``
-    tokens (1, or 1 + k speculative); FULL keys for uniform batches padded to
-    ``decode_query_len .. decode_query_len * max_num_seqs`` tokens (every batch in ``FULL``),
-    PIECEWISE keys for every size; try FULL, then PIECEWISE, else NONE (eager, unpadded).
-    Assumes an attention backend that supports the mode and no cascade attention."""
+    """(runtime mode, tokens run) of a vLLM V1 step of ``query_lens`` tokens per request, as
+    ``CudagraphDispatcher`` (``vllm/v1/cudagraph_dispatcher.py``) decides: pad to the smallest
+    capture size; FULL for a uniform batch (every request ``decode_query_len`` tokens) padded to
+    at most ``decode_query_len * max_num_seqs`` (any batch in ``FULL``), else PIECEWISE, else
+    NONE (eager, unpadded). Assumes a backend supporting the mode, no cascade attention."""
     lens = as_int_list(query_lens, "query_lens", minimum=1)
     sizes = sorted(as_int_list(capture_sizes, "capture_sizes", minimum=1))
     q = as_int(decode_query_len, "decode_query_len", minimum=1)
@@ -65,8 +62,7 @@ def modes_of(record: Any) -> list[str]:
 
 
 def mode_rows(record: Any) -> list[dict]:
-    """Per mode and batch size: median µs and × vs eager (rounded), graph launches per step
-    (by construction and counted by the profiler) and pool MiB (``None``: no pool)."""
+    """Per mode and batch size: median µs, × vs eager, graph launches per step, pool MiB."""
     d = view(record, Modes)
     return [{"mode": MODE_LABELS.get(m, m), "batch": b,
              "step (µs, median)": None if t is None else round(t),

@@ -1,5 +1,4 @@
-"""Paged KV-cache arithmetic (notebook 11), pure: what a cache holds on a list of request
-lengths (slot layout vs blocks), the block-size trade-off, rows of a ``paged_<preset>`` record."""
+"""Paged KV-cache arithmetic (notebook 11): slots vs blocks, block sizes, a record's rows."""
 
 from __future__ import annotations
 
@@ -24,9 +23,7 @@ def bytes_per_position(n_layer: int, n_head: int, head_dim: int, dtype: str = "b
 
 def cache_memory(lengths: Sequence[int], *, max_seq: int, block_size: int,
                  bytes_per_pos: int) -> dict:
-    """KV-cache bytes of requests of ``lengths`` positions held at once: ``slot_bytes``
-    (``max_seq`` each), ``paged_bytes`` (``ceil(len / block_size)`` blocks each),
-    ``used_bytes`` (the tokens), ``paged_waste_bytes``, ``blocks``, ``saving`` = slot / paged."""
+    """KV-cache bytes of requests of ``lengths`` positions at once, in slots vs blocks."""
     lengths = as_int_list(lengths, "lengths", minimum=0)
     max_seq, bs = as_int(max_seq, "max_seq", minimum=1), as_int(block_size, "block_size", minimum=1)
     if any(n > max_seq for n in lengths):
@@ -42,8 +39,7 @@ def cache_memory(lengths: Sequence[int], *, max_seq: int, block_size: int,
 
 def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int], *, max_seq: int,
                         bytes_per_pos: int) -> list[dict]:
-    """Per block size: blocks, paged bytes, the unused tails of last blocks (bytes, share of
-    the paged bytes) and block-table entries per request (``ceil(max_seq / block_size)``)."""
+    """Per block size: blocks, paged bytes, unused tails (bytes, share), table entries."""
     rows = []
     for bs in as_int_list(block_sizes, "block_sizes", minimum=1):
         m = cache_memory(lengths, max_seq=max_seq, block_size=bs, bytes_per_pos=bytes_per_pos)
@@ -55,8 +51,7 @@ def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int], *, m
 
 
 def paged_rows(record: Any) -> list[dict]:
-    """Per ``max_seq`` and batch of a ``paged_<preset>`` record: each layout's median µs,
-    paged / in place and paged / gather."""
+    """Per ``max_seq`` and batch: each layout's median µs, paged / in place, paged / gather."""
     rows = []
     for run in view(record, Paged).runs:
         for b in run.batch_sizes:

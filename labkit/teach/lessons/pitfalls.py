@@ -1,5 +1,4 @@
-"""Notebooks 07-09: the ``pitfalls`` record (:func:`labkit.measure.pitfalls.run_all_pitfalls`)
-as lookups and table rows, and notebook 07's quiz (answers: keys of ``pitfalls.RULES``)."""
+"""The ``pitfalls`` record as lookups and table rows (notebooks 07-09), and notebook 07's quiz."""
 
 from __future__ import annotations
 
@@ -46,8 +45,3 @@ QUIZ: dict[str, QuizItem] = {
                   "    with torch.cuda.graph(g):\n        y = model(x)\n"
                   "    model.load_state_dict(new_weights)\n    g.replay()", "autocast"),
 }
-
-
-def check_quiz(answers: dict[str, Any]) -> dict[str, bool]:
-    """Which answers name the right rule key (see :data:`labkit.measure.pitfalls.RULES`)."""
-    return {k: answers.get(k) == item.answer for k, item in QUIZ.items()}

@@ -1,5 +1,4 @@
-"""Launching a decode step's kernels vs reading its weights at batch 1 (notebooks 00, 01); a shape
-no record holds gets its count from a per-layer fit through two GPT-2-style models (an estimate)."""
+"""Launching a decode step's kernels vs reading its weights at batch 1 (notebooks 00, 01)."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from labkit.measure.records import LaunchOverhead, view
-from labkit.teach.lessons import median, record_data
+from labkit.teach.lessons import record_data, stat
 from labkit.teach.lessons.counts import gpu_ops_per_step
 from labkit.teach.lessons.launch import sweep_rows
 
@@ -27,9 +26,8 @@ def sweep_bandwidth(record: Any) -> float:
 
 def weight_bytes(n_layer: int, d_model: int, vocab_size: int, *, d_ff: int | None = None,
                  bytes_per_param: int = 2, gated: bool = False) -> int:
-    """Bytes of the matrices a decode step reads: per layer attention ``4 d²`` and MLP
-    ``2 d·d_ff`` (``3 d·d_ff`` gated), plus the head ``vocab × d`` (embeddings, norms, biases
-    left out)."""
+    """Bytes of the matrices a decode step reads: per layer ``4 d²`` and ``2 d·d_ff`` (``3``
+    gated), plus the head ``vocab × d`` (embeddings, norms, biases left out)."""
     d_ff = 4 * d_model if d_ff is None else d_ff
     for name, v in (("n_layer", n_layer), ("d_model", d_model), ("vocab_size", vocab_size),
                     ("d_ff", d_ff), ("bytes_per_param", bytes_per_param)):
@@ -41,13 +39,10 @@ def weight_bytes(n_layer: int, d_model: int, vocab_size: int, *, d_ff: int | Non
 
 def regime_rows(launch_record: Any, decodes: Mapping[str, Any],
                 big: Mapping[str, Any] | None = LLAMA2_7B) -> list[dict]:
-    """A row per ``decodes`` record (its count and config), then one for the bfloat16 shape
-    ``big`` with its count fitted per layer through the first two: ``name``, ``kernels``,
-    ``counted``, ``per_layer``, ``weight_bytes``, ``launch_us`` (× host µs per launch),
-    ``read_us`` (at the sweep's bandwidth), ``floor_us`` (read + a graph node per kernel: the
-    least a replay can take) and ``read_share`` (of that floor)."""
+    """Kernels, weight bytes, launch, read and floor µs per ``decodes`` record, then for the
+    shape ``big`` (its count fitted per layer through the first two records: an estimate)."""
     lo = view(launch_record, LaunchOverhead)
-    host, node = median(lo.host_per_launch), median(lo.gpu_per_graph_node)
+    host, node = stat(lo.host_per_launch), stat(lo.gpu_per_graph_node)
     bw = sweep_bandwidth(launch_record)
     shapes: list[list[Any]] = []  # [name, kernels, kernels per layer (fitted) or None, shape]
     for name, rec in decodes.items():

@@ -1,5 +1,4 @@
-"""Roofline helpers (notebook 12), pure: the bytes a decode step moves, the floor, the nodes ×
-cost model, the compile columns, multi-step graphs (records of :mod:`labkit.measure.roofline`)."""
+"""Roofline helpers (notebook 12): bytes per step, the floor, the compile and multi-step rows."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def nodes_per_step(record: Any, variant: str = "graph") -> int | None:
 
 def node_model(record: Any, batch: int = 1, empty_node_us: float = 0.0,
                variant: str = "graph") -> dict:
-    """At ``batch``: step and floor µs, nodes, µs per node, × floor, and the prediction
-    ``floor + nodes × empty_node_us`` (an empty graph node's cost)."""
+    """At ``batch``: step, floor, nodes, µs per node and ``floor + nodes × empty_node_us``."""
     r = view(record, Roofline)
     if batch not in r.batch_sizes:
         raise KeyError(f"batch {batch} is not in the record; it has {r.batch_sizes}")
@@ -87,8 +85,7 @@ def node_model(record: Any, batch: int = 1, empty_node_us: float = 0.0,
 
 
 def compile_rows(record: Any) -> list[dict]:
-    """Per variant at the compiled sizes: µs, verdict vs the FULL graph, set-up, cache, pool,
-    GPU ops per step, CUDA graphs used, token agreement with eager."""
+    """Per variant at the compiled sizes: µs, verdict vs the FULL graph, set-up and checks."""
     r = view(record, Roofline)
     rows = []
     for name in r.methods:
@@ -111,9 +108,8 @@ def compile_rows(record: Any) -> list[dict]:
 
 
 def cache_copy(record: Any) -> dict | None:
-    """``compile_full_cache`` (the cache of every batch size) against the small-cache compiled
-    step at its batch, and ``copy_us``: one read and write of the whole K or V buffer at each
-    of the ``2 × layers`` cache writes at the measured bandwidth; ``None`` without both."""
+    """``compile_full_cache`` against the small-cache compiled step, and ``copy_us``: a whole K
+    or V buffer copied at each of the ``2 × layers`` cache writes; ``None`` without both."""
     r = view(record, Roofline)
     full, small = r.variants.get("compile_full_cache"), r.variants.get("compile_reduce_overhead")
     if full is None or small is None or not full.sizes or not full.cache_bytes:

@@ -1,9 +1,5 @@
-"""Per-run values, rows and verdicts of notebook 13 (serving) from ``serve_<name>`` and
-``serving_load_<preset>`` records (pure). A *run source* is a serve record (or its data) or one
-arm of an interleaved record (:func:`arms_of`): both have ``mode``, ``metrics``, ``repeats``.
-:func:`check_breaker`, :func:`check_graphs_p99` and :func:`check_gpu_busy` judge seed 001's
-claims: each returns an :class:`~labkit.teach.verdicts.Assessment` (a verdict, its numbers).
-"""
+"""Per-run values, rows and verdicts of notebook 13 (serving). A *run source* is a serve record
+or one arm of an interleaved record (:func:`arms_of`); the ``check_*`` judge seed 001's claims."""
 
 from __future__ import annotations
 
@@ -24,16 +20,14 @@ HEADLINE: tuple[tuple[str, str], ...] = (
 
 
 def runs_of(source: Any, key: str) -> list[float]:
-    """``key`` of every recorded run of ``source`` (its ``repeats``, else its ``metrics`` as
-    its one run), missing values left out."""
+    """``key`` of every recorded run of ``source`` (``repeats``, else ``metrics``), if set."""
     d = record_data(source)
     runs = d.get("repeats") or [d["metrics"]]
     return [v for v in (metric(m, key) for m in runs) if v is not None]
 
 
 def compare(a: Any, b: Any, key: str, *, interleaved: bool) -> Difference:
-    """``key`` of ``a``'s runs against ``b``'s (:func:`~labkit.teach.verdicts.compare_runs`);
-    ``interleaved`` only for two arms of one interleaved record."""
+    """``key`` of ``a``'s runs against ``b``'s (``interleaved``: two arms of one record)."""
     return compare_runs(runs_of(a, key), runs_of(b, key), interleaved=interleaved)
 
 
@@ -53,8 +47,7 @@ def _fmt(values: Sequence[float]) -> str:
 
 
 def mode_rows(sources: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per ``label -> run source``: mode, breaker, runs, the :data:`HEADLINE` metrics
-    (median (min–max) over the runs), and the first run's graph hit rate, padding, fallbacks."""
+    """One row per run source: mode, breaker, runs, the :data:`HEADLINE` metrics, hit rate."""
     rows = []
     for name, src in sources.items():
         d = record_data(src)
@@ -97,17 +90,14 @@ def ttft_of(arrival_s: float, token_times_s: Sequence[float]) -> float:
 
 def pair(records: Mapping[str, Any], ab: str, labels: tuple[str, str],
          separate: tuple[str, str]) -> tuple[Any, Any, bool]:
-    """(a, b, interleaved): the arms ``labels`` of interleaved record ``ab`` when recorded,
-    else the two ``separate`` records (measured one after another)."""
+    """(a, b, interleaved): arms ``labels`` of record ``ab``, else the ``separate`` records."""
     if records.get(ab) is None:
         return records[separate[0]], records[separate[1]], False
     return arms_of(records[ab])[labels[0]], arms_of(records[ab])[labels[1]], True
 
 
 def check_breaker(records: Mapping[str, Any]) -> Assessment:
-    """"A circuit breaker keeps latency safe": breaker on vs off over the runs of
-    ``serve_breaker_ab`` (else ``serve_capped`` / ``serve_breaker``); ``holds`` only if TPOT
-    p99 is measurably lower with it."""
+    """"A circuit breaker keeps latency safe": ``holds`` if TPOT p99 is measurably lower."""
     off, on, inter = pair(records, "serve_breaker_ab", ("breaker off", "breaker on"),
                           ("serve_capped", "serve_breaker"))
     diff = {k: compare(on, off, k, interleaved=inter)
@@ -121,9 +111,8 @@ def check_breaker(records: Mapping[str, Any]) -> Assessment:
 
 
 def check_graphs_p99(records: Mapping[str, Any]) -> Assessment:
-    """Seed 001's P99 210 -> 43 ms from several optimisations together: :data:`CANNOT`. What
-    labkit measures, graphs alone (full vs eager, P99s over the runs of ``serve_graphs_ab``,
-    else ``serve_eager`` / ``serve_full``), is in ``evidence["graphs_alone"]``."""
+    """Seed 001's P99 210 -> 43 ms from several optimisations together: :data:`CANNOT`; graphs
+    alone (full vs eager P99s, ``serve_graphs_ab``) in ``evidence["graphs_alone"]``."""
     eager, full, inter = pair(records, "serve_graphs_ab", ("eager", "full"),
                               ("serve_eager", "serve_full"))
     diff = {k: compare(full, eager, k, interleaved=inter)
@@ -134,11 +123,9 @@ def check_graphs_p99(records: Mapping[str, Any]) -> Assessment:
 
 
 def check_gpu_busy(records: Mapping[str, Any]) -> Assessment:
-    """Seed 001's GPU utilisation 58% -> 89%: ``untested (not recorded)`` until a record holds
-    ``gpu_busy_share``; then :data:`CANNOT`, with the comparison of that share (full vs eager)
-    as evidence. The share is the time inside decode steps on the GPU's timeline (CUDA events
-    around each step, the idle gaps between an eager step's kernels included) per wall time;
-    utilisation as ``nvidia-smi`` reports it is the time a kernel runs, which no record holds."""
+    """Seed 001's GPU utilisation 58% -> 89%: :data:`CANNOT` (``nvidia-smi`` counts kernel
+    time, which no record holds), with ``gpu_busy_share`` (time in decode steps per wall
+    time, full vs eager) as evidence; ``untested (not recorded)`` without it."""
     try:
         eager, full, inter = pair(records, "serve_graphs_ab", ("eager", "full"),
                                   ("serve_eager", "serve_full"))

@@ -1,6 +1,4 @@
-"""Notebooks 05 and 06: cost models and table rows from the ``dispatcher_<preset>``,
-``pool_memory_<preset>`` and ``bench`` records, and capture-size lists compared on a
-distribution."""
+"""Notebooks 05 and 06: cost models and rows from records, capture-size lists compared."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ MiB = 2**20
 
 
 def memory_model_from_record(pool_data: Mapping) -> LinearFit:
-    """``bytes = a + b * size`` fitted to the private pool of each size of a
-    ``pool_memory_<preset>`` record, never below the smallest pool (whole segments)."""
+    """``bytes = a + b * size`` fitted to a record's private pools, never below the smallest."""
     per = view(pool_data, PoolMemory).private.per_size_bytes
     if not per:
         raise ValueError("the record has no private pool per size (data.private."
@@ -25,8 +22,7 @@ def memory_model_from_record(pool_data: Mapping) -> LinearFit:
 
 
 def shared_residual_from_record(pool_data: Mapping) -> float:
-    """Bytes each further graph adds to a shared pool captured largest first:
-    ``(shared pool - largest private pool) / (graphs - 1)``, at least 0."""
+    """Bytes each further graph adds to a shared pool captured largest first (>= 0)."""
     pool = view(pool_data, PoolMemory)
     n = len(pool.sizes)
     extra = pool.shared_largest_first.total_bytes - pool.largest_private_bytes
@@ -35,9 +31,7 @@ def shared_residual_from_record(pool_data: Mapping) -> float:
 
 def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "median",
                monotone: bool = True) -> Interpolated:
-    """``size -> µs`` of ``method`` (``graph_exact``: one replay at a padded size; ``eager``)
-    in a ``dispatcher_<preset>`` record, interpolated; ``monotone``: made non-decreasing first
-    (:func:`labkit.sizes.isotonic`), so that an optimiser does not pick sizes for the noise."""
+    """``size -> µs`` of ``method`` in a dispatcher record, interpolated (made monotone)."""
     disp = view(disp_data, Dispatcher)
     if method not in disp.times:
         raise ValueError(f"the record has no times[{method!r}]; pass a 'dispatcher_<preset>' "
@@ -49,8 +43,7 @@ def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "
 
 
 def dispatcher_rows(disp_data: Mapping) -> list[dict]:
-    """One row per batch size of a ``dispatcher_<preset>`` record: the padded size and the
-    median µs of eager, the exact-size graph and the dispatcher (``—``: not measured)."""
+    """Per batch size: padded size, median µs of eager, exact graph, dispatcher (``—``: none)."""
     disp = view(disp_data, Dispatcher)
     cols = [disp.median_us(m) for m in ("eager", "graph_exact", "dispatcher")]
     return [{"batch size": b, "padded to": p or "eager",
@@ -60,8 +53,7 @@ def dispatcher_rows(disp_data: Mapping) -> list[dict]:
 
 
 def overhead_rows(bench_data: Mapping) -> list[dict]:
-    """Per model and batch size of a ``bench`` record: the bare replay of the dispatcher's own
-    graph, the dispatcher step (host metadata), the extra µs and the ratio (medians)."""
+    """Per model and batch of a ``bench`` record: bare replay vs dispatcher step (medians)."""
     return [{"model": r.model, "batch": r.batch, "bare replay (µs)": round(r.graph_us, 1),
              "dispatcher (µs)": round(r.dispatcher_us, 1),
              "extra (µs)": round(r.dispatcher_us - r.graph_us, 1),
@@ -81,8 +73,7 @@ def size_set_rows(dist, named: Mapping[str, Sequence[int]], *,
                   eager_time: Callable[[int], float] | None = None,
                   memory: Callable[[int], float] | Mapping[int, float] | None = None,
                   pool: Pool = "shared", residual_per_graph: float = 0.0) -> list[dict]:
-    """Named capture-size lists on a distribution: size count, hit rate, padded rows and waste
-    per step, and (with the models) expected step time (µs) and graph memory (MiB)."""
+    """Named capture-size lists on a distribution: hit rate, padding, step µs and graph MiB."""
     rows = []
     for name, sizes in named.items():
         rep = expected_padding(sizes, dist)

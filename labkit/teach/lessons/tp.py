@@ -1,5 +1,4 @@
-"""Notebook 14 (tensor parallelism), pure: the arithmetic of a Megatron-style split, and rows
-of ``tp_allreduce`` / ``tp_decode_<preset>`` (measured by :mod:`labkit.measure.tp`)."""
+"""Notebook 14 (tensor parallelism): a Megatron-style split's arithmetic, rows of TP records."""
 
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ def decode_label(method: str) -> str:
 
 
 def allreduces_per_step(n_layer: int, *, vocab_parallel_embedding: bool = False) -> int:
-    """All-reduces of a TP decode step: the row-parallel projection and MLP-out of every layer,
-    plus one for an embedding split by vocabulary (vLLM's ``VocabParallelEmbedding``)."""
+    """All-reduces of a TP decode step: projection and MLP-out per layer, plus one for a
+    vocabulary-split embedding (vLLM's ``VocabParallelEmbedding``)."""
     return 2 * as_int(n_layer, "n_layer", minimum=1) + bool(vocab_parallel_embedding)
 
 
@@ -43,8 +42,7 @@ def shard_shapes(d_model: int, n_head: int, world_size: int) -> dict[str, tuple[
 
 
 def versus(record: Any, a: str, b: str, key: int) -> Difference:
-    """``compare_stats`` of methods ``a`` and ``b`` at batch ``key`` (``tp_decode``) or at
-    ``key`` bytes (``tp_allreduce``); the records time one series after another."""
+    """``compare_stats`` of ``a`` and ``b`` at batch or bytes ``key`` (not interleaved)."""
     rec = getattr(record, "record", record)
     rec = rec if isinstance(rec, TPAllReduce) else view(rec, TPDecode)
     i = (rec.sizes_bytes if isinstance(rec, TPAllReduce) else rec.batch_sizes).index(key)
@@ -67,8 +65,7 @@ def tp_table(record: Any) -> list[dict]:
 
 
 def crossover(record: Any, mode: str = "graph") -> int | None:
-    """The smallest recorded batch from which TP=N's median is below TP=1's in ``mode``
-    (``graph``, ``eager``, ``graph_symm_mem``) at every larger batch too; ``None``: never."""
+    """The smallest batch from which TP=N stays faster than TP=1 in ``mode`` (or ``None``)."""
     rec = view(record, TPDecode)
     one = "tp1_eager" if mode == "eager" else "tp1_graph"
     t = [(rec.at(one, b), rec.at(rec.tp(mode), b)) for b in rec.batch_sizes]
@@ -78,8 +75,7 @@ def crossover(record: Any, mode: str = "graph") -> int | None:
 
 
 def comm_split(record: Any, graph: bool = True) -> list[dict]:
-    """Per batch: the TP=N step, its compute (the step with no-op all-reduces), communication
-    (the difference) and its share of the step."""
+    """Per batch: the TP=N step, its compute (no-op all-reduces), communication, its share."""
     rec, mode = view(record, TPDecode), "graph" if graph else "eager"
     return [{"batch": b, "step_us": s, "compute_us": rec.at(rec.tp(f"{mode}_noop"), b),
              "comm_us": c, "comm_share": c / s if c is not None and s else None}

@@ -1,37 +1,22 @@
-"""Plotly figure builders with one visual style.
-
-``register_template()`` installs the ``labkit`` template (called by the notebook set-up).
-Every builder takes plain data (lists, dicts from result records) and returns a
-``plotly.graph_objects.Figure``; topic-specific builders live in submodules
-(``labkit.teach.plots.<topic>``) and use :data:`COLORS` and :func:`base_layout` from here.
-"""
+"""Plotly figure builders with one visual style: generic ones here, one submodule per topic."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+
+from labkit.teach.lessons import stat
 
 # one colour per method, the same in every chart of the suite
 COLORS: dict[str, str] = {
-    "eager": "#d62728",
-    "graph": "#1f77b4",
-    "dispatcher": "#2ca02c",
-    "compile": "#9467bd",
-    "private": "#ff7f0e",
-    "shared_largest_first": "#1f77b4",
-    "shared_smallest_first": "#17becf",
-    "cpu": "#7f7f7f",
-    "gpu": "#1f77b4",
-    "reference": "#8c564b",
-}
+    "eager": "#d62728", "graph": "#1f77b4", "dispatcher": "#2ca02c", "compile": "#9467bd",
+    "private": "#ff7f0e", "shared_largest_first": "#1f77b4", "shared_smallest_first": "#17becf",
+    "cpu": "#7f7f7f", "gpu": "#1f77b4", "reference": "#8c564b"}
 LABELS: dict[str, str] = {
-    "eager": "eager",
-    "graph": "graph replay",
-    "dispatcher": "padding dispatcher",
-    "compile": "torch.compile (reduce-overhead)",
-    "private": "private pools",
+    "eager": "eager", "graph": "graph replay", "dispatcher": "padding dispatcher",
+    "compile": "torch.compile (reduce-overhead)", "private": "private pools",
     "shared_largest_first": "shared pool, largest first",
-    "shared_smallest_first": "shared pool, smallest first",
-}
+    "shared_smallest_first": "shared pool, smallest first"}
 TEMPLATE = "labkit"
 
 
@@ -51,6 +36,14 @@ def register_template() -> None:
         t.layout.hoverlabel = dict(namelength=-1)
         pio.templates[TEMPLATE] = t
     pio.templates.default = TEMPLATE
+
+
+def plotly_go() -> Any:
+    """``plotly.graph_objects``, with the ``labkit`` template installed."""
+    register_template()
+    import plotly.graph_objects as go
+
+    return go
 
 
 def color(key: str) -> str:
@@ -73,15 +66,43 @@ def base_layout(fig, title: str, x: str, y: str, *, subtitle: str = "", log_x: b
     return fig
 
 
+def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
+    """:func:`base_layout` with room for a two-line title (the legend sits under the plot)."""
+    register_template()
+    fig = base_layout(fig, title, x, y, subtitle=subtitle, **kw)
+    if subtitle:
+        fig.update_layout(margin=dict(t=100))
+    return fig
+
+
+def stats_error_bars(stats: Sequence[Any]) -> dict:
+    """Plotly ``error_y`` from Stats: p10 below, p90 above the median (0 where missing)."""
+    m = [stat(s, "median") for s in stats]
+    lo, hi = [stat(s, "p10") for s in stats], [stat(s, "p90") for s in stats]
+    return dict(type="data", symmetric=False,
+                array=[h - x if h is not None and x is not None else 0 for h, x in zip(hi, m)],
+                arrayminus=[x - low if low is not None and x is not None else 0
+                            for low, x in zip(lo, m)])
+
+
+def stats_bar(x: Sequence, stats: Sequence[Any], name: str, colour: str, **kw: Any):
+    """A bar per ``x`` (as text) at the median of ``stats``, p10–p90 whiskers."""
+    return plotly_go().Bar(x=[str(b) for b in x], y=[stat(s) for s in stats], name=name,
+                           marker_color=colour, error_y=stats_error_bars(stats), **kw)
+
+
+def check_methods(kind: str, methods: Sequence[str], have: Collection[str], what: str = "method"
+                  ) -> None:
+    """A ``KeyError`` naming the ``methods`` a ``kind`` record lacks and those it has."""
+    if missing := [m for m in methods if m not in have]:
+        raise KeyError(f"the {kind} record has no {what}(s) {missing}; it has {list(have)}")
+
+
 def lines(x: Sequence, series: Mapping[str, Sequence[float]], *, title: str, x_title: str,
           y_title: str, errors: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
           subtitle: str = "", log_x: bool = False, log_y: bool = False):
-    """One line per series (keys are method names from :data:`COLORS`).
-
-    ``errors[key] = (low, high)`` draws asymmetric error bars (p10/p90 around the median).
-    """
-    import plotly.graph_objects as go
-
+    """One line per series (keys: methods of :data:`COLORS`), ``errors[key]``: (p10s, p90s)."""
+    go = plotly_go()
     fig = go.Figure()
     for key, ys in series.items():
         err = None
@@ -98,8 +119,7 @@ def lines(x: Sequence, series: Mapping[str, Sequence[float]], *, title: str, x_t
 def bars(categories: Sequence, series: Mapping[str, Sequence[float]], *, title: str,
          x_title: str, y_title: str, subtitle: str = "", text_fmt: str = ".3g"):
     """Grouped bars, one group per category, one bar per series."""
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     fig = go.Figure()
     for key, ys in series.items():
         fig.add_trace(go.Bar(x=[str(c) for c in categories], y=list(ys), name=label(key),
@@ -111,8 +131,7 @@ def bars(categories: Sequence, series: Mapping[str, Sequence[float]], *, title: 
 
 def table(rows: Sequence[Mapping], columns: Sequence[str] | None = None, *, title: str = ""):
     """A plotly table of dict rows (renders in exports, unlike a widget)."""
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     if not rows:
         raise ValueError("no rows to show")
     columns = list(columns or rows[0].keys())

@@ -7,25 +7,19 @@ from collections.abc import Mapping
 
 from labkit.measure.records import Decode, view
 from labkit.teach.lessons import record_provenance
-from labkit.teach.plots import color
-from labkit.teach.plots.timing import finish, stats_error_bars
+from labkit.teach.plots import color, finish, plotly_go, stats_bar
 
 
 def speedup_vs_claim(records: Mapping[str, Any], claimed: tuple[float, float]):
-    """Eager and graph-replay step time per model and batch size (median, p10–p90 whiskers),
-    the speed-up written on each graph bar, and the claimed band in the title."""
-    import plotly.graph_objects as go
-
-    fig, subs = go.Figure(), []
+    """Eager and graph-replay step time per model and batch size, the speed-up on each bar."""
+    fig, subs = plotly_go().Figure(), []
     for i, (name, rec) in enumerate(sorted(records.items())):
         d = view(rec, Decode)
         x = [f"{name.removeprefix('decode_')} bs {b}" for b in d.batch_sizes]
         for m in ("eager", "graph"):
-            fig.add_trace(go.Bar(
-                x=x, y=[s.median for s in d.times[m]], name=m, showlegend=i == 0,
-                marker_color=color(m), error_y=stats_error_bars(d.times[m]),
-                text=None if m == "eager" else [f"{s:.1f}×" for s in d.speedup_vs_eager(m)],
-                textposition="outside"))
+            fig.add_trace(stats_bar(
+                x, d.times[m], m, color(m), showlegend=i == 0, textposition="outside",
+                text=None if m == "eager" else [f"{s:.1f}×" for s in d.speedup_vs_eager(m)]))
         if (prov := record_provenance(rec)) and prov not in subs:
             subs.append(prov)
     if not fig.data:

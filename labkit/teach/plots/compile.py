@@ -1,5 +1,4 @@
-"""Charts and tables of ``compile_<preset>`` records (notebook 08): manual CUDA graphs vs
-``torch.compile(mode="reduce-overhead")``; a Result's provenance is the default subtitle."""
+"""Charts and tables of ``compile_<preset>`` records: manual CUDA graphs vs torch.compile."""
 
 from __future__ import annotations
 
@@ -9,13 +8,11 @@ from collections.abc import Sequence
 from labkit.measure.records import Compile, view
 from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons.fairness import compare, fair_compile_size
-from labkit.teach.plots import color, label
-from labkit.teach.plots.timing import finish, stats_error_bars
+from labkit.teach.plots import check_methods, color, finish, label, plotly_go, stats_bar
 
 
 def step_rows(record: Any) -> list[dict]:
-    """Per batch size: static or dynamic compile shapes, each method's median µs (p10–p90),
-    the compiled step's verdicts vs dispatcher and bare replay (``fairness.compare``)."""
+    """Per batch size: compile shapes, each method's µs (p10–p90), compile's verdicts."""
     d = view(record, Compile)
     rows = []
     for i, b in enumerate(d.batch_sizes):
@@ -32,19 +29,12 @@ def step_rows(record: Any) -> list[dict]:
 def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
                    subtitle: str | None = None, log_y: bool = False):
     """Median decode-step time per batch size, one bar per method (p10–p90 whiskers)."""
-    import plotly.graph_objects as go
-
     d = view(record, Compile)
     methods = list(methods or d.methods)
-    missing = [m for m in methods if m not in d.times]
-    if missing:
-        raise KeyError(f"the compile record has no method(s) {missing}; it has {d.methods}")
-    fig = go.Figure()
-    for m in methods:
-        ys = d.median_us(m)
-        fig.add_trace(go.Bar(x=[str(b) for b in d.batch_sizes], y=ys, name=label(m),
-                             marker_color=color(m), error_y=stats_error_bars(d.times[m]),
-                             texttemplate="%{y:,.0f} µs", textposition="outside"))
+    check_methods("compile", methods, d.times)
+    fig = plotly_go().Figure([stats_bar(d.batch_sizes, d.times[m], label(m), color(m),
+                                        texttemplate="%{y:,.0f} µs", textposition="outside")
+                              for m in methods])
     fig.update_layout(barmode="group")
     return finish(fig, f"Decode step: manual graphs vs torch.compile ({d.preset})", "batch size",
                   "µs per step (median)", log_y=log_y,
@@ -52,8 +42,7 @@ def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
 
 
 def break_even_steps(record: Any, batch: int) -> float:
-    """Steps until compile's extra set-up (compile − capture) is paid back by its median
-    saving over the manual graph at ``batch`` (``inf``: no saving; ``0.0``: no extra set-up)."""
+    """Steps until compile's extra set-up is paid back by its saving over the graph at ``batch``."""
     d = view(record, Compile)
     if batch not in d.batch_sizes:
         raise ValueError(f"batch {batch} was not measured; the record has {d.batch_sizes}")
@@ -65,8 +54,7 @@ def break_even_steps(record: Any, batch: int) -> float:
 def total_time_chart(record: Any, batch: int, max_steps: int = 10 ** 6, *,
                      subtitle: str | None = None):
     """Wall time to serve ``n`` decode steps at ``batch``, set-up included (log axes)."""
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     d = view(record, Compile)
     be = break_even_steps(d, batch)  # checks the batch
     if max_steps < 10:

@@ -1,6 +1,4 @@
-"""Charts of ``decode_<preset>`` records: median step time per batch size (p10–p90 whiskers)
-per method, or eager across presets beside live CPU timings; a Result's provenance is the
-default subtitle."""
+"""Charts of ``decode_<preset>`` records: step time per batch size and method or preset."""
 
 from __future__ import annotations
 
@@ -8,32 +6,24 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Decode, view
-from labkit.teach.lessons import median, record_provenance
-from labkit.teach.plots import color, label
-from labkit.teach.plots.timing import finish, stats_error_bars
+from labkit.teach.lessons import record_provenance
+from labkit.teach.plots import check_methods, color, finish, label, plotly_go, stats_bar
 
 PRESET_COLORS = {"small": "#6baed6", "gpt2": "#08519c", "char": "#9ecae1", "test": "#c6dbef"}
 
 
 def _bar(x: Sequence, stats: Sequence, name: str, colour: str):
-    import plotly.graph_objects as go
-
-    return go.Bar(x=[str(b) for b in x], y=[median(s) for s in stats], name=name,
-                  marker_color=colour, error_y=stats_error_bars(stats),
-                  texttemplate="%{y:,.0f}", textposition="auto", insidetextanchor="middle")
+    return stats_bar(x, stats, name, colour, texttemplate="%{y:,.0f}", textposition="auto",
+                     insidetextanchor="middle")
 
 
 def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
                     subtitle: str | None = None, log_y: bool = False):
-    """Median decode-step time per batch size, one bar per method."""
-    import plotly.graph_objects as go
-
+    """Median decode-step time per batch size, one bar per method (p10–p90 whiskers)."""
     data = view(record, Decode)
-    missing = [m for m in methods or () if m not in data.methods]
-    if missing:
-        raise KeyError(f"the decode record has no method(s) {missing}; it has {data.methods}")
-    fig = go.Figure([_bar(data.batch_sizes, data.times[m], label(m), color(m))
-                     for m in methods or data.methods])
+    check_methods("decode", methods or (), data.methods)
+    fig = plotly_go().Figure([_bar(data.batch_sizes, data.times[m], label(m), color(m))
+                              for m in methods or data.methods])
     cfg = data.config
     shape = f" ({cfg['n_layer']} layers, d={cfg['d_model']})" if {"n_layer", "d_model"} <= set(
         cfg) else ""
@@ -46,11 +36,8 @@ def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
 def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any] | None = None,
                      cpu_label: str = "CPU eager (this machine, live)",
                      subtitle: str | None = None):
-    """Eager step time per batch size of several presets' records, optionally beside live CPU
-    timings ``{batch size: Stats}`` (grey: a CPU launches no kernels)."""
-    import plotly.graph_objects as go
-
-    fig, subs, cats = go.Figure(), [], set()
+    """Eager step time per batch size of several presets, beside live CPU ``cpu_times``."""
+    fig, subs, cats = plotly_go().Figure(), [], set()
     for name, rec in records.items():
         data = view(rec, Decode)
         gpu = (getattr(rec, "env", None) or {}).get("gpu_name") or "GPU"

@@ -1,5 +1,4 @@
-"""Charts of the padding dispatcher (notebook 05): step times per batch size from a
-``dispatcher_<preset>`` record, a padding table, hit rate and waste of size choices."""
+"""Charts of the padding dispatcher (notebook 05): step times, padding table, hit rate, waste."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Dispatcher, view
-from labkit.teach.plots import COLORS, base_layout, color, register_template
+from labkit.teach.plots import COLORS, base_layout, color, plotly_go, stats_error_bars
 
 _LINES = {"eager": ("eager", "eager"),
           "graph_exact": ("graph", "a graph captured at exactly this size (a capture of its own)"),
@@ -16,22 +15,18 @@ _LINES = {"eager": ("eager", "eager"),
 
 
 def step_times(data: Any, *, subtitle: str = ""):
-    """Median decode-step time (µs, p10-p90 bars) vs batch size per method, the captured
-    sizes dotted and the eager fallback above the largest one shaded."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """Median step time vs batch size per method, captured sizes dotted, eager fallback shaded."""
+    go = plotly_go()
     disp, fig = view(data, Dispatcher), go.Figure()
     bss = list(disp.batch_sizes)
     for key, (col, name) in _LINES.items():
         pts = [(b, t) for b, t in zip(bss, disp.times.get(key, [])) if t is not None]
         if not pts:
             continue
-        err = dict(type="data", symmetric=False, array=[t.p90 - t.median for _, t in pts],
-                   arrayminus=[t.median - t.p10 for _, t in pts])
         exact = key == "graph_exact"
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t.median for _, t in pts], name=name,
-                                 error_y=err, mode="markers" if exact else "lines+markers",
+                                 error_y=stats_error_bars([t for _, t in pts]),
+                                 mode="markers" if exact else "lines+markers",
                                  marker=dict(size=9 if exact else 6, color=color(col)),
                                  line=dict(color=color(col))))
     for c in disp.capture_sizes:
@@ -55,11 +50,8 @@ def step_times(data: Any, *, subtitle: str = ""):
 
 def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
                         subtitle: str = ""):
-    """Stacked bars per batch size ``b`` of a :func:`labkit.dispatch.build_padding_table`:
-    ``b`` real rows and ``table[b] - b`` padded ones; ``table[b] == 0`` is drawn as eager."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """Real and padded rows per batch size of a padding table (``0``: drawn as eager)."""
+    go = plotly_go()
     bs = list(range(1, len(table)))
     if not bs:
         raise ValueError("empty padding table; build it with build_padding_table(sizes, max_bs)")
@@ -78,11 +70,8 @@ def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
 
 
 def hit_waste(results: Mapping[str, Any], *, title: str = "", subtitle: str = ""):
-    """Grouped bars per size choice: hit rate and waste (%) of ``results[name]``, a
-    ``DispatchCounters.to_dict()`` or a :class:`labkit.sizes.PaddingReport`."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """Hit rate and waste (%) per size choice (``DispatchCounters.to_dict()`` or PaddingReport)."""
+    go = plotly_go()
     vals = {n: (r["hit_rate"], r["waste"]) if isinstance(r, Mapping) else
             (r.graph_hit_rate, r.waste_fraction) for n, r in results.items()}
     fig = go.Figure([go.Bar(x=list(vals), y=[100 * v[i] for v in vals.values()], name=name,

@@ -1,24 +1,18 @@
-"""Charts of graph-pool memory (notebooks 04 and 09) from a ``pool_memory_<preset>`` record
-(``result.data``, the Result, or a :class:`labkit.measure.records.PoolMemory`):
-:func:`pool_totals` (private pools stacked per size beside one shared pool in each capture
-order) and :func:`pool_growth` (the shared pool after each capture)."""
+"""Charts of graph-pool memory (notebooks 04 and 09) from a ``pool_memory_<preset>`` record."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from labkit.measure.records import PoolMemory, view
-from labkit.teach.plots import COLORS, base_layout, color, label, register_template
+from labkit.teach.plots import COLORS, base_layout, color, label, plotly_go
 
 MiB = 2**20
 
 
 def pool_totals(data: Any, *, subtitle: str = ""):
-    """Private pools stacked per size vs one shared pool in each order; the largest single
-    private pool dotted."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """Private pools stacked per size vs one shared pool in each order; the largest dotted."""
+    go = plotly_go()
     pool = view(data, PoolMemory)
     sizes, n, fig = list(pool.sizes), len(pool.sizes), go.Figure()
     for i, bs in enumerate(sizes):  # orange shades, light (small sizes) to dark
@@ -42,11 +36,8 @@ def pool_totals(data: Any, *, subtitle: str = ""):
 
 
 def pool_growth(data: Any, *, subtitle: str = ""):
-    """The shared pool after each capture, largest-first vs smallest-first (labels: the
-    batch size just captured), and the running sum of private pools (largest first)."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """The shared pool after each capture in both orders, and the private pools' running sum."""
+    go = plotly_go()
     pool = view(data, PoolMemory)
     sizes, fig = sorted(pool.sizes), go.Figure()
     x = list(range(1, len(sizes) + 1))

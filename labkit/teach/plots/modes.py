@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from labkit.measure.records import Modes, view
 from labkit.teach.lessons import modes as lm
 from labkit.teach.lessons import record_provenance
-from labkit.teach.plots import color
-from labkit.teach.plots.timing import finish, stats_error_bars
+from labkit.teach.plots import check_methods, color, finish, plotly_go, stats_bar
 
 MODE_COLORS: dict[str, str] = {"eager": color("eager"), "piecewise": "#ff7f0e",
                                "full": color("graph"), "attention_only": "#8c564b"}
@@ -17,24 +16,18 @@ MODE_COLORS: dict[str, str] = {"eager": color("eager"), "piecewise": "#ff7f0e",
 
 def step_time_bars(record: Any, *, modes: Sequence[str] | None = None,
                    subtitle: str | None = None, log_y: bool = False):
-    """Median µs per step and batch size, one bar per mode (p10–p90 whiskers, × over eager);
-    the subtitle defaults to the record's provenance."""
-    import plotly.graph_objects as go
-
+    """Median µs per step and batch size, one bar per mode (p10–p90, × over eager)."""
     d = view(record, Modes)
     modes = list(modes or lm.modes_of(d))
-    if set(modes) - set(d.times):
-        raise KeyError(f"the modes record has no mode(s) {sorted(set(modes) - set(d.times))}; "
-                       f"it has {d.methods}")
-    fig = go.Figure()
+    check_methods("modes", modes, d.times, "mode")
+    fig = plotly_go().Figure()
     for m in modes:
         text = ["" if t is None else f"{t:,.0f} µs" + (f"<br>{x:.1f}×" if x and m != "eager"
                                                        else "")
                 for t, x in zip(d.median_us(m), d.speedup_vs_eager(m))]
-        fig.add_trace(go.Bar(x=[str(b) for b in d.batch_sizes], y=d.median_us(m), text=text,
-                             name=lm.MODE_LABELS.get(m, m), textposition="outside",
-                             marker_color=MODE_COLORS.get(m, "#444444"),
-                             error_y=stats_error_bars(d.times[m])))
+        fig.add_trace(stats_bar(d.batch_sizes, d.times[m], lm.MODE_LABELS.get(m, m),
+                                MODE_COLORS.get(m, "#444444"), text=text,
+                                textposition="outside"))
     fig.update_layout(barmode="group")
     return finish(fig, f"Decode step per capture mode ({d.preset}, {d.n_layer} layers)",
                   "batch size", "µs per step (median)", log_y=log_y,

@@ -1,12 +1,11 @@
-"""Chart of notebook 11 (paged KV cache): the step time per layout of a ``paged_<preset>``
-record."""
+"""Chart of notebook 11 (paged KV cache): step time per layout of a ``paged_<preset>`` record."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from labkit.measure.records import Paged, view
-from labkit.teach.plots import base_layout, register_template
+from labkit.teach.plots import base_layout, plotly_go
 
 LAYOUT_COLORS = {"slot_in_place": "#1f77b4", "slot_gather": "#d62728", "paged": "#2ca02c"}
 LAYOUT_LABELS = {"slot_in_place": "slot, read in place", "slot_gather": "slot, row gathered",
@@ -15,8 +14,7 @@ LAYOUT_LABELS = {"slot_in_place": "slot, read in place", "slot_gather": "slot, r
 
 def speed_chart(record: Any, *, subtitle: str = ""):
     """Median µs per decode step (graph replay) per layout and batch, a panel per ``max_seq``."""
-    register_template()
-    import plotly.graph_objects as go
+    go = plotly_go()
     from plotly.subplots import make_subplots
 
     rec = view(record, Paged)

@@ -1,5 +1,4 @@
-"""Charts of notebook 12: step time against the floor (``roofline_<preset>``) and N decode
-steps per graph (``multistep_<preset>``); a Result's provenance is the default subtitle."""
+"""Charts of notebook 12: step time against the floor, and N decode steps per graph."""
 
 from __future__ import annotations
 
@@ -9,8 +8,8 @@ from collections.abc import Sequence
 from labkit.measure.records import Multistep, Roofline, view
 from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons import roofline as lr
-from labkit.teach.plots import color
-from labkit.teach.plots.timing import finish, stats_error_bars
+from labkit.teach.plots import (check_methods, color, finish, plotly_go, stats_bar,
+                                stats_error_bars)
 
 #: colours of the step variants and the multi-step ways not in the suite's palette
 COLORS = {"fused": "#ff7f0e", "compile_reduce_overhead": color("compile"),
@@ -23,15 +22,11 @@ MULTISTEP = {"host_sync": "one-step graph, tokens to the host and back each step
 
 def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
                 subtitle: str | None = None):
-    """Median step time per batch size (log–log, p10–p90 whiskers), one line per variant,
-    and the floor (bytes / measured copy bandwidth, or the compute floor) dashed."""
-    import plotly.graph_objects as go
-
+    """Median step time per batch size, one line per variant, and the floor dashed (log–log)."""
+    go = plotly_go()
     r = view(record, Roofline)
     variants = list(variants or r.methods)
-    missing = [v for v in variants if v not in r.times]
-    if missing:
-        raise KeyError(f"the roofline record has no variant(s) {missing}; it has {r.methods}")
+    check_methods("roofline", variants, r.times, "variant")
     fig = go.Figure()
     for v in variants:
         pts = [(b, s) for b, s in zip(r.batch_sizes, r.times[v]) if s is not None]
@@ -50,15 +45,10 @@ def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
 
 def multistep_chart(record: Any, *, subtitle: str | None = None):
     """µs per decode step per batch size for each way of running N steps."""
-    import plotly.graph_objects as go
-
     m = view(record, Multistep)
-    fig = go.Figure()
-    for k in m.methods:
-        fig.add_trace(go.Bar(x=[str(b) for b in m.batch_sizes], y=m.median_us(k),
-                             name=MULTISTEP.get(k, k).format(n=m.n_steps),
-                             marker_color=COLORS.get(k, color(k)),
-                             error_y=stats_error_bars(m.times[k])))
+    fig = plotly_go().Figure([stats_bar(m.batch_sizes, m.times[k],
+                                        MULTISTEP.get(k, k).format(n=m.n_steps),
+                                        COLORS.get(k, color(k))) for k in m.methods])
     fig.update_layout(barmode="group")
     return finish(fig, f"{m.n_steps} decode steps: per-step time ({m.preset})", "batch size",
                   "µs per step (median)",

@@ -1,5 +1,4 @@
-"""Charts of notebook 13: the latency–load curve, the monitoring series of serve runs, and one
-metric of every recorded run in the order served."""
+"""Charts of notebook 13: the latency–load curve, monitoring series, one metric per run."""
 
 from __future__ import annotations
 
@@ -9,17 +8,15 @@ from collections.abc import Mapping
 from labkit.measure.records import ServeLoad, view
 from labkit.teach.lessons import record_data
 from labkit.teach.lessons.serving import runs_of
-from labkit.teach.plots import base_layout, register_template
+from labkit.teach.plots import base_layout, plotly_go
 
 MODE_COLORS = {"eager": "#d62728", "full": "#1f77b4", "exact": "#17becf", "piecewise": "#2ca02c"}
 RUN_COLORS = ["#d62728", "#17becf", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 
 
 def latency_load_chart(load: Any, *, key: str = "ttft_ms.p99", subtitle: str = ""):
-    """Two panels over the offered request rate: latency ``key`` (log scale) and served
-    requests/s, one line per mode; the dotted diagonal is "served = offered"."""
-    register_template()
-    import plotly.graph_objects as go
+    """Latency ``key`` and served requests/s over the offered rate, one line per mode."""
+    go = plotly_go()
     from plotly.subplots import make_subplots
 
     rec = view(load, ServeLoad)
@@ -40,10 +37,8 @@ def latency_load_chart(load: Any, *, key: str = "ttft_ms.p99", subtitle: str = "
 
 
 def monitoring_chart(runs: Mapping[str, Any], *, subtitle: str = ""):
-    """Graph hit rate, padded-row waste and eager fallbacks per window of time, one line per
-    ``label -> run`` with ``windows``; breaker trips marked on the hit-rate panel."""
-    register_template()
-    import plotly.graph_objects as go
+    """Graph hit rate, padding waste and eager fallbacks per window, one line per run."""
+    go = plotly_go()
     from plotly.subplots import make_subplots
 
     if not runs:
@@ -72,11 +67,8 @@ def monitoring_chart(runs: Mapping[str, Any], *, subtitle: str = ""):
 
 
 def runs_chart(sources: Mapping[str, Any], key: str = "ttft_ms.median", *, subtitle: str = ""):
-    """``key`` of every recorded run of each ``label -> run source``, in the order served (log
-    scale): a cold first run stands out."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """``key`` of every recorded run of each source, in the order served (log scale)."""
+    go = plotly_go()
     fig = go.Figure()
     for i, (name, src) in enumerate(sources.items()):
         ys = runs_of(src, key)

@@ -1,11 +1,10 @@
-"""Charts for choosing capture sizes (notebook 06): a trace's batch sizes with the capture-size
-lists underneath, and graph memory vs expected step time of the Pareto-optimal size sets."""
+"""Charts for choosing capture sizes (notebook 06): a trace's sizes, the Pareto front."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from labkit.teach.plots import COLORS, base_layout, register_template
+from labkit.teach.plots import COLORS, base_layout, plotly_go
 
 MiB = 2**20
 SET_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#1f77b4", "#8c564b", "#e377c2", "#17becf"]
@@ -14,10 +13,8 @@ SET_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#1f77b4", "#8c564b", "#e377c2", 
 def trace_histogram(dist: Mapping[int, float], capture_sets: Mapping[str, Sequence[int]]
                     | None = None, *, title: str = "Decode batch sizes in the trace",
                     subtitle: str = "", max_x: int | None = None):
-    """Top: share of decode steps per batch size (``dist`` = ``{size: probability}``).
-    Bottom: one row per named capture-size list, a tick at each captured size."""
-    register_template()
-    import plotly.graph_objects as go
+    """Share of steps per batch size over a row of ticks per named capture-size list."""
+    go = plotly_go()
     from plotly.subplots import make_subplots
 
     if not dist:
@@ -50,11 +47,8 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
                  | None = None, budget: float | None = None,
                  title: str = "Graph memory vs expected decode step time",
                  subtitle: str = "", cost_unit: str = "µs"):
-    """The Pareto front (``labkit.sizes.ParetoPoint`` list) as a step line; ``chosen`` (a
-    point) as a star; ``named`` points ``{label: (bytes, cost)}``; ``budget`` (bytes) a line."""
-    register_template()
-    import plotly.graph_objects as go
-
+    """The Pareto front as a step line, ``chosen`` a star, ``named`` points, ``budget`` a line."""
+    go = plotly_go()
     if not front:
         raise ValueError("empty Pareto front; compute it with labkit.sizes.pareto_front")
     fig = go.Figure(go.Scatter(

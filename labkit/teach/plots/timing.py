@@ -1,5 +1,4 @@
-"""Charts of ``launch_overhead`` and ``timeline_<preset>`` records (a Result or its data): cost
-bars, the work-per-kernel sweep, CPU/GPU timelines; a Result's provenance is the subtitle."""
+"""Charts of ``launch_overhead`` and ``timeline_<preset>`` records (notebooks 01–03)."""
 
 from __future__ import annotations
 
@@ -7,10 +6,10 @@ from typing import Any
 from collections.abc import Sequence
 
 from labkit.measure.records import LaunchOverhead, Timeline, view
-from labkit.teach.lessons import median, record_provenance, stat
+from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons.launch import MEET_RATIO, crossover_point, point_at, sweep_rows
-from labkit.teach.lessons.trace import short_name
-from labkit.teach.plots import base_layout, color, label, register_template
+from labkit.teach.plots import (check_methods, color, finish, label, plotly_go, stats_bar,
+                                stats_error_bars)
 from labkit.teach.widgets import pow2_label
 
 OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"),
@@ -19,31 +18,18 @@ OVERHEAD_BARS = [("host_per_launch", "host time<br>per launch"),
                  ("gpu_per_graph_node", "GPU time per<br>graph node")]
 
 
-def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
-    """:func:`labkit.teach.plots.base_layout`, with room for a two-line title (the legend sits
-    under the plot, from the template)."""
-    register_template()
-    fig = base_layout(fig, title, x, y, subtitle=subtitle, **kw)
-    if subtitle:
-        fig.update_layout(margin=dict(t=100))
-    return fig
-
-
-def stats_error_bars(stats: Sequence[Any]) -> dict:
-    """Plotly ``error_y`` from Stats: p10 below, p90 above the median (0 where missing)."""
-    m = [stat(s, "median") for s in stats]
-    lo, hi = [stat(s, "p10") for s in stats], [stat(s, "p90") for s in stats]
-    return dict(type="data", symmetric=False,
-                array=[h - x if h is not None and x is not None else 0 for h, x in zip(hi, m)],
-                arrayminus=[x - low if low is not None and x is not None else 0
-                            for low, x in zip(lo, m)])
+def short_name(name: str, limit: int = 60) -> str:
+    """A profiler event name without ``void``, anonymous namespaces, templates and parameters."""
+    text = name.strip().removeprefix("void ").replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        if stop in text[1:]:
+            text = text[: text.index(stop, 1)]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None = None):
-    """Launch costs (median, p10–p90; missing ones left out); ``cpu``: a live CPU
-    :class:`labkit.timing.LaunchOverhead` (or dict), a grey bar of PyTorch's dispatch cost."""
-    import plotly.graph_objects as go
-
+    """Launch costs (median, p10–p90), beside a live CPU ``LaunchOverhead``'s dispatch cost."""
+    go = plotly_go()
     data = view(record, LaunchOverhead)
     bars = [(lab, getattr(data, k)) for k, lab in OVERHEAD_BARS if getattr(data, k) is not None]
     if not bars:
@@ -54,10 +40,9 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
         host = (cpu.to_dict() if hasattr(cpu, "to_dict") else dict(cpu))["host_per_launch"]
         traces.append(("CPU tensor op, live (no kernel launch)", color("cpu"),
                        [("CPU dispatch cost<br>(this machine, CPU tensor)", host)]))
-    fig = go.Figure([go.Bar(x=[b[0] for b in bs], y=[median(b[1]) for b in bs], name=n,
-                            marker_color=c, error_y=stats_error_bars([b[1] for b in bs]),
-                            texttemplate="%{y:.2f} µs", textposition="auto",
-                            insidetextanchor="middle") for n, c, bs in traces])
+    fig = go.Figure([stats_bar([b[0] for b in bs], [b[1] for b in bs], n, c,
+                               texttemplate="%{y:.2f} µs", textposition="auto",
+                               insidetextanchor="middle") for n, c, bs in traces])
     fig.update_layout(barmode="group", showlegend=cpu is not None)
     return finish(fig, "What one kernel launch costs", "", "µs (median, p10–p90)",
                   subtitle=record_provenance(record) if subtitle is None else subtitle)
@@ -65,10 +50,8 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
 
 def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float = MEET_RATIO,
                 subtitle: str | None = None):
-    """Time per kernel vs elements per kernel, eager and replay, log–log; a star where they
-    meet (within ``meet_ratio``), a ring at the point nearest ``highlight``."""
-    import plotly.graph_objects as go
-
+    """Time vs elements per kernel, eager and replay, a star where they meet (log–log)."""
+    go = plotly_go()
     sweep = sweep_rows(record)
     if not sweep:
         raise ValueError("the record's sweep is empty")
@@ -106,12 +89,9 @@ def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float 
 def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
                    subtitle: str | None = None, title: str | None = None):
     """CPU launches and GPU kernels on one time axis, two lanes per method, a bar per event."""
-    import plotly.graph_objects as go
-
+    go = plotly_go()
     data = view(record, Timeline)
-    if missing := [m for m in methods if m not in data.methods]:
-        raise KeyError(f"the timeline record has no method(s) {missing}; it has "
-                       f"{sorted(data.methods)}")
+    check_methods("timeline", methods, sorted(data.methods))
     fig, order = go.Figure(), []
     for method in methods:
         step, c = data[method].step_us, color(method)

@@ -1,6 +1,4 @@
-"""Charts of notebook 14 from ``tp_allreduce`` / ``tp_decode_<preset>``: all-reduce latency per
-message size, the decode step on one GPU vs N, and the TP=N step split into compute and
-communication."""
+"""Charts of notebook 14 (tensor parallelism) from ``tp_allreduce`` / ``tp_decode_<preset>``."""
 
 from __future__ import annotations
 
@@ -8,7 +6,7 @@ from typing import Any
 
 from labkit.measure.records import TPAllReduce, TPDecode, view
 from labkit.teach.lessons.tp import DECODE_BYTES, METHOD_LABELS, comm_split, decode_label
-from labkit.teach.plots import base_layout, register_template
+from labkit.teach.plots import base_layout, plotly_go
 
 AR_COLORS = {"pg_eager": "#d62728", "pg_graph": "#1f77b4", "one_shot_eager": "#ff9896",
              "one_shot_graph": "#2ca02c", "two_shot_eager": "#c5b0d5", "two_shot_graph": "#9467bd"}
@@ -16,17 +14,9 @@ STEP_COLORS = {"tp1_eager": "#ff9896", "tp1_graph": "#d62728", "eager": "#aec7e8
                "graph": "#1f77b4", "graph_symm_mem": "#2ca02c"}
 
 
-def _go():
-    register_template()
-    import plotly.graph_objects as go
-
-    return go
-
-
 def allreduce_chart(record: Any, *, subtitle: str = ""):
-    """Median µs per all-reduce vs message size per method (log-log; methods that did not run
-    are left out); a dotted line marks the batch-8 gpt2 message."""
-    go, rec = _go(), view(record, TPAllReduce)
+    """Median µs per all-reduce vs message size per method; the batch-8 gpt2 message dotted."""
+    go, rec = plotly_go(), view(record, TPAllReduce)
     fig = go.Figure([go.Scatter(x=[b / 1024 for b in rec.sizes_bytes], y=rec.median_us(m),
                                 name=METHOD_LABELS.get(m, m), mode="lines+markers",
                                 line=dict(color=AR_COLORS.get(m, "#444"),
@@ -39,9 +29,8 @@ def allreduce_chart(record: Any, *, subtitle: str = ""):
 
 
 def tp_step_chart(record: Any, *, subtitle: str = ""):
-    """Decode-step µs per batch size: TP=1 and TP=N, eager and FULL graph, and the graph with
-    the symmetric-memory all-reduce when recorded (grouped bars)."""
-    go, rec = _go(), view(record, TPDecode)
+    """Decode-step µs per batch size: TP=1 and TP=N, eager and graph (and symm_mem)."""
+    go, rec = plotly_go(), view(record, TPDecode)
     ms = [m for m in ("tp1_eager", "tp1_graph", rec.tp("eager"), rec.tp("graph"),
                       rec.tp("graph_symm_mem"))
           if m in rec.times and any(y is not None for y in rec.median_us(m))]
@@ -57,7 +46,7 @@ def tp_step_chart(record: Any, *, subtitle: str = ""):
 
 def comm_split_chart(record: Any, *, graph: bool = True, subtitle: str = ""):
     """The TP=N step per batch size, stacked: compute (no-op all-reduces) and communication."""
-    go, rec = _go(), view(record, TPDecode)
+    go, rec = plotly_go(), view(record, TPDecode)
     rows = comm_split(rec, graph=graph)
     x = [str(r["batch"]) for r in rows]
     fig = go.Figure([go.Bar(x=x, y=[r[k] for r in rows], name=name, marker_color=c,
