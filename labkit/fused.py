@@ -173,7 +173,7 @@ class FusedStep:
     def _up(h: torch.Tensor, fc: torch.nn.Linear) -> torch.Tensor:
         """Up-projection + bias + tanh GELU: in the GEMM's epilogue on CUDA (on CPU torch's
         ``_addmm_activation`` applies the exact GELU, so plain ops there)."""
-        if h.is_cuda and hasattr(torch, "_addmm_activation"):
+        if h.is_cuda:
             return torch._addmm_activation(fc.bias, h, fc.weight.t(), use_gelu=True)
         return F.gelu(torch.addmm(fc.bias, h, fc.weight.t()), approximate="tanh")
 

@@ -119,6 +119,14 @@ def _one_step_both(m, step, t, p, s, **kw):
     return want, kv_want, got, m.cache.kv.clone(), kv0
 
 
+def _assert_step_matches_readable(m, step, t, p, s):
+    """One float32 step: the Triton step's logits within 1e-5 of the readable step's, the cache
+    written alike (within 1e-6)."""
+    want, kv_want, got, kv_got, _ = _one_step_both(m, step, t, p, s)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kv_got, kv_want, rtol=1e-6, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------- correctness
 
 
@@ -155,9 +163,7 @@ def test_logits_and_cache_writes_match_across_splits_and_tiles(layout):
     step = make_triton_step(m, blocks={"splits": 2, "t": 8, "k": 16, "n": 16, "head_n": 16})
     assert step.launch_shape(4)["splits"] == 2
     t, p, s = _prefill(m, PROMPTS)
-    want, kv_want, got, kv_got, _ = _one_step_both(m, step, t, p, s)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(kv_got, kv_want, rtol=1e-6, atol=1e-6)
+    _assert_step_matches_readable(m, step, t, p, s)
 
 
 @cpu
@@ -166,9 +172,7 @@ def test_sizes_that_fill_no_tile(layout):
     m = _odd_model(layout)
     step = make_triton_step(m, blocks={"splits": 3, "t": 4})
     t, p, s = _prefill(m, [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8], [9] * 9])
-    want, kv_want, got, kv_got, _ = _one_step_both(m, step, t, p, s)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(kv_got, kv_want, rtol=1e-6, atol=1e-6)
+    _assert_step_matches_readable(m, step, t, p, s)
 
 
 @cpu
@@ -273,9 +277,7 @@ def test_more_rows_than_one_row_block():
     assert step.blocks_for(17).rows == 32
     step = make_triton_step(m, blocks={"rows": 16, "n": 64, "head_n": 128})
     t, p, s = torch.arange(17) * 5 % 97, torch.arange(17) % 9, torch.arange(17)
-    want, kv_want, got, kv_got, _ = _one_step_both(m, step, t, p, s)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(kv_got, kv_want, rtol=1e-6, atol=1e-6)
+    _assert_step_matches_readable(m, step, t, p, s)
 
 
 @cpu

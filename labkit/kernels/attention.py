@@ -14,7 +14,7 @@ row's last position loads nothing and writes ``m = -inf, l = 0``.
 import triton
 import triton.language as tl
 
-from .common import cache_index, dot_acc
+from .common import cache_index, dot_acc, tile
 
 
 @triton.jit
@@ -83,12 +83,7 @@ def attn_out_kernel(m_ptr, l_ptr, acc_ptr, w_ptr, b_ptr, x_ptr, B, H: tl.constex
     reduction kernel): per head, combine its splits (rounded to the model dtype) and multiply
     by that head's columns of ``W_proj``. Reads ``W_proj`` and bias (``(D^2 + D) e``) once, the
     partials (from L2) and its tile of ``x``; writes the residual."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_mask = rows < B
-    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = ns < D
+    rows, row_mask, ns, n_mask = tile(B, D, BLOCK_B, BLOCK_N)
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_HD)
     d_mask = d < HD

@@ -37,3 +37,12 @@ def gelu_tanh(z):
     written as ``z * sigmoid(2u)`` (the same function: ``sigmoid(2u) = (1 + tanh u) / 2``)."""
     u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
     return z * tl.sigmoid(2.0 * u)
+
+
+@triton.jit
+def tile(B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's tile of a ``(B, N)`` output on the grid ``(N tiles, B tiles)``: its rows
+    and output columns, with their masks."""
+    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    ns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows, rows < B, ns, ns < N

@@ -12,7 +12,7 @@ d_model, ``e`` bytes per element (:func:`labkit.roofline.kernel_plan.kernel_plan
 import triton
 import triton.language as tl
 
-from .common import cache_index, dot_acc, gelu_tanh
+from .common import cache_index, dot_acc, gelu_tanh, tile
 
 
 @triton.jit
@@ -97,12 +97,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
     the residual stream ``x``. Reads LN1, ``W_qkv`` and bias (``(2D + 3D^2 + 3D) e``) once and
     the rows (``B D e``; layer 0: two embedding rows each); writes q (``B D e``) and k, v
     (``2 B D e``)."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_mask = rows < B
-    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = ns < 3 * D
+    rows, row_mask, ns, n_mask = tile(B, 3 * D, BLOCK_B, BLOCK_N)
     acc = _ln_matmul(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr,
                      eps, w_ptr, rows, row_mask, ns, n_mask, D, EMBED, BLOCK_B, BLOCK_N,
                      BLOCK_K, UPCAST, PRECISION)
@@ -120,7 +115,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
     tl.store(k_cache_ptr + cache_offset, out, mask=mask & (part == 1)[None, :])
     tl.store(v_cache_ptr + cache_offset, out, mask=mask & (part == 2)[None, :])
     if EMBED:  # noqa: SIM102 - decided at compile time; the inner test at run time
-        if pid_n == 0:  # one program per row block writes the residual stream
+        if tl.program_id(0) == 0:  # one program per row block writes the residual stream
             for k0 in range(0, D, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
@@ -141,12 +136,7 @@ def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_strid
     its bias and ``gelu``) it reads ``(2D + 4D^2 + 4D) e`` of weights and the rows, writes
     ``4 B D e``; as final LayerNorm + LM head (``N = V``, no bias) it reads ``(2D + V D) e``
     (the step's largest matrix) and writes the logits (``B V e``, rows ``out_stride`` apart)."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_mask = rows < B
-    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = ns < N
+    rows, row_mask, ns, n_mask = tile(B, N, BLOCK_B, BLOCK_N)
     acc = _ln_matmul(x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, ln_w_ptr, ln_b_ptr, eps, w_ptr, rows,
                      row_mask, ns, n_mask, D, False, BLOCK_B, BLOCK_N, BLOCK_K, UPCAST,
                      PRECISION)
@@ -169,12 +159,7 @@ def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, K: tl.constexpr, N: tl
     the residual add (in place is safe: a program reads and writes only its own tile of
     ``x``). Reads ``(4D^2 + D) e`` of weights, ``a`` (``4 B D e``) and the residual
     (``B D e``); writes the residual."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_mask = rows < B
-    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = ns < N
+    rows, row_mask, ns, n_mask = tile(B, N, BLOCK_B, BLOCK_N)
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
