@@ -30,11 +30,13 @@ def _copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
 class StaticBatch:
     """The static inputs of one model's graphs (``max_batch`` rows) and, with ``logits_rows``,
     the static logits ``(logits_rows, vocab)`` the graphs write. ``stage``: send host metadata
-    through the staging ring (``None``: when on a GPU)."""
+    through the staging ring (``None``: when on a GPU). ``rows``: rows other than ``max_batch``
+    (a token-flattened step's tokens, :mod:`labkit.mixed`)."""
 
-    def __init__(self, model: TinyGPT, logits_rows: int = 0, stage: bool | None = None) -> None:
+    def __init__(self, model: TinyGPT, logits_rows: int = 0, stage: bool | None = None,
+                 rows: int | None = None) -> None:
         cfg, dev = model.cfg, model.device
-        n = cfg.max_batch
+        n = rows or cfg.max_batch
         self.stage = dev.type == "cuda" if stage is None else stage
         #: the pad row, once per column: token 0, position 0, the scratch slot (on the host)
         self.pad = torch.tensor([0, 0, cfg.scratch_slot]).repeat_interleave(n).view(3, n)

@@ -334,11 +334,11 @@ def capturing(captured: dict[Any, Any], what: str) -> Iterator[None]:
         raise
 
 
-def new_batch(model: TinyGPT, logits_rows: int) -> StaticBatch:
-    """A :class:`StaticBatch` with a logits buffer of ``logits_rows`` rows; out of memory ->
-    :class:`CaptureOOMError`."""
+def new_batch(model: TinyGPT, logits_rows: int, rows: int | None = None) -> StaticBatch:
+    """A :class:`StaticBatch` (of ``rows`` rows) with a logits buffer of ``logits_rows`` rows;
+    out of memory -> :class:`CaptureOOMError`."""
     try:
-        return StaticBatch(model, logits_rows=logits_rows)
+        return StaticBatch(model, logits_rows=logits_rows, rows=rows)
     except torch.cuda.OutOfMemoryError as exc:
         raise CaptureOOMError(
             "the GPU ran out of memory allocating the graphs' static buffers (the logits "

@@ -47,10 +47,12 @@ class CacheFullError(RuntimeError):
 
 @dataclass
 class StepMeta:
-    """One step's metadata on the device: ``positions``, ``slots`` (B,) int64; ``write_index``
-    (B,) int64, the row's new k/v in the layer viewed as ``(-1, heads, head_dim)``; ``seq_lens``
-    (B,) int32 ``pos + 1``; ``key_start`` (B+1,) int32, each row's first key (slot layout; the
-    last entry ends the cache); ``query_start`` (B+1,) int32 ``0..B``."""
+    """One step's metadata on the device, per token: ``positions``, ``slots`` (T,) int64 (the
+    request's slot), ``write_index`` (T,) int64 (the token's new k/v in the layer viewed as
+    ``(-1, heads, head_dim)``: vLLM's ``slot_mapping``); per request: ``seq_lens`` (R,) int32
+    (its last position + 1), ``key_start`` (R+1,) int32 (its first key, slot layout; the last
+    entry ends the cache), ``query_start`` (R+1,) int32 (its first token: vLLM's
+    ``query_start_loc``). A decode step has one token per request: T = R."""
 
     positions: torch.Tensor
     slots: torch.Tensor
@@ -148,7 +150,7 @@ class KVCache(nn.Module):
         return self.max_seq
 
     def _in_place(self, layer: int, q: torch.Tensor, meta: StepMeta,
-                  kernel: AttentionKernel) -> torch.Tensor | None:
+                  kernel: AttentionKernel, max_query: int) -> torch.Tensor | None:
         """Attention read in place, or ``None`` where this cache cannot (the reference runs)."""
         return None
 
@@ -168,17 +170,38 @@ class KVCache(nn.Module):
         kv = self.flat_kv(layer)
         return kv[0], kv[1]
 
-    def step_meta(self, positions: torch.Tensor, slots: torch.Tensor) -> StepMeta:
-        """A step's metadata from positions and slots on one device (a few tiny kernels, no
-        host sync; capture-safe)."""
-        i32 = torch.int32
-        key_start = torch.cat([slots * self.max_seq,
+    def step_meta(self, positions: torch.Tensor, slots: torch.Tensor,
+                  query_len: int = 1) -> StepMeta:
+        """A uniform step's metadata from per-token positions and slots on one device: each
+        request ``query_len`` consecutive tokens (decode 1, speculative verify ``1 + k``). A few
+        tiny kernels, no host sync, shapes set by the token count: capture-safe."""
+        i32, q = torch.int32, query_len
+        last = slice(q - 1, None, q)  # each request's last token
+        key_start = torch.cat([slots[last] * self.max_seq,
                                slots.new_full((1,), self.num_slots * self.max_seq)])
         return StepMeta(positions=positions, slots=slots,
                         write_index=self.write_index(positions, slots),
-                        seq_lens=(positions + 1).to(i32), key_start=key_start.to(i32),
-                        query_start=torch.arange(positions.shape[0] + 1,
+                        seq_lens=(positions[last] + 1).to(i32), key_start=key_start.to(i32),
+                        query_start=torch.arange(0, positions.shape[0] + 1, q,
                                                  device=positions.device, dtype=i32))
+
+    def mixed_meta(self, positions: torch.Tensor, slots: torch.Tensor,
+                   query_lens: Sequence[int]) -> StepMeta:
+        """A mixed step's metadata: request ``r`` holds the next ``query_lens[r]`` tokens
+        (host ints). Its query starts go host to device each step, as vLLM's attention
+        metadata builders (``vllm/v1/attention/backends/utils.py``, ``query_start_loc``) do."""
+        starts = [0]
+        for n in query_lens:
+            starts.append(starts[-1] + n)
+        query_start = torch.tensor(starts, dtype=torch.int32).to(positions.device,
+                                                                   non_blocking=True)
+        last = (query_start[1:] - 1).long()
+        key_start = torch.cat([slots[last] * self.max_seq,
+                               slots.new_full((1,), self.num_slots * self.max_seq)])
+        return StepMeta(positions=positions, slots=slots,
+                        write_index=self.write_index(positions, slots),
+                        seq_lens=(positions[last] + 1).to(torch.int32),
+                        key_start=key_start.to(torch.int32), query_start=query_start)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: StepMeta) -> None:
         """Store this step's ``k``, ``v`` ``(B, heads, head_dim)`` at each row's position."""
@@ -192,14 +215,16 @@ class KVCache(nn.Module):
         self.flat_kv(layer).index_copy_(1, meta.write_index, kv)
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
-               kernel: AttentionKernel = "efficient") -> torch.Tensor:
-        """Attention of each row's query ``(B, heads, head_dim)`` over its positions ``0..pos``,
-        read in place where the cache can (``kernel``), else the reference over gathered rows."""
+               kernel: AttentionKernel = "efficient", max_query: int = 1) -> torch.Tensor:
+        """Attention of each token's query ``(T, heads, head_dim)`` over its request's positions
+        ``0..pos`` (causal inside a request of several tokens; ``max_query``: the longest
+        request, a host int that shapes the kernel's launch), read in place where the cache can
+        (``kernel``), else the reference: each token a row over its slot's gathered keys."""
         check_choice(kernel, "kernel", ATTENTION_KERNELS)
-        out = self._in_place(layer, q, meta, kernel)
+        out = self._in_place(layer, q, meta, kernel, max_query)
         if out is not None:
             return out
-        keys, values = self.gathered(layer, meta.slots)  # (B, T, H, hd)
+        keys, values = self.gathered(layer, meta.slots)  # (T, max_seq, H, hd)
         mask = (self._arange[None, :] <= meta.positions[:, None])[:, None, None, :]
         y = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2),
                                            values.transpose(1, 2), attn_mask=mask)
@@ -236,21 +261,24 @@ class SlotKVCache(KVCache):
         return self.k[layer][slots], self.v[layer][slots]
 
     def _in_place(self, layer: int, q: torch.Tensor, meta: StepMeta,
-                  kernel: AttentionKernel) -> torch.Tensor | None:
-        """On CUDA with head_dim a multiple of 8 (the efficient kernel's rule) only."""
+                  kernel: AttentionKernel, max_query: int) -> torch.Tensor | None:
+        """On CUDA with head_dim a multiple of 8 (the efficient kernel's rule) only. Several
+        queries per request: causal from the bottom right (query ``i`` of ``n`` over
+        ``seq_len - n + i + 1`` keys), FlashAttention's alignment."""
         if not (self.in_place and q.is_cuda and self.head_dim % 8 == 0):
             return None
         kf, vf = self.flat(layer)
         scale = 1.0 / math.sqrt(self.head_dim)
+        causal = max_query > 1
         if kernel == "flash" and flash_supported(q.dtype, self.head_dim):
-            # cu_seqlens_k = each row's first key, seqused_k = how many of them it attends
+            # cu_seqlens_k = each request's first key, seqused_k = how many of them it attends
             out: Any = torch.ops.aten._flash_attention_forward(
-                q, kf, vf, meta.query_start, meta.key_start, 1, self.max_seq, 0.0, False,
-                False, scale=scale, seqused_k=meta.seq_lens)
+                q, kf, vf, meta.query_start, meta.key_start, max_query, self.max_seq, 0.0,
+                causal, False, scale=scale, seqused_k=meta.seq_lens)
             return cast(torch.Tensor, out[0])
         out = torch.ops.aten._efficient_attention_forward(
-            q[None], kf[None], vf[None], None, meta.query_start, meta.key_start, 1,
-            self.max_seq, 0.0, 0, False, scale=scale, seqlen_k=meta.seq_lens)
+            q[None], kf[None], vf[None], None, meta.query_start, meta.key_start, max_query,
+            self.max_seq, 0.0, 2 if causal else 0, False, scale=scale, seqlen_k=meta.seq_lens)
         return cast(torch.Tensor, out[0][0])
 
 

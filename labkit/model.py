@@ -171,11 +171,12 @@ class Block(nn.Module):
 
 
 def attention(cache: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              meta: StepMeta) -> torch.Tensor:
-    """The part of a decode step that touches the KV cache: write this step's k, v, attend each
-    row over its positions (piecewise capture runs this eagerly between graphs, as vLLM does)."""
+              meta: StepMeta, max_query: int = 1) -> torch.Tensor:
+    """The part of a step that touches the KV cache: write this step's k, v, attend each token
+    over its request's positions (piecewise capture runs this eagerly between graphs, as vLLM
+    does)."""
     cache.write(layer, k, v, meta)
-    return cache.attend(layer, q, meta)  # (B, H, hd)
+    return cache.attend(layer, q, meta, max_query=max_query)  # (T, H, hd)
 
 
 class TinyGPT(nn.Module):
@@ -304,18 +305,31 @@ class TinyGPT(nn.Module):
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`decode_step` without any check: for callers that checked the batch."""
-        x, meta = self.embed_step(tokens, positions, slots)
+        return self.forward_tokens(tokens, self.cache.step_meta(positions, slots), out=out)
+
+    @torch.no_grad()
+    def forward_tokens(self, tokens: torch.Tensor, meta: StepMeta, max_query: int = 1,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+        """The token-flattened step: ``T`` tokens of any requests (decode rows, prefill chunks,
+        verify rows), ``meta`` from :meth:`KVCache.step_meta` (uniform) or
+        :meth:`KVCache.mixed_meta`; logits ``(T, V)``. Checks nothing (see
+        :func:`labkit.mixed.check_flat`)."""
+        x = self.embed(tokens, meta.positions)
         for i, block in enumerate(self.layers):
             q, k, v = block.pre_attention(x)
-            x = block.post_attention(x, attention(self.cache, i, q, k, v, meta))
+            x = block.post_attention(x, attention(self.cache, i, q, k, v, meta, max_query))
         return self.head(x, out=out)
 
-    # The pieces of decode, for piecewise capture (labkit.piecewise): no checks here.
+    # The pieces of a step, for piecewise capture (labkit.piecewise): no checks here.
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Embeddings ``(T, 1, D)`` of one step's tokens."""
+        return cast(torch.Tensor, (self.tok_emb(tokens) + self.pos_emb(positions)).unsqueeze(1))
+
     def embed_step(self, tokens: torch.Tensor, positions: torch.Tensor,
                    slots: torch.Tensor) -> tuple[torch.Tensor, StepMeta]:
-        """Embeddings ``(B, 1, D)`` of one step and its cache metadata."""
+        """Embeddings ``(B, 1, D)`` of one decode step and its cache metadata."""
         meta = self.cache.step_meta(positions, slots)
-        return (self.tok_emb(tokens) + self.pos_emb(positions)).unsqueeze(1), meta
+        return self.embed(tokens, positions), meta
 
     def head(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Final LayerNorm and output head: logits ``(B, V)`` (into ``out`` when given)."""

@@ -38,12 +38,17 @@ _META = tuple(f.name for f in dataclasses.fields(StepMeta))
 Piece = Callable[..., Any]
 
 
-def _pieces(model: TinyGPT) -> tuple[Piece, list[Piece], Piece]:
-    """The ``L + 1`` pure pieces of a step (no cache access inside): callables on tensors."""
+def _pieces(model: TinyGPT, with_meta: bool = True) -> tuple[Piece, list[Piece], Piece]:
+    """The ``L + 1`` pure pieces of a step (no cache access inside): callables on tensors.
+    ``with_meta``: the first piece also computes a decode step's metadata (mixed batches bring
+    their own, built on the host)."""
     blocks = model.layers
 
     def first(tokens: torch.Tensor, positions: torch.Tensor,
               slots: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not with_meta:
+            x = model.embed(tokens, positions)
+            return (x, *blocks[0].pre_attention(x))
         x, meta = model.embed_step(tokens, positions, slots)
         return (x, *blocks[0].pre_attention(x), *(getattr(meta, f) for f in _META))
 
@@ -92,18 +97,19 @@ class PiecewiseGraphs:
         return self.model.cfg.n_layer + 1
 
     @torch.no_grad()
-    def replay(self, bs: int) -> torch.Tensor:
+    def replay(self, bs: int, meta: StepMeta | None = None, max_query: int = 1) -> torch.Tensor:
         """Replay the pieces of size ``bs`` with eager attention between them, on what is in
-        the static buffers; returns the static logits ``(bs, V)``."""
+        the static buffers (``meta``: a mixed step's, for pieces captured without their own);
+        returns the static logits ``(bs, V)``."""
         if bs not in self.pieces:
             raise KeyError(f"no piecewise graphs for batch size {bs}; captured: {self.sizes}")
         pieces, cache, y = self.pieces[bs], self.model.cache, self.y[:bs]
         _, q, k, v, *m = pieces[0].replay()  # x stays in the pool for the next piece
-        meta = StepMeta(*m)
-        y.copy_(attention(cache, 0, q, k, v, meta))
+        meta = meta or StepMeta(*m)
+        y.copy_(attention(cache, 0, q, k, v, meta, max_query))
         for i in range(1, len(pieces) - 1):
             _, q, k, v = pieces[i].replay()
-            y.copy_(attention(cache, i, q, k, v, meta))
+            y.copy_(attention(cache, i, q, k, v, meta, max_query))
         return pieces[-1].replay()  # type: ignore[no-any-return]
 
     def release(self) -> None:
@@ -126,15 +132,17 @@ def capture_piecewise_graphs(model: TinyGPT, sizes: Sequence[int], *, pool: Any 
 
 @torch.no_grad()
 def capture_pieces(model: TinyGPT, sizes: list[int], batch: StaticBatch, *, pool: Any,
-                   warmup: int, progress: bool | None, check_sync: bool) -> PiecewiseGraphs:
-    """:func:`capture_piecewise_graphs` on checked arguments."""
+                   warmup: int, progress: bool | None, check_sync: bool,
+                   with_meta: bool = True) -> PiecewiseGraphs:
+    """:func:`capture_piecewise_graphs` on checked arguments (``with_meta=False``: pieces of a
+    token-flattened step, whose metadata is built on the host, :mod:`labkit.mixed`)."""
     cfg, n = model.cfg, sizes[-1]
     # the heads this model's cache holds (a tensor-parallel shard: n_head / world_size)
     y = torch.zeros((n, model.cache.heads, cfg.head_dim), dtype=cfg.torch_dtype,
                     device=model.device)
     handle = pool if pool is not None else torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()
-    first, middles, last = _pieces(model)
+    first, middles, last = _pieces(model, with_meta)
     captured: dict[int, list[CapturedGraph]] = {}
     with capturing(captured, "pieces"):
         for bs in progress_bar(sorted(sizes, reverse=True), progress, "capturing pieces"):

@@ -1,0 +1,201 @@
+"""Token-flattened steps (labkit.mixed): decode rows, prefill chunks and verify rows in one
+batch give the logits of the full forward pass; the dispatcher decides as vLLM's does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from labkit.mixed import (
+    BatchDescriptor, FlatBatch, MixedRunner, TokenDispatcher, resolve_mode, spec_capture_sizes,
+)
+from labkit.model import build_model, preset
+from labkit.teach.lessons.modes import vllm_runtime_mode
+
+
+def _model(**kw):
+    return build_model(preset("test", max_batch=4, **kw), seed=0)
+
+
+def _prefilled(m, prompts):
+    for i, p in enumerate(prompts):
+        m.cache.reserve(i, m.cfg.max_seq)
+        m.prefill(torch.tensor([p]), torch.tensor([i]))
+
+
+PROMPTS = [[5, 6, 7], [], [9, 8, 7, 6, 5]]
+
+
+def _mixed_batch():
+    """Slot 0 decodes one token, slot 1 prefills a first chunk of 6, slot 2 verifies 1 + 2."""
+    return FlatBatch.of([(0, 3, [11]), (1, 0, [1, 2, 3, 4, 5, 6]), (2, 5, [12, 13, 14])])
+
+
+def _reference(m, batch):
+    """Each token's logits from the full forward pass over its request's context."""
+    ctx = {0: PROMPTS[0] + [11], 1: [1, 2, 3, 4, 5, 6], 2: PROMPTS[2] + [12, 13, 14]}
+    rows = []
+    for pos, slot in zip(batch.positions, batch.slots):
+        rows.append(m(torch.tensor([ctx[slot]]))[0, pos])
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("mode", ["NONE", "PIECEWISE", "FULL_AND_PIECEWISE",
+                                  "FULL_DECODE_ONLY"])
+def test_mixed_step_equals_the_full_forward_pass(layout, mode):
+    m = _model(kv_layout=layout, block_size=8)
+    _prefilled(m, [PROMPTS[0], [0], PROMPTS[2]])
+    batch = _mixed_batch()
+    runner = MixedRunner(m, [1, 2, 4, 8, 16], cudagraph_mode=mode, capture=False)
+    got = runner.step(batch)
+    want = _reference(m, batch)
+    assert got.shape == (10, m.cfg.vocab_size)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
+    expected = {"NONE": "NONE", "PIECEWISE": "PIECEWISE", "FULL_AND_PIECEWISE": "PIECEWISE",
+                "FULL_DECODE_ONLY": "NONE"}[mode]
+    assert runner.counters.mode_steps == {expected: 1}
+    assert runner.counters.padded_tokens == (0 if expected == "NONE" else 6)
+
+
+@pytest.mark.parametrize("mode", ["PIECEWISE", "FULL_AND_PIECEWISE", "NONE"])
+def test_uniform_verify_batch_equals_the_full_forward_pass(mode):
+    m = _model()
+    prompts = [[3, 4], [7, 7, 7, 7], [1]]
+    _prefilled(m, prompts)
+    drafts = [[10, 11, 12], [13, 14, 15], [16, 17, 18]]
+    batch = FlatBatch.of([(i, len(p), d) for i, (p, d) in enumerate(zip(prompts, drafts))])
+    runner = MixedRunner(m, [3, 6, 12], cudagraph_mode=mode, uniform_query_len=3,
+                         capture=False)
+    assert runner.decide(batch) == {  # 9 tokens padded to 12: 4 requests of 3
+        "PIECEWISE": ("PIECEWISE", BatchDescriptor(12)), "NONE": ("NONE", BatchDescriptor(9)),
+        "FULL_AND_PIECEWISE": ("FULL", BatchDescriptor(12, 4, True))}[mode]
+    got = runner.step(batch)
+    want = torch.cat([m(torch.tensor([p + d]))[0, len(p):] for p, d in zip(prompts, drafts)])
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_a_padded_step_writes_only_its_own_slots_and_the_scratch_slot():
+    m = _model()
+    _prefilled(m, [[1, 2], [3, 4], [5, 6], [7, 8]])
+    before = m.cache.kv.clone()
+    runner = MixedRunner(m, [8], cudagraph_mode="PIECEWISE", capture=False)
+    runner.step(FlatBatch.of([(1, 2, [9]), (3, 2, [10, 11])]))  # 3 tokens padded to 8
+    per_slot = (m.cache.kv != before).any(dim=(0, 1, 4, 5))  # (slots, max_seq)
+    written = {(s, p) for s, p in per_slot.nonzero().tolist()}
+    assert written == {(1, 2), (3, 2), (3, 3), (m.cfg.scratch_slot, 0)}
+
+
+def test_bad_batches_are_refused_before_anything_is_written():
+    m = _model(kv_layout="paged", block_size=8)
+    m.cache.reserve(0, 8)
+    runner = MixedRunner(m, [4, 8], capture=False)
+    before = m.cache.kv.clone()
+    with pytest.raises(ValueError, match="slot 1 owns room for 0 positions"):
+        runner.step(FlatBatch.of([(0, 0, [1, 2]), (1, 0, [3])]))
+    with pytest.raises(ValueError, match="room for 8 positions but the step writes"):
+        runner.step(FlatBatch.of([(0, 7, [1, 2])]))  # past the reserved room
+    with pytest.raises(ValueError, match="appear more than once"):
+        runner.step(FlatBatch.of([(0, 0, [1]), (0, 1, [2])]))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 97\)"):
+        runner.step(FlatBatch.of([(0, 0, [m.cfg.vocab_size])]))
+    with pytest.raises(ValueError, match="no tokens"):
+        FlatBatch.of([(0, 0, [])])
+    with pytest.raises(TypeError, match="slot, first_position, tokens"):
+        FlatBatch.of([(0, [1])])
+    assert torch.equal(m.cache.kv, before) and runner.counters.mode_steps == {}
+
+
+def test_resolve_mode_follows_vllm_fallbacks():
+    assert resolve_mode("FULL") == "FULL_AND_PIECEWISE"          # mixed FULL needs ALWAYS
+    assert resolve_mode("FULL", "ALWAYS") == "FULL"
+    assert resolve_mode("FULL_DECODE_ONLY") == "FULL_DECODE_ONLY"
+    assert resolve_mode("FULL_AND_PIECEWISE", "NEVER") == "PIECEWISE"
+    assert resolve_mode("FULL_AND_PIECEWISE", "UNIFORM_SINGLE_TOKEN_DECODE", 3) == "PIECEWISE"
+    assert resolve_mode("FULL_AND_PIECEWISE", "UNIFORM_SINGLE_TOKEN_DECODE", 1) == \
+        "FULL_AND_PIECEWISE"
+    with pytest.raises(ValueError, match="use cudagraph_mode='PIECEWISE'"):
+        resolve_mode("FULL", "NEVER")
+    with pytest.raises(ValueError, match="cudagraph_mode must be one of"):
+        resolve_mode("HALF")  # type: ignore[arg-type]
+
+
+def test_spec_capture_sizes_are_multiples_of_the_verify_length():
+    assert spec_capture_sizes([1, 2, 4, 8, 16], 1) == [1, 2, 4, 8, 16]
+    assert spec_capture_sizes([1, 2, 4, 8, 16], 3) == [3, 6, 9]  # 18 > 16 is dropped
+    assert spec_capture_sizes([1, 2], 4) == []
+    assert spec_capture_sizes([1, 4], 4) == [4]
+
+
+MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(lens=st.lists(st.sampled_from([1, 1, 1, 2, 3, 4, 17, 90]), min_size=1, max_size=40),
+       q=st.sampled_from([1, 2, 4]), mode=st.sampled_from(MODES),
+       seqs=st.sampled_from([8, 16, 64]))
+def test_dispatch_matches_the_transcription_of_vllms_rule(lens, q, mode, seqs):
+    lens = lens[:seqs]
+    sizes = spec_capture_sizes([1, 2, 4, 8, 16, 32, 64, 128], q)
+    d = TokenDispatcher(sizes, seqs, mode, q, support="ALWAYS")
+    uniform = all(n == q for n in lens)
+    got_mode, key = d.dispatch(sum(lens), uniform)
+    want = vllm_runtime_mode(lens, sizes, max_num_seqs=seqs, decode_query_len=q,
+                             cudagraph_mode=mode)
+    assert (got_mode, key.num_tokens) == want
+    if got_mode == "FULL" and key.uniform:
+        assert key.num_reqs * q == key.num_tokens
+
+
+def _gpu_model(layout):
+    m = build_model(preset("small", max_batch=8, max_seq=64, vocab_size=4096,
+                           kv_layout=layout), "cuda")
+    g = torch.Generator().manual_seed(0)
+    for i, n in enumerate([5, 9, 30, 2]):
+        m.cache.reserve(i, 64)
+        m.prefill(torch.randint(0, 4096, (1, n), generator=g).cuda(), torch.tensor([i]).cuda())
+    return m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_graph_steps_equal_eager_and_the_forward_pass_on_gpu(layout):
+    m = _gpu_model(layout)
+    graphs = MixedRunner(m, [1, 2, 4, 8, 16, 32], uniform_query_len=3, progress=False)
+    eager = MixedRunner(m, [1, 2, 4, 8, 16, 32], uniform_query_len=3, capture=False)
+    g = torch.Generator().manual_seed(1)
+
+    def toks(n):
+        return torch.randint(0, 4096, (n,), generator=g).tolist()
+
+    steps = [FlatBatch.of([(0, 5, toks(3)), (1, 9, toks(3)), (2, 30, toks(3))]),   # uniform
+             FlatBatch.of([(0, 5, toks(1)), (3, 2, toks(12)), (2, 30, toks(3))]),  # mixed
+             FlatBatch.of([(1, 9, toks(40))])]                                     # above
+    want_modes = ["FULL", "PIECEWISE", "NONE"]
+    for batch, mode in zip(steps, want_modes):
+        assert graphs.decide(batch)[0] == mode
+        kv = m.cache.kv.clone()
+        a = graphs.step(batch)
+        m.cache.kv.copy_(kv)
+        b = eager.step(batch)
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        assert torch.equal(a.argmax(-1), b.argmax(-1)), (layout, mode)
+    assert graphs.counters.mode_steps == {"FULL": 1, "PIECEWISE": 1, "NONE": 1}
+    graphs.release()
+
+
+@pytest.mark.gpu
+def test_in_place_varlen_attention_equals_the_gathered_reference_on_gpu():
+    m = _gpu_model("slot")
+    batch = FlatBatch.of([(0, 5, [1]), (3, 2, list(range(20, 40))), (2, 30, [7, 8, 9])])
+    dev = [torch.tensor(x, device="cuda") for x in (batch.tokens, batch.positions,
+                                                    batch.slots)]
+    meta = m.cache.mixed_meta(dev[1], dev[2], batch.query_lens)
+    kv = m.cache.kv.clone()
+    in_place = m.forward_tokens(dev[0], meta, max(batch.query_lens))
+    m.cache.kv.copy_(kv)
+    m.cache.in_place = False
+    reference = m.forward_tokens(dev[0], meta, max(batch.query_lens))
+    torch.testing.assert_close(in_place, reference, atol=1e-4, rtol=1e-4)
