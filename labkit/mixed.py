@@ -295,6 +295,15 @@ class MixedRunner:
         self.counters.count(mode, n, run)
         return out[:n].clone()
 
+    def verify(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               query_len: int) -> torch.Tensor:
+        """:meth:`step` of a uniform batch given as 1-D tensors, request ``r``'s ``query_len``
+        tokens at ``r * query_len``: the verify step of
+        :func:`labkit.serving.spec.generate_speculative`."""
+        t, p, s = (x.tolist() for x in (tokens, positions, slots))
+        q = query_len
+        return self.step(FlatBatch.of([(s[i], p[i], t[i:i + q]) for i in range(0, len(t), q)]))
+
     def release(self) -> None:
         """Free the captured graphs."""
         for runner in (self.graphs, self.pieces):

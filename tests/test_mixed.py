@@ -199,3 +199,34 @@ def test_in_place_varlen_attention_equals_the_gathered_reference_on_gpu():
     m.cache.in_place = False
     reference = m.forward_tokens(dev[0], meta, max(batch.query_lens))
     torch.testing.assert_close(in_place, reference, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_speculative_decoding_on_the_runner_equals_plain_greedy(k, layout):
+    from labkit.model import generate
+    from labkit.serving.spec import generate_speculative
+
+    m = build_model(preset("test", kv_layout=layout, block_size=8), seed=0)
+    prompts = [[1, 2, 3], [90] * 12, [7, 8, 9, 10, 11]]
+    runner = MixedRunner(m, [4, 8, 16], uniform_query_len=k + 1, capture=False)
+    spec, stats = generate_speculative(m, prompts, 12, k, runner.verify)
+    assert spec == generate(m, prompts, 12)
+    assert stats.accepted > 0 and set(runner.counters.mode_steps) == {"FULL"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [1, 3])
+def test_speculative_decoding_under_full_graphs_equals_plain_greedy_on_gpu(k):
+    from labkit.model import generate
+    from labkit.serving.spec import generate_speculative
+
+    m = build_model(preset("small", max_batch=8, max_seq=128, vocab_size=4096), "cuda")
+    prompts = [[1, 2, 3] * 4, [90] * 12, list(range(30, 50))]
+    graphs = MixedRunner(m, [4, 8, 16, 32], uniform_query_len=k + 1, progress=False)
+    spec, stats = generate_speculative(m, prompts, 24, k, graphs.verify)
+    eager = MixedRunner(m, [4, 8, 16, 32], uniform_query_len=k + 1, capture=False)
+    assert spec == generate_speculative(m, prompts, 24, k, eager.verify)[0]
+    assert spec == generate(m, prompts, 24)
+    assert graphs.counters.mode_steps.get("FULL", 0) == stats.steps
+    graphs.release()
