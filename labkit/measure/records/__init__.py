@@ -1,15 +1,14 @@
-"""The result records labkit writes, as typed data: one place for their fields, derived values
-and default measurement parameters.
+"""The result records labkit writes, as typed data (the ``data`` of a record file,
+:mod:`labkit.measure.results`).
 
-A record file (:mod:`labkit.measure.results`) holds ``{"schema", "name", "created", "params",
-"env", "data"}``; this package describes ``data`` by record kind, one frozen dataclass each
-(``kinds``; serving's in ``serving``) whose ``RECORD`` names its records (``decode_<preset>``
-...) and whose typed fields are the schema, read by ``fields``; ``registry`` maps names to
-kinds and parses (:func:`parse`, :func:`view`, :class:`SchemaError` naming file and field);
-``derived`` computes tokens/s, speed-ups and ratios; ``defaults`` holds :data:`DEFAULTS`.
-
-A new kind: a dataclass deriving from ``Kind`` (``_Timed`` for ``times[method]`` per size) in
-``kinds``, its ``RECORD``, an entry in :data:`KINDS`, its defaults in :data:`DEFAULTS`.
+To add a record kind: a ``@dataclass(frozen=True, kw_only=True)`` in ``kinds`` deriving from
+``Kind`` (``_Run`` for ``times[method]`` per batch size) with ``RECORD``, its name pattern
+(``decode_<preset>``), and type-hinted fields (a field with a default is optional in the file);
+a ``validate(self, data, where)`` only for what the types cannot say (raise
+``_Fail(f"{where}.<field>", problem)``); one entry in :data:`KINDS`; its parameters in
+:data:`DEFAULTS`. The one parser (``fields``) reads every kind from its fields and type hints;
+``registry`` maps names to kinds (:func:`parse`, :func:`view`, :class:`SchemaError` naming
+file and field); ``derived`` computes tokens/s, speed-ups and ratios.
 """
 
 from __future__ import annotations

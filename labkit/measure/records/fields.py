@@ -63,7 +63,6 @@ def _stats(v: Any, where: str) -> Stats:
     """A stored :class:`Stats` (``mean`` defaults to the median, ``unit`` to ``"us"``)."""
     d = _scalar(dict, v, where)
     d["mean"] = d["median"] if d.get("mean") is None and "median" in d else d.get("mean")
-    d["unit"] = "us" if d.get("unit") is None else d["unit"]
     return parse_kind(Stats, d, where)
 
 
@@ -161,10 +160,6 @@ def _require(keys: Any, names: Any, where: str) -> None:
             raise _Fail(f"{where}.{name}", "is missing")
 
 
-def _median(s: Stats | None) -> float | None:
-    return None if s is None else s.median
-
-
 class _Timed(Kind):
     """Kinds with sizes (field ``SIZES``) and ``times[method]`` (a :class:`Stats` or null per
     size). Checked: ``PER_SIZE`` fields (a list, or a dict of lists) hold one entry per size,
@@ -200,15 +195,14 @@ class _Timed(Kind):
 
     def _check_stored(self, stored: Any, at: str, where: str, derive: Any) -> None:
         """A stored derived column must agree with the one derived here from ``times``."""
-        for m, col in parse_value(dict[str, list[Any]], stored, at).items():
+        for m, col in parse_value(dict[str, list[float | None]], stored, at).items():
             if m not in self.times:
                 raise _Fail(f"{at}.{m}", f"has no timings in {where}.times to be derived from")
             want = derive(m)
             _same_length(col, want, f"{at}.{m}", f"{where}.{self.SIZES}")
             for i, (got, exp) in enumerate(zip(col, want)):
-                bad = isinstance(got, bool) or not isinstance(got, (int, float)) or exp is None
-                if (got, exp) != (None, None) and (bad or not math.isclose(got, exp,
-                                                                           rel_tol=1e-6)):
+                if (got is None) != (exp is None) or (
+                        got is not None and not math.isclose(got, exp, rel_tol=1e-6)):
                     raise _Fail(f"{at}.{m}[{i}]", f"is {got!r} but {where}.times gives {exp!r}")
 
     @property
@@ -220,13 +214,13 @@ class _Timed(Kind):
         """Median µs of ``method`` per size (``None``: not timed)."""
         if method not in self.times:
             raise KeyError(f"the record has no method {method!r}; it has {self.methods}")
-        return [_median(s) for s in self.times[method]]
+        return [None if s is None else s.median for s in self.times[method]]
 
     def at(self, method: str, size: int) -> float | None:
         """Median µs of ``method`` at ``size`` (``None``: not measured)."""
         if size not in self.sizes_ or method not in self.times:
             return None
-        return _median(self.times[method][self.sizes_.index(size)])
+        return self.median_us(method)[self.sizes_.index(size)]
 
     def tokens_per_s(self, method: str) -> list[float | None]:
         """Tokens per second of ``method`` per batch size (:func:`tokens_per_s`)."""

@@ -31,15 +31,13 @@ OVERHEAD_METHODS = ("replay", "copy_replay", "stage_replay", "step_device", "ste
 
 @dataclass(frozen=True, kw_only=True)
 class _Run(_Timed):
-    """The fields most timed kinds share: model preset, dtype, batch sizes, times, checks."""
+    """The fields most timed kinds share."""
     preset: str = ""
     dtype: str = ""
     batch_sizes: list[int]
     times: Times
     checks: Checks = field(default_factory=dict)
 
-
-# ----------------------------------------------------------------------------- decode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,8 +50,7 @@ class SweepPoint(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchOverhead(Kind):
-    """``launch_overhead``: what one kernel launch costs (CUDA figures ``None`` without
-    CUDA), and the work-per-kernel sweep."""
+    """``launch_overhead``: what one kernel launch costs (``None`` without CUDA)."""
     RECORD = "launch_overhead"
     device: str
     host_per_launch: Stats | None = None
@@ -67,9 +64,8 @@ class LaunchOverhead(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Decode(_Run):
-    """``decode_<preset>``: µs per step per method and batch size (``None``: not measured);
-    ``kernels_per_step``: GPU operations of one eager step, counted as ``gpu_ops_counted``
-    says (:data:`GPU_OPS_SCOPE`; empty in older records)."""
+    """``decode_<preset>``: µs per step per method and batch size; ``kernels_per_step``
+    counted as ``gpu_ops_counted`` says (:data:`GPU_OPS_SCOPE`; empty in older records)."""
     RECORD = "decode_<preset>"
     ALSO = ("compile_times_<preset>",)
     STORED = ("tokens_per_s", "speedup_vs_eager")
@@ -84,8 +80,7 @@ class Decode(_Run):
 
 @dataclass(frozen=True, kw_only=True)
 class TimelineEvent(Kind):
-    """One profiler event: a CPU launch call or a GPU kernel/copy/set, its start (µs from the
-    first event) and duration."""
+    """One profiler event (a CPU launch or a GPU kernel/copy/set), µs from the first."""
     lane: Literal["CPU", "GPU"]
     name: str = ""
     start_us: float
@@ -120,9 +115,8 @@ class Timeline(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Dispatcher(_Run):
-    """``dispatcher_<preset>``: µs per step per batch size: eager, an exact graph
-    (``graph_exact``; ``None`` above the largest size) and the padding dispatcher;
-    ``counters`` as :class:`labkit.dispatch.DispatchCounters` stores them."""
+    """``dispatcher_<preset>``: µs per step of eager, an exact graph and the padding
+    dispatcher; ``counters`` as :class:`labkit.dispatch.DispatchCounters` stores them."""
     RECORD = "dispatcher_<preset>"
     METHODS = ("eager", "dispatcher")
     PER_SIZE = ("times", "padded_to")
@@ -139,8 +133,7 @@ class Dispatcher(_Run):
 
 @dataclass(frozen=True, kw_only=True)
 class OverheadRun(_Run):
-    """One model of a ``dispatcher_overhead`` record: µs per step of each of
-    :data:`OVERHEAD_METHODS` per batch size, all against one dispatcher's own graphs."""
+    """One model of ``dispatcher_overhead``: µs per step of each of :data:`OVERHEAD_METHODS`."""
     METHODS = OVERHEAD_METHODS
     preset: str = field()  # required here
 
@@ -148,8 +141,7 @@ class OverheadRun(_Run):
 @dataclass(frozen=True, kw_only=True)
 class DispatcherOverhead(Kind):
     """``dispatcher_overhead``: the dispatcher's time over a bare replay of its own graph, by
-    part, per model (:class:`OverheadRun`): ``repeats`` interleaved samples of ``inner`` steps
-    at capture sizes only (nothing is padded)."""
+    part, per model: ``repeats`` interleaved samples of ``inner`` steps, nothing padded."""
     RECORD = "dispatcher_overhead"
     dtype: str = ""
     repeats: int
@@ -163,9 +155,8 @@ class DispatcherOverhead(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Compile(_Run):
-    """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``: µs per
-    step, set-up seconds, pool bytes and GPU operations per step (``None``/``-1``: not
-    measured)."""
+    """``compile_<preset>``: manual graphs vs ``torch.compile(mode="reduce-overhead")``
+    (``None``/``-1``: not measured)."""
     RECORD = "compile_<preset>"
     compile_s: float
     capture_s: float
@@ -175,14 +166,11 @@ class Compile(_Run):
     cudagraph_skips: list[str] = field(default_factory=list)
 
 
-# ----------------------------------------------------------------------------- memory
-
 
 @dataclass(frozen=True, kw_only=True)
 class PoolLayout(Kind):
-    """One way of holding the graphs: ``total_bytes``; per batch size the bytes of each
-    private pool, or a shared pool's size after each capture (``growth_bytes``), and the
-    capture seconds."""
+    """One way of holding the graphs; per batch size a private pool's bytes or a shared
+    pool's size after each capture (``growth_bytes``)."""
     total_bytes: int
     per_size_bytes: dict[int, int] = field(default_factory=dict)
     growth_bytes: dict[int, int] = field(default_factory=dict)
@@ -206,9 +194,9 @@ def _by_max_seq(v: Any, where: str) -> dict[int, PoolAtMaxSeq]:
 
 @dataclass(frozen=True, kw_only=True)
 class PoolMemory(Kind):
-    """``pool_memory_<preset>``: graph-pool bytes for ``sizes``: private pools vs one shared
-    pool, largest-first and smallest-first; optionally the static logits bytes (outside the
-    pool), the shared pool per ``max_seq`` and the old whole-row gather path (``gather``)."""
+    """``pool_memory_<preset>``: graph-pool bytes for ``sizes`` of each of :data:`LAYOUTS`;
+    optionally the logits (outside the pool), the shared pool per ``max_seq`` and the old
+    whole-row gather path."""
     RECORD = "pool_memory_<preset>"
     LAYOUTS = ("private", "shared_largest_first", "shared_smallest_first")
     preset: str = ""
@@ -243,8 +231,7 @@ class PoolMemory(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class OverwriteFix(Kind):
-    """One fix of ``pool_overwrite``: B's output (distinct values) after A's replay, ``ok``
-    when it kept B's value; for the keep-alive fix, the two pointers."""
+    """One fix of ``pool_overwrite``: B's output after A's replay (``ok``: B's value kept)."""
     values_after_replay_a: list[float]
     ok: bool
     a_temporary_ptr: int | None = None
@@ -265,8 +252,7 @@ def _fix(key: str) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class PoolOverwrite(Kind):
     """``pool_overwrite``: graphs A then B in one shared pool, A's freed temporary given to B's
-    output (``same_block``); B's output (distinct float32 values) in capture order, after B's
-    replay and after A's (``overwritten``), and two fixes (a clone; keeping A's temporary)."""
+    output (``same_block``): B's output after each replay, and two fixes."""
     RECORD = "pool_overwrite"
     device: str = ""
     torch: str = ""
@@ -285,13 +271,10 @@ class PoolOverwrite(Kind):
     fixed: bool
 
 
-# ----------------------------------------------------------------------------- pitfalls
-
 
 @dataclass(frozen=True, kw_only=True)
 class Pitfall(Kind):
-    """One capture pitfall reproduced: the rule, what happened (``error``: the first error
-    seen), the fix, whether the fixed version ran; ``details`` free-form."""
+    """One capture pitfall reproduced (``error``: the first error seen)."""
     name: str
     rule: str = ""
     what: str = ""
@@ -303,8 +286,8 @@ class Pitfall(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Pitfalls(Kind):
-    """``pitfalls``: the pitfalls shown on ``device``, the address demonstration (free-form)
-    and the torch.compile pitfall (``None``: not run)."""
+    """``pitfalls``: the capture pitfalls, the address demonstration and the torch.compile
+    pitfall (``None``: not run)."""
     RECORD = "pitfalls"
     device: str = ""
     torch: str = ""
@@ -313,13 +296,10 @@ class Pitfalls(Kind):
     compiled: Pitfall | None = None
 
 
-# ----------------------------------------------------------------------------- comparisons
-
 
 @dataclass(frozen=True, kw_only=True)
 class BenchRow(Kind):
-    """One row of the bench table: median µs per method at one model and batch size, and the
-    ratios :func:`bench_row` derives."""
+    """One row of the bench table (:func:`bench_row`)."""
     model: str
     batch: int
     eager_us: float | None = None
@@ -351,7 +331,7 @@ def bench_row(model: str, batch: int, medians_us: Mapping[str, float]) -> dict:
 
 @dataclass(frozen=True, kw_only=True)
 class BenchTarget(Kind):
-    """A benchmark target: its sentence, the measured value and whether it passed."""
+    """A benchmark target and whether it passed."""
     target: str
     value: float
     passed: bool = src("pass")
@@ -366,8 +346,7 @@ class BenchPool(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Bench(Kind):
-    """``bench``: the table of ``labkit bench``, its targets, pool memory, the checks
-    (``"<model>.<check>"``) and the measurements that failed."""
+    """``bench``: the table of ``labkit bench``, its targets, pool memory and checks."""
     RECORD = "bench"
     rows: list[BenchRow]
     targets: list[BenchTarget]
@@ -381,8 +360,7 @@ class Bench(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class PagedRun(_Timed):
-    """One ``max_seq`` of ``paged_<preset>``: graph-replay µs per layout and batch size, and
-    each layout's KV-cache bytes (``slot``: every slot's full row; ``paged``: the pool)."""
+    """One ``max_seq`` of ``paged_<preset>``: replay µs and KV-cache bytes per layout."""
     METHODS = PAGED_LAYOUTS
     SIZES_AT = "data.batch_sizes"
     max_seq: int
@@ -393,9 +371,7 @@ class PagedRun(_Timed):
 
 @dataclass(frozen=True, kw_only=True)
 class Paged(Kind):
-    """``paged_<preset>``: decode-step graph replay with the slot layout read in place, the
-    slot layout gathering rows, and the paged layout gathering through the block table, per
-    ``max_seq`` (:class:`PagedRun`); the token checks and the block size."""
+    """``paged_<preset>``: graph replay of each of :data:`PAGED_LAYOUTS` per ``max_seq``."""
     RECORD = "paged_<preset>"
     preset: str = ""
     dtype: str = ""
@@ -419,8 +395,7 @@ class Paged(Kind):
 @dataclass(frozen=True, kw_only=True)
 class Modes(_Run):
     """``modes_<preset>``: µs per step per capture mode (``eager`` = NONE, ``piecewise``,
-    ``full``, ``attention_only``) and batch size; graph launches per step (by construction,
-    and as counted), GPU operations of one eager step, pool bytes and capture seconds."""
+    ``full``, ``attention_only``)."""
     RECORD = "modes_<preset>"
     METHODS = ("eager",)
     BY_METHOD = ("graphs_per_step", "pool_bytes")
@@ -433,16 +408,11 @@ class Modes(_Run):
     graph_launches_counted: dict[str, int | None] = field(default_factory=dict)
 
 
-# ----------------------------------------------------------------------------- after capture
-
 
 @dataclass(frozen=True, kw_only=True)
 class _Steps(_Run):
-    """A comparison of decode steps (``STEPS``), each replayed in a FULL graph: µs per batch
-    size, GPU operations of one eager step by kernel at ``count_batch`` (``ops``) and in total
-    per batch size (``ops_total``), bf16 ``agreement`` (tokens, equal, fraction,
-    max_logit_diff); optionally summed GPU µs by kernel (``op_us``) and per step
-    (``kernel_us``)."""
+    """A comparison of decode steps (``STEPS``), each replayed in a FULL graph; GPU operations
+    by kernel at ``count_batch`` (``ops``) and in total per batch size (``ops_total``)."""
     STEPS: ClassVar[tuple[str, ...]] = FUSED_STEPS
     PER_SIZE: ClassVar[tuple[str, ...]] = ("times", "ops_total", "kernel_us")
     STORED = ("tokens_per_s",)
@@ -491,10 +461,7 @@ class Fused(_Steps):
 
 @dataclass(frozen=True, kw_only=True)
 class RooflineVariant(Kind):
-    """One step variant of ``roofline_<preset>``: set-up seconds, pool bytes, GPU operations
-    and graph launches per step (profiled at ``profiled_batch``), graphs Inductor skipped,
-    the model's cache slots and KV bytes, and the error when it failed. ``None``: not
-    measured."""
+    """One step variant of ``roofline_<preset>`` (``None``: not measured)."""
     sizes: list[int] = field(default_factory=list)
     setup_s: float | None = None
     pool_bytes: int | None = None
@@ -516,9 +483,8 @@ class RooflineVariant(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class Roofline(_Run):
-    """``roofline_<preset>``: µs per step per variant and batch size, every row attending to
-    ``context`` positions; the measured copy bandwidth (GB/s, read + write) and bf16 matmul
-    rate (TFLOP/s); the floors derived from the model ``config``
+    """``roofline_<preset>``: µs per step per variant, every row attending to ``context``
+    positions; copy bandwidth (GB/s, read + write), bf16 matmul rate and the floors
     (:mod:`labkit.roofline.stepcost`)."""
     RECORD = "roofline_<preset>"
     BY_METHOD = ("variants",)
@@ -557,9 +523,8 @@ class Roofline(_Run):
 
 @dataclass(frozen=True, kw_only=True)
 class Multistep(_Run):
-    """``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as one-step graphs
-    with a host round trip (``host_sync``), fed back on the device (``one_step_graphs``), or as
-    one graph (``multistep``); the conditional nodes this PyTorch offers (free-form)."""
+    """``multistep_<preset>``: µs per step of ``n_steps`` steps in each of
+    :data:`MULTISTEP_METHODS`; the conditional nodes this PyTorch offers (free-form)."""
     RECORD = "multistep_<preset>"
     METHODS = MULTISTEP_METHODS
     STORED = ("tokens_per_s",)
@@ -577,16 +542,13 @@ class Multistep(_Run):
         return [speedup(o, m) for o, m in zip(self.median_us(over), self.median_us(method))]
 
 
-# ----------------------------------------------------------------------------- tensor parallel
-
 #: ``{method: [[median per rank] per size]}``
 RankMedians = dict[str, list[list[float | None]]]
 
 
 @dataclass(frozen=True, kw_only=True)
 class _TP(_Timed):
-    """A tensor-parallel record over ``world_size`` ranks: why a method is ``None``
-    (``errors``, ``skipped``), every rank's median and how the ranks shut down."""
+    """A tensor-parallel record over ``world_size`` ranks."""
     world_size: int
     dtype: str = ""
     times: Times
@@ -634,10 +596,8 @@ class TPDecode(_TP):
 
 @dataclass(frozen=True, kw_only=True)
 class Triton(_Steps):
-    """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.kernels.step`),
-    sampled in turn; the bytes a step must move and its floor at the measured copy bandwidth
-    (``floor_us``), graph nodes per step and the checks (float32 tokens equal the readable
-    step's, graph = eager)."""
+    """``triton_<preset>``: the readable, fused and Triton steps (:mod:`labkit.kernels.step`);
+    the bytes a step must move and its floor at the measured copy bandwidth."""
     RECORD = "triton_<preset>"
     STEPS = ("readable", "fused", "triton")
     PER_SIZE = ("times", "ops_total", "kernel_us", "step_bytes", "floor_us", "graph_ops")

@@ -12,8 +12,7 @@ from labkit.measure.records.fields import Kind, _Fail
 
 @dataclass(frozen=True, kw_only=True)
 class ServeRequest(Kind):
-    """One request of a ``serve_<name>`` run: arrival, lengths and the time (s from the start)
-    of each generated token."""
+    """One request of a ``serve_<name>`` run (times in s from the start)."""
     arrival_s: float
     prompt_len: int
     output_len: int
@@ -27,8 +26,7 @@ class ServeRequest(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class ServeStep(Kind):
-    """One decode step of a ``serve_<name>`` run: start/end (s), rows, rows computed,
-    runtime mode and whether a graph served it."""
+    """One decode step of a ``serve_<name>`` run: rows, rows computed (``padded``)."""
     start_s: float
     end_s: float
     batch: int
@@ -43,9 +41,8 @@ class ServeStep(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class ServeArm(Kind):
-    """One arm of an interleaved ``serve_<name>_ab`` record: its step ``mode``, ``breaker``
-    settings (``None``: none), the metrics of its first recorded run and of every run
-    (``repeats``), measured alternately with the other arms."""
+    """One arm of an interleaved ``serve_<name>_ab`` record, measured alternately with the
+    others (``breaker``: ``None`` for none)."""
     mode: str
     breaker: dict | None = None
     metrics: dict
@@ -84,8 +81,7 @@ class Serve(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class ServeLoadPoint(Kind):
-    """One point of a latency–load curve: step ``mode``, request ``rate`` (req/s) and the
-    run's metrics (:func:`labkit.measure.serving_metrics.run_metrics`)."""
+    """One point of a latency–load curve (``rate`` in req/s)."""
     mode: str
     rate: float
     metrics: dict
