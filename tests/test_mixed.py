@@ -230,3 +230,31 @@ def test_speculative_decoding_under_full_graphs_equals_plain_greedy_on_gpu(k):
     assert spec == generate(m, prompts, 24)
     assert graphs.counters.mode_steps.get("FULL", 0) == stats.steps
     graphs.release()
+
+
+def _host_timer(fns, **kw):
+    from labkit.timing import time_host
+    return {name: time_host(fn, warmup=1, repeats=kw["repeats"]) for name, fn in fns.items()}
+
+
+def test_the_measurements_run_on_cpu_and_their_records_parse():
+    from labkit.measure import records
+    from labkit.measure.mixed_bench import measure_mixed, measure_spec, measure_verify
+
+    data = measure_mixed("test", (1, 4), ((1, 5), (3, 9)), "float32", repeats=2, inner=1,
+                         device="cpu", timer=_host_timer)
+    rec = records.parse("mixed_test", data)
+    assert rec.mixed_tokens == [6, 12] and rec.mixed_modes == ["PIECEWISE", "PIECEWISE"]
+    assert all(rec.checks.values()) and len(rec.checks) == 4
+    assert all(x is not None for x in rec.ratio("uniform", "new_step", "today_step"))
+    data = measure_verify("test", (1, 2), (1, 2), "float32", repeats=2, inner=1, device="cpu",
+                          timer=_host_timer)
+    rec = records.parse("spec_verify_test", data)
+    assert rec.ks == [0, 1, 2] and set(rec.times) == {"k0", "k1", "k2"}
+    data = measure_spec((1, 3), n_prompts=2, prompt_len=24, new_tokens=10, repeats=1,
+                        device="cpu")
+    rec = records.parse("spec_char", data)
+    assert rec.checks == {"token_agreement.plain": 1.0, "token_agreement.k1": 1.0,
+                          "token_agreement.k3": 1.0}
+    assert set(rec.seconds) == {"plain", "k1", "k3"} and len(rec.seconds["k1"]) == 1
+    assert 0 < rec.stats["k1"]["acceptance_rate"] <= 1

@@ -9,8 +9,11 @@ path, since two captures of the same step replay at different speeds.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,8 +45,9 @@ def _decode_batch(model: TinyGPT, b: int) -> tuple[FlatBatch, tuple[torch.Tensor
 def _mixed_batch(model: TinyGPT, rows: int, chunk: int, seed: int) -> FlatBatch:
     g = torch.Generator().manual_seed(seed)
     toks = torch.randint(0, model.cfg.vocab_size, (rows + chunk,), generator=g).tolist()
-    reqs = [(i, 100 + i % 50, [toks[i]]) for i in range(rows)]
-    return FlatBatch.of(reqs + [(rows, 0, toks[rows:])])
+    at = model.cfg.max_seq // 2  # decode rows at context ~max_seq / 2
+    reqs = [(i, at + i % 8, [toks[i]]) for i in range(rows)]
+    return FlatBatch.of([*reqs, (rows, 0, toks[rows:])])
 
 
 def measure_mixed(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
@@ -125,9 +129,9 @@ def measure_verify(preset_name: str = "gpt2", ks: Sequence[int] = (1, 2, 4),
         for q, runner in runners.items():
             g = torch.Generator().manual_seed(r * q)
             toks = torch.randint(0, model.cfg.vocab_size, (r, q), generator=g).tolist()
-            batch = FlatBatch.of([(i, 100, toks[i]) for i in range(r)])
+            batch = FlatBatch.of([(i, model.cfg.max_seq // 2, toks[i]) for i in range(r)])
             assert runner.decide(batch)[0] == "FULL"
-            fns[f"k{q - 1}"] = lambda runner=runner, batch=batch: runner.step(batch)
+            fns[f"k{q - 1}"] = partial(runner.step, batch)
         return fns
 
     times = time_sizes(sizes, fns_at, [f"k{q - 1}" for q in qs], repeats=repeats, inner=inner,
@@ -168,8 +172,8 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
     arms: dict[str, Callable[[], Any]] = {"plain": lambda: generate(model, prompts, new_tokens,
                                                                     step_fn=plain.step)}
     for k, runner in runners.items():
-        arms[f"k{k}"] = (lambda k=k, runner=runner:
-                         generate_speculative(model, prompts, new_tokens, k, runner.verify))
+        arms[f"k{k}"] = partial(generate_speculative, model, prompts, new_tokens, k,
+                                runner.verify)
     out: dict[str, Any] = {"ks": list(ks), "n_prompts": n_prompts, "prompt_len": prompt_len,
                            "new_tokens": new_tokens, "repeats": repeats,
                            "seconds": {a: [] for a in arms}, "stats": {}, "checks": {}}
@@ -200,3 +204,32 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
     if device == "cuda":
         _free()
     return out
+
+
+#: the records :func:`record_mixed` writes: name -> (measure function, parameters)
+RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
+    "mixed_small": (measure_mixed, {"preset_name": "small"}),
+    "mixed_gpt2": (measure_mixed, {"preset_name": "gpt2"}),
+    "spec_verify_gpt2": (measure_verify, {"preset_name": "gpt2"}),
+    "spec_char": (measure_spec, {}),
+}
+
+
+def record_mixed(run_dir: str | Path, names: Sequence[str] = tuple(RECORDS)) -> list[Path]:
+    """Measure and save each record of :data:`RECORDS` under ``run_dir/results``."""
+    from labkit.measure.results import save_result
+
+    _need_cuda("record_mixed")
+    paths = []
+    for name in names:
+        fn, params = RECORDS[name]
+        paths.append(save_result(name, fn(**params), params, run_dir))
+        print(f"[mixed] saved {paths[-1]}", flush=True)
+    return paths
+
+
+if __name__ == "__main__":  # python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]
+    if len(sys.argv) < 2:
+        print("usage: python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]")
+        sys.exit(2)
+    record_mixed(sys.argv[1], tuple(sys.argv[2:]) or tuple(RECORDS))

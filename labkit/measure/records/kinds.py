@@ -614,3 +614,59 @@ class Triton(_Steps):
         """Replay median over the floor at each batch size."""
         return [None if t is None else t.median / f
                 for t, f in zip(self.times[step], self.floor_us)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mixed(Kind):
+    """``mixed_<preset>``: a uniform decode step through today's FULL dispatcher and the
+    token-flattened runner, each beside its own graph's bare replay (``uniform``, per batch
+    size); mixed batches (``shapes``: decode rows, prefill chunk) PIECEWISE against eager."""
+    RECORD = "mixed_<preset>"
+    preset: str
+    dtype: str
+    repeats: int
+    inner: int
+    batch_sizes: list[int]
+    uniform: Times
+    shapes: list[list[int]]
+    mixed_tokens: list[int]
+    mixed_modes: list[str]
+    mixed: Times
+    token_sizes: list[int]
+    checks: Checks = field(default_factory=dict)
+
+    def ratio(self, table: str, a: str, b: str) -> list[float | None]:
+        """Median of ``a`` over median of ``b`` in ``table`` (``uniform`` or ``mixed``)."""
+        times = getattr(self, table)
+        return [None if x is None or y is None else x.median / y.median
+                for x, y in zip(times[a], times[b])]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecVerify(Kind):
+    """``spec_verify_<preset>``: the FULL-graph step of R requests of ``1 + k`` tokens each,
+    per k (``k0``: the decode step), per R."""
+    RECORD = "spec_verify_<preset>"
+    preset: str
+    dtype: str
+    repeats: int
+    inner: int
+    ks: list[int]
+    batch_sizes: list[int]
+    times: Times
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec(Kind):
+    """``spec_<name>``: speculative decoding with n-gram drafts on the corpus against plain
+    greedy FULL-graph decoding: per arm the seconds of each interleaved round, and the
+    drafter's stats."""
+    RECORD = "spec_<name>"
+    ks: list[int]
+    n_prompts: int
+    prompt_len: int
+    new_tokens: int
+    repeats: int
+    seconds: dict[str, list[float]]
+    stats: dict[str, dict[str, float]]
+    checks: dict[str, float] = field(default_factory=dict)
