@@ -27,7 +27,7 @@ from labkit.kernels.step import make_triton_step
 from labkit.graphs import GraphSet, Order, PoolMode, capture_full, check_capture, new_batch
 from labkit.model import Decode, StepFn, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
-from labkit.step_checks import Check, check_batch, check_capture_sizes, check_choice
+from labkit.step_checks import Check, check_capture_sizes, check_choice
 
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE"]
 CUDAGRAPH_MODES: tuple[CudagraphMode, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
@@ -263,10 +263,8 @@ class PaddingDispatcher:
 
     def _check(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                check: Check) -> int:
-        cfg = self.model.cfg
-        return check_batch(tokens, positions, slots, device=self.model.device,
-                           vocab_size=cfg.vocab_size, max_batch=cfg.max_batch,
-                           max_seq=cfg.max_seq, check=check, host_ok=True, who="the dispatcher")
+        return self.model.check_step(tokens, positions, slots, check, who="the dispatcher",
+                                     host_ok=True)
 
     def load_inputs(self, tokens: torch.Tensor, positions: torch.Tensor,
                     slots: torch.Tensor, *, check: Check = True) -> int:

@@ -254,8 +254,9 @@ class SlotKVCache(KVCache):
         self.in_place = in_place
 
     def write_index(self, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """``slots * max_seq + positions`` in one kernel."""
-        return torch.add(positions, slots, alpha=self.max_seq)
+        """``slots * max_seq + positions`` as int64, what ``index_copy_`` takes, for int32
+        metadata too (the paged index is int64 through its block table); int64: one kernel."""
+        return torch.add(positions.long(), slots, alpha=self.max_seq)
 
     def gathered(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer][slots], self.v[layer][slots]

@@ -244,14 +244,16 @@ class TinyGPT(nn.Module):
                     f"(model.cache.reserve({s}, {n}))")
 
     def check_step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                   check: Check, who: str = "decode_step") -> int:
+                   check: Check, who: str = "decode_step", host_ok: bool = False) -> int:
         """The checks of one decode step's inputs (``check`` as :mod:`labkit.step_checks` says;
-        paged layout with values checked: each slot owns room). Returns the batch size."""
+        paged layout with values checked: each slot owns room; ``host_ok``: metadata may be on
+        the host, to be copied in). Returns the batch size."""
         cfg = self.cfg
-        b = check_batch(tokens, positions, slots, device=self.device, vocab_size=cfg.vocab_size,
-                        max_batch=cfg.max_batch, max_seq=cfg.max_seq, check=check, who=who)
-        if cfg.kv_layout == "paged" and (check or (check is None and not tokens.is_cuda)):
-            self._check_room(slots.tolist(), [p + 1 for p in positions.tolist()])
+        b, values = check_batch(tokens, positions, slots, device=self.device,
+                                vocab_size=cfg.vocab_size, max_batch=cfg.max_batch,
+                                max_seq=cfg.max_seq, check=check, host_ok=host_ok, who=who)
+        if cfg.kv_layout == "paged" and values is not None:
+            self._check_room(values[2], [p + 1 for p in values[1]])
         return b
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

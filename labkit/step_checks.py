@@ -106,10 +106,12 @@ def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
 
 def check_batch(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
                 device: torch.device, vocab_size: int, max_batch: int, max_seq: int,
-                check: Check, host_ok: bool = False, who: str = "the step") -> int:
+                check: Check, host_ok: bool = False, who: str = "the step"
+                ) -> tuple[int, list[list[int]] | None]:
     """All the checks of one decode batch (``check`` as in the module docstring): kinds,
     dtypes, devices and shapes (1-D, one entry per row, 1 to ``max_batch`` rows), then values;
-    raises before anything is written. Returns the batch size."""
+    raises before anything is written. Returns the batch size and the values read (tokens,
+    positions, slots as lists; ``None`` when values were not checked)."""
     if check is not None and not isinstance(check, bool):
         raise TypeError(f"check must be True, False or None, got {check!r}; pass True to "
                         "check values, None for host values only, False to skip")
@@ -126,7 +128,7 @@ def check_batch(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tens
         raise ValueError(f"batch of {b} rows is larger than the cache's max_batch="
                          f"{max_batch}; build the model with a larger max_batch")
     if check is False or (check is None and any(t.device.type != "cpu" for t in host)):
-        return b
+        return b, None
     if any(t.is_cuda for t in host) and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(f"{who} with check=True reads values on the host, which a CUDA "
                            "graph capture forbids; capture with check=False and check the "
@@ -135,4 +137,4 @@ def check_batch(tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tens
     check_token_ids(min(tok), max(tok), vocab_size)
     check_positions(min(pos), max(pos), max_seq)
     check_slots(slo, max_batch)
-    return b
+    return b, [tok, pos, slo]

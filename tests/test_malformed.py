@@ -22,7 +22,7 @@ SETTINGS = settings(max_examples=40, deadline=None,
 #: a message names the fix when it says what to do
 FIX = re.compile(r"\b(use|give|pass|pick|raise|build|list|move|map|capture|take|wrap|keep|"
                  r"warm|make|divide|lower|ask|encode|fix|choose|drop|restrict|allow|"
-                 r"stop|shorten|send|must be|must lie|must have|needs?)\b", re.I)
+                 r"stop|shorten|send|reserve|must be|must lie|must have|needs?)\b", re.I)
 
 NOT_INT = st.one_of(st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
                     st.text(max_size=3), st.none(), st.lists(st.integers(0, 3), max_size=2),
@@ -177,6 +177,82 @@ def test_dispatcher_refuses_bad_batches_and_changes_nothing(batch, load_only):
     assert same_cache(m, before[0]) and d.counters.to_dict() == before[1]
     assert torch.equal(d.batch.tokens, before[2]) and torch.equal(d.batch.positions, before[3])
     assert torch.equal(d.batch.slots, before[4]) and d.batch._live == before[5]
+
+
+def fresh(layout: str) -> TinyGPT:
+    """A test model (max_batch 4, max_seq 32, blocks of 8) of ``layout`` with an empty cache
+    and, paged, no blocks reserved."""
+    if layout not in _MODEL:
+        _MODEL[layout] = build_model(preset("test", max_batch=4, kv_layout=layout,
+                                            block_size=8), seed=0)
+    m = _MODEL[layout]
+    for s in range(4):
+        m.cache.release(s)
+    m.reset_cache()
+    return m
+
+
+def dispatcher_state(d: PaddingDispatcher) -> tuple:
+    return (cache_of(d.model), d.counters.to_dict(), d.batch.inputs.clone(), d.batch._live)
+
+
+def same_state(d: PaddingDispatcher, before: tuple) -> bool:
+    return (same_cache(d.model, before[0]) and d.counters.to_dict() == before[1]
+            and torch.equal(d.batch.inputs, before[2]) and d.batch._live == before[3])
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from(["decode_step", "step", "load_inputs"]),
+       st.sampled_from([True, None]))
+def test_a_paged_row_without_room_is_refused_and_changes_nothing(data, call, check):
+    m = fresh("paged")
+    b = data.draw(st.integers(1, 4))
+    slots = data.draw(st.permutations(range(4)))[:b]
+    short = data.draw(st.sampled_from(slots))  # the one slot without room for its position
+    room = {s: data.draw(st.integers(0, 24) if s == short else st.integers(1, 32))
+            for s in range(4)}
+    for s, n in room.items():
+        m.cache.reserve(s, n)
+    pos = [data.draw(st.integers(m.cache.capacity(s), 31) if s == short
+                     else st.integers(0, m.cache.capacity(s) - 1)) for s in slots]
+    d = PaddingDispatcher(m, [1, 2])
+    live = next(s for s in range(4) if s != short)
+    d.step(torch.tensor([5]), torch.tensor([0]), torch.tensor([live]))  # a live static batch
+    before = dispatcher_state(d)
+    tok = torch.tensor(data.draw(st.lists(st.integers(0, 96), min_size=b, max_size=b)))
+    fn = m.decode_step if call == "decode_step" else getattr(d, call)
+    msg = refused(lambda: fn(tok, torch.tensor(pos), torch.tensor(slots), check=check),
+                  f"slot {short} owns room")
+    assert "reserve blocks first" in msg
+    assert same_state(d, before)
+
+
+def int32_run(layout: str, batch: tuple, int32: set[str]) -> list[torch.Tensor]:
+    """Prefill, a decode step, a dispatcher step and a load of one batch with the named
+    metadata as int32: the logits, each slot's keys and values (paged: wherever its blocks
+    lie) and the static batch."""
+    tok, pos, slots = (torch.tensor(x, dtype=torch.int32 if name in int32 else torch.int64)
+                       for name, x in zip(("tokens", "positions", "slots"), batch))
+    m = fresh(layout)
+    for s in range(4):
+        m.cache.reserve(s, 32)
+    d = PaddingDispatcher(m, [1, 2])
+    out = [m.prefill(tok[:, None].expand(-1, 3), slots), m.decode_step(tok, pos, slots),
+           d.step(tok, pos + 1, slots)]
+    d.load_inputs(tok, pos + 2, slots)
+    kv = [torch.stack(m.cache.gathered(i, torch.arange(4))) for i in range(m.cfg.n_layer)]
+    return [*out, *kv, d.batch.inputs.clone()]
+
+
+@SETTINGS
+@given(st.sampled_from(["slot", "paged"]), st.integers(1, 4).flatmap(lambda b: st.tuples(
+    st.lists(st.integers(0, 96), min_size=b, max_size=b),
+    st.lists(st.integers(3, 29), min_size=b, max_size=b),
+    st.permutations(range(4)).map(lambda p: p[:b]))),
+    st.sets(st.sampled_from(["tokens", "positions", "slots"]), min_size=1))
+def test_int32_metadata_gives_what_int64_gives(layout, batch, int32):
+    got, want = int32_run(layout, batch, int32), int32_run(layout, batch, set())
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
 
 
 @SETTINGS
