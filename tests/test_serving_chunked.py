@@ -12,7 +12,9 @@ from labkit.model import build_model, generate, preset
 from labkit.serving.loop import (
     STEP_MODES, ServingEngine, SimClock, make_mixed_runner, make_step_fn, prompt_tokens,
 )
-from labkit.serving.traces import TraceRequest
+from labkit.serving.traces import (
+    TraceRequest, load_request_trace, request_lengths, request_trace,
+)
 
 # prompts of 5-30 tokens (the test preset holds max_seq=32 positions), some arriving together
 TRACE = [TraceRequest(0.0, 9, 3), TraceRequest(0.0, 30, 2), TraceRequest(0.004, 13, 1),
@@ -166,3 +168,30 @@ def test_runner_and_step_fn_belong_to_their_own_path():
                       runner=make_mixed_runner(_model(), "eager", 8))
     with pytest.raises(ValueError, match=r"'fast'.*eager"):
         make_mixed_runner(model, "fast", 8)
+
+
+def test_long_prompt_share_replaces_some_prompts_and_leaves_the_rest():
+    base = request_lengths(200, seed=5, max_seq=256, prompt_median=16, output_median=48)
+    mixed = request_lengths(200, seed=5, max_seq=256, prompt_median=16, output_median=48,
+                            long_share=0.25, long_prompt=(100, 200))
+    assert request_lengths(200, seed=5, max_seq=256, prompt_median=16, output_median=48,
+                           long_share=0.0) == base
+    long = [m for b, m in zip(base, mixed) if m.prompt != b.prompt]
+    assert 30 <= len(long) <= 70 and all(100 <= m.prompt <= 200 for m in long)
+    assert all(m.length <= 256 for m in mixed)
+
+
+def test_shipped_long_prompts_trace_is_the_generators():
+    assert load_request_trace("long_prompts") == request_trace(
+        n=300, rate=30.0, arrivals="poisson", seed=20261202, max_seq=256, prompt_median=16.0,
+        prompt_sigma=0.6, output_median=48.0, output_sigma=0.6, long_share=0.25,
+        long_prompt=(100, 200))
+
+
+@pytest.mark.parametrize("bad, match", [(dict(long_share=1.5), "long_share"),
+                                        (dict(long_share=-0.1), "long_share"),
+                                        (dict(long_share=0.1, long_prompt=(200, 100)), "shortest"),
+                                        (dict(long_share=0.1, long_prompt=(100, 300)), "long_prompt")])
+def test_long_prompt_settings_are_checked(bad, match):
+    with pytest.raises(ValueError, match=match):
+        request_lengths(10, max_seq=256, **bad)
