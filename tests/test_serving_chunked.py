@@ -5,16 +5,17 @@ make_mixed_runner, bad budgets refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from labkit.measure.serve import measure_chunked
 from labkit.measure.serving_metrics import latencies, run_metrics
 from labkit.model import build_model, generate, preset
 from labkit.serving.loop import (
     STEP_MODES, ServingEngine, SimClock, make_mixed_runner, make_step_fn, prompt_tokens,
 )
-from labkit.serving.traces import (
-    TraceRequest, load_request_trace, request_lengths, request_trace,
-)
+from labkit.serving.traces import TraceRequest, request_lengths
 
 # prompts of 5-30 tokens (the test preset holds max_seq=32 positions), some arriving together
 TRACE = [TraceRequest(0.0, 9, 3), TraceRequest(0.0, 30, 2), TraceRequest(0.004, 13, 1),
@@ -181,13 +182,6 @@ def test_long_prompt_share_replaces_some_prompts_and_leaves_the_rest():
     assert all(m.length <= 256 for m in mixed)
 
 
-def test_shipped_long_prompts_trace_is_the_generators():
-    assert load_request_trace("long_prompts") == request_trace(
-        n=300, rate=30.0, arrivals="poisson", seed=20261202, max_seq=256, prompt_median=16.0,
-        prompt_sigma=0.6, output_median=48.0, output_sigma=0.6, long_share=0.25,
-        long_prompt=(100, 200))
-
-
 @pytest.mark.parametrize("bad, match", [(dict(long_share=1.5), "long_share"),
                                         (dict(long_share=-0.1), "long_share"),
                                         (dict(long_share=0.1, long_prompt=(200, 100)), "shortest"),
@@ -195,3 +189,40 @@ def test_shipped_long_prompts_trace_is_the_generators():
 def test_long_prompt_settings_are_checked(bad, match):
     with pytest.raises(ValueError, match=match):
         request_lengths(10, max_seq=256, **bad)
+
+
+def test_measure_chunked_interleaves_arms_and_reports_latency_percentiles():
+    model = _model()
+    out = measure_chunked(model, TRACE, ("eager", "full"), (8,), repeats=2, clock="sim",
+                          seed=3)
+    labels = ["eager", "eager_chunked8", "full", "full_chunked8"]
+    assert list(out["arms"]) == labels
+    assert out["order"] == [labels, labels[::-1]] and out["warmup_runs"] == 1
+    assert json.loads(json.dumps(out)) == out  # plain data
+    direct = ServingEngine(model, clock=SimClock(0.01), seed=3,
+                           max_num_batched_tokens=8).run(TRACE).to_data()
+    want = run_metrics(direct["requests"], direct["steps"])
+    arm = out["arms"]["eager_chunked8"]
+    assert arm["max_num_batched_tokens"] == 8 and arm["mode"] == "eager"
+    for got in arm["latency"]:  # a simulated clock: every repeat the same
+        for k in ("ttft", "tpot", "itl"):
+            assert got[f"{k}_ms"] == {"p50": want[f"{k}_ms"]["median"],
+                                      "p90": want[f"{k}_ms"]["p90"],
+                                      "p99": want[f"{k}_ms"]["p99"]}
+        assert got["max_step_tokens"] == 8
+    for label in labels:
+        assert len(out["arms"][label]["latency"]) == len(out["arms"][label]["repeats"]) == 2
+    assert out["arms"]["full"]["latency"][0]["max_step_tokens"] <= model.cfg.max_batch
+    assert [r["steps"] for r in out["arms"]["full_chunked8"]["repeats"]] == \
+        [len(direct["steps"])] * 2
+
+
+@pytest.mark.parametrize("kw, err", [(dict(modes="eager"), ValueError),
+                                     (dict(modes=["fast"]), ValueError),
+                                     (dict(budgets=8), ValueError),
+                                     (dict(budgets=[0]), ValueError),
+                                     (dict(budgets=[2.5]), TypeError),
+                                     (dict(repeats=0), ValueError)])
+def test_measure_chunked_refuses_bad_settings(kw, err):
+    with pytest.raises(err):
+        measure_chunked(_model(), TRACE, **{"clock": "sim", **kw})
