@@ -199,6 +199,14 @@ def _summary(runs: Sequence[tuple[dict, dict, list[float]]], window_s: float) ->
             "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
 
 
+def _step_of(model: TinyGPT, arm: Mapping[str, Any]) -> Any:
+    """An arm's step function, or with a token budget its :class:`MixedRunner`."""
+    budget, sizes = arm.get("max_num_batched_tokens"), arm.get("capture_sizes")
+    if budget is None:
+        return make_step_fn(model, arm["mode"], sizes)
+    return make_mixed_runner(model, arm["mode"], budget, sizes)
+
+
 def _serve_arms(model: TinyGPT, reqs: Sequence[TraceRequest],
                 arms: Mapping[str, Mapping[str, Any]], *, repeats: int, warm: int,
                 warmup_requests: int, clock: str, decode_ms: float, seed: int,
@@ -219,12 +227,10 @@ def _serve_arms(model: TinyGPT, reqs: Sequence[TraceRequest],
     labels, order = list(arms), []
     try:
         for arm in arms.values():
-            mode, sizes, budget = arm["mode"], arm.get("capture_sizes"), \
-                arm.get("max_num_batched_tokens")
             if key(arm) not in steps:
-                steps[key(arm)] = make_step_fn(model, mode, sizes) if budget is None else \
-                    make_mixed_runner(model, mode, budget, sizes)
-                _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed, budget)
+                steps[key(arm)] = _step_of(model, arm)
+                _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed,
+                         arm.get("max_num_batched_tokens"))
         for k in range(warm + repeats):
             now = labels if (k - warm) % 2 == 0 else labels[::-1]
             if k >= warm:
@@ -302,13 +308,11 @@ def measure_chunked(model: TinyGPT, trace: str | os.PathLike[str] | Sequence[
     (``latency``), every run's metrics (``repeats``) and their ``spread``: plain data."""
     if not isinstance(model, TinyGPT):
         raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
-    if isinstance(modes, str) or not modes:
-        raise ValueError(f"modes must be a list of step modes such as ['eager', 'full'], got "
-                         f"{modes!r}")
-    bad = [m for m in modes if m not in STEP_MODES]
-    if bad or clock not in CLOCKS:
-        raise ValueError(f"modes {list(modes)} / clock {clock!r}: use step modes of "
-                         f"{list(STEP_MODES)} and a clock of {list(CLOCKS)}")
+    if isinstance(modes, str) or not modes or any(m not in STEP_MODES for m in modes):
+        raise ValueError(f"modes must be a list of step modes of {list(STEP_MODES)}, such as "
+                         f"['eager', 'full'], got {modes!r}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
     if isinstance(budgets, (str, int)) or not budgets:
         raise ValueError(f"budgets must be a list of token budgets such as [64], got "
                          f"{budgets!r}")
@@ -326,11 +330,14 @@ def measure_chunked(model: TinyGPT, trace: str | os.PathLike[str] | Sequence[
                               decode_ms=decode_ms, seed=seed, timed=False)
     out: dict[str, Any] = {}
     for label, arm in arms.items():
-        every = [m for _, m, _ in runs[label]]
-        latency = [{**{f"{k}_ms": {"p50": m[f"{k}_ms"]["median"], "p90": m[f"{k}_ms"]["p90"],
-                                   "p99": m[f"{k}_ms"]["p99"]} for k in ("ttft", "tpot", "itl")},
-                    "max_step_tokens": max((s["tokens"] for s in d["steps"]), default=0)}
-                   for d, m, _ in runs[label]]
+        every, latency = [m for _, m, _ in runs[label]], []
+        for d, m, _ in runs[label]:
+            row: dict[str, Any] = {f"{k}_ms": {"p50": m[f"{k}_ms"]["median"],
+                                               "p90": m[f"{k}_ms"]["p90"],
+                                               "p99": m[f"{k}_ms"]["p99"]}
+                                   for k in ("ttft", "tpot", "itl")}
+            row["max_step_tokens"] = max((s["tokens"] for s in d["steps"]), default=0)
+            latency.append(row)
         out[label] = {"mode": arm["mode"], "capture_sizes": arm.get("capture_sizes"),
                       "max_num_batched_tokens": arm.get("max_num_batched_tokens"),
                       "latency": latency, "repeats": every, "spread": spread(every)}

@@ -251,7 +251,7 @@ class StepRecord:
 
 @dataclass
 class ServeRun:
-    """A finished run: its requests (trace order) and decode steps."""
+    """A finished run: its requests (trace order) and engine steps."""
 
     requests: list[RequestResult]
     steps: list[StepRecord]
