@@ -45,7 +45,7 @@ def test_chunked_tokens_equal_unchunked_and_generate_alone(layout, budget):
         assert r.tokens == generate(model, [ids], r.output_len)[0]
         assert len(r.token_times_s) == r.output_len == len(r.tokens)
     assert max(s.tokens for s in run.steps) <= budget
-    # prompts longer than the budget were split: more steps than prompts + decode steps
+    # every prompt token ran once, in chunks: some steps ran a whole budget of prompt tokens
     assert sum(s.prefill_tokens for s in run.steps) == sum(r.prompt_len for r in TRACE)
     assert any(s.prefill_tokens == budget for s in run.steps)
     if layout == "paged":
