@@ -7,7 +7,8 @@ tokens), after comment lines (``#``) that say the trace is synthetic and how it 
 * arrivals: ``poisson`` (exponential gaps at a fixed rate) or ``bursty`` (a two-state
   Markov-modulated Poisson process: a quiet and a busy rate, exponential periods of each);
 * prompt and output lengths: lognormal (``labkit.serving.traces.request_lengths``), clipped so that
-  prompt + output fits ``max_seq`` (256: the ``char``, ``small`` and ``gpt2`` presets).
+  prompt + output fits ``max_seq`` (256: the ``char``, ``small`` and ``gpt2`` presets); in
+  ``long_prompts`` a quarter of the prompts are instead 100-200 tokens (``long_share``).
 
 Uses ``labkit.serving.traces.request_trace`` (standard library random numbers only), so the output is
 the same on any machine. Run from the repository root::
@@ -39,6 +40,10 @@ SPECS: dict[str, dict] = {
     # under three minutes in every mode" (``labkit serve --trace synthetic_requests_2min``)
     "synthetic_requests_2min": dict(n=2400, rate=20.0, arrivals="poisson", seed=20261201,
                                     **LENGTHS),
+    # chunked prefill's trade: a quarter of the prompts 100-200 tokens long among short ones
+    "long_prompts": dict(n=300, rate=30.0, arrivals="poisson", seed=20261202, max_seq=256,
+                         prompt_median=16.0, prompt_sigma=0.6, output_median=48.0,
+                         output_sigma=0.6, long_share=0.25, long_prompt=(100, 200)),
 }
 
 

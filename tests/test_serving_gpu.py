@@ -1,13 +1,14 @@
 """The serving engine on CUDA (marker ``gpu``): graphs serve a trace token for token like eager,
-the real clock's token times are ordered, and every slot and block is free afterwards."""
+with and without chunked prefill, the real clock's token times are ordered, and every slot and
+block is free afterwards."""
 
 import pytest
 
 from labkit.measure.records import Serve, ServeLoad, view
-from labkit.measure.serve import measure_interleaved, measure_serving
+from labkit.measure.serve import measure_chunked, measure_interleaved, measure_serving
 from labkit.measure.serve_load import measure_load_curve
 from labkit.model import build_model, preset
-from labkit.serving.loop import RealClock, ServingEngine, make_step_fn
+from labkit.serving.loop import RealClock, ServingEngine, make_mixed_runner, make_step_fn
 from labkit.serving.traces import request_trace
 
 pytestmark = pytest.mark.gpu
@@ -89,3 +90,34 @@ def test_interleaved_record_on_gpu():
     rec = view(data, Serve)
     assert rec.interleaved and len(rec.arms["full"].repeats) == 3
     assert all("gpu_busy_share" in m for a in rec.arms.values() for m in a.repeats)
+
+
+def test_chunked_prefill_graphs_serve_the_trace_like_unchunked_eager(model):
+    free0 = model.cache.allocator.free
+    eager = ServingEngine(model, make_step_fn(model, "eager"), clock=RealClock("cuda")).run(TRACE)
+    want = [r.tokens for r in eager.requests]
+    for mode in ("eager", "piecewise", "full"):
+        runner = make_mixed_runner(model, mode, 16, progress=False)
+        try:
+            run = ServingEngine(model, clock=RealClock("cuda"), max_num_batched_tokens=16,
+                                runner=runner).run(TRACE)
+        finally:
+            runner.release()
+        assert [r.tokens for r in run.requests] == want, mode
+        assert all(r.token_times_s == sorted(r.token_times_s) for r in run.requests)
+        assert max(s.tokens for s in run.steps) <= 16
+        assert model.cache.allocator.free == free0
+        modes = {s.runtime for s in run.steps}
+        assert modes <= {"eager": {"NONE"}, "piecewise": {"PIECEWISE"},
+                         "full": {"FULL", "PIECEWISE"}}[mode], mode
+        if mode == "full":
+            assert "PIECEWISE" in modes  # steps with prompt chunks
+
+
+def test_measure_chunked_on_gpu(model):
+    data = measure_chunked(model, TRACE, ("eager", "full"), (16,), repeats=2)
+    assert list(data["arms"]) == ["eager", "eager_chunked16", "full", "full_chunked16"]
+    for label, arm in data["arms"].items():
+        assert [m["completed"] for m in arm["repeats"]] == [len(TRACE)] * 2, label
+        assert all(r["ttft_ms"]["p50"] > 0 for r in arm["latency"])
+    assert all(r["max_step_tokens"] <= 16 for r in data["arms"]["full_chunked16"]["latency"])

@@ -158,7 +158,7 @@ def test_make_request_traces_reproduces_shipped_files():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_request_traces.py"),
                           "--check"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok") == 3 and "DIFF" not in out.stdout
+    assert out.stdout.count("ok") == 4 and "DIFF" not in out.stdout
 
 
 def test_loader_accepts_extra_columns_comments_and_any_order(tmp_path):

@@ -4,8 +4,9 @@
 (:mod:`labkit.serving.loop`) on a real or simulated clock: every request's token times, every
 step, the metrics (:func:`labkit.measure.serving_metrics.run_metrics`) and windows.
 :func:`measure_interleaved` serves one trace in several alternating *arms* (a
-``serve_<name>_ab`` record). Both discard warm-up runs first (the first run after capture is
-cold) and on CUDA time each decode step with CUDA events (:class:`GpuBusy`).
+``serve_<name>_ab`` record), :func:`measure_chunked` in arms with and without chunked
+prefill. All discard warm-up runs first (the first run after capture is cold); the first two
+on CUDA time each decode step with CUDA events (:class:`GpuBusy`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from labkit.checks import as_int
 from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows
 from labkit.model import GPTConfig, TinyGPT, build_model, preset
 from labkit.serving.loop import (
-    STEP_MODES, CircuitBreaker, RealClock, ServingEngine, SimClock, StepMode, breaker_settings,
-    decide_of, eager_step, make_step_fn,
+    STEP_MODES, CircuitBreaker, Clock, RealClock, ServingEngine, SimClock, StepMode,
+    breaker_settings, check_budget, decide_of, eager_step, make_mixed_runner, make_step_fn,
 )
 from labkit.serving.traces import TraceRequest, load_request_trace
 
@@ -94,25 +95,39 @@ def _warm_counts(repeats: int, warmup_runs: int | None,
                                  fix="give 0 (no warm-up) or more requests")
 
 
-def _warm_up(model: TinyGPT, step: Callable, reqs: Sequence[TraceRequest], n: int,
-             seed: int) -> None:
+def _engine(model: TinyGPT, step: Any, clock: Clock, seed: int,
+            budget: int | None) -> ServingEngine:
+    """The engine serving with ``step``: a step function, or with a token ``budget`` (chunked
+    prefill) a :class:`MixedRunner`."""
+    if budget is None:
+        return ServingEngine(model, step, clock=clock, seed=seed)
+    return ServingEngine(model, clock=clock, seed=seed, max_num_batched_tokens=budget,
+                         runner=step)
+
+
+def _warm_up(model: TinyGPT, step: Any, reqs: Sequence[TraceRequest], n: int,
+             seed: int, budget: int | None = None) -> None:
     """Serve the first ``n`` requests once, all at time 0 on a simulated clock (unrecorded)."""
     if n:
         warm = [TraceRequest(0.0, r.prompt_len, r.output_len) for r in reqs[:n]]
-        ServingEngine(model, step, clock=SimClock(0.0), seed=seed).run(warm)
+        _engine(model, step, SimClock(0.0), seed, budget).run(warm)
 
 
-def _serve(model: TinyGPT, step: Callable, reqs: Sequence[TraceRequest], *, clock: str,
-           decode_ms: float, seed: int, breaker: dict | None,
+def _serve(model: TinyGPT, step: Any, reqs: Sequence[TraceRequest], *, clock: str,
+           decode_ms: float, seed: int, breaker: dict | None, budget: int | None = None,
+           timed: bool = True,
            progress: Callable[[int], None] | None = None) -> tuple[dict, dict, list[float]]:
-    """One run: (the run's data, its metrics with the GPU busy time, breaker trip times)."""
+    """One run: (the run's data, its metrics with the GPU busy time, breaker trip times).
+    ``budget``: chunked prefill through the :class:`MixedRunner` ``step`` (its steps are not
+    GPU-timed); ``timed=False`` leaves the decode steps untimed too."""
     clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
     fn = step if breaker is None else CircuitBreaker(step, eager_step(model), clk, **breaker)
-    timed = GpuBusy(fn, model.device)
-    run = ServingEngine(model, timed, clock=clk, seed=seed).run(reqs, progress=progress)
+    busy = None if budget is not None else GpuBusy(fn, model.device if timed else "cpu")
+    run = _engine(model, busy or fn, clk, seed, budget).run(reqs, progress=progress)
     data = run.to_data()
     m = run_metrics(data["requests"], data["steps"])
-    m.update(gpu_busy(timed.step_ms(), m["duration_s"]))
+    if busy is not None:
+        m.update(gpu_busy(busy.step_ms(), m["duration_s"]))
     return data, m, [t - run.clock_start for t in getattr(fn, "trips", [])]
 
 
@@ -184,6 +199,54 @@ def _summary(runs: Sequence[tuple[dict, dict, list[float]]], window_s: float) ->
             "breaker_trips_s": trips, "repeats": every, "spread": spread(every)}
 
 
+def _step_of(model: TinyGPT, arm: Mapping[str, Any]) -> Any:
+    """An arm's step function, or with a token budget its :class:`MixedRunner`."""
+    budget, sizes = arm.get("max_num_batched_tokens"), arm.get("capture_sizes")
+    if budget is None:
+        return make_step_fn(model, arm["mode"], sizes)
+    return make_mixed_runner(model, arm["mode"], budget, sizes)
+
+
+def _serve_arms(model: TinyGPT, reqs: Sequence[TraceRequest],
+                arms: Mapping[str, Mapping[str, Any]], *, repeats: int, warm: int,
+                warmup_requests: int, clock: str, decode_ms: float, seed: int,
+                timed: bool = True) -> tuple[dict[str, list], list[list[str]]]:
+    """Serve ``reqs`` in every arm (label -> ``{"mode", "capture_sizes", "breaker",
+    "max_num_batched_tokens"}``, all but ``mode`` optional), interleaved: each distinct step
+    function or runner built once and warmed up with ``warmup_requests``; ``warm`` rounds
+    discarded, then ``repeats`` rounds serve every arm once, the order reversed every other
+    round. Returns each arm's runs (as :func:`_serve`) and the order of every kept round."""
+
+    def key(arm: Mapping) -> tuple:
+        sizes = arm.get("capture_sizes")
+        return (arm["mode"], None if sizes is None else tuple(sizes),
+                arm.get("max_num_batched_tokens"))
+
+    steps: dict[tuple, Any] = {}
+    runs: dict[str, list] = {label: [] for label in arms}
+    labels, order = list(arms), []
+    try:
+        for arm in arms.values():
+            if key(arm) not in steps:
+                steps[key(arm)] = _step_of(model, arm)
+                _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed,
+                         arm.get("max_num_batched_tokens"))
+        for k in range(warm + repeats):
+            now = labels if (k - warm) % 2 == 0 else labels[::-1]
+            if k >= warm:
+                order.append(list(now))
+            for label in now:
+                arm = arms[label]
+                got = _serve(model, steps[key(arm)], reqs, clock=clock, decode_ms=decode_ms,
+                             seed=seed, breaker=arm.get("breaker"),
+                             budget=arm.get("max_num_batched_tokens"), timed=timed)
+                if k >= warm:
+                    runs[label].append(got)
+    finally:
+        _release(steps)
+    return runs, order
+
+
 def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str] | Sequence[
                             TraceRequest] = "synthetic_requests_poisson",
                         arms: Mapping[str, Mapping[str, Any]] | None = None, *,
@@ -213,30 +276,9 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
     reqs = _load(trace, max_requests)
     model = build_model(cfg, device or ("cuda" if torch.cuda.is_available() else "cpu"),
                         seed=seed)
-
-    def key(arm: Mapping) -> tuple:
-        sizes = arm.get("capture_sizes")
-        return arm["mode"], None if sizes is None else tuple(sizes)
-
-    steps: dict[tuple, Callable] = {}
-    runs: dict[str, list] = {label: [] for label in arms}
-    labels, order = list(arms), []
-    try:
-        for arm in arms.values():
-            if key(arm) not in steps:
-                steps[key(arm)] = make_step_fn(model, arm["mode"], arm.get("capture_sizes"))
-                _warm_up(model, steps[key(arm)], reqs, warmup_requests, seed)
-        for k in range(warm + repeats):
-            now = labels if (k - warm) % 2 == 0 else labels[::-1]
-            if k >= warm:
-                order.append(list(now))
-            for label in now:
-                got = _serve(model, steps[key(arms[label])], reqs, clock=clock,
-                             decode_ms=decode_ms, seed=seed, breaker=arms[label].get("breaker"))
-                if k >= warm:
-                    runs[label].append(got)
-    finally:
-        _release(steps)
+    runs, order = _serve_arms(model, reqs, arms, repeats=repeats, warm=warm,
+                              warmup_requests=warmup_requests, clock=clock,
+                              decode_ms=decode_ms, seed=seed)
     out_arms = {}
     for label, arm in arms.items():
         sizes = arm.get("capture_sizes")
@@ -244,8 +286,66 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
                            "capture_sizes": None if sizes is None else list(sizes),
                            **_summary(runs[label], window_s)}
     return {**_header(trace, clock, preset_name, model, dtype, max_batch, seed),
-            "kv_layout": "slot", **out_arms[labels[0]], "requests": [], "steps": [],
+            "kv_layout": "slot", **out_arms[next(iter(arms))], "requests": [], "steps": [],
             "interleaved": True, "warmup_runs": warm, "order": order, "arms": out_arms}
+
+
+def measure_chunked(model: TinyGPT, trace: str | os.PathLike[str] | Sequence[
+                        TraceRequest] = "long_prompts",
+                    modes: Sequence[StepMode] = ("eager", "full"),
+                    budgets: Sequence[int] = (64,), repeats: int = 3, *,
+                    capture_sizes: Sequence[int] | None = None, seed: int = 0,
+                    clock: str = "real", decode_ms: float = 10.0,
+                    max_requests: int | None = None, warmup_requests: int = 0,
+                    warmup_runs: int = 1) -> dict[str, Any]:
+    """Chunked prefill's trade on ``model``: ``trace`` served in each step mode of ``modes``
+    without chunked prefill (arm ``<mode>``, decode steps of ``capture_sizes``) and with each
+    token budget of ``budgets`` (arm ``<mode>_chunked<budget>``, :func:`make_mixed_runner`
+    with its default sizes), interleaved as :func:`measure_interleaved` serves its arms (a
+    discarded warm-up round first, the order reversed every other round; no GPU timing, so
+    that every arm runs the same host code around its steps). Per arm: its settings, per
+    repeat the TTFT, TPOT and ITL ``p50``/``p90``/``p99`` in ms and the largest step's tokens
+    (``latency``), every run's metrics (``repeats``) and their ``spread``: plain data."""
+    if not isinstance(model, TinyGPT):
+        raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
+    if isinstance(modes, str) or not modes or any(m not in STEP_MODES for m in modes):
+        raise ValueError(f"modes must be a list of step modes of {list(STEP_MODES)}, such as "
+                         f"['eager', 'full'], got {modes!r}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
+    if isinstance(budgets, (str, int)) or not budgets:
+        raise ValueError(f"budgets must be a list of token budgets such as [64], got "
+                         f"{budgets!r}")
+    budgets = [check_budget(b) for b in budgets]
+    repeats, warm, warmup_requests = _warm_counts(repeats, warmup_runs, warmup_requests)
+    reqs = _load(trace, max_requests)
+    sizes = None if capture_sizes is None else list(capture_sizes)
+    arms: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        arms[mode] = {"mode": mode, "capture_sizes": sizes}
+        for b in budgets:
+            arms[f"{mode}_chunked{b}"] = {"mode": mode, "max_num_batched_tokens": b}
+    runs, order = _serve_arms(model, reqs, arms, repeats=repeats, warm=warm,
+                              warmup_requests=warmup_requests, clock=clock,
+                              decode_ms=decode_ms, seed=seed, timed=False)
+    out: dict[str, Any] = {}
+    for label, arm in arms.items():
+        every, latency = [m for _, m, _ in runs[label]], []
+        for d, m, _ in runs[label]:
+            row: dict[str, Any] = {f"{k}_ms": {"p50": m[f"{k}_ms"]["median"],
+                                               "p90": m[f"{k}_ms"]["p90"],
+                                               "p99": m[f"{k}_ms"]["p99"]}
+                                   for k in ("ttft", "tpot", "itl")}
+            row["max_step_tokens"] = max((s["tokens"] for s in d["steps"]), default=0)
+            latency.append(row)
+        out[label] = {"mode": arm["mode"], "capture_sizes": arm.get("capture_sizes"),
+                      "max_num_batched_tokens": arm.get("max_num_batched_tokens"),
+                      "latency": latency, "repeats": every, "spread": spread(every)}
+    name = trace if isinstance(trace, str) else getattr(trace, "name", "custom")
+    return {"trace": str(name), "clock": clock, "device": str(model.device),
+            "config": model.cfg.to_dict(), "seed": seed, "modes": list(modes),
+            "budgets": budgets, "repeats": repeats, "warmup_runs": warm, "order": order,
+            "arms": out}
 
 
 def drop_timeline(data: dict[str, Any]) -> dict[str, Any]:

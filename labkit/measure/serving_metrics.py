@@ -41,6 +41,12 @@ def _get(r: Any, key: str) -> Any:
     return r[key] if isinstance(r, Mapping) else getattr(r, key)
 
 
+def _tokens(s: Any) -> int:
+    """A step's real tokens (records before chunked prefill: one a row, ``batch``)."""
+    v = s.get("tokens") if isinstance(s, Mapping) else getattr(s, "tokens", None)
+    return int(_get(s, "batch") if v is None else v)
+
+
 def latencies(requests: Sequence[Any]) -> dict[str, list[float]]:
     """Per-request TTFT, TPOT, E2EL and the pooled ITL gaps (s) of requests with
     ``arrival_s`` and ``token_times_s`` (those without a token left out)."""
@@ -75,8 +81,8 @@ def request_metrics(requests: Sequence[Any]) -> dict[str, Any]:
 
 def step_windows(steps: Sequence[Any], window_s: float) -> list[dict[str, Any]]:
     """Steps cut into windows of ``window_s`` seconds (by start time): per non-empty window
-    ``start_s``, ``steps``, ``graph_hit_rate``, ``padded_waste`` (padded rows / rows
-    computed), ``eager_fallbacks``, ``mean_batch``."""
+    ``start_s``, ``steps``, ``graph_hit_rate``, ``padded_waste`` (padded tokens / tokens
+    computed), ``eager_fallbacks``, ``mean_batch`` (requests a step)."""
     if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) \
             or not math.isfinite(window_s) or window_s <= 0:
         raise ValueError(f"window_s must be a positive number of seconds, got {window_s!r}")
@@ -87,10 +93,11 @@ def step_windows(steps: Sequence[Any], window_s: float) -> list[dict[str, Any]]:
     for k in sorted(bins):
         ss = bins[k]
         rows = sum(int(_get(s, "batch")) for s in ss)
+        real = sum(_tokens(s) for s in ss)
         computed = sum(int(_get(s, "padded")) for s in ss)
         hits = sum(bool(_get(s, "graph")) for s in ss)
         out.append({"start_s": k * window_s, "steps": len(ss), "graph_hit_rate": hits / len(ss),
-                    "padded_waste": (computed - rows) / computed if computed else 0.0,
+                    "padded_waste": (computed - real) / computed if computed else 0.0,
                     "eager_fallbacks": len(ss) - hits, "mean_batch": rows / len(ss)})
     return out
 
@@ -98,12 +105,12 @@ def step_windows(steps: Sequence[Any], window_s: float) -> list[dict[str, Any]]:
 def run_metrics(requests: Sequence[Any], steps: Sequence[Any]) -> dict[str, Any]:
     """:func:`request_metrics` plus the whole run's ``steps``, ``graph_hit_rate``,
     ``padded_waste`` and ``eager_fallbacks``."""
-    rows = sum(int(_get(s, "batch")) for s in steps)
+    real = sum(_tokens(s) for s in steps)
     computed = sum(int(_get(s, "padded")) for s in steps)
     hits = sum(bool(_get(s, "graph")) for s in steps)
     return {**request_metrics(requests), "steps": len(steps),
             "graph_hit_rate": hits / len(steps) if steps else 0.0,
-            "padded_waste": (computed - rows) / computed if computed else 0.0,
+            "padded_waste": (computed - real) / computed if computed else 0.0,
             "eager_fallbacks": len(steps) - hits}
 
 

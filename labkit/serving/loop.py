@@ -3,10 +3,14 @@
 Every engine step queues the trace's arrivals, admits them first come, first served while a
 slot and the cache room of the whole request are free (prefilling each alone: the first
 token), decodes every running request one step through a step function (:func:`make_step_fn`
-or a :class:`CircuitBreaker`) and retires the finished ones. Time comes from a
-:class:`RealClock` or a seeded-reproducible :class:`SimClock`; the :class:`ServeRun` holds
-every token's time and every step's batch, padded size and mode, which
-:mod:`labkit.measure.serving_metrics` turns into TTFT/TPOT/ITL percentiles.
+or a :class:`CircuitBreaker`) and retires the finished ones. With ``max_num_batched_tokens``
+(chunked prefill) each engine step is instead one token-flattened step of a
+:class:`~labkit.mixed.MixedRunner` (:func:`make_mixed_runner`), scheduled as vLLM V1's
+``Scheduler.schedule()`` (``vllm/v1/core/sched/scheduler.py``) schedules one: decode rows and
+prompt chunks share a token budget. Time comes from a :class:`RealClock` or a
+seeded-reproducible :class:`SimClock`; the :class:`ServeRun` holds every token's time and every
+step's requests, tokens, padded tokens and mode, which :mod:`labkit.measure.serving_metrics`
+turns into TTFT/TPOT/ITL percentiles.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from labkit.checks import as_int, as_number
 from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
+from labkit.mixed import FlatBatch, GraphMode, MixedRunner
 from labkit.model import TinyGPT
 from labkit.serving.traces import TraceRequest
 
@@ -121,6 +126,34 @@ def make_step_fn(model: TinyGPT, mode: StepMode, sizes: Sequence[int] | None = N
                              **dispatcher_kwargs)
 
 
+#: the graph mode of a mixed step in each step mode: vLLM turns FULL into FULL_AND_PIECEWISE
+#: for mixed batches (labkit's attention is UNIFORM_BATCH, see :mod:`labkit.mixed`)
+MIXED_MODES: dict[str, GraphMode] = {"eager": "NONE", "none": "NONE", "piecewise": "PIECEWISE",
+                                     "full": "FULL_AND_PIECEWISE", "exact": "FULL_AND_PIECEWISE"}
+
+
+def check_budget(max_num_batched_tokens: int) -> int:
+    """The checked token budget of one chunked-prefill step."""
+    return as_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1,
+                  fix="give the tokens one step may run as a whole number >= 1 (e.g. 256), "
+                      "or None for no chunked prefill")
+
+
+def make_mixed_runner(model: TinyGPT, mode: StepMode, max_num_batched_tokens: int,
+                      sizes: Sequence[int] | None = None, **runner_kwargs) -> MixedRunner:
+    """The :class:`MixedRunner` of step ``mode`` for steps of up to ``max_num_batched_tokens``
+    tokens: capture sizes ``sizes`` in tokens (default powers of two and the budget; ``exact``:
+    every size up to the budget), graph mode :data:`MIXED_MODES`."""
+    if mode not in STEP_MODES:
+        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    top = check_budget(max_num_batched_tokens)
+    if mode == "exact":
+        sizes = range(1, top + 1)
+    elif sizes is None:
+        sizes = sorted({min(2 ** k, top) for k in range(top.bit_length() + 1)})
+    return MixedRunner(model, list(sizes), cudagraph_mode=MIXED_MODES[mode], **runner_kwargs)
+
+
 def decide_of(step_fn: object, bs: int) -> tuple[str, int]:
     """(runtime mode, padded rows) of the step function for ``bs`` rows (eager: NONE, bs)."""
     decide = getattr(step_fn, "decide", None)
@@ -201,7 +234,9 @@ class RequestResult:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One decode step: times, rows, padded rows, runtime mode, graph hit, admissions."""
+    """One engine step: times, requests (``batch``), tokens computed with padding
+    (``padded``), runtime mode, graph hit, admissions, real tokens and prompt tokens among them
+    (a decode step: one token a row and none of a prompt)."""
 
     start_s: float
     end_s: float
@@ -210,11 +245,13 @@ class StepRecord:
     runtime: str
     graph: bool
     admitted: int
+    tokens: int
+    prefill_tokens: int
 
 
 @dataclass
 class ServeRun:
-    """A finished run: its requests (trace order) and decode steps."""
+    """A finished run: its requests (trace order) and engine steps."""
 
     requests: list[RequestResult]
     steps: list[StepRecord]
@@ -255,16 +292,36 @@ def check_trace(trace: Sequence[TraceRequest], max_seq: int) -> list[TraceReques
 class ServingEngine:
     """Continuous batching of a trace on ``model`` (the module docstring): ``step_fn``
     (default eager), ``clock`` (default :class:`RealClock`), ``seed`` of the synthetic
-    prompts, ``max_running`` (default the cache's slots). No preemption."""
+    prompts, ``max_running`` (default the cache's slots). No preemption.
+    ``max_num_batched_tokens`` (None: off) turns on chunked prefill: every step is one
+    token-flattened step of ``runner`` (default :func:`make_mixed_runner` in ``eager``) of at
+    most that many tokens."""
 
     def __init__(self, model: TinyGPT, step_fn: StepFn | None = None, *,
                  clock: Clock | None = None, seed: int = 0,
-                 max_running: int | None = None) -> None:
+                 max_running: int | None = None, max_num_batched_tokens: int | None = None,
+                 runner: MixedRunner | None = None) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
         if step_fn is not None and not callable(step_fn):
             raise TypeError(f"step_fn must be callable (tokens, positions, slots) -> logits, "
                             f"got {type(step_fn).__name__}")
+        self.budget = None if max_num_batched_tokens is None else check_budget(
+            max_num_batched_tokens)
+        if self.budget is None and runner is not None:
+            raise ValueError("runner runs chunked-prefill steps; give max_num_batched_tokens "
+                             "too, or leave runner out")
+        if self.budget is not None:
+            if step_fn is not None:
+                raise ValueError("step_fn is the decode step of serving without chunked "
+                                 "prefill; with max_num_batched_tokens give runner="
+                                 "make_mixed_runner(model, mode, max_num_batched_tokens)")
+            if runner is None:
+                runner = make_mixed_runner(model, "eager", self.budget)
+            if not isinstance(runner, MixedRunner) or runner.model is not model:
+                raise TypeError("runner must be a labkit.mixed.MixedRunner of this model "
+                                "(make_mixed_runner(model, mode, max_num_batched_tokens))")
+        self.runner = runner
         self.model = model
         self.step_fn: StepFn = step_fn or eager_step(model)
         self.clock: Clock = clock or RealClock(model.device)
@@ -286,16 +343,94 @@ class ServingEngine:
         waiting: deque[int] = deque()
         free_slots = list(range(self.max_running - 1, -1, -1))  # pop() gives 0, 1, 2, ...
         running: dict[int, int] = {}  # request -> slot, in admission order
+        prompts: dict[int, list[int]] = {}  # request -> its prompt, while running
+        done: dict[int, int] = {}  # request -> prompt tokens in the cache (chunked prefill)
         steps: list[StepRecord] = []
         dev = model.device
         t0 = clock.now()
 
-        def finish(i: int) -> None:
-            slot = running.pop(i)
-            model.cache.release(slot)
-            free_slots.append(slot)
-            if progress is not None:
-                progress(1)
+        def admit() -> int | None:
+            """Admit the first queued request if a slot and its whole cache room are free: its
+            index (None: nothing admitted)."""
+            if not waiting or not free_slots:
+                return None
+            i = waiting[0]
+            r, slot = reqs[i], free_slots[-1]
+            try:
+                model.cache.reserve(slot, r.prompt_len + r.output_len - 1)
+            except CacheFullError as exc:
+                model.cache.release(slot)
+                if not running:
+                    raise CacheFullError(f"request {i} does not fit the empty cache: "
+                                         f"{exc}") from None
+                return None
+            waiting.popleft()
+            free_slots.pop()
+            running[i] = slot
+            results[i].admitted_s = clock.now() - t0
+            prompts[i] = prompt_tokens(i, r.prompt_len, cfg.vocab_size, self.seed)
+            done[i] = 0
+            return i
+
+        def emit(i: int, tok: int, t: float) -> None:
+            results[i].tokens.append(tok)
+            results[i].token_times_s.append(t)
+
+        def retire(among: Iterable[int]) -> None:
+            for i in [i for i in among if len(results[i].tokens) >= reqs[i].output_len]:
+                slot = running.pop(i)
+                prompts.pop(i)
+                done.pop(i)
+                model.cache.release(slot)
+                free_slots.append(slot)
+                if progress is not None:
+                    progress(1)
+
+        def chunked_step(budget: int, runner: MixedRunner) -> StepRecord:
+            """One chunked-prefill step, scheduled as ``Scheduler.schedule()`` in
+            ``vllm/v1/core/sched/scheduler.py``: running requests first, in admission order,
+            while budget is left (a decode row takes one token, a request still prefilling its
+            next chunk: the rest of its prompt, at most the budget left), then queued requests
+            admitted first come, first served while a slot, its cache room and budget are free,
+            each with a first chunk. A chunk that ends its prompt gives the first token (from
+            its last token's logits), a decode row the next one, any other chunk none."""
+            plan: list[tuple[int, int, list[int]]] = []  # (request, first position, tokens)
+            for i in running:
+                if budget == 0:
+                    break
+                n, p = done[i], reqs[i].prompt_len
+                if n < p:
+                    plan.append((i, n, prompts[i][n:n + min(p - n, budget)]))
+                else:
+                    plan.append((i, p + len(results[i].tokens) - 1, [results[i].tokens[-1]]))
+                budget -= len(plan[-1][2])
+            admitted = 0
+            while budget > 0:
+                new = admit()
+                if new is None:
+                    break
+                admitted += 1
+                plan.append((new, 0, prompts[new][:budget]))
+                budget -= len(plan[-1][2])
+            batch = FlatBatch.of([(running[i], first, toks) for i, first, toks in plan])
+            mode, key = runner.decide(batch)
+            start = clock.now() - t0
+            picks = runner.step(batch)[batch.last_token()].argmax(-1).tolist()
+            prefill = sum(len(toks) for i, _, toks in plan if done[i] < reqs[i].prompt_len)
+            # prompt tokens cost as a prefill, decode rows and padding as a decode step
+            if prefill:
+                clock.charge("prefill", prefill)
+            if key.num_tokens > prefill:
+                clock.charge("decode", key.num_tokens - prefill)
+            end = clock.now() - t0
+            for (i, _, toks), tok in zip(plan, picks):
+                if done[i] < reqs[i].prompt_len:
+                    done[i] += len(toks)
+                    if done[i] < reqs[i].prompt_len:
+                        continue  # the prompt goes on in the next step: no token yet
+                emit(i, tok, end)
+            return StepRecord(start, end, batch.num_reqs, key.num_tokens, mode, mode != "NONE",
+                              admitted, batch.num_tokens, prefill)
 
         try:
             while pending or waiting or running:
@@ -306,34 +441,23 @@ class ServingEngine:
                 if not waiting and not running:
                     clock.sleep_until(t0 + reqs[pending[0]].arrival_s)
                     continue
+                if self.budget is not None and self.runner is not None:
+                    steps.append(chunked_step(self.budget, self.runner))
+                    retire(list(running))
+                    continue
                 # 2. admit first come, first served while a slot and its cache room are free
                 admitted = 0
-                while waiting and free_slots:
-                    i = waiting[0]
-                    r, slot = reqs[i], free_slots[-1]
-                    try:
-                        model.cache.reserve(slot, r.prompt_len + r.output_len - 1)
-                    except CacheFullError as exc:
-                        model.cache.release(slot)
-                        if not running:
-                            raise CacheFullError(f"request {i} does not fit the empty cache: "
-                                                 f"{exc}") from None
+                while True:
+                    i = admit()
+                    if i is None:
                         break
-                    waiting.popleft()
-                    free_slots.pop()
-                    running[i] = slot
                     admitted += 1
-                    res = results[i]
-                    res.admitted_s = clock.now() - t0
-                    ids = prompt_tokens(i, r.prompt_len, cfg.vocab_size, self.seed)
-                    logits = model.prefill(torch.tensor([ids], device=dev),
-                                           torch.tensor([slot], device=dev))
-                    tok = int(logits.argmax(-1).item())  # the prefill gives the first token
-                    clock.charge("prefill", r.prompt_len)
-                    res.tokens.append(tok)
-                    res.token_times_s.append(clock.now() - t0)
-                for i in [i for i in running if len(results[i].tokens) >= reqs[i].output_len]:
-                    finish(i)
+                    logits = model.prefill(torch.tensor([prompts[i]], device=dev),
+                                           torch.tensor([running[i]], device=dev))
+                    clock.charge("prefill", reqs[i].prompt_len)
+                    # the prefill gives the first token
+                    emit(i, int(logits.argmax(-1).item()), clock.now() - t0)
+                retire(list(running))
                 if not running:
                     continue
                 # 3. one decode step for every running request, then 4. retire finished ones
@@ -349,12 +473,11 @@ class ServingEngine:
                 new = self.step_fn(tokens, positions, slots).argmax(-1).tolist()
                 clock.charge("decode", padded)
                 end = clock.now() - t0
-                steps.append(StepRecord(start, end, bs, padded, mode, mode != "NONE", admitted))
+                steps.append(StepRecord(start, end, bs, padded, mode, mode != "NONE", admitted,
+                                        bs, 0))
                 for i, tok in zip(batch, new):
-                    results[i].tokens.append(tok)
-                    results[i].token_times_s.append(end)
-                for i in [i for i in batch if len(results[i].tokens) >= reqs[i].output_len]:
-                    finish(i)
+                    emit(i, tok, end)
+                retire(batch)
         finally:
             for slot in list(running.values()):
                 model.cache.release(slot)

@@ -14,6 +14,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from collections.abc import Callable, Iterable
 
 from labkit.checks import as_int, as_number
@@ -46,17 +47,34 @@ def _lognormal(rng: random.Random, median: float, sigma: float, hi: int) -> int:
 
 def request_lengths(n: int = 256, *, seed: int = 0, max_seq: int = 1024,
                     prompt_median: float = 120.0, prompt_sigma: float = 0.9,
-                    output_median: float = 150.0, output_sigma: float = 0.8) -> list[Request]:
-    """``n`` SYNTHETIC seeded requests, lognormal lengths clipped to ``max_seq`` positions."""
+                    output_median: float = 150.0, output_sigma: float = 0.8,
+                    long_share: float = 0.0,
+                    long_prompt: tuple[int, int] = (100, 200)) -> list[Request]:
+    """``n`` SYNTHETIC seeded requests, lognormal lengths clipped to ``max_seq`` positions;
+    a ``long_share`` of them (drawn from a second seeded generator, so ``0`` leaves the others
+    as they were) get a prompt uniform in ``long_prompt`` (inclusive) instead."""
     n = as_int(n, "n", minimum=1, fix="ask for at least one request")
     max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give max_seq >= 2 (prompt + output)")
     for name, v in (("prompt_median", prompt_median), ("output_median", output_median),
                     ("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
         _positive(name, v)
-    rng = random.Random(seed)
+    share = as_number(long_share, "long_share", minimum=0, fix="give a share in [0, 1]")
+    if share > 1:
+        raise ValueError(f"long_share must be a share in [0, 1], got {long_share!r}")
+    lo, hi = 1, 1
+    if share:  # checked only where used: long_prompt's default needs max_seq > 200
+        lo, hi = (as_int(v, "long_prompt", minimum=1, maximum=max_seq - 1,
+                         fix=f"give (shortest, longest) prompt tokens within 1..{max_seq - 1}")
+                  for v in long_prompt)
+        if lo > hi:
+            raise ValueError(f"long_prompt {long_prompt!r}: the shortest is above the longest; "
+                             "give (shortest, longest)")
+    rng, long_rng = random.Random(seed), random.Random(f"labkit-long:{seed}")
     out = []
     for _ in range(n):
         p = _lognormal(rng, prompt_median, prompt_sigma, max_seq - 1)
+        if share and long_rng.random() < share:
+            p = long_rng.randint(lo, hi)
         o = _lognormal(rng, output_median, output_sigma, max_seq - p)
         out.append(Request(p, o))
     return out
@@ -110,7 +128,7 @@ def arrival_times(n: int, *, rate: float, arrivals: str = "poisson", seed: int =
 
 
 def request_trace(n: int = 64, *, rate: float = 4.0, arrivals: str = "poisson", seed: int = 0,
-                  max_seq: int = 1024, **kwargs: float) -> list[TraceRequest]:
+                  max_seq: int = 1024, **kwargs: Any) -> list[TraceRequest]:
     """A SYNTHETIC serving trace: :func:`arrival_times` with :func:`request_lengths`."""
     akeys = {"busy_rate", "quiet_mean_s", "busy_mean_s"}
     times = arrival_times(n, rate=rate, arrivals=arrivals, seed=seed,
