@@ -193,8 +193,9 @@ class KVCache(nn.Module):
         starts = [0]
         for n in query_lens:
             starts.append(starts[-1] + n)
-        query_start = torch.tensor(starts, dtype=torch.int32).to(positions.device,
-                                                                   non_blocking=True)
+        query_start = torch.tensor(starts, dtype=torch.int32)
+        if positions.is_cuda:  # from pinned memory: no wait for the GPU
+            query_start = query_start.pin_memory().to(positions.device, non_blocking=True)
         last = (query_start[1:] - 1).long()
         key_start = torch.cat([slots[last] * self.max_seq,
                                slots.new_full((1,), self.num_slots * self.max_seq)])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import torch
@@ -177,6 +178,12 @@ class FlatBatch:
     def num_reqs(self) -> int:
         return len(self.query_lens)
 
+    @cached_property
+    def host(self) -> torch.Tensor:
+        """Tokens, positions and slots as one ``(3, num_tokens)`` int64 host tensor (made once:
+        the lists stay the batch, do not change them afterwards)."""
+        return torch.tensor([self.tokens, self.positions, self.slots])
+
     def is_uniform(self, query_len: int) -> bool:
         """vLLM's ``uniform_decode``: every request exactly ``query_len`` tokens."""
         return all(n == query_len for n in self.query_lens)
@@ -276,9 +283,10 @@ class MixedRunner:
         mode, key = self.decide(batch)
         m, n, run = self.model, batch.num_tokens, key.num_tokens
         q = self.dispatcher.uniform_query_len
-        host = [torch.tensor(x) for x in (batch.tokens, batch.positions, batch.slots)]
+        host = batch.host
         if mode == "NONE":
-            dev = [x.to(m.device) for x in host]
+            dev = (host.pin_memory().to(m.device, non_blocking=True) if m.device.type == "cuda"
+                   else host)
             out = m.forward_tokens(dev[0], m.cache.mixed_meta(dev[1], dev[2], batch.query_lens),
                                    max(batch.query_lens))
         else:

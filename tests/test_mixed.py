@@ -254,7 +254,23 @@ def test_the_measurements_run_on_cpu_and_their_records_parse():
     data = measure_spec((1, 3), n_prompts=2, prompt_len=24, new_tokens=10, repeats=1,
                         device="cpu")
     rec = records.parse("spec_char", data)
-    assert rec.checks == {"token_agreement.plain": 1.0, "token_agreement.k1": 1.0,
+    assert rec.checks == {"token_agreement.plain": 1.0, "token_agreement.plain_synced": 1.0,
+                          "token_agreement.k1": 1.0,
                           "token_agreement.k3": 1.0}
-    assert set(rec.seconds) == {"plain", "k1", "k3"} and len(rec.seconds["k1"]) == 1
+    assert set(rec.seconds) == {"plain", "plain_synced", "k1", "k3"}
+    assert len(rec.seconds["k1"]) == 1
     assert 0 < rec.stats["k1"]["acceptance_rate"] <= 1
+
+
+def test_the_chunked_prefill_record_parses():
+    from labkit.measure import records
+    from labkit.measure.serve import measure_chunked
+    from labkit.serving.traces import TraceRequest
+
+    m = build_model(preset("test", max_batch=4, max_seq=32), seed=0)
+    trace = [TraceRequest(0.01 * i, n, 4) for i, n in enumerate([20, 3, 5, 18, 2])]
+    data = measure_chunked(m, trace, ("eager",), (8,), 1, clock="sim")
+    rec = records.parse("chunked_test", data)
+    assert set(rec.arms) == {"eager", "eager_chunked8"} and rec.budgets == [8]
+    assert len(rec.percentile("eager_chunked8", "itl")) == 1
+    assert rec.arms["eager_chunked8"]["latency"][0]["max_step_tokens"] <= 8

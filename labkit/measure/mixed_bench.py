@@ -153,7 +153,9 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
                  new_tokens: int = 128, repeats: int = 5, *, device: str = "cuda",
                  ) -> dict[str, Any]:
     """Speculative decoding (n-gram drafts, greedy) with the trained byte-level model on the
-    corpus against plain greedy decoding through FULL graphs: tokens equal, acceptance rate,
+    corpus against plain greedy decoding through FULL graphs (``plain``: tokens stay on the
+    GPU; ``plain_synced``: read to the host every step, as a server does): tokens equal,
+    acceptance rate,
     tokens per step and wall-clock seconds of the whole generation, the arms interleaved in
     each of ``repeats`` rounds (after one discarded round)."""
     if device == "cuda":
@@ -169,8 +171,14 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
     runners = {k: MixedRunner(model, [r * (k + 1) for r in reqs], uniform_query_len=k + 1,
                               progress=False, capture=capture) for k in ks}
     want = generate(model, prompts, new_tokens, step_fn=plain.step)
-    arms: dict[str, Callable[[], Any]] = {"plain": lambda: generate(model, prompts, new_tokens,
-                                                                    step_fn=plain.step)}
+    def synced(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        out = plain.step(t, p, s)
+        out.argmax(-1).tolist()  # the tokens to the host every step, as a server streams them
+        return out
+
+    arms: dict[str, Callable[[], Any]] = {
+        "plain": lambda: generate(model, prompts, new_tokens, step_fn=plain.step),
+        "plain_synced": lambda: generate(model, prompts, new_tokens, step_fn=synced)}
     for k, runner in runners.items():
         arms[f"k{k}"] = partial(generate_speculative, model, prompts, new_tokens, k,
                                 runner.verify)
@@ -187,10 +195,10 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             if round_ == 0:  # warm-up round: check, keep the stats
-                tokens = got if name == "plain" else got[0]
+                tokens = got if name.startswith("plain") else got[0]
                 agree = sum(a == b for x, y in zip(tokens, want) for a, b in zip(x, y))
                 out["checks"][f"token_agreement.{name}"] = agree / (n_prompts * new_tokens)
-                if name != "plain":
+                if not name.startswith("plain"):
                     s = got[1]
                     out["stats"][name] = {"steps": s.steps, "drafted": s.drafted,
                                           "accepted": s.accepted, "emitted": s.emitted,
@@ -206,12 +214,25 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
     return out
 
 
+def measure_chunked_small(max_requests: int = 150, repeats: int = 3) -> dict[str, Any]:
+    """Record ``chunked_small``: the long-prompt trace on the small model (bf16, 32 slots)
+    without chunked prefill and with a budget of 64 tokens, eager and with graphs."""
+    from labkit.measure.serve import measure_chunked
+
+    model = build_model(preset("small", max_batch=32, dtype="bfloat16"), "cuda", seed=0)
+    out = measure_chunked(model, "long_prompts", ("eager", "full"), (64,), repeats,
+                          max_requests=max_requests)
+    _free()
+    return out
+
+
 #: the records :func:`record_mixed` writes: name -> (measure function, parameters)
 RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
     "mixed_small": (measure_mixed, {"preset_name": "small"}),
     "mixed_gpt2": (measure_mixed, {"preset_name": "gpt2"}),
     "spec_verify_gpt2": (measure_verify, {"preset_name": "gpt2"}),
     "spec_char": (measure_spec, {}),
+    "chunked_small": (measure_chunked_small, {}),
 }
 
 

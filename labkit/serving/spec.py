@@ -131,10 +131,10 @@ def generate_speculative(model: TinyGPT, prompts: Sequence[Sequence[int]], max_n
             for c in ctxs:
                 d = propose_ngram(c, k, min_n, max_n)
                 drafts.append(d + [(c + d)[-1]] * (k - len(d)))
-            tokens = torch.tensor([[c[-1], *d] for c, d in zip(ctxs, drafts)], device=dev)
-            positions = torch.tensor([list(range(len(c) - 1, len(c) - 1 + q)) for c in ctxs],
-                                     device=dev)
-            slots = torch.tensor(live, device=dev).repeat_interleave(q)
+            # host tensors: the verify step stages them (a device copy here would wait)
+            tokens = torch.tensor([[c[-1], *d] for c, d in zip(ctxs, drafts)])
+            positions = torch.tensor([list(range(len(c) - 1, len(c) - 1 + q)) for c in ctxs])
+            slots = torch.tensor(live).repeat_interleave(q)
             logits = verify(tokens.view(-1), positions.view(-1), slots, q)
             if logits.dim() != 2 or logits.shape[0] != len(live) * q:
                 raise ValueError(f"verify returned logits of shape {tuple(logits.shape)} for "

@@ -18,8 +18,8 @@ from labkit.measure.records.derived import (
     GPU_OPS_COUNTED, GPU_OPS_SCOPE, ratio, speedup, tokens_per_s,
 )
 from labkit.measure.records.kinds import (
-    FUSED_STEPS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench, Compile, Decode,
-    Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Mixed, Modes, Multistep, Paged,
+    FUSED_STEPS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench, Chunked, Compile,
+    Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Mixed, Modes, Multistep, Paged,
     Pitfall, Pitfalls, PoolAtMaxSeq, PoolMemory, PoolOverwrite, Roofline, Spec, SpecVerify,
     Timeline, TPAllReduce, TPDecode, Triton, bench_row,
 )
@@ -31,7 +31,7 @@ from labkit.measure.records.serving import Serve, ServeLoad
 __all__ = [
     "DEFAULTS", "SERVE_RECORDS", "default_params", "measure_kwargs", "GPU_OPS_COUNTED",
     "GPU_OPS_SCOPE", "ratio", "speedup", "tokens_per_s", "FUSED_STEPS", "MULTISTEP_METHODS",
-    "OVERHEAD_METHODS", "PAGED_LAYOUTS", "Bench", "Compile", "Decode", "Dispatcher",
+    "OVERHEAD_METHODS", "PAGED_LAYOUTS", "Bench", "Chunked", "Compile", "Decode", "Dispatcher",
     "DispatcherOverhead", "Fused", "LaunchOverhead", "Mixed", "Modes", "Multistep", "Paged",
     "Pitfall", "Pitfalls", "PoolAtMaxSeq", "PoolMemory", "PoolOverwrite", "Roofline", "Spec",
     "SpecVerify", "Timeline", "TPAllReduce", "TPDecode", "Triton", "bench_row", "KINDS",

@@ -670,3 +670,22 @@ class Spec(Kind):
     seconds: dict[str, list[float]]
     stats: dict[str, dict[str, float]]
     checks: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunked(Kind):
+    """``chunked_<preset>``: a trace served per step mode without chunked prefill and with
+    each token budget, interleaved; per arm TTFT/TPOT/ITL p50/p90/p99 (ms) of every repeat
+    (:func:`labkit.measure.serve.measure_chunked`)."""
+    RECORD = "chunked_<preset>"
+    trace: str
+    clock: str
+    device: str
+    modes: list[str]
+    budgets: list[int]
+    repeats: int
+    arms: dict[str, dict[str, Any]]
+
+    def percentile(self, arm: str, metric: str, p: str = "p99") -> list[float]:
+        """``metric`` (``ttft``, ``tpot``, ``itl``) percentile ``p`` of ``arm``, per repeat."""
+        return [row[f"{metric}_ms"][p] for row in self.arms[arm]["latency"]]
