@@ -627,19 +627,18 @@ class Mixed(Kind):
     repeats: int
     inner: int
     batch_sizes: list[int]
-    uniform: Times
+    uniform: dict[str, list[Stats]]
     shapes: list[list[int]]
     mixed_tokens: list[int]
     mixed_modes: list[str]
-    mixed: Times
+    mixed: dict[str, list[Stats]]
     token_sizes: list[int]
     checks: Checks = field(default_factory=dict)
 
-    def ratio(self, table: str, a: str, b: str) -> list[float | None]:
+    def ratio(self, table: str, a: str, b: str) -> list[float]:
         """Median of ``a`` over median of ``b`` in ``table`` (``uniform`` or ``mixed``)."""
         times = getattr(self, table)
-        return [None if x is None or y is None else x.median / y.median
-                for x, y in zip(times[a], times[b])]
+        return [x.median / y.median for x, y in zip(times[a], times[b])]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -653,7 +652,7 @@ class SpecVerify(Kind):
     inner: int
     ks: list[int]
     batch_sizes: list[int]
-    times: Times
+    times: dict[str, list[Stats]]
 
 
 @dataclass(frozen=True, kw_only=True)
