@@ -20,6 +20,8 @@ import torch
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure.bench import _free, _need_cuda, step_inputs, time_sizes
+from labkit.measure.results import save_result
+from labkit.measure.serve import measure_chunked
 from labkit.mixed import FlatBatch, MixedRunner
 from labkit.model import TinyGPT, build_model, generate, preset
 from labkit.serving.spec import generate_speculative
@@ -217,8 +219,6 @@ def measure_spec(ks: Sequence[int] = (1, 2, 4), n_prompts: int = 8, prompt_len: 
 def measure_chunked_small(max_requests: int = 150, repeats: int = 3) -> dict[str, Any]:
     """Record ``chunked_small``: the long-prompt trace on the small model (bf16, 32 slots)
     without chunked prefill and with a budget of 64 tokens, eager and with graphs."""
-    from labkit.measure.serve import measure_chunked
-
     model = build_model(preset("small", max_batch=32, dtype="bfloat16"), "cuda", seed=0)
     out = measure_chunked(model, "long_prompts", ("eager", "full"), (64,), repeats,
                           max_requests=max_requests)
@@ -238,8 +238,6 @@ RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
 
 def record_mixed(run_dir: str | Path, names: Sequence[str] = tuple(RECORDS)) -> list[Path]:
     """Measure and save each record of :data:`RECORDS` under ``run_dir/results``."""
-    from labkit.measure.results import save_result
-
     _need_cuda("record_mixed")
     paths = []
     for name in names:
