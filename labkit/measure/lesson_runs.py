@@ -183,18 +183,19 @@ def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: i
             "scratch_slot_changed": changed[cfg.scratch_slot]}
 
 
-def mixed_requests(query_lens: Sequence[int], uniform_query_len: int, vocab_size: int, *,
-                   seed: int = 0) -> tuple[list[list[int]], FlatBatch]:
-    """One step of request ``i`` in slot ``i`` with ``query_lens[i]`` random tokens: a decode
-    or verify row (``uniform_query_len`` tokens) continues a prompt of 2 to 6 tokens, any other
-    request is a prompt's first chunk (no prompt). Returns the prompts and the batch."""
+def mixed_requests(runner: MixedRunner, query_lens: Sequence[int], *, seed: int = 0
+                   ) -> tuple[list[list[int]], FlatBatch]:
+    """One step for ``runner``: request ``i`` in slot ``i`` with ``query_lens[i]`` random
+    tokens; a decode or verify row (the runner's ``uniform_query_len`` tokens) continues a
+    prompt of 2 to 6 tokens, any other request is a prompt's first chunk (no prompt). Returns
+    the prompts and the batch."""
+    q, vocab = runner.dispatcher.uniform_query_len, runner.model.cfg.vocab_size
     g = torch.Generator().manual_seed(seed)
 
     def toks(n: int) -> list[int]:
-        return torch.randint(0, vocab_size, (n,), generator=g).tolist()
+        return torch.randint(0, vocab, (n,), generator=g).tolist()
 
-    prompts = [toks(2 + i % 5) if n == uniform_query_len else []
-               for i, n in enumerate(query_lens)]
+    prompts = [toks(2 + i % 5) if n == q else [] for i, n in enumerate(query_lens)]
     return prompts, FlatBatch.of([(i, len(p), toks(n)) for i, (p, n) in
                                   enumerate(zip(prompts, query_lens))])
 
@@ -207,8 +208,7 @@ def check_mixed_step(runner: MixedRunner, query_lens: Sequence[int], *, seed: in
     its request's prompt and tokens: the decision, the largest logit difference, whether they
     are close (atol 2e-5, rtol 1e-4) and whether the greedy tokens agree."""
     m = runner.model
-    prompts, batch = mixed_requests(query_lens, runner.dispatcher.uniform_query_len,
-                                    m.cfg.vocab_size, seed=seed)
+    prompts, batch = mixed_requests(runner, query_lens, seed=seed)
     m.reset_cache()
     for slot, (p, n) in enumerate(zip(prompts, batch.query_lens)):
         m.cache.reserve(slot, len(p) + n)
