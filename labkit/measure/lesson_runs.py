@@ -226,4 +226,3 @@ def check_mixed_step(runner: MixedRunner, query_lens: Sequence[int], *, seed: in
             "max |logit diff|": float((got - ref).abs().max()),
             "logits close": bool(torch.allclose(got, ref, atol=2e-5, rtol=1e-4)),
             "greedy tokens equal": got.argmax(-1).tolist() == ref.argmax(-1).tolist()}
-

@@ -96,8 +96,8 @@ def step_rows(steps: Mapping[str, tuple[Sequence[int], int]],
 
 def attention_launch(mode: str, key: BatchDescriptor, query_lens: Sequence[int],
                      uniform_query_len: int = 1) -> tuple[int, int]:
-    """(requests, longest query): the host ints labkit's attention is launched with for a step
-    of ``query_lens`` run as ``mode`` with ``key``, as :meth:`labkit.mixed.MixedRunner.step`
+    """(requests, longest query): what labkit's attention launch is shaped by for a step of
+    ``query_lens`` run as ``mode`` with ``key``, as :meth:`labkit.mixed.MixedRunner.step`
     stages it: FULL ``num_tokens // q`` requests of ``q``; PIECEWISE the padded tokens as
     one-token requests; NONE the requests as they are."""
     lens = as_int_list(query_lens, "query_lens", minimum=1)
@@ -124,12 +124,12 @@ def attention_rows(dispatcher: TokenDispatcher,
     return rows
 
 
-#: the columns of a ``mixed_<preset>`` record: (table, method) -> (runtime mode, path)
-MIXED_WAYS: dict[tuple[str, str], tuple[str, str]] = {
-    ("uniform", "today_step"): ("FULL", "decode engine (PaddingDispatcher)"),
-    ("uniform", "new_step"): ("FULL", "token-flattened (MixedRunner)"),
-    ("mixed", "piecewise"): ("PIECEWISE", "token-flattened (MixedRunner)"),
-    ("mixed", "eager"): ("NONE", "token-flattened, eager")}
+#: the ways a ``mixed_<preset>`` record times a step: table -> method -> (runtime mode, path)
+MIXED_WAYS: dict[str, dict[str, tuple[str, str]]] = {
+    "uniform": {"today_step": ("FULL", "decode engine (PaddingDispatcher)"),
+                "new_step": ("FULL", "token-flattened (MixedRunner)")},
+    "mixed": {"piecewise": ("PIECEWISE", "token-flattened (MixedRunner)"),
+              "eager": ("NONE", "token-flattened, eager")}}
 
 
 def mixed_rows(record: Any) -> list[dict]:
@@ -140,11 +140,11 @@ def mixed_rows(record: Any) -> list[dict]:
              "mixed": [f"{r} decode row{'s' * (r != 1)} + {c}-token chunk" for r, c in d.shapes]}
     tokens = {"uniform": d.batch_sizes, "mixed": d.mixed_tokens}
     rows = []
-    for table in ("uniform", "mixed"):
+    for table, ways in MIXED_WAYS.items():
+        times = getattr(d, table)
         for i, (kind, n) in enumerate(zip(kinds[table], tokens[table])):
-            for (t_, method), (mode, path) in MIXED_WAYS.items():
-                t = getattr(d, table)[method][i] if t_ == table else None
-                if t is not None:
+            for method, (mode, path) in ways.items():
+                if (t := times[method][i]) is not None:
                     rows.append({"batch": kind, "tokens": n, "runtime mode": mode,
                                  "path": path, "step (µs, median)": round(t.median),
                                  "p10–p90 (µs)": f"{t.p10:.0f}–{t.p90:.0f}"})
