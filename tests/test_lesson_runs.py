@@ -9,6 +9,7 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.measure import lesson_runs as runs
 from labkit.graphs import capture_decode_graphs
 from labkit.measure.bench import step_inputs
+from labkit.mixed import BatchDescriptor, MixedRunner
 from labkit.model import build_model, generate, preset
 
 
@@ -95,3 +96,28 @@ def test_naive_reserved_delta_splits_pool_and_outside_on_gpu():
     d = runs.naive_reserved_delta(m, [1, 2])
     assert d["pool_bytes"] > 0
     assert d["outside_pool_bytes"] == d["naive_delta_bytes"] - d["pool_bytes"]
+
+
+def test_mixed_requests_continue_prompts_for_uniform_rows_only():
+    runner = MixedRunner(build_model(preset("test"), seed=0), [8], capture=False)
+    prompts, batch = runs.mixed_requests(runner, [1, 5, 1], seed=0)
+    assert [len(p) for p in prompts] == [2, 0, 4]
+    assert batch.query_lens == [1, 5, 1] and batch.req_slots == [0, 1, 2]
+    assert batch.positions == [2, 0, 1, 2, 3, 4, 4]
+    again = runs.mixed_requests(runner, [1, 5, 1], seed=0)
+    assert again[0] == prompts and again[1].tokens == batch.tokens  # seeded
+    assert all(0 <= t < 97 for p in prompts for t in p + batch.tokens)
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("lens, q, mode, key", [
+    ([1] * 5, 1, "FULL", (8, 8, True)), ([1, 1, 1, 10], 1, "PIECEWISE", (16, None, False)),
+    ([4] * 3, 4, "FULL", (16, 4, True)), ([30], 1, "NONE", (30, None, False))])
+def test_check_mixed_step_equals_the_full_forward_pass(layout, lens, q, mode, key):
+    m = build_model(preset("test", max_batch=8, max_seq=64, kv_layout=layout, block_size=8),
+                    seed=0)
+    runner = MixedRunner(m, [1, 2, 4, 8, 16], uniform_query_len=q, capture=False)
+    got = runs.check_mixed_step(runner, lens)
+    assert got["runtime mode"] == mode and got["descriptor"] == BatchDescriptor(*key)
+    assert got["logits close"] and got["greedy tokens equal"]
+    assert got["max |logit diff|"] < 1e-5

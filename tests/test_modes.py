@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from labkit.measure import records as R
+from labkit.mixed import BatchDescriptor, TokenDispatcher
 from labkit.teach.lessons import modes as lm
 from labkit.teach.plots import modes as pm
 
@@ -220,3 +221,58 @@ def test_measure_modes_samples_every_mode_in_turn(monkeypatch):
     assert events.count("release") == len(mm.MODES)
     assert data["interleaved"] is True
     assert [data["times"][m][0]["median"] for m in mm.MODES] == [1.0, 2.0, 3.0, 4.0]
+
+
+# ----------------------------------------------------------------------------- mixed batches
+
+def test_attention_launch_of_each_runtime_mode():
+    assert lm.attention_launch("FULL", BatchDescriptor(8, 8, True), [1] * 5) == (8, 1)
+    assert lm.attention_launch("FULL", BatchDescriptor(16, 4, True), [4] * 3, 4) == (4, 4)
+    # 13 tokens padded to 16: 4 requests and 3 padded one-token requests
+    assert lm.attention_launch("PIECEWISE", BatchDescriptor(16), [1, 1, 1, 10]) == (7, 10)
+    assert lm.attention_launch("NONE", BatchDescriptor(160), [1] * 159 + [1]) == (160, 1)
+
+
+def test_attention_rows_uniform_batches_share_a_launch_mixed_ones_do_not():
+    d = TokenDispatcher([1, 2, 4, 8, 16], 16, "FULL_AND_PIECEWISE")
+    rows = lm.attention_rows(d, {"5": [1] * 5, "8": [1] * 8, "a": [1, 15], "b": [1, 1, 1, 10],
+                                 "c": [2, 3, 4, 7], "big": [20]})
+    got = [(r["runtime mode"], r["num_tokens"], r["num_reqs"], r["attention: requests"],
+            r["attention: longest query"]) for r in rows]
+    assert got == [("FULL", 8, 8, 8, 1), ("FULL", 8, 8, 8, 1), ("PIECEWISE", 16, None, 2, 15),
+                   ("PIECEWISE", 16, None, 7, 10), ("PIECEWISE", 16, None, 4, 7),
+                   ("NONE", 20, None, 1, 20)]
+    assert [r["uniform"] for r in rows] == [True, True, False, False, False, False]
+
+
+def test_step_rows():
+    checks = {"a": {"runtime mode": "FULL", "descriptor": BatchDescriptor(16, 4, True),
+                    "max |logit diff|": 1.5e-7, "greedy tokens equal": True}}
+    (row,) = lm.step_rows({"a": ([4, 4, 4], 4)}, checks)
+    assert row == {"step": "a", "requests": 3, "tokens": 12, "uniform": True, "num_tokens": 16,
+                   "num_reqs": 4, "runtime mode": "FULL", "max |logit diff|": "1.5e-07",
+                   "greedy tokens equal": True}
+
+
+def mixed_record() -> dict:
+    """A well-formed mixed record (numbers made up for the test, never shown as results)."""
+    return {"preset": "small", "dtype": "bfloat16", "repeats": 5, "inner": 2,
+            "batch_sizes": [1, 8],
+            "uniform": {"today_replay": [st(90.0), st(95.0)], "today_step": [st(100.0), st(110.0)],
+                        "new_replay": [st(90.0), st(96.0)], "new_step": [st(101.0), st(112.0)]},
+            "shapes": [[1, 15], [7, 25]], "mixed_tokens": [16, 32],
+            "mixed_modes": ["PIECEWISE", "PIECEWISE"],
+            "mixed": {"piecewise": [st(400.0), st(420.0)], "eager": [st(900.0), None]},
+            "token_sizes": [1, 2, 4, 8, 16, 32], "checks": {"uniform_logits_equal.1": True}}
+
+
+def test_mixed_rows():
+    rows = lm.mixed_rows(mixed_record())
+    assert [(r["batch"], r["runtime mode"], r["step (µs, median)"]) for r in rows] == [
+        ("decode, 1 row", "FULL", 100), ("decode, 1 row", "FULL", 101),
+        ("decode, 8 rows", "FULL", 110), ("decode, 8 rows", "FULL", 112),
+        ("1 decode row + 15-token chunk", "PIECEWISE", 400),
+        ("1 decode row + 15-token chunk", "NONE", 900),
+        ("7 decode rows + 25-token chunk", "PIECEWISE", 420)]  # eager not timed there
+    assert rows[4]["tokens"] == 16 and rows[4]["p10–p90 (µs)"] == "360–440"
+    assert rows[0]["path"] != rows[1]["path"]

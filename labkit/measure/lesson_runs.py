@@ -1,6 +1,7 @@
 """Small live runs the lessons make on whatever device is there (most also run on a CPU):
 timing eager steps, counting ops, checking the cache (notebooks 02-03), capturing pools
-(notebook 04, CUDA only) and driving a dispatcher (notebook 05). :mod:`labkit.teach.lessons`
+(notebook 04, CUDA only), driving a dispatcher (notebook 05) and checking mixed steps against
+the full forward pass (notebook 10). :mod:`labkit.teach.lessons`
 turns what they return into tables and sentences.
 """
 
@@ -14,6 +15,7 @@ import torch
 from labkit.graphs import Order, PoolMode, capture_decode_graphs
 from labkit.measure.bench import step_inputs
 from labkit.measure.opcount import count_dispatched_ops  # noqa: F401 - notebook 02 calls it here
+from labkit.mixed import FlatBatch, MixedRunner
 from labkit.model import TinyGPT, generate
 from labkit.timing import Stats, time_any
 
@@ -179,3 +181,48 @@ def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: i
             "other_request_unchanged": not changed[live],
             "untouched_slots_unchanged": not any(changed[live:cfg.max_batch]),
             "scratch_slot_changed": changed[cfg.scratch_slot]}
+
+
+def mixed_requests(runner: MixedRunner, query_lens: Sequence[int], *, seed: int = 0
+                   ) -> tuple[list[list[int]], FlatBatch]:
+    """One step for ``runner``: request ``i`` in slot ``i`` with ``query_lens[i]`` random
+    tokens; a decode or verify row (the runner's ``uniform_query_len`` tokens) continues a
+    prompt of 2 to 6 tokens, any other request is a prompt's first chunk (no prompt). Returns
+    the prompts and the batch."""
+    q, vocab = runner.dispatcher.uniform_query_len, runner.model.cfg.vocab_size
+    g = torch.Generator().manual_seed(seed)
+
+    def toks(n: int) -> list[int]:
+        return torch.randint(0, vocab, (n,), generator=g).tolist()
+
+    prompts = [toks(2 + i % 5) if n == q else [] for i, n in enumerate(query_lens)]
+    return prompts, FlatBatch.of([(i, len(p), toks(n)) for i, (p, n) in
+                                  enumerate(zip(prompts, query_lens))])
+
+
+@torch.no_grad()
+def check_mixed_step(runner: MixedRunner, query_lens: Sequence[int], *, seed: int = 0
+                     ) -> dict[str, object]:
+    """Run the step of :func:`mixed_requests` through ``runner.step`` on a fresh cache (the
+    prompts prefilled first) and compare every token's logits with the full forward pass over
+    its request's prompt and tokens: the decision, the largest logit difference, whether they
+    are close (atol 2e-5, rtol 1e-4) and whether the greedy tokens agree."""
+    m = runner.model
+    prompts, batch = mixed_requests(runner, query_lens, seed=seed)
+    m.reset_cache()
+    for slot, (p, n) in enumerate(zip(prompts, batch.query_lens)):
+        m.cache.reserve(slot, len(p) + n)
+        if p:
+            m.prefill(torch.tensor([p], device=m.device), torch.tensor([slot], device=m.device))
+    mode, key = runner.decide(batch)
+    got = runner.step(batch).float()
+    want, at = [], 0
+    for p, n in zip(prompts, batch.query_lens):
+        seq = p + batch.tokens[at:at + n]
+        want.append(m(torch.tensor([seq], device=m.device))[0, len(p):].float())
+        at += n
+    ref = torch.cat(want)
+    return {"runtime mode": mode, "descriptor": key,
+            "max |logit diff|": float((got - ref).abs().max()),
+            "logits close": bool(torch.allclose(got, ref, atol=2e-5, rtol=1e-4)),
+            "greedy tokens equal": got.argmax(-1).tolist() == ref.argmax(-1).tolist()}

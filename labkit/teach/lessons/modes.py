@@ -1,12 +1,14 @@
-"""Capture modes (notebook 10): graph launches, vLLM's runtime mode, a record's rows."""
+"""Capture modes (notebook 10): graph launches, vLLM's runtime mode, the attention launch of a
+step, a record's rows."""
 
 from __future__ import annotations
 
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from labkit.checks import as_int, as_int_list
-from labkit.measure.records import Modes, view
+from labkit.measure.records import Mixed, Modes, view
+from labkit.mixed import BatchDescriptor, TokenDispatcher
 
 MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
 MODE_LABELS: dict[str, str] = {"eager": "eager (NONE)", "piecewise": "PIECEWISE",
@@ -73,3 +75,77 @@ def mode_rows(record: Any) -> list[dict]:
              else round(pool / 2**20, 1)}
             for m in modes_of(d) for b, t, x in zip(d.batch_sizes, d.median_us(m),
                                                      d.speedup_vs_eager(m))]
+
+
+def step_rows(steps: Mapping[str, tuple[Sequence[int], int]],
+              checks: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """Per step ``name -> (tokens per request, 1 + k)`` and its check
+    (:func:`labkit.measure.lesson_runs.check_mixed_step`): requests, tokens, uniform, the
+    descriptor, the runtime mode and the logits against the full forward pass."""
+    rows = []
+    for name, (lens, q) in steps.items():
+        c = checks[name]
+        key: BatchDescriptor = c["descriptor"]
+        rows.append({"step": name, "requests": len(lens), "tokens": sum(lens),
+                     "uniform": all(n == q for n in lens), "num_tokens": key.num_tokens,
+                     "num_reqs": key.num_reqs, "runtime mode": c["runtime mode"],
+                     "max |logit diff|": f"{c['max |logit diff|']:.1e}",
+                     "greedy tokens equal": c["greedy tokens equal"]})
+    return rows
+
+
+def attention_launch(mode: str, key: BatchDescriptor, query_lens: Sequence[int],
+                     uniform_query_len: int = 1) -> tuple[int, int]:
+    """(requests, longest query): what labkit's attention launch is shaped by for a step of
+    ``query_lens`` run as ``mode`` with ``key``, as :meth:`labkit.mixed.MixedRunner.step`
+    stages it: FULL ``num_tokens // q`` requests of ``q``; PIECEWISE the padded tokens as
+    one-token requests; NONE the requests as they are."""
+    lens = as_int_list(query_lens, "query_lens", minimum=1)
+    if mode == "FULL":
+        return key.num_tokens // uniform_query_len, uniform_query_len
+    pad = key.num_tokens - sum(lens) if mode == "PIECEWISE" else 0
+    return len(lens) + pad, max(lens)
+
+
+def attention_rows(dispatcher: TokenDispatcher,
+                   batches: Mapping[str, Sequence[int]]) -> list[dict]:
+    """Per batch ``name -> tokens per request``: the key and runtime mode ``dispatcher``
+    gives, and the requests and longest query its attention is launched with."""
+    q = dispatcher.uniform_query_len
+    rows = []
+    for name, lens in batches.items():
+        uniform = all(n == q for n in lens)
+        mode, key = dispatcher.dispatch(sum(lens), uniform)
+        reqs, longest = attention_launch(mode, key, lens, q)
+        rows.append({"batch": name, "tokens per request": str(list(lens)),
+                     "uniform": uniform, "num_tokens": key.num_tokens, "num_reqs": key.num_reqs,
+                     "runtime mode": mode, "attention: requests": reqs,
+                     "attention: longest query": longest})
+    return rows
+
+
+#: the ways a ``mixed_<preset>`` record times a step: table -> method -> (runtime mode, path)
+MIXED_WAYS: dict[str, dict[str, tuple[str, str]]] = {
+    "uniform": {"today_step": ("FULL", "decode engine (PaddingDispatcher)"),
+                "new_step": ("FULL", "token-flattened (MixedRunner)")},
+    "mixed": {"piecewise": ("PIECEWISE", "token-flattened (MixedRunner)"),
+              "eager": ("NONE", "token-flattened, eager")}}
+
+
+def mixed_rows(record: Any) -> list[dict]:
+    """Per batch kind of a ``mixed_<preset>`` record and way of running it: the runtime mode,
+    tokens, median µs and p10–p90 of the step."""
+    d = view(record, Mixed)
+    kinds = {"uniform": [f"decode, {b} row{'s' * (b != 1)}" for b in d.batch_sizes],
+             "mixed": [f"{r} decode row{'s' * (r != 1)} + {c}-token chunk" for r, c in d.shapes]}
+    tokens = {"uniform": d.batch_sizes, "mixed": d.mixed_tokens}
+    rows = []
+    for table, ways in MIXED_WAYS.items():
+        times = getattr(d, table)
+        for i, (kind, n) in enumerate(zip(kinds[table], tokens[table])):
+            for method, (mode, path) in ways.items():
+                if (t := times[method][i]) is not None:
+                    rows.append({"batch": kind, "tokens": n, "runtime mode": mode,
+                                 "path": path, "step (µs, median)": round(t.median),
+                                 "p10–p90 (µs)": f"{t.p10:.0f}–{t.p90:.0f}"})
+    return rows
