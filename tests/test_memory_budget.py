@@ -92,6 +92,7 @@ def _fake_captures(calls):
                                  warmup_s={b: 0.001 * b for b in sizes})
                     c["sample_bytes"] = ([sizes[-1] * MiB, 0] if pool == "shared"
                                          else [sizes[-1] * MiB, sizes[-2] * MiB])
+                    c["second_device_bytes"] = c["sample_bytes"][1] + 2 * MiB
                     caps.append(c)
         return {"device": "fake", "total_bytes": 10_000_000_000, "activation_batch": 8,
                 "weights_bytes": dict.fromkeys(max_seqs, 500_000_000),
@@ -163,6 +164,8 @@ def test_lesson_rows(monkeypatch):
                                                          (64, "shared"), (64, "private")]
     r = rows[1]
     assert r["graphs measured (MiB)"] == 15.0 and r["vLLM estimate (MiB)"] == 20.0
+    assert r["vLLM estimate, second read as free memory (MiB)"] == 8 + 3 * 6
+    assert rows[0]["vLLM estimate, second read as free memory (MiB)"] == 8 + 3 * 2
     assert r["estimate / measured"] == 1.33 and r["blocks lost to the estimate"] == 9
     assert (r["KV blocks, measured"], r["KV blocks, estimate"]) == (13537, 13528)
     assert r["requests of 32 tokens, measured"] == (r["KV blocks, measured"] - 1) // 2
@@ -190,6 +193,7 @@ def test_measure_memory_budget_on_the_gpu():
     rec = records.parse("memory_budget_small", data)
     shared, private = rec.point("few", 64, "shared"), rec.point("few", 64, "private")
     assert shared.sample_sizes == [8, 4] and len(shared.sample_bytes) == 2
+    assert shared.second_device_bytes is not None
     assert shared.measured_bytes and private.measured_bytes
     assert shared.measured_bytes <= private.measured_bytes
     assert private.sample_bytes[0] <= private.measured_bytes  # the largest pool is one of them

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from labkit.checks import as_int, as_int_list, as_number
-from labkit.graphs import (POOL_MODES, CaptureOOMError, PoolMode, capture_decode_graphs,
-                           pool_reserved_bytes)
+from labkit.graphs import (POOL_MODES, CapturedGraph, CaptureOOMError, PoolMode,
+                           capture_decode_graphs, pool_reserved_bytes)
 from labkit.measure.bench import _free, _need_cuda, _pool_segments, step_inputs
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT, build_model, preset
@@ -93,24 +93,31 @@ def _capture_all(model: TinyGPT, sizes: list[int], pool: PoolMode) -> dict[str, 
 
 def _capture_samples(model: TinyGPT, sizes: list[int], pool: PoolMode) -> dict[str, Any]:
     """vLLM's two sampled captures (:func:`vllm_sample_sizes`, largest first) in ``pool``
-    mode: the bytes each capture added (one shared pool: its growth; private: each pool)."""
+    mode: the bytes each capture added (one shared pool: its growth; private: each pool), and
+    the drop in free device memory over the second capture (``second_device_bytes``: what
+    vLLM's ``mem_get_info`` reads for it, the driver's graph objects included)."""
     sample = vllm_sample_sizes(sizes)
-    after: dict[int, int] = {}
+    after: dict[int, tuple[int, int]] = {}
+
+    def read(b: int, g: CapturedGraph) -> None:
+        after[b] = (pool_reserved_bytes(g.pool), torch.cuda.mem_get_info()[0])
+
     _free()
     try:
-        gs = capture_decode_graphs(
-            model, sample, pool=pool, progress=False,
-            on_captured=lambda b, g: after.__setitem__(b, pool_reserved_bytes(g.pool)))
+        gs = capture_decode_graphs(model, sample, pool=pool, progress=False, on_captured=read)
     except CaptureOOMError as exc:
         _free()
         return {"sample_sizes": sample, "sample_oom": str(exc)}
-    got = [after[b] for b in sample]
+    got = [after[b][0] for b in sample]
     if pool == "shared":  # cumulative bytes of one pool -> what each capture added
         got = [got[0], *(b - a for a, b in itertools.pairwise(got))]
+    out: dict[str, Any] = {"sample_sizes": sample, "sample_bytes": got}
+    if len(sample) == 2:
+        out["second_device_bytes"] = after[sample[0]][1] - after[sample[1]][1]
     gs.release()
     del gs
     _free()
-    return {"sample_sizes": sample, "sample_bytes": got}
+    return out
 
 
 def measure_captures(preset_name: str, size_lists: Mapping[str, list[int]],
@@ -189,7 +196,7 @@ def graph_update_verdict() -> dict[str, Any]:
         runtime = importlib.import_module("cuda.bindings.runtime")
         version: str | None = str(getattr(bindings, "__version__", "unknown"))
         exec_update = hasattr(runtime, "cudaGraphExecUpdate")
-    except ImportError:
+    except (ImportError, OSError, RuntimeError):  # not installed, or not for this driver
         version, exec_update = None, False
     return {"torch": torch.__version__, "cuda_graph_methods": methods,
             "update_method": [n for n in methods if "update" in n.lower()],
@@ -208,7 +215,9 @@ def measure_memory_budget(preset_name: str, size_lists: Mapping[str, Sequence[in
     of ``context`` tokens each leaves of ``total * utilization`` less the weights and the
     peak of one eager dummy step at the largest size, and the capture seconds per size
     (what a lazy capture adds to a size's first request); with :func:`graph_update_verdict`.
-    An out-of-memory capture is reported under ``oom``; the others go on."""
+    The dummy step runs at the largest capture size: vLLM's ``profile_run`` runs one at
+    ``max_num_batched_tokens`` (8192 tokens on an H200), a mixed batch labkit's decode step
+    cannot hold. An out-of-memory capture is reported under ``oom``; the others go on."""
     lists = {str(k): check_capture_sizes(v) for k, v in (size_lists or SIZE_LISTS).items()}
     seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     modes = [check_choice(p, "pools", POOL_MODES) for p in pools]

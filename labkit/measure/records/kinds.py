@@ -707,8 +707,9 @@ class BudgetWay(Kind):
 class BudgetPoint(Kind):
     """One capture list at one ``max_seq`` and pool mode of ``memory_budget_<preset>``: every
     size captured (pool bytes from the allocator, ``device_bytes`` the free-memory drop, seconds
-    per size; ``oom`` the capture's out-of-memory error), vLLM's two samples and its estimate,
-    and the KV cache each way leaves (``ways``)."""
+    per size; ``oom`` the capture's out-of-memory error), vLLM's two samples (captured in the
+    same pool mode; ``second_device_bytes``: the second as free device memory reads it) and
+    its estimate, and the KV cache each way leaves (``ways``)."""
     WAYS: ClassVar[tuple[str, ...]] = ("measured", "estimate", "ignored")
     size_list: str
     max_seq: int
@@ -723,6 +724,7 @@ class BudgetPoint(Kind):
     startup_s: float | None = None
     sample_sizes: list[int]
     sample_bytes: list[int] = field(default_factory=list)
+    second_device_bytes: int | None = None
     sample_oom: str | None = None
     estimate_bytes: int | None = None
     ways: dict[str, BudgetWay]

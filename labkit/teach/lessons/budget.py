@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from labkit.measure.records import MemoryBudget, view
+from labkit.sizes.engines import vllm_graph_estimate
 
 MiB = 2**20
 
@@ -19,19 +20,24 @@ def _mib(v: float | None) -> float | None:
 
 def budget_rows(record: Any) -> list[dict]:
     """Per capture list, ``max_seq`` and pool mode: the graphs' MiB measured and as vLLM
-    estimates them, the estimate over the measured, the KV blocks each way leaves, the blocks
-    and requests (of the point's context) the estimate loses, and the MiB left on the GPU
-    once the graphs are captured after a KV cache that ignored them (< 0: out of memory)."""
+    estimates them (its second sample read as the pool's growth, and as the drop in free
+    device memory vLLM reads), the estimate over the measured, the KV blocks each way leaves,
+    the blocks and requests (of the point's context) the estimate loses, and the MiB left on
+    the GPU once the graphs are captured after a KV cache that ignored them (< 0: out of
+    memory)."""
     rec = view(record, MemoryBudget)
     rows = []
     for p in rec.points:
         blocks = {w: (p.ways[w].kv_blocks if w in p.ways else None) for w in p.WAYS}
         error = p.estimate_error()
         ignored = p.ways["ignored"].headroom_left_bytes
+        device = (None if p.second_device_bytes is None else vllm_graph_estimate(
+            [p.sample_bytes[0], max(p.second_device_bytes, 0)], len(p.sizes)))
         rows.append({"list": p.size_list, "sizes": len(p.sizes), "max_seq": p.max_seq,
                      "pool": p.pool, "capture out of memory": p.oom is not None,
                      "graphs measured (MiB)": _mib(p.measured_bytes),
                      "vLLM estimate (MiB)": _mib(p.estimate_bytes),
+                     "vLLM estimate, second read as free memory (MiB)": _mib(device),
                      "estimate / measured": None if error is None else round(error, 2),
                      **{f"KV blocks, {w}": b for w, b in blocks.items()},
                      "blocks lost to the estimate": p.lost("estimate"),
