@@ -182,7 +182,8 @@ def test_graph_update_verdict_reports_what_torch_offers():
     v = mb.graph_update_verdict()
     assert "replay" in v["cuda_graph_methods"] and "capture_begin" in v["cuda_graph_methods"]
     assert v["raw_handles"] == ("raw_cuda_graph_exec" in v["cuda_graph_methods"])
-    assert v["update_possible"] == (v["raw_handles"] and v["bindings_exec_update"])
+    assert v["update_possible"] == (v["raw_handles"] and v["keep_graph"]
+                                    and v["bindings_exec_update"])
     if v["cuda_bindings"] is None:
         assert not v["bindings_exec_update"]
 

@@ -16,6 +16,7 @@ the estimate's error is the extrapolation's alone.
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 import sys
 import time
@@ -186,11 +187,17 @@ def budget_record(raw: Mapping[str, Any], preset_name: str,
 def graph_update_verdict() -> dict[str, Any]:
     """What this torch offers for updating a captured graph in place instead of capturing it
     again: ``torch.cuda.CUDAGraph``'s public methods, whether it hands out the raw
-    ``cudaGraph_t`` / ``cudaGraphExec_t`` (``raw_cuda_graph``, ``raw_cuda_graph_exec``) and
-    whether cuda-python's ``cuda.bindings`` imports with ``cudaGraphExecUpdate``; an update
-    path needs both (``update_possible``). No update path is built."""
+    ``cudaGraph_t`` / ``cudaGraphExec_t`` (``raw_cuda_graph``, ``raw_cuda_graph_exec``),
+    whether a capture can keep its ``cudaGraph_t`` uninstantiated (``CUDAGraph(keep_graph=
+    True)``) and whether cuda-python's ``cuda.bindings`` imports with ``cudaGraphExecUpdate``;
+    an update path (capture the new graph, update the old executable with it) needs all three
+    (``update_possible``). No update path is built."""
     methods = sorted(n for n in dir(torch.cuda.CUDAGraph) if not n.startswith("_"))
     raw = all(n in methods for n in ("raw_cuda_graph", "raw_cuda_graph_exec"))
+    try:
+        keep = "keep_graph" in inspect.signature(torch.cuda.CUDAGraph).parameters
+    except (TypeError, ValueError):  # a C type without a signature
+        keep = False
     try:
         bindings: Any = importlib.import_module("cuda.bindings")
         runtime = importlib.import_module("cuda.bindings.runtime")
@@ -200,8 +207,9 @@ def graph_update_verdict() -> dict[str, Any]:
         version, exec_update = None, False
     return {"torch": torch.__version__, "cuda_graph_methods": methods,
             "update_method": [n for n in methods if "update" in n.lower()],
-            "raw_handles": raw, "cuda_bindings": version,
-            "bindings_exec_update": exec_update, "update_possible": raw and exec_update}
+            "raw_handles": raw, "keep_graph": keep, "cuda_bindings": version,
+            "bindings_exec_update": exec_update,
+            "update_possible": raw and keep and exec_update}
 
 
 def measure_memory_budget(preset_name: str, size_lists: Mapping[str, Sequence[int]] | None = None,
