@@ -141,7 +141,8 @@ def test_bad_arguments_are_refused_before_measuring(monkeypatch):
     for kwargs, match in (({"pools": ("shared", "pooled")}, "pools"),
                           ({"utilization": 0}, "utilization"),
                           ({"max_seqs": (100,)}, "block_size"),
-                          ({"size_lists": {"x": [2, 2]}}, "capture sizes")):
+                          ({"size_lists": {"x": [2, 2]}}, "capture sizes"),
+                          ({"dtype": "float8"}, "dtype")):
         with pytest.raises(ValueError, match=match):
             mb.measure_memory_budget("gpt2", **kwargs)
 

@@ -226,6 +226,7 @@ def measure_memory_budget(preset_name: str, size_lists: Mapping[str, Sequence[in
     The dummy step runs at the largest capture size: vLLM's ``profile_run`` runs one at
     ``max_num_batched_tokens`` (8192 tokens on an H200), a mixed batch labkit's decode step
     cannot hold. An out-of-memory capture is reported under ``oom``; the others go on."""
+    preset(preset_name, dtype=dtype)  # the preset and dtype checked before anything runs
     lists = {str(k): check_capture_sizes(v) for k, v in (size_lists or SIZE_LISTS).items()}
     seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     modes = [check_choice(p, "pools", POOL_MODES) for p in pools]
