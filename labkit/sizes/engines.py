@@ -281,3 +281,62 @@ def labkit_num_blocks(kv_bytes: float, *, n_layer: int, n_head: int, head_dim: i
     if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, (int, float)) or kv_bytes < per:
         raise ValueError(f"kv_bytes={kv_bytes!r} holds no block of {per} bytes; give more")
     return int(kv_bytes // per) + 1
+
+
+#: the least vLLM counts per graph after the first (``GPUModelRunner.profile_cudagraph_memory``)
+VLLM_MIN_PER_GRAPH_BYTES = 1 << 20
+
+
+def vllm_sample_sizes(sizes: Sequence[int]) -> list[int]:
+    """The sizes vLLM captures to estimate graph memory: the first two of its largest-first
+    capture list (``descs[:2]`` in ``GPUModelRunner.profile_cudagraph_memory``,
+    vllm/v1/worker/gpu_model_runner.py, added by vLLM PR #30515), largest first."""
+    return sorted(set(as_size_list(sizes, "sizes")), reverse=True)[:2]
+
+
+def vllm_graph_estimate(sample_bytes: Sequence[int], n_graphs: int) -> int:
+    """vLLM's graph-memory estimate from the bytes the two sampled captures took (largest
+    first): the first, plus the second (at least 1 MiB) for each of the other ``n_graphs - 1``
+    graphs; linear in the number of graphs (``profile_cudagraph_memory``, as above)."""
+    n = as_int(n_graphs, "n_graphs", minimum=1)
+    samples = [as_int(b, "sample_bytes", minimum=0) for b in sample_bytes]
+    if len(samples) != min(n, 2):
+        raise ValueError(f"sample_bytes holds {len(samples)} samples; {n} graph(s) need "
+                         f"{min(n, 2)}: the bytes of the largest capture, then the next")
+    per_graph = max(samples[1], VLLM_MIN_PER_GRAPH_BYTES) if n > 1 else 0
+    return samples[0] + per_graph * (n - 1)
+
+
+def max_concurrent_requests(num_blocks: int, context: int, block_size: int = 16) -> int:
+    """Requests of ``context`` tokens a paged cache of ``num_blocks`` (the pad block included)
+    holds at once, in whole requests (vLLM logs the same ratio as a float:
+    ``get_max_concurrency_for_kv_cache_config``, vllm/v1/core/kv_cache_utils.py)."""
+    blocks = as_int(num_blocks, "num_blocks", minimum=0)
+    per_request = -(-as_int(context, "context", minimum=1) // as_int(block_size, "block_size",
+                                                                    minimum=1))
+    return max(blocks - 1, 0) // per_request
+
+
+def kv_plan(total_bytes: int, utilization: float, other_bytes: int, reserved_graph_bytes: int,
+            graph_bytes: int | None, *, n_layer: int, n_head: int, head_dim: int,
+            block_size: int, dtype_bytes: int, context: int) -> dict[str, int | None]:
+    """The paged KV cache an engine sizes after profiling: ``kv_bytes = total * utilization -
+    other (weights, peak activations) - reserved_graph_bytes``, its blocks
+    (:func:`labkit_num_blocks`; 0 when no block fits), the requests of ``context`` tokens they
+    hold, and the bytes left on the GPU once graphs of ``graph_bytes`` are captured after it
+    (< 0: the capture runs out of memory; ``None``: ``graph_bytes`` unknown)."""
+    u = as_number(utilization, "utilization", minimum=0, fix="give a fraction in (0, 1]")
+    if not 0 < u <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization!r}")
+    kv = int(as_int(total_bytes, "total_bytes", minimum=0) * u) - as_int(
+        other_bytes, "other_bytes", minimum=0) - as_int(reserved_graph_bytes,
+                                                        "reserved_graph_bytes", minimum=0)
+    per_block = 2 * n_layer * n_head * head_dim * block_size * dtype_bytes
+    blocks = 0 if kv < per_block else labkit_num_blocks(
+        kv, n_layer=n_layer, n_head=n_head, head_dim=head_dim, block_size=block_size,
+        dtype_bytes=dtype_bytes)
+    left = None if graph_bytes is None else (
+        total_bytes - other_bytes - max(kv, 0) - as_int(graph_bytes, "graph_bytes", minimum=0))
+    return {"reserved_bytes": reserved_graph_bytes, "kv_bytes": kv, "kv_blocks": blocks,
+            "requests": max_concurrent_requests(blocks, context, block_size),
+            "headroom_left_bytes": left}

@@ -688,3 +688,101 @@ class Chunked(Kind):
     def percentile(self, arm: str, metric: str, p: str = "p99") -> list[float]:
         """``metric`` (``ttft``, ``tpot``, ``itl``) percentile ``p`` of ``arm``, per repeat."""
         return [row[f"{metric}_ms"][p] for row in self.arms[arm]["latency"]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetWay(Kind):
+    """One way of counting graph memory before the KV cache is sized (``measured``, vLLM's
+    ``estimate``, ``ignored``): the bytes it reserves, the KV bytes, blocks and requests left,
+    and the bytes free once the real graphs are captured (< 0: out of memory; ``None``: the
+    real graphs are unknown) (:func:`labkit.sizes.engines.kv_plan`)."""
+    reserved_bytes: int
+    kv_bytes: int
+    kv_blocks: int
+    requests: int
+    headroom_left_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetPoint(Kind):
+    """One capture list at one ``max_seq`` and pool mode of ``memory_budget_<preset>``: every
+    size captured (pool bytes from the allocator, ``device_bytes`` the free-memory drop, seconds
+    per size; ``oom`` the capture's out-of-memory error), vLLM's two samples (captured in the
+    same pool mode; ``second_device_bytes``: the second as free device memory reads it) and
+    its estimate, and the KV cache each way leaves (``ways``)."""
+    WAYS: ClassVar[tuple[str, ...]] = ("measured", "estimate", "ignored")
+    size_list: str
+    max_seq: int
+    pool: Literal["shared", "private"]
+    context: int
+    sizes: list[int]
+    measured_bytes: int | None = None
+    device_bytes: int | None = None
+    oom: str | None = None
+    capture_s: dict[int, float] = field(default_factory=dict)
+    warmup_s: dict[int, float] = field(default_factory=dict)
+    startup_s: float | None = None
+    sample_sizes: list[int]
+    sample_bytes: list[int] = field(default_factory=list)
+    second_device_bytes: int | None = None
+    sample_oom: str | None = None
+    estimate_bytes: int | None = None
+    ways: dict[str, BudgetWay]
+
+    def validate(self, data: Mapping, where: str) -> None:
+        want = [w for w, b in zip(self.WAYS, (self.measured_bytes, self.estimate_bytes, 0))
+                if b is not None]
+        if sorted(self.ways) != sorted(want):
+            raise _Fail(f"{where}.ways", f"must hold {want} (a way per known graph size), got "
+                                         f"{sorted(self.ways)}")
+
+    def lost(self, way: str, what: str = "kv_blocks") -> int | None:
+        """``kv_blocks`` (or ``requests``) the measured way has over ``way`` (< 0: ``way``
+        promises more than fits); ``None`` when either is unknown."""
+        if "measured" not in self.ways or way not in self.ways:
+            return None
+        return int(getattr(self.ways["measured"], what) - getattr(self.ways[way], what))
+
+    def estimate_error(self) -> float | None:
+        """vLLM's estimate over the measured graph memory (``None``: either unknown)."""
+        if not self.measured_bytes or self.estimate_bytes is None:
+            return None
+        return self.estimate_bytes / self.measured_bytes
+
+    def lazy_first_request_s(self) -> dict[int, float]:
+        """Per size, what its first request waits under lazy capture: warm-up + capture."""
+        return {b: self.warmup_s.get(b, 0.0) + s for b, s in self.capture_s.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryBudget(Kind):
+    """``memory_budget_<preset>``: the paged KV cache sized as an engine sizes it, from the
+    GPU's total (``total_bytes``), ``utilization``, per ``max_seq`` the weights and the peak of
+    one eager dummy step at ``activation_batch`` rows, and each way of counting graph memory,
+    per capture list, ``max_seq`` and pool mode (``points``); ``graph_update``: what torch
+    offers to update a graph instead of capturing it again
+    (:func:`labkit.measure.memory_budget.measure_memory_budget`)."""
+    RECORD = "memory_budget_<preset>"
+    preset: str
+    dtype: str
+    device: str = ""
+    total_bytes: int
+    utilization: float
+    block_size: int
+    kv_block_bytes: int
+    weights_bytes: dict[int, int]
+    activation_batch: int
+    activation_bytes: dict[int, int]
+    size_lists: dict[str, list[int]]
+    max_seqs: list[int]
+    pools: list[str]
+    points: list[BudgetPoint]
+    graph_update: dict = field(default_factory=dict)
+
+    def point(self, size_list: str, max_seq: int, pool: str) -> BudgetPoint:
+        """The point of capture list ``size_list`` at ``max_seq`` in ``pool`` mode."""
+        for p in self.points:
+            if (p.size_list, p.max_seq, p.pool) == (size_list, max_seq, pool):
+                return p
+        raise KeyError(f"no point ({size_list!r}, {max_seq}, {pool!r}); lists "
+                       f"{list(self.size_lists)}, max_seq {self.max_seqs}, pools {self.pools}")
