@@ -23,6 +23,7 @@ from labkit.measure.records.kinds import (
     Pitfall, Pitfalls, PoolAtMaxSeq, PoolMemory, PoolOverwrite, Roofline, Spec, SpecVerify,
     Timeline, TPAllReduce, TPDecode, Triton, bench_row,
 )
+from labkit.measure.records.kinds import Numerics, NumericsDtype, Recaptures
 from labkit.measure.records.registry import KINDS, RERECORD, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad
 
@@ -36,4 +37,5 @@ __all__ = [
     "Pitfall", "Pitfalls", "PoolAtMaxSeq", "PoolMemory", "PoolOverwrite", "Roofline", "Spec",
     "SpecVerify", "Timeline", "TPAllReduce", "TPDecode", "Triton", "bench_row", "KINDS",
     "RERECORD", "SchemaError", "kind_of", "parse", "view", "Serve", "ServeLoad",
+    "Numerics", "NumericsDtype", "Recaptures",
 ]
