@@ -29,6 +29,7 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import GraphSet, capture_decode_graphs, pool_reserved_bytes
 from labkit.measure.bench import _free, _need_cuda, step_inputs
 from labkit.measure.opcount import gpu_op_profile
+from labkit.measure.results import save_result
 from labkit.model import TinyGPT, build_model, preset
 from labkit.timing import Stats, time_cuda_interleaved, time_host
 
@@ -407,8 +408,6 @@ RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
 
 def record_numerics(run_dir: str | Path, names: Sequence[str] = tuple(RECORDS)) -> list[Path]:
     """Measure and save each record of :data:`RECORDS` under ``run_dir/results``."""
-    from labkit.measure.results import save_result
-
     _need_cuda("record_numerics")
     paths = []
     for name in names:
