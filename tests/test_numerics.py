@@ -8,6 +8,7 @@ import math
 import pytest
 
 from labkit.measure import records
+from labkit.measure.results import load_result, save_result
 from labkit.measure.numerics import (SHORT_KEYS, attend_baked, attend_in_graph,
                                      baked_decision_demo, measure_numerics, measure_recaptures)
 from labkit.teach.lessons.numerics import (flip_rate_by_margin, flip_rows, kernel_diff_rows,
@@ -45,6 +46,14 @@ def test_the_cpu_measurement_runs_eagerly_and_its_record_parses(cpu_record):
     assert rec.dtypes["float32"].reduced_precision_off == {}
     off = rec.dtypes["bfloat16"].reduced_precision_off
     assert set(off) == {1, 4} and off[1] == [0.0] * STEPS
+
+
+def test_the_record_is_saved_and_loaded_through_json(cpu_record, tmp_path):
+    data, rec = cpu_record
+    path = save_result("numerics_test", data, {"preset": "test"}, tmp_path)
+    back = load_result(path).record
+    assert back.dtypes["bfloat16"].flipped == rec.dtypes["bfloat16"].flipped
+    assert back.dtypes["float32"].first_divergence == rec.dtypes["float32"].first_divergence
 
 
 def test_a_record_whose_lists_disagree_is_refused(cpu_record):

@@ -316,7 +316,7 @@ def _logged_step(model: TinyGPT, seen: dict[str, Any]) -> Callable[..., torch.Te
         with log:
             logits = model.decode_step(tokens, positions, slots, check=check, out=out)
         seen.update(operands=log.calls, stream=torch.cuda.current_stream().cuda_stream,
-                    blas_handle=int(torch._C._cuda_getCurrentBlasHandle()))
+                    blas_handle=int(torch.cuda.current_blas_handle()))
         return logits
     return step
 
