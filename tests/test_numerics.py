@@ -11,7 +11,8 @@ from labkit.measure import records
 from labkit.measure.results import load_result, save_result
 from labkit.measure.numerics import (SHORT_KEYS, attend_baked, attend_in_graph,
                                      baked_decision_demo, measure_numerics, measure_recaptures)
-from labkit.teach.lessons.numerics import (flip_rate_by_margin, flip_rows, kernel_diff_rows,
+from labkit.teach.lessons.numerics import (flip_rate_by_margin, flip_rows, flipped_steps,
+                                           kernel_diff_rows,
                                            margins_and_flips, recapture_rows, size_rows)
 from labkit.teach.simulated import graph_api
 
@@ -87,6 +88,20 @@ def test_the_lesson_tables_read_the_record(cpu_record):
         recapture_rows(rec)
 
 
+def test_the_flipped_steps_are_listed_with_their_margin(cpu_record):
+    data, _ = cpu_record
+    d = data["dtypes"]["bfloat16"]
+    flipped = {1: [False] * STEPS, 4: [j in (2, 5) for j in range(STEPS)]}
+    margins = [0.5] * STEPS
+    margins[5] = 0.01
+    rec = records.parse("numerics_test", {**data, "dtypes": {"bfloat16": {
+        **d, "flipped": flipped, "margins": margins}}})
+    rows = flipped_steps(rec)
+    assert [(r["padded size"], r["step"], r["margin"]) for r in rows] == [(4, 5, 0.01),
+                                                                           (4, 2, 0.5)]
+    assert rows[0]["max |Δlogit|"] == d["step_max_abs_diff"][4][5]
+
+
 def test_flip_rate_by_margin_counts_each_bin():
     rows = flip_rate_by_margin([0.005, 0.02, 0.025, 0.5, 2.0, 0.2],
                                [True, True, False, False, False, True], (0.0, 0.01, 0.1, 1.0))
@@ -141,6 +156,7 @@ def test_the_recapture_tables_show_what_the_captures_differ_in(cpu_record):
              r["same operand alignment as 0"]) for r in rows] == [
         (37, 130.0, True, True), (37, 150.2, False, False)]
     assert rows[1]["replay (µs)"] == "589.0 (588.0–590.0)" and rows[1]["stream"] == "0x20"
+    assert [r["gaps (µs)"] for r in rows] == [435.0, 438.8]
     assert kernel_diff_rows(rec) == [
         {"kernel": "gemm_b", "count": [0, 12.0], "µs per replay": [0.0, 120.0],
          "spread (µs)": 120.0},

@@ -49,6 +49,17 @@ def flip_rows(record: Any, dtype: str = "bfloat16",
     return flip_rate_by_margin(*margins_and_flips(record, dtype), bins)
 
 
+def flipped_steps(record: Any, dtype: str = "bfloat16") -> list[dict[str, Any]]:
+    """Every step whose argmax flipped at some padded size: the size, the step, size 1's top-2
+    margin and that step's largest |Δlogit| (a flip needs a logit to move by at least half the
+    margin), smallest margin first."""
+    d = view(record, Numerics).dtypes[dtype]
+    rows = [{"padded size": b, "step": j, "margin": d.margins[j],
+             "max |Δlogit|": d.step_max_abs_diff[b][j]}
+            for b, flags in d.flipped.items() for j, f in enumerate(flags) if f]
+    return sorted(rows, key=lambda r: (r["margin"], r["padded size"]))
+
+
 def size_rows(record: Any, dtype: str = "bfloat16") -> list[dict[str, Any]]:
     """Per padded size of ``dtype``: max |Δlogit| against size 1, argmax flips of all steps,
     the first free-running token that differs, graph = eager (CUDA), fused against readable,
@@ -74,8 +85,8 @@ def size_rows(record: Any, dtype: str = "bfloat16") -> list[dict[str, Any]]:
 
 def recapture_rows(record: Any) -> list[dict[str, Any]]:
     """Per capture of the same step: replay median (p10–p90), kernels per replay, GPU µs of
-    its kernels, whether its kernels and operand alignments equal capture 0's, its stream,
-    cuBLAS handle and pool bytes."""
+    its kernels and the rest of the replay (gaps between kernels), whether its kernels and
+    operand alignments equal capture 0's, its stream, cuBLAS handle and pool bytes."""
     rc = view(record, Numerics).recaptures
     if rc is None:
         raise ValueError("this numerics record has no recaptures (measured on a CPU); load "
@@ -88,6 +99,7 @@ def recapture_rows(record: Any) -> list[dict[str, Any]]:
         rows.append({"capture": i, "replay (µs)": f"{t.median:.1f} ({t.p10:.1f}–{t.p90:.1f})",
                      "kernels": round(sum(counts.values())),
                      "kernel GPU µs": round(sum(v["us"] for v in ks.values()), 1),
+                     "gaps (µs)": round(t.median - sum(v["us"] for v in ks.values()), 1),
                      "same kernels as 0": counts == {k: v["count"]
                                                      for k, v in rc.kernels[0].items()},
                      "same operand alignment as 0": key == key0,
