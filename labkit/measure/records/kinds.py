@@ -786,3 +786,89 @@ class MemoryBudget(Kind):
                 return p
         raise KeyError(f"no point ({size_list!r}, {max_seq}, {pool!r}); lists "
                        f"{list(self.size_lists)}, max_seq {self.max_seqs}, pools {self.pools}")
+
+
+class NumericsDtype(Kind):
+    """One dtype of ``numerics_<preset>``: per padded size, each step's largest |Δlogit|
+    against size 1 and whether its argmax flipped (every size fed size 1's tokens), size 1's
+    top-2 margin per step, graph against eager and fused against readable at the same size,
+    reduced-precision reductions off (bf16), the replay per size."""
+    margins: list[float]
+    step_max_abs_diff: dict[int, list[float]]
+    flipped: dict[int, list[bool]]
+    #: the first step where free-running greedy tokens leave size 1's (None: never)
+    first_divergence: dict[int, int | None]
+    graph_equals_eager: dict[int, bool] = field(default_factory=dict)
+    graph_eager_max_abs_diff: dict[int, float] = field(default_factory=dict)
+    fixed_size_invariant: bool
+    replay: dict[int, Stats]
+    fused_max_abs_diff: dict[int, float]
+    fused_flips: dict[int, int]
+    reduced_precision_off: dict[int, list[float]] = field(default_factory=dict)
+
+    def max_abs_diff(self, size: int) -> float:
+        """The largest |Δlogit| against size 1 over all steps."""
+        return max(self.step_max_abs_diff[size])
+
+    def flips(self, size: int) -> int:
+        """Steps whose argmax differs from size 1's."""
+        return sum(self.flipped[size])
+
+    def validate(self, data: Mapping, where: str) -> None:
+        n = len(self.margins)
+        for name in ("step_max_abs_diff", "flipped", "reduced_precision_off"):
+            for b, xs in getattr(self, name).items():
+                if len(xs) != n:
+                    raise _Fail(f"{where}.{name}.{b}", f"has {len(xs)} steps, margins {n}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recaptures(Kind):
+    """The same step (batch 1) captured ``captures`` times in one process: per graph its
+    interleaved replay, kernels (name -> count, GPU µs per replay), GEMM and attention
+    operands at capture, stream and cuBLAS handle, pool; the workspace settings."""
+    preset: str
+    dtype: str
+    captures: int
+    repeats: int
+    inner: int
+    outputs_equal: bool
+    replay: list[Stats]
+    kernels: list[dict[str, dict[str, float]]]
+    operands: list[list[dict[str, Any]]]
+    streams: list[int]
+    blas_handles: list[int]
+    pools: list[dict[str, Any]]
+    workspace: dict[str, Any]
+
+    def same_kernels(self) -> bool:
+        """Every graph holds the same kernels, as many times each."""
+        return all({k: v["count"] for k, v in g.items()}
+                   == {k: v["count"] for k, v in self.kernels[0].items()} for g in self.kernels)
+
+    def same_operands(self) -> bool:
+        """Every capture's GEMM and attention operands had the same shapes and alignments."""
+        key = [[(c["op"], c["shapes"], c["alignment"]) for c in calls]
+               for calls in self.operands]
+        return all(k == key[0] for k in key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Numerics(Kind):
+    """``numerics_<preset>``: one request padded to each size (``other_rows``), per dtype
+    (:class:`NumericsDtype`), and the same step captured several times (``recaptures``,
+    CUDA only): :mod:`labkit.measure.numerics`."""
+    RECORD = "numerics_<preset>"
+    preset: str
+    device: str
+    steps: int
+    prompt_len: int
+    seed: int
+    sizes: list[int]
+    other_rows: str
+    graphs: bool
+    fixed_size: int
+    repeats: int
+    inner: int
+    dtypes: dict[str, NumericsDtype]
+    recaptures: Recaptures | None = None
