@@ -39,7 +39,6 @@ class _Run(_Timed):
     checks: Checks = field(default_factory=dict)
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class SweepPoint(Kind):
     """One point of the work-per-kernel sweep: time per kernel eager and replayed."""
@@ -166,7 +165,6 @@ class Compile(_Run):
     cudagraph_skips: list[str] = field(default_factory=list)
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class PoolLayout(Kind):
     """One way of holding the graphs; per batch size a private pool's bytes or a shared
@@ -271,7 +269,6 @@ class PoolOverwrite(Kind):
     fixed: bool
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Pitfall(Kind):
     """One capture pitfall reproduced (``error``: the first error seen)."""
@@ -294,7 +291,6 @@ class Pitfalls(Kind):
     pitfalls: list[Pitfall]
     address_demo: dict = field(default_factory=dict)
     compiled: Pitfall | None = None
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -406,7 +402,6 @@ class Modes(_Run):
     capture_s: dict[str, float] = field(default_factory=dict)
     gpu_ops_per_step: int | None = None
     graph_launches_counted: dict[str, int | None] = field(default_factory=dict)
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -788,6 +783,7 @@ class MemoryBudget(Kind):
                        f"{list(self.size_lists)}, max_seq {self.max_seqs}, pools {self.pools}")
 
 
+@dataclass(frozen=True, kw_only=True)
 class NumericsDtype(Kind):
     """One dtype of ``numerics_<preset>``: per padded size, each step's largest |Δlogit|
     against size 1 and whether its argmax flipped (every size fed size 1's tokens), size 1's
