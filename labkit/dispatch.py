@@ -24,7 +24,9 @@ from labkit.batch import StaticBatch
 from labkit.checks import as_bool, as_int
 from labkit.fused import make_fused_step
 from labkit.kernels.step import make_triton_step
-from labkit.graphs import GraphSet, Order, PoolMode, capture_full, check_capture, new_batch
+from labkit.graphs import (
+    GraphSet, Order, PoolMode, capture_full, capture_unchecked, capturing, check_capture, new_batch,
+)
 from labkit.model import Decode, StepFn, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
 from labkit.step_checks import Check, check_capture_sizes, check_choice
@@ -170,6 +172,8 @@ class PaddingDispatcher:
     :mod:`labkit.step_checks`, ``True`` by default) before anything is copied. ``graphs=``: a
     FULL :class:`GraphSet` of the same sizes and step, captured before and never changed. One
     lock serialises each step; on CUDA, threads sharing a dispatcher must use the same stream.
+    ``lazy=True`` (FULL graphs only): capture each size the first time a batch needs it, as
+    vLLM RFC #20098 proposes; that step waits for the capture (:attr:`lazy_capture_s`).
     """
 
     def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *,
@@ -177,8 +181,8 @@ class PaddingDispatcher:
                  order: Order = "largest_first", copy_outputs: bool = True, warmup: int = 3,
                  progress: bool | None = None, graphs: GraphSet | None = None,
                  cudagraph_mode: CudagraphMode = "FULL", full_max_size: int | None = None,
-                 step: StepName = "readable", mode: Literal["graph", "eager"] | None = None
-                 ) -> None:
+                 step: StepName = "readable", mode: Literal["graph", "eager"] | None = None,
+                 lazy: bool = False) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -210,6 +214,10 @@ class PaddingDispatcher:
         if graphs is not None and graphs.sizes != sizes:
             raise ValueError(f"graphs were captured for {graphs.sizes}, not {sizes}; pass the "
                              "same capture sizes")
+        self.lazy = as_bool(lazy, "lazy")
+        if self.lazy and (cudagraph_mode != "FULL" or graphs is not None):
+            raise ValueError("lazy=True captures FULL graphs on first use: use it with "
+                             "cudagraph_mode='FULL' and no graphs=")
         self.model, self.capture, self.step_name = model, capture, step
         self.dispatcher = CudagraphDispatcher(sizes, model.cfg.max_batch, cudagraph_mode,
                                               full_max_size)
@@ -226,7 +234,12 @@ class PaddingDispatcher:
         self.graphs: GraphSet | None = graphs
         self.pieces: PiecewiseGraphs | None = None
         kw: dict[str, Any] = dict(warmup=warmup, progress=progress, check_sync=True)
-        if capture and graphs is None and d.full_sizes:
+        #: lazy capture: seconds each size's first step waited for its warm-up and capture
+        self.lazy_capture_s: dict[int, float] = {}
+        self._lazy = (pool, warmup)
+        if capture and graphs is None and d.full_sizes and self.lazy:
+            self.graphs = GraphSet({}, self.batch, pool, order)  # filled on first use
+        elif capture and graphs is None and d.full_sizes:
             self.graphs = capture_full(model, d.full_sizes, self.batch, self._decode, pool=pool,
                                        order=order, **kw)
         if capture and d.piecewise_sizes:
@@ -287,12 +300,36 @@ class PaddingDispatcher:
             b = self._check(tokens, positions, slots, check)
             d = self.dispatcher.dispatch(b)
             self.batch.load(tokens, positions, slots)
+            if self.lazy and self.graphs is not None and d.mode == "FULL" and \
+                    d.padded not in self.graphs.graphs:
+                self._capture_lazily(d.padded)
             runner = self._runners[d.mode]
             out = runner.replay(d.padded)[:b]
             self.dispatcher.counters.count(d, b)
             return out.clone() if runner.static and self.copy_outputs else out
 
     __call__ = step
+
+    def _capture_lazily(self, bs: int) -> None:
+        """Capture size ``bs`` now, into the pool of the graphs captured so far (shared); its
+        warm-up reruns this step on the staged batch, which writes the same keys and values."""
+        assert self.graphs is not None
+        pool, warmup = self._lazy
+        graphs = self.graphs.graphs
+        handle = (next(iter(graphs.values())).pool if graphs else
+                  torch.cuda.graph_pool_handle()) if pool == "shared" else None
+        logits = self.batch.logits
+        out = None if logits is None else logits[:bs]
+
+        def one_step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+            return self._decode(t, p, s, out)
+
+        with capturing(graphs, "graphs"):
+            g = capture_unchecked(one_step, self.batch.view(bs), handle, torch.cuda.Stream(),
+                                  warmup, True, label=bs)
+        graphs[bs] = g
+        self.graphs.capture_order.append(bs)
+        self.lazy_capture_s[bs] = g.warmup_s + g.capture_s
 
     def _claim(self) -> None:
         me = threading.get_ident()

@@ -372,3 +372,30 @@ def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max
     assert generate(m, prompts, 8, step_fn=lambda t, p, s: d.step(t, p.cpu(), s.cpu())) == want
     out = d.step(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), torch.arange(3))
     assert (out.data_ptr() == d.batch.logits.data_ptr()) is (not copy)
+
+
+def test_lazy_capture_is_checked_and_runs_eagerly_without_a_gpu():
+    m = build_model(preset("test", max_batch=8), seed=0)
+    want = generate(m, [[1, 2, 3], [4, 5]], 6)
+    d = PaddingDispatcher(m, [1, 2, 4, 8], capture=False, lazy=True)
+    assert generate(m, [[1, 2, 3], [4, 5]], 6, step_fn=d.step) == want
+    assert d.lazy_capture_s == {}  # nothing is captured without a GPU
+    with pytest.raises(ValueError, match="lazy=True captures FULL graphs on first use"):
+        PaddingDispatcher(m, [1, 2], capture=False, lazy=True, cudagraph_mode="PIECEWISE")
+    with pytest.raises(TypeError, match="lazy"):
+        PaddingDispatcher(m, [1, 2], capture=False, lazy="yes")
+
+
+@pytest.mark.gpu
+def test_lazy_capture_captures_each_size_once_on_first_use_on_gpu():
+    from labkit.measure.bench import tokens_match
+
+    m = build_model(preset("small", max_batch=16, max_seq=64, vocab_size=4096), "cuda")
+    d = PaddingDispatcher(m, [1, 2, 4, 8, 16], progress=False, lazy=True)
+    assert d.graphs is not None and d.graphs.graphs == {}
+    for bs in (3, 1, 3, 13):
+        assert tokens_match(m, d.step, bs, new_tokens=6, seed=bs), bs
+    assert sorted(d.lazy_capture_s) == [1, 4, 16] == d.graphs.sizes
+    assert all(v > 0 for v in d.lazy_capture_s.values())
+    assert len({g.pool for g in d.graphs.graphs.values()}) == 1  # one shared pool
+    d.release()

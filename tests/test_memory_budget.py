@@ -201,3 +201,18 @@ def test_measure_memory_budget_on_the_gpu():
     assert private.sample_bytes[0] <= private.measured_bytes  # the largest pool is one of them
     assert set(shared.capture_s) == {1, 2, 4, 8} and shared.startup_s > 0
     assert rec.activation_bytes[64] > 0 and rec.total_bytes > rec.weights_bytes[64]
+
+
+def test_the_lazy_capture_record_parses():
+    from labkit.measure import records
+
+    run = {"built_s": 0.5, "lazy_capture_s": {"1": 0.05}, "median_step_s": 0.001,
+           "longest_steps_s": [0.06, 0.002], "ttft_ms": {"median": 3.0, "p90": 5.0, "p99": 9.0},
+           "itl_ms": {"median": 1.0, "p90": 2.0, "p99": 4.0}}
+    rec = records.parse("lazy_test", {"preset": "test", "dtype": "float32", "trace": "t",
+                                      "sizes": [1, 2], "requests": 3,
+                                      "runs": {"startup": run, "lazy": run}})
+    assert rec.runs["lazy"]["lazy_capture_s"] == {"1": 0.05} and rec.sizes == [1, 2]
+    with pytest.raises(records.SchemaError, match="runs"):
+        records.parse("lazy_test", {"preset": "test", "dtype": "float32", "trace": "t",
+                                    "sizes": [1], "requests": 1})

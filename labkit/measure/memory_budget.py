@@ -30,8 +30,12 @@ from labkit.checks import as_int, as_int_list, as_number
 from labkit.graphs import (POOL_MODES, CapturedGraph, CaptureOOMError, PoolMode,
                            capture_decode_graphs, pool_reserved_bytes)
 from labkit.measure.bench import _free, _need_cuda, _pool_segments, step_inputs
+from labkit.dispatch import PaddingDispatcher
 from labkit.measure.results import save_result
+from labkit.measure.serving_metrics import run_metrics
 from labkit.model import TinyGPT, build_model, preset
+from labkit.serving.loop import RealClock, ServingEngine
+from labkit.serving.traces import load_request_trace
 from labkit.sizes.engines import (from_sglang, from_vllm, kv_plan, vllm_graph_estimate,
                                   vllm_sample_sizes)
 from labkit.step_checks import check_capture_sizes, check_choice
@@ -245,9 +249,45 @@ def measure_memory_budget(preset_name: str, size_lists: Mapping[str, Sequence[in
 
 
 #: the records :func:`record_memory_budget` writes: name -> (measure function, parameters)
+def measure_lazy(preset_name: str = "small", trace: str = "synthetic_requests_poisson",
+                 sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), max_requests: int = 120,
+                 dtype: str = "bfloat16") -> dict[str, Any]:
+    """Record ``lazy_<preset>``: ``trace`` served in real time with FULL graphs captured at
+    start-up, then with a fresh model whose dispatcher captures each size on first use
+    (``PaddingDispatcher(lazy=True)``): the start-up capture's seconds, each lazily captured
+    size's wait, the steps that waited against the run's median step, and both runs' TTFT
+    and ITL percentiles. One run each: a cost described, not a verdict."""
+    _need_cuda("measure_lazy")
+    reqs = load_request_trace(trace)[:max_requests]
+    out: dict[str, Any] = {"preset": preset_name, "dtype": dtype, "trace": trace,
+                           "sizes": list(sizes), "requests": len(reqs), "runs": {}}
+    for arm in ("startup", "lazy"):
+        model = build_model(preset(preset_name, max_batch=max(sizes), dtype=dtype), "cuda")
+        t0 = time.perf_counter()
+        disp = PaddingDispatcher(model, sizes, progress=False, lazy=arm == "lazy")
+        torch.cuda.synchronize()
+        built_s = time.perf_counter() - t0
+        run = ServingEngine(model, disp.step, clock=RealClock("cuda")).run(reqs)
+        data = run.to_data()
+        m = run_metrics(data["requests"], data["steps"])
+        steps = [s["end_s"] - s["start_s"] for s in data["steps"]]
+        ordered = sorted(steps)
+        out["runs"][arm] = {
+            "built_s": built_s, "lazy_capture_s": {str(b): v for b, v in
+                                                   sorted(disp.lazy_capture_s.items())},
+            "median_step_s": ordered[len(ordered) // 2], "longest_steps_s": ordered[-8:][::-1],
+            "ttft_ms": {k: m["ttft_ms"][k] for k in ("median", "p90", "p99")},
+            "itl_ms": {k: m["itl_ms"][k] for k in ("median", "p90", "p99")}}
+        disp.release()
+        del model, disp, run
+        _free()
+    return out
+
+
 RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
     "memory_budget_small": (measure_memory_budget, {"preset_name": "small"}),
     "memory_budget_gpt2": (measure_memory_budget, {"preset_name": "gpt2"}),
+    "lazy_small": (measure_lazy, {"preset_name": "small"}),
 }
 
 

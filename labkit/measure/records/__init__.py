@@ -23,7 +23,7 @@ from labkit.measure.records.kinds import (
     Multistep, Paged, Pitfall, Pitfalls, PoolAtMaxSeq, PoolMemory, PoolOverwrite, Roofline, Spec,
     SpecVerify, Timeline, TPAllReduce, TPDecode, Triton, bench_row,
 )
-from labkit.measure.records.kinds import Numerics, NumericsDtype, Recaptures
+from labkit.measure.records.kinds import Lazy, Numerics, NumericsDtype, Recaptures
 from labkit.measure.records.registry import KINDS, RERECORD, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad
 
@@ -38,5 +38,5 @@ __all__ = [
     "Roofline", "Spec", "SpecVerify", "Timeline", "TPAllReduce", "TPDecode", "Triton",
     "bench_row", "KINDS", "RERECORD", "SchemaError", "kind_of", "parse", "view", "Serve",
     "ServeLoad",
-    "Numerics", "NumericsDtype", "Recaptures",
+    "Lazy", "Numerics", "NumericsDtype", "Recaptures",
 ]

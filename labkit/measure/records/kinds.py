@@ -868,3 +868,18 @@ class Numerics(Kind):
     inner: int
     dtypes: dict[str, NumericsDtype]
     recaptures: Recaptures | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lazy(Kind):
+    """``lazy_<preset>``: a trace served with graphs captured at start-up and with each size
+    captured on first use (:func:`labkit.measure.memory_budget.measure_lazy`), one run each:
+    per run ``built_s``, ``lazy_capture_s`` (size -> s), the median and longest steps (s),
+    TTFT and ITL percentiles (ms)."""
+    RECORD = "lazy_<preset>"
+    preset: str
+    dtype: str
+    trace: str
+    sizes: list[int]
+    requests: int
+    runs: dict[str, dict[str, Any]]
