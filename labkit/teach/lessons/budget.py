@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from labkit.measure.records import MemoryBudget, view
+from labkit.measure.records import Lazy, MemoryBudget, view
 from labkit.sizes.engines import vllm_graph_estimate
 
 MiB = 2**20
@@ -71,3 +71,20 @@ def estimate_errors(record: Any) -> dict[tuple[str, int, str], float | None]:
     """(list, ``max_seq``, pool) -> vLLM's estimate over the measured graph memory."""
     rec = view(record, MemoryBudget)
     return {(p.size_list, p.max_seq, p.pool): p.estimate_error() for p in rec.points}
+
+
+def lazy_rows(record: Any) -> list[dict[str, Any]]:
+    """Per size of a ``lazy_<preset>`` record captured on first use: its warm-up + capture
+    (ms); then the start-up capture of every size and the lazy run's median step."""
+    d = view(record, Lazy)
+    lazy = d.runs["lazy"]
+    rows: list[dict[str, Any]] = [{"what": f"size {b}: warm-up + capture on first use",
+                                   "ms": round(v * 1e3, 1)}
+                                  for b, v in lazy["lazy_capture_s"].items()]
+    rows.append({"what": f"start-up: all {len(d.sizes)} sizes captured before serving",
+                 "ms": round(d.runs["startup"]["built_s"] * 1e3, 1)})
+    rows += [{"what": f"lazy run: step {i + 1} by length (includes a capture)",
+              "ms": round(s * 1e3, 1)}
+             for i, s in enumerate(lazy["longest_steps_s"][:len(lazy["lazy_capture_s"])])]
+    rows.append({"what": "lazy run: median step", "ms": round(lazy["median_step_s"] * 1e3, 2)})
+    return rows
