@@ -318,8 +318,7 @@ class PaddingDispatcher:
         graphs = self.graphs.graphs
         handle = (next(iter(graphs.values())).pool if graphs else
                   torch.cuda.graph_pool_handle()) if pool == "shared" else None
-        logits = self.batch.logits
-        out = None if logits is None else logits[:bs]
+        out = None if self.batch.logits is None else self.batch.logits[:bs]
 
         def one_step(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
             return self._decode(t, p, s, out)

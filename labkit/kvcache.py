@@ -16,6 +16,7 @@ memory, not speed: vLLM's FlashAttention / FlashInfer backends read the block ta
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -175,28 +176,23 @@ class KVCache(nn.Module):
         """A uniform step's metadata from per-token positions and slots on one device: each
         request ``query_len`` consecutive tokens (decode 1, speculative verify ``1 + k``). A few
         tiny kernels, no host sync, shapes set by the token count: capture-safe."""
-        i32, q = torch.int32, query_len
-        last = slice(q - 1, None, q)  # each request's last token
-        key_start = torch.cat([slots[last] * self.max_seq,
-                               slots.new_full((1,), self.num_slots * self.max_seq)])
-        return StepMeta(positions=positions, slots=slots,
-                        write_index=self.write_index(positions, slots),
-                        seq_lens=(positions[last] + 1).to(i32), key_start=key_start.to(i32),
-                        query_start=torch.arange(0, positions.shape[0] + 1, q,
-                                                 device=positions.device, dtype=i32))
+        q = query_len
+        return self._meta(positions, slots, slice(q - 1, None, q), torch.arange(
+            0, positions.shape[0] + 1, q, device=positions.device, dtype=torch.int32))
 
     def mixed_meta(self, positions: torch.Tensor, slots: torch.Tensor,
                    query_lens: Sequence[int]) -> StepMeta:
         """A mixed step's metadata: request ``r`` holds the next ``query_lens[r]`` tokens
         (host ints). Its query starts go host to device each step, as vLLM's attention
         metadata builders (``vllm/v1/attention/backends/utils.py``, ``query_start_loc``) do."""
-        starts = [0]
-        for n in query_lens:
-            starts.append(starts[-1] + n)
-        query_start = torch.tensor(starts, dtype=torch.int32)
+        query_start = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32)
         if positions.is_cuda:  # from pinned memory: no wait for the GPU
             query_start = query_start.pin_memory().to(positions.device, non_blocking=True)
-        last = (query_start[1:] - 1).long()
+        return self._meta(positions, slots, (query_start[1:] - 1).long(), query_start)
+
+    def _meta(self, positions: torch.Tensor, slots: torch.Tensor, last: slice | torch.Tensor,
+              query_start: torch.Tensor) -> StepMeta:
+        """The metadata of tokens at ``positions`` of ``slots``, requests ending at ``last``."""
         key_start = torch.cat([slots[last] * self.max_seq,
                                slots.new_full((1,), self.num_slots * self.max_seq)])
         return StepMeta(positions=positions, slots=slots,
@@ -217,10 +213,9 @@ class KVCache(nn.Module):
 
     def attend(self, layer: int, q: torch.Tensor, meta: StepMeta,
                kernel: AttentionKernel = "efficient", max_query: int = 1) -> torch.Tensor:
-        """Attention of each token's query ``(T, heads, head_dim)`` over its request's positions
-        ``0..pos`` (causal inside a request of several tokens; ``max_query``: the longest
-        request, a host int that shapes the kernel's launch), read in place where the cache can
-        (``kernel``), else the reference: each token a row over its slot's gathered keys."""
+        """Each token's query ``(T, heads, head_dim)`` over its request's positions ``0..pos``
+        (causal inside a request; ``max_query``, the longest request, shapes the kernel's launch),
+        read in place where the cache can (``kernel``), else the reference over gathered keys."""
         check_choice(kernel, "kernel", ATTENTION_KERNELS)
         out = self._in_place(layer, q, meta, kernel, max_query)
         if out is not None:

@@ -172,9 +172,8 @@ class Block(nn.Module):
 
 def attention(cache: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               meta: StepMeta, max_query: int = 1) -> torch.Tensor:
-    """The part of a step that touches the KV cache: write this step's k, v, attend each token
-    over its request's positions (piecewise capture runs this eagerly between graphs, as vLLM
-    does)."""
+    """The part of a step that touches the KV cache: write k, v, attend each token over its
+    request's positions (piecewise capture runs this eagerly between graphs, as vLLM does)."""
     cache.write(layer, k, v, meta)
     return cache.attend(layer, q, meta, max_query=max_query)  # (T, H, hd)
 
@@ -313,9 +312,8 @@ class TinyGPT(nn.Module):
     def forward_tokens(self, tokens: torch.Tensor, meta: StepMeta, max_query: int = 1,
                        out: torch.Tensor | None = None) -> torch.Tensor:
         """The token-flattened step: ``T`` tokens of any requests (decode rows, prefill chunks,
-        verify rows), ``meta`` from :meth:`KVCache.step_meta` (uniform) or
-        :meth:`KVCache.mixed_meta`; logits ``(T, V)``. Checks nothing (see
-        :func:`labkit.mixed.check_flat`)."""
+        verify rows), ``meta`` from :meth:`KVCache.step_meta` (uniform) or :meth:`KVCache.
+        mixed_meta`; logits ``(T, V)``. Checks nothing (:func:`labkit.mixed.check_flat` does)."""
         x = self.embed(tokens, meta.positions)
         for i, block in enumerate(self.layers):
             q, k, v = block.pre_attention(x)

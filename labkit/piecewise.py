@@ -98,9 +98,8 @@ class PiecewiseGraphs:
 
     @torch.no_grad()
     def replay(self, bs: int, meta: StepMeta | None = None, max_query: int = 1) -> torch.Tensor:
-        """Replay the pieces of size ``bs`` with eager attention between them, on what is in
-        the static buffers (``meta``: a mixed step's, for pieces captured without their own);
-        returns the static logits ``(bs, V)``."""
+        """Replay the pieces of size ``bs`` with eager attention between them on the static
+        buffers (``meta``: a mixed step's); returns the static logits ``(bs, V)``."""
         if bs not in self.pieces:
             raise KeyError(f"no piecewise graphs for batch size {bs}; captured: {self.sizes}")
         pieces, cache, y = self.pieces[bs], self.model.cache, self.y[:bs]
