@@ -1,6 +1,5 @@
-"""Where a captured graph reads and writes: the absolute device addresses of its buffers,
-the allocator segment each lies in, and (with the CUDA driver bindings) the addresses baked
-into its kernels' arguments."""
+"""Where a captured graph reads and writes: its buffers' device addresses, their allocator
+segments and (with the CUDA driver bindings) the addresses in its kernels' arguments."""
 
 from __future__ import annotations
 
