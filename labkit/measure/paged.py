@@ -67,9 +67,7 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
                   dtype: str = "bfloat16", repeats: int = 30, inner: int = 10,
                   new_tokens: int = 8) -> dict:
     """Record ``paged_<preset>``: replay µs per step of the three layouts per ``max_seq`` and
-    batch size, each layout's cache bytes, and the checks ``paged_tokens_equal_slot_gather``
-    (same math), ``paged_token_agreement_slot_in_place`` (a share: another kernel) and
-    ``graph_tokens_equal_eager.<layout>.<max_seq>``."""
+    batch size, each layout's cache bytes, and token checks between the layouts."""
     batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
     max_seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     block_size = as_int(block_size, "block_size", minimum=1)

@@ -113,9 +113,8 @@ def _serve(model: TinyGPT, step: Any, reqs: Sequence[TraceRequest], *, clock: st
            decode_ms: float, seed: int, breaker: dict | None, budget: int | None = None,
            timed: bool = True,
            progress: Callable[[int], None] | None = None) -> tuple[dict, dict, list[float]]:
-    """One run: (the run's data, its metrics with the GPU busy time, breaker trip times).
-    ``budget``: chunked prefill through the :class:`MixedRunner` ``step`` (its steps are not
-    GPU-timed); ``timed=False`` leaves the decode steps untimed too."""
+    """One run: (its data, its metrics with the GPU busy time, breaker trip times); with a
+    ``budget`` (chunked prefill) or ``timed=False`` the steps are not GPU-timed."""
     clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
     fn = step if breaker is None else CircuitBreaker(step, eager_step(model), clk, **breaker)
     busy = None if budget is not None else GpuBusy(fn, model.device if timed else "cpu")

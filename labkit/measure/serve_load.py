@@ -52,9 +52,7 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Serve ``n_requests`` SYNTHETIC Poisson requests at each of ``rates`` (req/s) in each of
     ``modes``: the data of a ``serving_load_<preset>`` record, one ``{"mode", "rate",
-    "metrics"}`` point per pair (the same trace per rate for every mode). Each mode first
-    serves ``warmup_requests`` requests and ``warmup_runs`` runs of the lowest rate's trace,
-    discarded; ``progress(label)`` is called before each run."""
+    "metrics"}`` point per pair, after discarded warm-ups at the lowest rate."""
     modes = list(modes) if isinstance(modes, (list, tuple)) else []
     if not modes or len(set(modes)) != len(modes):
         raise ValueError("modes must be a non-empty list of distinct step modes, e.g. "
