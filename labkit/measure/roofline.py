@@ -493,7 +493,9 @@ def record_all(out_dir: str | os.PathLike[str], names: Sequence[str] = RECORDS) 
 
 
 def _worker(name: str, func: str, kwargs: dict, out_dir: str) -> int:
-    fn = {"measure_roofline": measure_roofline, "measure_multistep": measure_multistep}[func]
+    fns: dict[str, Callable[..., dict]] = {"measure_roofline": measure_roofline,
+                                           "measure_multistep": measure_multistep}
+    fn = fns[func]
     path = save_result(name, fn(**kwargs), records.DEFAULTS[name][1], out_dir)
     print(f"[roofline] saved {path}", flush=True)
     return 0
