@@ -16,9 +16,7 @@ import pytest
 import torch
 
 from labkit.measure import records
-from labkit.measure.pool_overwrite import (A_SCALE, B_SHIFT, RECORD, measure_pool_overwrite,
-                                           record_pool_overwrite)
-from labkit.measure.results import load_result
+from labkit.measure.pool_overwrite import A_SCALE, B_SHIFT, RECORD, measure_pool_overwrite
 from labkit.model import build_model, generate, preset
 from labkit.teach.exercises import Exercise
 
@@ -52,14 +50,6 @@ def test_overwrite_fixes_clone_and_keeping_a_temporary_alive():
     keep = rec.fix_keep_a_temporary
     assert keep.ok and keep.same_block is False and keep.a_temporary_ptr != keep.b_output_ptr
     assert rec.fixed
-
-
-def test_overwrite_record_is_saved_with_its_default_params(tmp_path):
-    path = record_pool_overwrite(tmp_path)
-    res = load_result(path)
-    assert res.name == "pool_overwrite" and res.params == records.default_params(RECORD)
-    assert res.env.get("tier") == "gpu"
-    assert res.record.same_block and res.record.overwritten
 
 
 def test_overwrite_refuses_bad_numel_before_touching_the_gpu():

@@ -1,8 +1,7 @@
 """GPU measurements behind the notebooks and ``labkit bench``; each returns a JSON-able dict.
 
-Every function checks graph (or dispatcher, or compiled) tokens against eager tokens before it
-times anything (``checks``); the methods of a record are sampled in turn
-(:func:`time_sizes`).
+Each checks graph (or dispatcher, or compiled) tokens against eager tokens before timing
+(``checks``); the methods of a record are sampled in turn (:func:`time_sizes`).
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def _free() -> None:
 
 def make_model(name: str, *, max_batch: int, dtype: str = "bfloat16", seed: int = 0,
                **overrides) -> TinyGPT:
-    """A random-weight model of preset ``name`` on the GPU (``overrides``: other
-    :class:`labkit.model.GPTConfig` fields, e.g. ``max_seq``)."""
+    """A random-weight model of preset ``name`` on the GPU (``overrides``: GPTConfig fields)."""
     return build_model(preset(name, max_batch=max_batch, dtype=dtype, **overrides), "cuda",
                        seed=seed)
 
@@ -83,8 +81,8 @@ def tokens_match(model: TinyGPT, step_fn: StepFn, bs: int, new_tokens: int = 8,
 
 
 def count_gpu_ops(fn: Callable[[], object]) -> int:
-    """GPU operations (kernels, copies, fills) one call of ``fn`` launches, its own input
-    copies included (the total of :func:`labkit.measure.opcount.op_counts`)."""
+    """GPU operations (kernels, copies, fills) one call of ``fn`` launches (its input copies
+    included)."""
     return sum(op_counts(fn, device="cuda").values())
 
 
@@ -99,8 +97,7 @@ def time_sizes(sizes: Sequence[int], fns_at: Callable[[int], Mapping[str, Callab
                names: Sequence[str], *, repeats: int, inner: int, warmup: int = 5,
                timer: Callable[..., dict[str, Stats]] | None = None) -> dict[str, list]:
     """Per batch size ``b``, the calls ``fns_at(b)`` sampled in turn (``timer``, default
-    :func:`labkit.timing.time_cuda_interleaved`): name -> one Stats dict per size (``None``
-    where ``fns_at(b)`` has no such name)."""
+    :func:`labkit.timing.time_cuda_interleaved`): name -> one Stats dict (or ``None``) a size."""
     times: dict[str, list] = {n: [] for n in names}
     for b in sizes:
         got = (timer or time_cuda_interleaved)(fns_at(b), warmup=warmup, repeats=repeats,
@@ -192,9 +189,8 @@ def measure_decode(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
 
 def _compiled_step(model: TinyGPT, batch_sizes: Sequence[int]):
-    """``torch.compile(mode='reduce-overhead')`` of the decode step, PyTorch's default shape
-    handling (one graph per size in CUDA Graph Trees): (step, compile seconds, share of
-    greedy tokens equal to eager's: bf16 fusion may round differently at near-ties)."""
+    """``torch.compile(mode='reduce-overhead')`` of the decode step: (step, compile seconds,
+    share of greedy tokens equal to eager's: bf16 fusion may round differently at near-ties)."""
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -258,9 +254,8 @@ def measure_pool_memory(preset_name: str,
                         dtype: str = "bfloat16", max_seqs: Sequence[int] = (256, 1024),
                         gather_max_seq: int | None = 256) -> dict:
     """Record ``pool_memory_<preset>``: private pools vs one shared pool (both orders), the
-    static ``logits_bytes`` (outside the pool), ``by_max_seq`` (shared pool and KV cache bytes
-    per ``max_seqs``) and ``gather`` (the gathering cache read at ``gather_max_seq``; ``None``
-    skips it)."""
+    static ``logits_bytes``, ``by_max_seq`` (pool and KV cache bytes per ``max_seqs``) and
+    ``gather`` (the gathering cache read at ``gather_max_seq``; ``None`` skips it)."""
     _need_cuda("measure_pool_memory")
     sizes = sorted({int(b) for b in sizes})
     max_seqs = sorted({int(m) for m in max_seqs})
@@ -369,11 +364,9 @@ def measure_dispatcher(preset_name: str,
 
 def measure_compile(preset_name: str, batch_sizes: Sequence[int] = (1, 8),
                     dtype: str = "bfloat16", repeats: int = 30, inner: int = 10) -> dict:
-    """Record ``compile_<preset>``: manual graphs vs ``torch.compile(mode='reduce-overhead')``.
-
-    Per call: ``eager`` the readable step; ``graph`` a bare replay; ``dispatcher`` inputs
-    copied in, the replay, logits copied out; ``compile`` the compiled step (guards, CUDA Graph
-    Trees' input copies, replay). The four are sampled in turn (``interleaved: True``)."""
+    """Record ``compile_<preset>``: manual graphs vs ``torch.compile(mode='reduce-overhead')``:
+    ``eager``, ``graph`` (a bare replay), ``dispatcher`` (inputs in, replay, logits out) and
+    ``compile`` sampled in turn (``interleaved: True``)."""
     _need_cuda("measure_compile")
     batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)
@@ -459,13 +452,9 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
                                 device: str = "cuda",
                                 timer: Callable[..., dict[str, Stats]] | None = None) -> dict:
     """Record ``dispatcher_overhead``: where a dispatcher's step time over a bare replay of its
-    own graph goes, per model and capture size, the ways of
-    :data:`labkit.measure.records.OVERHEAD_METHODS` sampled in turn against one dispatcher's
-    graphs: ``replay``, ``copy_replay`` (device inputs copied in), ``stage_replay`` (host
-    inputs through the staging ring), ``step_device`` (``check=False``), ``step_host`` (how
-    servers call it) and ``step_host_copy`` (plus the logits copy of ``copy_outputs=True``).
-    Tokens and every way's logits are checked first. ``device``/``timer`` let a CPU test run
-    it."""
+    own graph goes, per model and size, the ways of :func:`_overhead_fns`
+    (:data:`labkit.measure.records.OVERHEAD_METHODS`) sampled in turn, tokens and every way's
+    logits checked first. ``device``/``timer`` let a CPU test run it."""
     if device == "cuda":
         _need_cuda("measure_dispatcher_overhead")
     sizes = sorted({int(b) for b in batch_sizes})
@@ -499,7 +488,9 @@ def measure_dispatcher_overhead(presets: Sequence[str] = ("small", "gpt2"),
 def _overhead_fns(disp: PaddingDispatcher, graph: Any, b: int,
                   device: tuple[torch.Tensor, ...], host: tuple[torch.Tensor, ...]
                   ) -> dict[str, Callable[[], torch.Tensor]]:
-    """The ways :func:`measure_dispatcher_overhead` runs one step of ``b`` rows."""
+    """The ways :func:`measure_dispatcher_overhead` runs one step of ``b`` rows: ``replay``,
+    ``copy_replay`` (device inputs copied in), ``stage_replay`` (host inputs staged),
+    ``step_device``, ``step_host`` (as servers call it), ``step_host_copy`` (logits copied)."""
 
     def copy_replay(inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         disp.batch.load(*inputs)

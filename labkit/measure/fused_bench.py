@@ -1,11 +1,8 @@
 """Record ``fused_<preset>``: the readable and the fused decode step side by side on a GPU.
 
-Correct before fast, per preset: float32 greedy tokens of the fused step equal the readable
-step's (smallest and largest batch size); the bf16 agreement of the two
-(:func:`labkit.fused.agreement`); per step a FULL-mode dispatcher whose graph tokens equal its
-eager tokens; then the two replays sampled in turn per batch size (``interleaved: True``), and
-each eager step's GPU operations by kernel name with their summed GPU time (``kernel_us``: the
-GPU busy time, next to the replay time the gaps between kernels).
+Correct before fast: float32 fused tokens equal readable ones, the bf16 agreement, graph
+tokens equal eager ones; then the two replays sampled in turn per batch size, and each eager
+step's GPU operations by kernel name with their summed GPU time (``kernel_us``).
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ STEPS = records.FUSED_STEPS
 
 def tokens_equal_readable(model: TinyGPT, step: StepFn, sizes: Sequence[int],
                           new_tokens: int) -> bool:
-    """Greedy tokens of ``step`` equal the readable step's at every size (seeded prompts of
-    different lengths)."""
+    """Greedy tokens of ``step`` equal the readable step's at every size."""
     return all(agreement(model, random_prompts(model, b, seed=b), new_tokens,
                          step=step).fraction == 1.0 for b in sizes)
 

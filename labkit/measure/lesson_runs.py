@@ -1,8 +1,5 @@
-"""Small live runs the lessons make on whatever device is there (most also run on a CPU):
-timing eager steps, counting ops, checking the cache (notebooks 02-03), capturing pools
-(notebook 04, CUDA only), driving a dispatcher (notebook 05) and checking mixed steps against
-the full forward pass (notebook 10). :mod:`labkit.teach.lessons`
-turns what they return into tables and sentences.
+"""Small live runs the lessons make on whatever device is there (notebooks 02-05 and 10;
+pool captures need CUDA); :mod:`labkit.teach.lessons` turns them into tables and sentences.
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ MODES = ("private", "shared_largest_first", "shared_smallest_first")
 
 def time_eager_steps(model: TinyGPT, batch_sizes: Sequence[int], *, repeats: int = 10,
                      warmup: int = 2) -> dict[int, Stats]:
-    """Time one eager ``decode_step`` per batch size on the model's device (µs per step; host
-    wall time on a CPU), inputs from :func:`labkit.measure.bench.step_inputs`."""
+    """Time one eager ``decode_step`` per batch size on the model's device (µs per step)."""
     out = {}
     for bs in batch_sizes:
         if not 1 <= int(bs) <= model.cfg.max_batch:
@@ -53,9 +49,8 @@ class CachedCheck:
 @torch.no_grad()
 def check_cached_equals_full(model: TinyGPT, prompt: Sequence[int], max_new_tokens: int,
                              *, atol: float = 1e-4) -> CachedCheck:
-    """Greedy-decode ``max_new_tokens`` with the KV cache and check one full forward pass over
-    prompt + generated tokens predicts the same tokens, the last step's logits within
-    ``atol`` × the largest full-pass logit (at least ``atol``)."""
+    """Greedy-decode ``max_new_tokens`` with the KV cache and check a full forward pass over
+    prompt + generated predicts the same tokens, the last logits within ``atol`` (relative)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     generated = generate(model, [list(prompt)], max_new_tokens)[0]
@@ -73,9 +68,8 @@ def check_cached_equals_full(model: TinyGPT, prompt: Sequence[int], max_new_toke
 
 def replay_step(graphs, batch_size: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
                                                     torch.Tensor]:
-    """A ``step_fn(tokens, positions, slots) -> logits`` that copies its inputs into the
-    graph set's static buffers and replays graph ``batch_size``; the logits are the static
-    output, overwritten by the next replay."""
+    """A ``step_fn(tokens, positions, slots) -> logits`` that copies its inputs in and replays
+    graph ``batch_size``; the logits are the static output, overwritten by the next replay."""
     if batch_size not in graphs.graphs:
         raise KeyError(f"no graph captured for batch size {batch_size}; captured: {graphs.sizes}")
 
@@ -90,8 +84,8 @@ def replay_step(graphs, batch_size: int) -> Callable[[torch.Tensor, torch.Tensor
 
 
 def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
-    """Capture ``sizes`` three ways (:data:`MODES`), each released before the next, into a
-    record shaped like ``pool_memory_<preset>`` (no ``growth_bytes``). Needs a CUDA GPU."""
+    """Capture ``sizes`` three ways (:data:`MODES`) into a record shaped like
+    ``pool_memory_<preset>`` (no ``growth_bytes``). Needs a CUDA GPU."""
     sizes = sorted({int(s) for s in sizes})
     out: dict = {"preset": None, "sizes": sizes}
     for mode in MODES:
@@ -114,8 +108,8 @@ def live_pool_comparison(model, sizes: Sequence[int], *, warmup: int = 2) -> dic
 
 
 def naive_reserved_delta(model, sizes: Sequence[int], *, warmup: int = 2) -> dict:
-    """Capture ``sizes`` into one shared pool; the change of ``memory_reserved()`` (naive: it
-    counts the capture stream's cuBLAS workspace too) next to the pool's own bytes. CUDA."""
+    """The change of ``memory_reserved()`` over a shared-pool capture of ``sizes`` (naive: it
+    counts the cuBLAS workspace too) next to the pool's own bytes. CUDA."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_reserved()
     gs = capture_decode_graphs(model, sizes, pool="shared", order="largest_first",
@@ -132,9 +126,8 @@ def naive_reserved_delta(model, sizes: Sequence[int], *, warmup: int = 2) -> dic
 
 def run_batch_stream(dispatcher, batch_sizes: Sequence[int], *, seed: int = 0,
                      threads: int | None = 1) -> dict:
-    """Feed one random decode step per batch size through ``dispatcher.step`` and return its
-    counters (reset first). ``threads``: CPU threads torch may use meanwhile (``None``: as
-    set); one thread is often ten times faster for a tiny model on a busy machine."""
+    """Feed one random decode step per batch size through ``dispatcher.step``; its counters
+    (reset first). ``threads``: CPU threads meanwhile (one is often faster for a tiny model)."""
     cfg = dispatcher.model.cfg
     dev = dispatcher.model.device
     g = torch.Generator().manual_seed(seed)
@@ -186,9 +179,8 @@ def padding_isolation(dispatcher, *, live: int = 3, prompt_len: int = 5, seed: i
 def mixed_requests(runner: MixedRunner, query_lens: Sequence[int], *, seed: int = 0
                    ) -> tuple[list[list[int]], FlatBatch]:
     """One step for ``runner``: request ``i`` in slot ``i`` with ``query_lens[i]`` random
-    tokens; a decode or verify row (the runner's ``uniform_query_len`` tokens) continues a
-    prompt of 2 to 6 tokens, any other request is a prompt's first chunk (no prompt). Returns
-    the prompts and the batch."""
+    tokens, a decode row continuing a prompt of 2 to 6 tokens, any other a first chunk; the
+    prompts and the batch."""
     q, vocab = runner.dispatcher.uniform_query_len, runner.model.cfg.vocab_size
     g = torch.Generator().manual_seed(seed)
 
@@ -203,10 +195,9 @@ def mixed_requests(runner: MixedRunner, query_lens: Sequence[int], *, seed: int 
 @torch.no_grad()
 def check_mixed_step(runner: MixedRunner, query_lens: Sequence[int], *, seed: int = 0
                      ) -> dict[str, object]:
-    """Run the step of :func:`mixed_requests` through ``runner.step`` on a fresh cache (the
-    prompts prefilled first) and compare every token's logits with the full forward pass over
-    its request's prompt and tokens: the decision, the largest logit difference, whether they
-    are close (atol 2e-5, rtol 1e-4) and whether the greedy tokens agree."""
+    """Run the step of :func:`mixed_requests` on a fresh cache and compare every token's
+    logits with the full forward pass: the decision, the largest difference, whether close
+    (atol 2e-5, rtol 1e-4) and whether the greedy tokens agree."""
     m = runner.model
     prompts, batch = mixed_requests(runner, query_lens, seed=seed)
     m.reset_cache()

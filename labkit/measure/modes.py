@@ -78,9 +78,8 @@ class AttentionOnlyGraphs:
 
 @torch.no_grad()
 def capture_attention_only(model: TinyGPT, sizes: Sequence[int]) -> AttentionOnlyGraphs:
-    """Capture ``attention(cache, layer, q, k, v, meta)`` of every layer for each size in
-    ``sizes`` (largest first) into one shared pool; warm-up and capture write only the
-    scratch slot."""
+    """Capture every layer's ``attention`` for each size (largest first) into one shared
+    pool; warm-up and capture write only the scratch slot."""
     if not torch.cuda.is_available() or model.device.type != "cuda":
         raise RuntimeError("capturing CUDA graphs needs the model on a CUDA GPU (model is on "
                            f"{model.device}); on CPU run labkit.piecewise.piecewise_step")
@@ -133,11 +132,9 @@ def _dispatcher_pool_bytes(disp: PaddingDispatcher) -> int | None:
 @torch.no_grad()
 def measure_modes(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                   dtype: str = "bfloat16", repeats: int = 20, inner: int = 10) -> dict:
-    """Record ``modes_<preset>``: per batch size, the step time of eager, ``PIECEWISE`` and
-    ``FULL`` (a :class:`PaddingDispatcher` of that ``cudagraph_mode`` each) and the
-    attention-only variant, sampled in turn; graph launches per step (profiled after every
-    timing: a profiler session slows later launches), GPU operations per eager step, pool
-    bytes, capture seconds and token checks."""
+    """Record ``modes_<preset>``: per batch size, the step time of eager, ``PIECEWISE``,
+    ``FULL`` (a dispatcher each) and attention-only, sampled in turn; graph launches per step
+    (profiled last), GPU operations per eager step, pool bytes, capture seconds, checks."""
     _need_cuda("measure_modes")
     batch_sizes = sorted({int(b) for b in batch_sizes})
     model = make_model(preset_name, max_batch=max(batch_sizes), dtype=dtype)

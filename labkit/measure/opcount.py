@@ -1,9 +1,7 @@
 """Count the operations one call launches, name by name, with ``torch.profiler``.
 
-On ``"cuda"``: every GPU event (kernels, copies, fills) by kernel name, what a CUDA graph of
-the call would hold as nodes; behind every "GPU operations per step" in labkit. On ``"cpu"``:
-the ATen operators the call dispatches (:func:`count_dispatched_ops`, views and allocations
-left out), the stand-in a test without a GPU can check. :func:`compare_counts` tabulates two.
+On ``"cuda"``: every GPU event (kernels, copies, fills), what a CUDA graph of the call would
+hold; on ``"cpu"``: the ATen operators it dispatches (views and allocations left out).
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ import torch
 
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 
-# Allocations launch no kernel either (the fused step allocates an int32 buffer and fills it
-# with an ``out=`` operator, which is counted).
+# allocations launch no kernel either
 _ALLOCATIONS = frozenset({"empty", "empty_strided", "empty_like", "new_empty",
                           "new_empty_strided", "resize_"})
 
@@ -74,8 +71,8 @@ def profile_call(fn: Callable[[], object]) -> dict:
 
 
 def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[str, float]]:
-    """``{kernel name: {"count": n, "us": summed GPU time}}`` of one call of ``fn`` (kernels,
-    copies, fills) after ``warmup`` calls; a step takes longer than the sum by its gaps."""
+    """``{kernel name: {"count": n, "us": summed GPU time}}`` of one call of ``fn`` after
+    ``warmup`` calls."""
     _check_args(fn, "cuda", warmup)
     out: dict[str, dict[str, float]] = {}
     for e in profiled_events(fn, warmup):
@@ -87,8 +84,7 @@ def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[
 
 
 def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -> dict[str, int]:
-    """``{name: count}`` of the operations one call of ``fn`` launches on ``device`` (see the
-    module docstring), after ``warmup`` calls."""
+    """``{name: count}`` of the operations one call of ``fn`` launches on ``device``."""
     _check_args(fn, device, warmup)
     if device == "cuda":
         return {k: int(v["count"]) for k, v in gpu_op_profile(fn, warmup).items()}
@@ -99,8 +95,8 @@ def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -
 
 def compare_counts(before: Mapping[str, int], after: Mapping[str, int],
                    labels: tuple[str, str] = ("readable", "fused")) -> list[dict]:
-    """Rows ``{"name", labels[0], labels[1], "change"}`` for every name in either count,
-    most frequent first, then a ``"total"`` row."""
+    """Rows ``{"name", labels[0], labels[1], "change"}``, most frequent first, then
+    ``"total"``."""
     for label, counts in zip(labels, (before, after)):
         if not isinstance(counts, Mapping) or any(
                 isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in counts.values()):

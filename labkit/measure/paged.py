@@ -1,11 +1,9 @@
 """Record ``paged_<preset>``: what the paged KV cache costs per decode step, next to the slot
 layout, and what each layout holds in memory (notebook 11).
 
-Per ``max_seq``, the same seeded weights in both layouts, one captured step per batch size
-three ways (:data:`LAYOUTS`): ``slot_in_place`` (the memory-efficient attention kernel reads
-the slots in place), ``slot_gather`` (each row's keys and values copied per layer, the
-plain-math reference) and ``paged`` (blocks gathered through the block table: plain PyTorch has
-no kernel that reads one in place). The timed rows' blocks are reserved for the timing only.
+Per ``max_seq``, one captured step per batch size three ways (:data:`LAYOUTS`):
+``slot_in_place`` (attention reads the slots in place), ``slot_gather`` (keys and values copied
+per layer) and ``paged`` (blocks gathered through the block table).
 """
 
 from __future__ import annotations
@@ -33,16 +31,15 @@ def _build(preset_name: str, layout: str, *, max_batch: int, max_seq: int, block
 
 def _capture_layout(model: TinyGPT, batch_sizes: Sequence[int]
                     ) -> tuple[PaddingDispatcher, bool]:
-    """Capture the step at ``batch_sizes`` (with the model's cache path now) and check graph
-    tokens = eager tokens."""
+    """Capture the step at ``batch_sizes``; whether graph tokens equal eager tokens."""
     disp = PaddingDispatcher(model, batch_sizes, progress=False)
     return disp, all(tokens_match(model, disp.step, b) for b in batch_sizes)
 
 
 def _time_layouts(layouts: dict[str, tuple[TinyGPT, PaddingDispatcher]],
                   batch_sizes: Sequence[int], repeats: int, inner: int) -> dict[str, list[dict]]:
-    """One replay per size of every layout, sampled in turn; a paged cache reserves the timed
-    rows' blocks for the timing."""
+    """One replay per size of every layout, sampled in turn (the timed rows' blocks reserved
+    for the timing)."""
     times: dict[str, list[dict]] = {name: [] for name in layouts}
     for b in batch_sizes:
         fns, reserved = {}, {}
@@ -70,9 +67,7 @@ def measure_paged(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8,
                   dtype: str = "bfloat16", repeats: int = 30, inner: int = 10,
                   new_tokens: int = 8) -> dict:
     """Record ``paged_<preset>``: replay µs per step of the three layouts per ``max_seq`` and
-    batch size, each layout's cache bytes, and the checks ``paged_tokens_equal_slot_gather``
-    (same math), ``paged_token_agreement_slot_in_place`` (a share: another kernel) and
-    ``graph_tokens_equal_eager.<layout>.<max_seq>``."""
+    batch size, each layout's cache bytes, and token checks between the layouts."""
     batch_sizes = sorted(set(as_int_list(batch_sizes, "batch_sizes", minimum=1)))
     max_seqs = sorted(set(as_int_list(max_seqs, "max_seqs", minimum=1)))
     block_size = as_int(block_size, "block_size", minimum=1)

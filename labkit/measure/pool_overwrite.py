@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from pathlib import Path
 
 import torch
 
-from labkit.measure import records
 from labkit.measure.bench import _free
 from labkit.measure.pitfalls.common import _require_cuda
-from labkit.measure.results import save_result
 
 #: the record name
 RECORD = "pool_overwrite"
@@ -146,12 +143,3 @@ def measure_pool_overwrite(device: str | torch.device = "cuda", numel: int = 1 <
             "b_after_replay_a": b_after, "overwritten": overwritten,
             "fix_clone": clone, "fix_keep_a_temporary": keep,
             "fixed": bool(clone["ok"] and keep["ok"])}
-
-
-def record_pool_overwrite(run_dir: str | os.PathLike[str] | None = None,
-                          device: str | torch.device = "cuda") -> Path:
-    """Measure :func:`measure_pool_overwrite` with the record's default parameters and save it
-    as ``pool_overwrite`` into ``run_dir`` (default: the current run folder); its path."""
-    params = records.default_params(RECORD)
-    data = measure_pool_overwrite(device, **params)
-    return save_result(RECORD, data, params, run_dir)

@@ -1,14 +1,8 @@
 """Result records: versioned JSON files with provenance.
 
-A result is one JSON file ``<run_dir>/results/<name>.json``::
-
-    {"schema": 1, "name": "...", "created": "2026-11-29T12:00:00+00:00",
-     "params": {...}, "env": {...environment_record()...}, "data": {...}}
-
-:func:`save_result` writes one into the current run folder (:func:`default_run_dir`);
-:func:`load_reference` reads those recorded on a real GPU, ``data/reference/<gpu>/<name>.json``,
-so that a reader without a GPU still sees real numbers; :func:`provenance_line` says where
-they came from.
+A result is ``<run_dir>/results/<name>.json``: ``{"schema", "name", "created", "params", "env",
+"data"}``. :func:`save_result` writes one, :func:`load_reference` reads those recorded on a GPU
+(``data/reference/<gpu>/<name>.json``), :func:`provenance_line` says where they came from.
 """
 
 from __future__ import annotations
@@ -49,8 +43,8 @@ __all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_resul
 
 @dataclass
 class Result:
-    """One result record. ``data`` holds the measurements, ``params`` the knobs they were
-    taken with, ``env`` the :func:`labkit.support.env.environment_record` of the machine."""
+    """One result record: ``data`` the measurements, ``params`` their knobs, ``env`` the
+    machine."""
 
     name: str
     data: dict
@@ -63,8 +57,7 @@ class Result:
 
     @property
     def record(self) -> Any:
-        """``data`` as its typed kind (:func:`labkit.measure.records.parse`; e.g. a ``Decode``
-        for ``decode_small``), the ``data`` dict for a name no kind matches."""
+        """``data`` as its typed kind (:func:`labkit.measure.records.parse`), else the dict."""
         return records.parse(self.name, self.data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,8 +80,7 @@ def default_run_dir() -> Path:
 
 
 def new_folder(root: str | os.PathLike[str], stem: str) -> Path:
-    """Create ``root/stem``, or ``root/stem-2``, ``-3``, ... when it exists. Never reuses one
-    (the creation itself is the test, so two runs starting together get two folders)."""
+    """Create ``root/stem``, or ``root/stem-2``, ``-3``, ... when it exists (never reused)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     n = 1
@@ -114,9 +106,8 @@ def new_run_dir(label: str | None = None, root: str | os.PathLike[str] | None = 
 
 
 def to_jsonable(obj: Any, _where: str = "data") -> Any:
-    """``obj`` in plain JSON types: numpy / torch scalars as numbers, arrays and tensors as
-    nested lists, dataclasses as dicts, tuples and sets as lists, paths as strings, nan and inf
-    as ``None``; anything else raises ``TypeError`` naming where it was found."""
+    """``obj`` in plain JSON types (nan and inf as ``None``); anything else raises
+    ``TypeError`` naming where it was found."""
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, int):
@@ -187,9 +178,8 @@ def _umask() -> int:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader never sees half a file. The file gets the
-    mode a plain ``open(path, "w")`` would give it (``0o666`` less the umask, e.g. ``0o644``),
-    not the private ``0o600`` of a temporary file."""
+    """Write ``text`` to ``path`` so that a reader never sees half a file, with the mode a
+    plain ``open(path, "w")`` would give it (not a temporary file's ``0o600``)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -205,10 +195,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 def save_result(name: str, data: dict, params: dict | None = None,
                 run_dir: str | os.PathLike[str] | None = None, *, env: dict | None = None
                 ) -> Path:
-    """Write (or replace) ``<run_dir>/results/<name>.json`` and return its path; ``run_dir``
-    defaults to :func:`default_run_dir`, ``env`` to a fresh environment record. ``data`` of a
-    known record kind must have its fields, else :class:`SchemaError` and nothing is written.
-    """
+    """Write (or replace) ``<run_dir>/results/<name>.json``; its path. ``data`` of a known
+    record kind must have its fields, else :class:`SchemaError` and nothing is written."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' or '.'")
     if not isinstance(data, dict):
@@ -276,16 +264,14 @@ def load_result(path: str | os.PathLike[str]) -> Result:
 
 
 def list_references(gpu: str | None = None) -> list[Path]:
-    """Reference result files, sorted: those of one GPU, or of every GPU when ``gpu`` is None.
-    The result name is ``path.stem``, the GPU folder ``path.parent.name``."""
+    """Reference result files, sorted: of one GPU, or of every GPU when ``gpu`` is None."""
     root = data_dir() / "reference"
     folder, pattern = (root, "*/*.json") if gpu is None else (reference_dir(gpu), "*.json")
     return sorted(folder.glob(pattern)) if folder.is_dir() else []
 
 
 def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
-    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>.json``);
-    a plain record name, with no folder parts, so that no file outside the folder is read."""
+    """The reference result ``name`` recorded on ``gpu`` (``data/reference/<gpu>/<name>``)."""
     if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
         raise ValueError(f"reference name {name!r}: a record name is letters, digits, '_', '-' "
                          "or '.', starting with a letter or digit, with no folder parts "
@@ -302,16 +288,14 @@ def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
 
 
 def gpus_used(data: dict) -> int:
-    """GPUs a record was measured on: its ``world_size`` when it ran over NCCL (the
-    tensor-parallel records), else 1."""
+    """GPUs a record was measured on: its ``world_size`` when it ran over NCCL, else 1."""
     n = data.get("world_size") if isinstance(data, dict) else None
     nccl = isinstance(data, dict) and data.get("backend") == "nccl"
     return n if nccl and isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
 def _measured_on(env: dict, data: dict | None = None) -> str:
-    """GPU slug a result was measured on (``h200``; ``h200x2`` for a record measured on two
-    GPUs over NCCL), or 'cpu'."""
+    """GPU slug a result was measured on (``h200``, ``h200x2`` on two GPUs), or 'cpu'."""
     name = env.get("gpu_name")
     if env.get("tier") == "gpu" and name:
         n = gpus_used(data or {})
@@ -321,9 +305,8 @@ def _measured_on(env: dict, data: dict | None = None) -> str:
 
 def copy_to_reference(run_dir: str | os.PathLike[str], gpu: str | None = None, *,
                       force: bool = False) -> list[Path]:
-    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` (default: the GPU they
-    were measured on) and return the new paths. Every file is validated first; results measured
-    on another GPU (or on the CPU tier) are refused unless ``force=True``."""
+    """Copy ``<run_dir>/results/*.json`` into ``data/reference/<gpu>/`` (default: where they
+    were measured), each validated first; results from elsewhere need ``force=True``."""
     src = Path(run_dir) / "results"
     files = sorted(src.glob("*.json")) if src.is_dir() else []
     if not files:

@@ -1,14 +1,10 @@
 """Records ``roofline_<preset>`` and ``multistep_<preset>``: how far a decode step is from what
 the memory allows, and what several steps per graph buy (notebook 12).
 
-``roofline_<preset>`` measures in one process this GPU's copy bandwidth (read + write) and bf16
-matmul rate, then the decode step per batch size for every step variant of
-:data:`STEP_VARIANTS` (eager, labkit's FULL graph, ``torch.compile`` reduce-overhead, Inductor's
-kernels in labkit's own capture, reduce-overhead on the full cache: see :data:`SMALL_CACHE`),
-with each variant's set-up seconds, pool bytes, GPU operations and graph launches per step
-(profiled: "CUDA graphs were really used" is measured). The bytes a step must move come from
-:mod:`labkit.roofline.stepcost`. A new variant is one entry ``STEP_VARIANTS["name"] =
-builder`` (``builder(model, batch_sizes) -> Runner``; see :func:`captured_step_variant`).
+``roofline_<preset>`` measures this GPU's copy bandwidth and bf16 matmul rate, then the decode
+step per batch size for every variant of :data:`STEP_VARIANTS`, with each variant's set-up
+seconds, pool bytes, GPU operations and graph launches per step (profiled). A new variant is one
+entry ``STEP_VARIANTS["name"] = builder`` (``builder(model, batch_sizes) -> Runner``).
 """
 
 from __future__ import annotations
@@ -77,8 +73,7 @@ def _timed_matmul(n: int, dtype: torch.dtype, repeats: int) -> Stats:
 @dataclass
 class Runner:
     """One step variant built for a model: ``prepare(b, t, p, s)`` loads a batch and returns
-    a call that runs one step; ``step_fn`` the step for token checks (``None``: the eager
-    reference); ``sizes`` the sizes it runs (``None``: all)."""
+    a call of one step; ``step_fn`` the step for token checks (``None``: eager)."""
 
     prepare: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], Callable[[], Any]]
     step_fn: Callable[..., torch.Tensor] | None = None
@@ -121,10 +116,9 @@ def graph_step(gs: GraphSet) -> Callable[..., torch.Tensor]:
 
 def captured_step_variant(make_step: Callable[[TinyGPT], Callable[..., torch.Tensor]],
                           *, compile_first: bool = False) -> StepBuilder:
-    """A builder that captures ``make_step(model)`` (a ``(tokens, positions, slots) ->
-    logits`` callable) per size with :func:`labkit.graphs.capture_callable`, one shared pool,
-    largest first; ``compile_first`` calls it twice per size first (a compiled step compiles
-    there, outside the capture)."""
+    """A builder that captures ``make_step(model)`` (``(tokens, positions, slots) -> logits``)
+    per size into one shared pool, largest first; ``compile_first`` calls it twice per size
+    first (a compiled step compiles there, outside the capture)."""
 
     def build(model: TinyGPT, sizes: list[int]) -> Runner:
         t0 = time.perf_counter()
@@ -247,10 +241,8 @@ DEFAULT_VARIANTS = ("eager", "graph", "compile_reduce_overhead",
                     "compile_manual_graph", "compile_full_cache")
 #: variants timed only at ``compile_sizes`` (``compile_full_cache``: at the first one only)
 COMPILED = ("compile_reduce_overhead", "compile_manual_graph", "compile_full_cache")
-#: variants measured on a second model (same weights) whose KV cache holds only the compiled
-#: batch sizes: torch.compile functionalizes the in-place cache write, and Inductor then
-#: rewrites the whole cache buffer at every write, a cost that grows with the cache
-#: (``compile_full_cache`` shows it on the cache of every batch size)
+#: variants measured on a second model whose KV cache holds only the compiled sizes: Inductor
+#: rewrites the whole (functionalized) cache at every write (``compile_full_cache`` shows it)
 SMALL_CACHE = ("compile_reduce_overhead", "compile_manual_graph")
 
 
@@ -282,10 +274,9 @@ def measure_roofline(preset_name: str, batch_sizes: Sequence[int] = (1, 2, 4, 8,
                      max_seq: int = 256, dtype: str = "bfloat16", repeats: int = 20,
                      inner: int = 5) -> dict:
     """Record ``roofline_<preset>``: bandwidth, matmul rate, and the decode step per variant
-    and batch size, every row attending to ``context`` positions; compiled variants only at
-    ``compile_sizes``. A failing variant is recorded with its error and no times. Tokens are
-    checked first; the static-graph variants are sampled in turn (``interleaved`` names
-    them), the compiled ones (each resets Dynamo) timed one after another; profiles last."""
+    and batch size at ``context`` positions (compiled variants only at ``compile_sizes``); a
+    failing variant is recorded with its error. Tokens checked first; the static-graph
+    variants sampled in turn (``interleaved``), the compiled ones one after another."""
     variants = list(variants)
     sizes, csizes = _check_args(batch_sizes, variants, compile_sizes, context, max_seq)
     _need_cuda("measure_roofline")
@@ -398,10 +389,9 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
                       n_steps: int = 8, max_seq: int = 256, dtype: str = "bfloat16",
                       repeats: int = 20) -> dict:
     """Record ``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as
-    ``host_sync`` (one-step graph, tokens through the host each step), ``one_step_graphs``
-    (the argmax fed back on the device between replays) or ``multistep`` (one graph of
-    ``n_steps`` steps), after checking the multi-step graph's tokens against eager steps; and
-    what this PyTorch offers of conditional nodes (:mod:`labkit.roofline.conditional`)."""
+    ``host_sync`` (tokens through the host each step), ``one_step_graphs`` (argmax fed back on
+    the device) or ``multistep`` (one graph of ``n_steps`` steps), its tokens checked against
+    eager steps; and this PyTorch's conditional nodes (:mod:`labkit.roofline.conditional`)."""
     sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes")))
     n_steps = as_int(n_steps, "n_steps", minimum=2, maximum=max_seq // 2,
                      fix="compare at least 2 steps per graph, at most max_seq // 2")
@@ -482,9 +472,8 @@ RECORDS = ("roofline_small", "multistep_small", "multistep_gpt2", "roofline_gpt2
 
 
 def record_all(out_dir: str | os.PathLike[str], names: Sequence[str] = RECORDS) -> dict[str, str]:
-    """Measure every notebook-12 record with its default parameters, each in a fresh Python
-    process (CUDA Graph Trees and hand-made graphs never share one), saved as
-    ``<out_dir>/results/<name>.json``; returns name -> ``"ok"`` or the failure."""
+    """Measure every notebook-12 record with its defaults, each in a fresh Python process,
+    into ``<out_dir>/results/<name>.json``; returns name -> ``"ok"`` or the failure."""
     out_dir = Path(out_dir)
     unknown = [n for n in names if n not in RECORDS]
     if unknown:

@@ -1,12 +1,8 @@
 """Serve a request trace on the tiny GPT and return the data of a ``serve_<name>`` record.
 
-:func:`measure_serving` runs the trace through the continuous-batching engine
-(:mod:`labkit.serving.loop`) on a real or simulated clock: every request's token times, every
-step, the metrics (:func:`labkit.measure.serving_metrics.run_metrics`) and windows.
-:func:`measure_interleaved` serves one trace in several alternating *arms* (a
-``serve_<name>_ab`` record), :func:`measure_chunked` in arms with and without chunked
-prefill. All discard warm-up runs first (the first run after capture is cold); the first two
-on CUDA time each decode step with CUDA events (:class:`GpuBusy`).
+:func:`measure_serving` serves one trace (:mod:`labkit.serving.loop`), :func:`measure_interleaved`
+several alternating *arms* (``serve_<name>_ab``), :func:`measure_chunked` arms with and without
+chunked prefill; all discard warm-up runs first (the first run after capture is cold).
 """
 
 from __future__ import annotations
@@ -117,9 +113,8 @@ def _serve(model: TinyGPT, step: Any, reqs: Sequence[TraceRequest], *, clock: st
            decode_ms: float, seed: int, breaker: dict | None, budget: int | None = None,
            timed: bool = True,
            progress: Callable[[int], None] | None = None) -> tuple[dict, dict, list[float]]:
-    """One run: (the run's data, its metrics with the GPU busy time, breaker trip times).
-    ``budget``: chunked prefill through the :class:`MixedRunner` ``step`` (its steps are not
-    GPU-timed); ``timed=False`` leaves the decode steps untimed too."""
+    """One run: (its data, its metrics with the GPU busy time, breaker trip times); with a
+    ``budget`` (chunked prefill) or ``timed=False`` the steps are not GPU-timed."""
     clk = SimClock(decode_ms / 1e3) if clock == "sim" else RealClock(model.device)
     fn = step if breaker is None else CircuitBreaker(step, eager_step(model), clk, **breaker)
     busy = None if budget is not None else GpuBusy(fn, model.device if timed else "cpu")
@@ -148,16 +143,12 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                     breaker: dict | None = None, repeats: int = 1, warmup_requests: int = 0,
                     warmup_runs: int | None = None, keep_timeline: bool = True,
                     progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run ``trace`` (a name in ``data/traces``, a CSV path or requests) in step ``mode`` and
-    return the data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per
-    decode step (reproducible); ``'real'`` measures. ``breaker`` wraps the step function in a
-    :class:`CircuitBreaker`.
-
-    The graphs are captured once; ``warmup_requests`` requests and ``warmup_runs`` whole runs
-    (default: one when ``repeats > 1``) are served and discarded, then the trace ``repeats``
-    times: the first run's requests and steps, every run's metrics and their ``spread``.
-    ``keep_timeline=False`` keeps each request's TTFT, TPOT, E2EL (``per_request``, ms)
-    instead of the per-token and per-step lists."""
+    """Serve ``trace`` (a name in ``data/traces``, a CSV path or requests) in step ``mode``:
+    the data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per decode
+    step; ``breaker`` wraps the step in a :class:`CircuitBreaker`. After ``warmup_requests``
+    and ``warmup_runs`` (default: one when ``repeats > 1``), the trace is served ``repeats``
+    times: the first run's requests and steps, every run's metrics and their ``spread``;
+    ``keep_timeline=False`` keeps only per-request TTFT, TPOT, E2EL (:func:`drop_timeline`)."""
     cfg = check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
                         kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
     repeats, warm, warmup_requests = _warm_counts(repeats, warmup_runs, warmup_requests)
@@ -211,11 +202,9 @@ def _serve_arms(model: TinyGPT, reqs: Sequence[TraceRequest],
                 arms: Mapping[str, Mapping[str, Any]], *, repeats: int, warm: int,
                 warmup_requests: int, clock: str, decode_ms: float, seed: int,
                 timed: bool = True) -> tuple[dict[str, list], list[list[str]]]:
-    """Serve ``reqs`` in every arm (label -> ``{"mode", "capture_sizes", "breaker",
-    "max_num_batched_tokens"}``, all but ``mode`` optional), interleaved: each distinct step
-    function or runner built once and warmed up with ``warmup_requests``; ``warm`` rounds
-    discarded, then ``repeats`` rounds serve every arm once, the order reversed every other
-    round. Returns each arm's runs (as :func:`_serve`) and the order of every kept round."""
+    """Serve ``reqs`` in every arm (label -> ``{"mode", ...}``), each distinct step built and
+    warmed up once; ``warm`` rounds discarded, then ``repeats`` rounds of every arm, the order
+    reversed every other round. Each arm's runs (as :func:`_serve`) and every kept order."""
 
     def key(arm: Mapping) -> tuple:
         sizes = arm.get("capture_sizes")
@@ -256,11 +245,8 @@ def measure_interleaved(preset_name: str = "gpt2", trace: str | os.PathLike[str]
                         window_s: float = 1.0, repeats: int = 3, warmup_requests: int = 0,
                         warmup_runs: int = 1) -> dict[str, Any]:
     """Serve ``trace`` in every arm of ``arms`` (label -> ``{"mode", "capture_sizes",
-    "breaker"}``; default eager vs ``full``) in one process: the data of a ``serve_<name>_ab``
-    record. Each distinct (mode, capture sizes) is captured once and shared; after the
-    warm-up, ``repeats`` rounds serve every arm once, the order reversed every other round
-    (A B, B A, ...) so a drift hits every arm alike. Per arm: settings, first run's metrics
-    and windows, every run's metrics and ``spread``; the top-level fields are the first
+    "breaker"}``; default eager vs ``full``), interleaved (A B, B A, ...: a drift hits every
+    arm alike): the data of a ``serve_<name>_ab`` record, the top-level fields the first
     arm's."""
     arms = dict(arms or {"eager": {"mode": "eager"}, "full": {"mode": "full"}})
     if len(arms) < 2:
@@ -298,14 +284,11 @@ def measure_chunked(model: TinyGPT, trace: str | os.PathLike[str] | Sequence[
                     clock: str = "real", decode_ms: float = 10.0,
                     max_requests: int | None = None, warmup_requests: int = 0,
                     warmup_runs: int = 1) -> dict[str, Any]:
-    """Chunked prefill's trade on ``model``: ``trace`` served in each step mode of ``modes``
-    without chunked prefill (arm ``<mode>``, decode steps of ``capture_sizes``) and with each
-    token budget of ``budgets`` (arm ``<mode>_chunked<budget>``, :func:`make_mixed_runner`
-    with its default sizes), interleaved as :func:`measure_interleaved` serves its arms (a
-    discarded warm-up round first, the order reversed every other round; no GPU timing, so
-    that every arm runs the same host code around its steps). Per arm: its settings, per
-    repeat the TTFT, TPOT and ITL ``p50``/``p90``/``p99`` in ms and the largest step's tokens
-    (``latency``), every run's metrics (``repeats``) and their ``spread``: plain data."""
+    """Chunked prefill's trade on ``model``: ``trace`` served per mode of ``modes`` without
+    chunked prefill (arm ``<mode>``) and with each token budget (arm ``<mode>_chunked<b>``),
+    interleaved as :func:`measure_interleaved` (no GPU timing: every arm runs the same host
+    code). Per arm: settings, per repeat TTFT/TPOT/ITL percentiles in ms and the largest
+    step's tokens (``latency``), every run's metrics and their ``spread``."""
     if not isinstance(model, TinyGPT):
         raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
     if isinstance(modes, str) or not modes or any(m not in STEP_MODES for m in modes):
@@ -330,14 +313,11 @@ def measure_chunked(model: TinyGPT, trace: str | os.PathLike[str] | Sequence[
                               decode_ms=decode_ms, seed=seed, timed=False)
     out: dict[str, Any] = {}
     for label, arm in arms.items():
-        every, latency = [m for _, m, _ in runs[label]], []
-        for d, m, _ in runs[label]:
-            row: dict[str, Any] = {f"{k}_ms": {"p50": m[f"{k}_ms"]["median"],
-                                               "p90": m[f"{k}_ms"]["p90"],
-                                               "p99": m[f"{k}_ms"]["p99"]}
-                                   for k in ("ttft", "tpot", "itl")}
-            row["max_step_tokens"] = max((s["tokens"] for s in d["steps"]), default=0)
-            latency.append(row)
+        every = [m for _, m, _ in runs[label]]
+        latency = [{**{f"{k}_ms": {"p50": m[f"{k}_ms"]["median"], "p90": m[f"{k}_ms"]["p90"],
+                                   "p99": m[f"{k}_ms"]["p99"]} for k in ("ttft", "tpot", "itl")},
+                    "max_step_tokens": max((s["tokens"] for s in d["steps"]), default=0)}
+                   for d, m, _ in runs[label]]
         out[label] = {"mode": arm["mode"], "capture_sizes": arm.get("capture_sizes"),
                       "max_num_batched_tokens": arm.get("max_num_batched_tokens"),
                       "latency": latency, "repeats": every, "spread": spread(every)}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from labkit.checks import as_int
-from labkit.measure.serve import _release, _warm_up, check_serving
+from labkit.measure.serve import _release, _warm_counts, _warm_up, check_serving
 from labkit.measure.serving_metrics import run_metrics
 from labkit.model import build_model
 from labkit.serving.loop import RealClock, ServingEngine, SimClock, StepMode, make_step_fn
@@ -52,9 +52,7 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Serve ``n_requests`` SYNTHETIC Poisson requests at each of ``rates`` (req/s) in each of
     ``modes``: the data of a ``serving_load_<preset>`` record, one ``{"mode", "rate",
-    "metrics"}`` point per pair (the same trace per rate for every mode). Each mode first
-    serves ``warmup_requests`` requests and ``warmup_runs`` runs of the lowest rate's trace,
-    discarded; ``progress(label)`` is called before each run."""
+    "metrics"}`` point per pair, after discarded warm-ups at the lowest rate."""
     modes = list(modes) if isinstance(modes, (list, tuple)) else []
     if not modes or len(set(modes)) != len(modes):
         raise ValueError("modes must be a non-empty list of distinct step modes, e.g. "
@@ -63,10 +61,7 @@ def measure_load_curve(preset_name: str = "gpt2", modes: Sequence[StepMode] = ("
             for m in modes]
     rates = check_rates(rates)
     n_requests = as_int(n_requests, "n_requests", minimum=1, fix="serve at least one request")
-    warmup_requests = as_int(warmup_requests, "warmup_requests", minimum=0,
-                             fix="give 0 (no warm-up) or more requests")
-    warmup_runs = as_int(warmup_runs, "warmup_runs", minimum=0,
-                         fix="give 0 (no warm-up run) or more runs")
+    _, warmup_runs, warmup_requests = _warm_counts(1, warmup_runs, warmup_requests)
     cfg = cfgs[0]
     traces = {r: load_trace(r, n_requests, seed=trace_seed, max_seq=cfg.max_seq) for r in rates}
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,9 +1,7 @@
 """Measure one serving reference record with its default parameters.
 
-Notebook 13 and ``labkit serve --record`` both go through :func:`measure_record`, so a record's
-``params`` are its defaults (:data:`labkit.measure.records.DEFAULTS`). :data:`INTERLEAVED`
-holds the parameters of the interleaved records (``serve_graphs_ab``: eager vs full graphs;
-``serve_breaker_ab``: the bursty trace, circuit breaker off vs on).
+Notebook 13 and ``labkit serve --record`` both call :func:`measure_record`; :data:`INTERLEAVED`
+holds the parameters of the interleaved records (eager vs full; circuit breaker off vs on).
 """
 
 from __future__ import annotations

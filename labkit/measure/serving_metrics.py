@@ -11,8 +11,7 @@ arrival time ``a``, token times ``t_0 .. t_{n-1}`` (seconds from the start of th
 * output (request) throughput = output tokens (requests) / the time of the last token.
 
 Each latency is summarised by mean, median, P90 and P99 in ms (NumPy's linear percentiles, as
-vLLM); step series are cut into windows; :func:`gpu_busy` sums the steps' GPU time. Pure
-functions of a run's data.
+vLLM). Pure functions of a run's data.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ PERCENTILES = (50, 90, 99)
 
 
 def summarize(values_s: Sequence[float]) -> dict[str, float | None]:
-    """``mean``, ``median``, ``p90``, ``p99`` of ``values_s`` (seconds) in ms (``None`` if
-    empty)."""
+    """``mean``, ``median``, ``p90``, ``p99`` of ``values_s`` (seconds) in ms."""
     if len(values_s) == 0:
         return {"mean": None, "median": None, "p90": None, "p99": None}
     ms = np.asarray(values_s, dtype=float) * 1e3
@@ -48,8 +46,8 @@ def _tokens(s: Any) -> int:
 
 
 def latencies(requests: Sequence[Any]) -> dict[str, list[float]]:
-    """Per-request TTFT, TPOT, E2EL and the pooled ITL gaps (s) of requests with
-    ``arrival_s`` and ``token_times_s`` (those without a token left out)."""
+    """Per-request TTFT, TPOT, E2EL and the pooled ITL gaps (s); requests without a token
+    left out."""
     out: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "e2el": []}
     for i, r in enumerate(requests):
         a, times = float(_get(r, "arrival_s")), [float(t) for t in _get(r, "token_times_s")]
@@ -81,8 +79,8 @@ def request_metrics(requests: Sequence[Any]) -> dict[str, Any]:
 
 def step_windows(steps: Sequence[Any], window_s: float) -> list[dict[str, Any]]:
     """Steps cut into windows of ``window_s`` seconds (by start time): per non-empty window
-    ``start_s``, ``steps``, ``graph_hit_rate``, ``padded_waste`` (padded tokens / tokens
-    computed), ``eager_fallbacks``, ``mean_batch`` (requests a step)."""
+    ``start_s``, ``steps``, ``graph_hit_rate``, ``padded_waste``, ``eager_fallbacks``,
+    ``mean_batch``."""
     if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) \
             or not math.isfinite(window_s) or window_s <= 0:
         raise ValueError(f"window_s must be a positive number of seconds, got {window_s!r}")
@@ -115,9 +113,8 @@ def run_metrics(requests: Sequence[Any], steps: Sequence[Any]) -> dict[str, Any]
 
 
 def gpu_busy(step_ms: Sequence[float] | None, duration_s: float) -> dict[str, Any]:
-    """From each decode step's GPU time in ms (``None``: not timed, then ``{}``):
-    ``gpu_busy_s``, ``gpu_busy_share`` of the run's ``duration_s`` (decode steps only) and
-    ``gpu_step_ms``."""
+    """``gpu_busy_s``, ``gpu_busy_share`` of ``duration_s`` and ``gpu_step_ms`` from each
+    decode step's GPU ms (``None``: not timed, then ``{}``)."""
     if step_ms is None:
         return {}
     busy = float(sum(step_ms)) / 1e3

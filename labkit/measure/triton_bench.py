@@ -1,15 +1,11 @@
 """Record ``triton_<preset>``: the Triton decode step beside the readable FULL graph and the
 PyTorch fused step's graph, on a GPU (notebook 12's Triton column).
 
-Correct before fast, per preset: float32 greedy tokens of the Triton step equal the readable
-step's (slot layout, and once paged); the bf16 agreement (:func:`labkit.fused.agreement`); one
-FULL graph set per step whose tokens equal its eager tokens; then the three graphs replayed in
-turn per batch size, every row attending to ``context`` positions (the floor:
-:func:`labkit.roofline.stepcost.step_bytes` at the copy bandwidth measured first); last (a
-profiler session slows later launches) each step's GPU operations by kernel name and per
-replay, the Triton count checked against its plan (:mod:`labkit.roofline.kernel_plan`).
-:func:`record_triton` saves ``triton_small`` and ``triton_gpt2`` into a run folder
-(``python -m labkit.measure.triton_bench RUN_DIR``).
+Correct before fast: float32 Triton tokens equal readable ones (slot and paged), the bf16
+agreement, graph tokens equal eager ones; then the three graphs replayed in turn per batch size
+at ``context`` positions (against the floor: :mod:`labkit.roofline.stepcost` at the copy
+bandwidth), and last (a profiler slows later launches) each step's GPU operations, the Triton
+count checked against its plan. ``python -m labkit.measure.triton_bench RUN_DIR`` records it.
 """
 
 from __future__ import annotations
@@ -42,8 +38,8 @@ DEFAULT_PARAMS = {"batch_sizes": [1, 8, 64], "dtype": "bfloat16", "context": 128
 
 
 def derived(times: Mapping[str, Sequence[Mapping]], floors: Sequence[float]) -> dict:
-    """Ratios of the medians: ``x_floor[step][i]`` (median / floor), ``speedup_vs_fused[i]``
-    and ``speedup_vs_readable[i]`` (above 1: the Triton graph is the faster)."""
+    """Ratios of the medians: ``x_floor`` (median / floor), ``speedup_vs_fused`` and
+    ``speedup_vs_readable`` (above 1: the Triton graph is the faster)."""
     med = {s: [float(t["median"]) for t in ts] for s, ts in times.items()}
     return {"x_floor": {s: [round(m / f, 3) for m, f in zip(ms, floors)]
                         for s, ms in med.items()},
@@ -63,8 +59,7 @@ def _need_compiled() -> None:
 
 def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int,
                    max_seq: int) -> dict[str, bool]:
-    """Float32: Triton greedy tokens equal readable ones (slot layout at the smallest and
-    largest size, paged at the smallest)."""
+    """Float32: Triton greedy tokens equal readable ones (slot layout, and paged)."""
     sizes = sorted({batch_sizes[0], batch_sizes[-1]})
     out = {}
     for layout, key, at in (("slot", "triton_tokens_equal_readable_float32", sizes),
@@ -174,8 +169,8 @@ def _versions() -> dict:
 
 def record_triton(run_dir: str | Path, presets: Sequence[str] = ("small", "gpt2"),
                   **overrides) -> list[Path]:
-    """Measure and save ``triton_<preset>`` for each preset with :data:`DEFAULT_PARAMS`
-    (changed by ``overrides``) under ``run_dir/results``; returns the files."""
+    """Measure and save ``triton_<preset>`` per preset with :data:`DEFAULT_PARAMS` (and
+    ``overrides``) under ``run_dir/results``; the files."""
     _need_cuda("record_triton")
     paths = []
     for name in presets:

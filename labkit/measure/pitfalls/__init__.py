@@ -1,11 +1,8 @@
 """The classic CUDA-graph pitfalls, each demonstrated live on a CUDA device with its fix.
 
-Every ``pitfall_*`` function breaks one rule on purpose, records what really happened (the
-error text, or the wrong value that came back), applies the fix and checks it, and returns
-``{"name", "what", "error", "fix", "fixed_ok", "rule", "details"}``. :func:`run_all_pitfalls`
-runs them all plus :func:`address_demo` (the result ``"pitfalls"``). Reading a record is in
-:mod:`labkit.teach.lessons.pitfalls`. Modules: ``common`` (rules, error text, clean-up),
-``demos`` (the six pitfalls), ``compiled`` (torch.compile), ``addresses`` and ``runner``.
+Every ``pitfall_*`` function breaks one rule on purpose, records what happened, applies the
+fix and checks it; :func:`run_all_pitfalls` runs them all plus :func:`address_demo` (the
+record ``"pitfalls"``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Where a captured graph reads and writes: the absolute device addresses of its buffers,
-the allocator segment each lies in, and (with the CUDA driver bindings) the addresses baked
-into its kernels' arguments."""
+"""Where a captured graph reads and writes: its buffers' device addresses, their allocator
+segments and (with the CUDA driver bindings) the addresses in its kernels' arguments."""
 
 from __future__ import annotations
 
@@ -72,10 +71,9 @@ def kernel_pointer_args(graph: torch.cuda.CUDAGraph, ptrs: Sequence[int]) -> dic
 
 
 def address_demo(device: str | torch.device = "cuda", replays: int = 5) -> dict:
-    """Where a captured graph reads and writes: two graphs in one shared pool, A replayed
-    with new inputs; its output's ``data_ptr()`` each time (identical), the allocator segment
-    of each pointer (an absolute address, not a pool offset) and whether the addresses sit
-    in a graph's kernel arguments (:func:`kernel_pointer_args`)."""
+    """Two graphs in one shared pool, A replayed with new inputs: its output's ``data_ptr()``
+    each time, each pointer's allocator segment and whether the addresses sit in a graph's
+    kernel arguments (:func:`kernel_pointer_args`)."""
     dev = _require_cuda(device)
     pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream()

@@ -1,5 +1,4 @@
-"""The rules the pitfalls break and the helpers every demonstration shares (the CUDA check,
-error texts, clean-up, a labkit and a raw capture, the dict each pitfall returns)."""
+"""The rules the pitfalls break and the helpers every demonstration shares."""
 
 from __future__ import annotations
 

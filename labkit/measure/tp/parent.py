@@ -21,8 +21,8 @@ from labkit.measure.tp.worker import rank_main
 
 def _launch(parts: Sequence[str], world_size: int, backend: str, spec: dict, timeout_s: float,
             partial: Path) -> tuple[list[dict], dict, str | None]:
-    """Run ``parts`` on every rank: (per-rank results, launcher info, failure or None; on a
-    failure, what rank 0 saved)."""
+    """Run ``parts`` on every rank: (per-rank results, or what rank 0 saved before a failure;
+    launcher info; the failure or None)."""
     info: dict = {}
     spec = {**spec, "parts": list(parts), "partial": str(partial)}
     t0 = time.perf_counter()
@@ -45,7 +45,7 @@ def _launch(parts: Sequence[str], world_size: int, backend: str, spec: dict, tim
 def _merge(results: list[dict], into: dict, methods: Sequence[str], n: int,
            keep: Callable[[str], bool]) -> None:
     """Merge rank 0's times, every rank's medians, checks that hold on every rank and errors of
-    any rank into ``into``, checks and errors only where ``keep(key)``."""
+    any rank into ``into`` (checks and errors where ``keep(key)``)."""
     if not results:
         return
     r0 = results[0]
@@ -57,17 +57,13 @@ def _merge(results: list[dict], into: dict, methods: Sequence[str], n: int,
                                        for i in range(n)]
     for res in results:
         for k, v in res["checks"].items():
-            if not keep(k):
-                continue
-            prev = into["checks"].get(k)
-            if isinstance(v, bool):
-                into["checks"][k] = v if prev is None else bool(prev and v)
-            else:
-                into["checks"][k] = v if prev is None else min(prev, v)
+            if keep(k):
+                prev = into["checks"].get(k)
+                into["checks"][k] = (v if prev is None else bool(prev and v)
+                                     if isinstance(v, bool) else min(prev, v))
         for k, v in res["errors"].items():
-            if not keep(k):
-                continue
-            into["errors"].setdefault(k, f"rank {res['rank']}: {v}")
+            if keep(k):
+                into["errors"].setdefault(k, f"rank {res['rank']}: {v}")
         for k, v in res.get("skipped", {}).items():
             if keep(k):
                 into["skipped"].setdefault(k, v)
