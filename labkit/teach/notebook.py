@@ -42,9 +42,8 @@ class NotebookContext:
     def state(self, statement: str, holds: Any, shows: str = "", *, about: Any = None) -> bool:
         """A statement check, recorded as the record(s) ``about`` say, else by the tier."""
         recorded = statements.is_reference(about)
-        if recorded is None:
-            recorded = not self.live
-        return statements.check(statement, holds, shows, recorded=recorded)
+        return statements.check(statement, holds, shows,
+                                recorded=not self.live if recorded is None else recorded)
 
     @staticmethod
     def say(template: str, /, **values: Any) -> None:

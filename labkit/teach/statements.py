@@ -71,9 +71,8 @@ def is_reference(records: Any) -> bool | None:
 
 
 def check(statement: str, holds: Any, shows: str = "", *, recorded: bool) -> bool:
-    """Check one statement (``holds``: truthy when it holds; ``shows``: what the record shows,
-    with its numbers): false and ``recorded`` raises :class:`StatementError`, false and
-    measured here prints what this machine shows. Returns whether it holds."""
+    """Whether ``holds``; if not, raise :class:`StatementError` when ``recorded``, else print
+    ``shows`` (what this machine's record shows, with its numbers)."""
     if holds:
         print(f"checked: {statement}" + (f" ({shows})" if shows else ""))
         return True

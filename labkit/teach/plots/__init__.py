@@ -70,7 +70,6 @@ def finish(fig, title: str, x: str, y: str, *, subtitle: str | None = None, reco
            **kw):
     """:func:`base_layout` with room for a two-line title (the legend sits under the plot);
     ``subtitle`` defaults to ``record``'s provenance line."""
-    register_template()
     subtitle = record_provenance(record) if subtitle is None else subtitle
     fig = base_layout(fig, title, x, y, subtitle=subtitle, **kw)
     if subtitle:
