@@ -1,9 +1,7 @@
-"""Statement checks: every sentence a notebook states about a measurement, as code beside it
-(``nb.state("smallest first ends no larger", sf <= 1.1 * lf, f"{sf:.0f} vs {lf:.0f} MiB")``).
-On recorded references a false statement raises :class:`StatementError` (nbval fails, so a
-re-recorded reference cannot contradict the text unnoticed); measured live, it prints what this
-GPU shows and the notebook goes on. :func:`say` shows markdown with a record's numbers filled in.
-"""
+"""Statement checks: every sentence a notebook states about a measurement, as code beside it.
+On recorded references a false statement raises :class:`StatementError` (so a re-recorded
+reference cannot contradict the text unnoticed); measured live, it prints what this GPU shows.
+:func:`say` shows markdown with a record's numbers filled in."""
 
 from __future__ import annotations
 
