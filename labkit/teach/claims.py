@@ -28,8 +28,7 @@ ARTICLE_NAMES = ("enable_cuda_graph", "cuda_graph_batch_sizes", "graph_pool_size
 
 
 def check_replay_speedup(records: Mapping[str, Any]) -> Assessment:
-    """Graph replay vs eager per decode record and batch size (sampled interleaved): the
-    speed-up, the timing word, the host's cost per launch and the eager step's per kernel."""
+    """Graph replay vs eager (sampled interleaved) per decode record and batch size."""
     lo, hi = CLAIMED_SPEEDUP
     per: dict[str, dict[str, Any]] = {}
     words: list[str] = []

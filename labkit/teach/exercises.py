@@ -1,8 +1,6 @@
-"""Self-checking exercises (``ex = Exercise("2.1 pad"); ex.check("padded size", got, want);
-ex.report()``): a check prints what passed and what did not, with a hint, and never raises (a
-notebook with open TODOs keeps running), except in strict mode (``LABKIT_STRICT_EXERCISES=1``,
-how the solutions run), where a failing or unanswered check, or an exercise with none, raises
-:class:`StrictExerciseError`."""
+"""Self-checking exercises: a check prints what passed and what did not, with a hint, and never
+raises (open TODOs keep a notebook running), except in strict mode (``LABKIT_STRICT_EXERCISES=1``,
+how the solutions run), where a failing or unanswered check, or no check, raises."""
 
 from __future__ import annotations
 

@@ -42,9 +42,8 @@ class NotebookContext:
     def state(self, statement: str, holds: Any, shows: str = "", *, about: Any = None) -> bool:
         """A statement check, recorded as the record(s) ``about`` say, else by the tier."""
         recorded = statements.is_reference(about)
-        if recorded is None:
-            recorded = not self.live
-        return statements.check(statement, holds, shows, recorded=recorded)
+        return statements.check(statement, holds, shows,
+                                recorded=not self.live if recorded is None else recorded)
 
     @staticmethod
     def say(template: str, /, **values: Any) -> None:
@@ -90,12 +89,11 @@ def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
             f'background:#f7f7f7">{msg}</div>')
 
 
-def setup(name: str, *, reference_gpu: str | None = None, gpus: int = 1,
-          quiet: bool = False) -> NotebookContext:
+def setup(name: str, *, gpus: int = 1, quiet: bool = False) -> NotebookContext:
     """Set-up cell: versions, tier banner, plotly renderer; returns the context."""
     import torch
 
-    reference_gpu = reference_gpu or reference_folder(gpus)  # checks gpus
+    reference_gpu = reference_folder(gpus)  # checks gpus
     threads = envvars.cpu_threads()
     if threads:  # CI and small shared machines: one thread is far faster for a tiny model
         torch.set_num_threads(threads)

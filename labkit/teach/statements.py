@@ -1,9 +1,7 @@
-"""Statement checks: every sentence a notebook states about a measurement, as code beside it
-(``nb.state("smallest first ends no larger", sf <= 1.1 * lf, f"{sf:.0f} vs {lf:.0f} MiB")``).
-On recorded references a false statement raises :class:`StatementError` (nbval fails, so a
-re-recorded reference cannot contradict the text unnoticed); measured live, it prints what this
-GPU shows and the notebook goes on. :func:`say` shows markdown with a record's numbers filled in.
-"""
+"""Statement checks: every sentence a notebook states about a measurement, as code beside it.
+On recorded references a false statement raises :class:`StatementError` (so a re-recorded
+reference cannot contradict the text unnoticed); measured live, it prints what this GPU shows.
+:func:`say` shows markdown with a record's numbers filled in."""
 
 from __future__ import annotations
 
@@ -71,9 +69,8 @@ def is_reference(records: Any) -> bool | None:
 
 
 def check(statement: str, holds: Any, shows: str = "", *, recorded: bool) -> bool:
-    """Check one statement (``holds``: truthy when it holds; ``shows``: what the record shows,
-    with its numbers): false and ``recorded`` raises :class:`StatementError`, false and
-    measured here prints what this machine shows. Returns whether it holds."""
+    """Whether ``holds``; if not, raise :class:`StatementError` when ``recorded``, else print
+    ``shows`` (what this machine's record shows, with its numbers)."""
     if holds:
         print(f"checked: {statement}" + (f" ({shows})" if shows else ""))
         return True

@@ -1,5 +1,4 @@
-"""Capture modes (notebook 10): graph launches, vLLM's runtime mode, the attention launch of a
-step, a record's rows."""
+"""Capture modes (notebook 10): graph launches, vLLM's runtime mode, attention launches, rows."""
 
 from __future__ import annotations
 
@@ -79,9 +78,8 @@ def mode_rows(record: Any) -> list[dict]:
 
 def step_rows(steps: Mapping[str, tuple[Sequence[int], int]],
               checks: Mapping[str, Mapping[str, Any]]) -> list[dict]:
-    """Per step ``name -> (tokens per request, 1 + k)`` and its check
-    (:func:`labkit.measure.lesson_runs.check_mixed_step`): requests, tokens, uniform, the
-    descriptor, the runtime mode and the logits against the full forward pass."""
+    """Per step ``name -> (tokens per request, 1 + k)``: its shape and its check
+    (:func:`labkit.measure.lesson_runs.check_mixed_step`) against the full forward pass."""
     rows = []
     for name, (lens, q) in steps.items():
         c = checks[name]
@@ -96,10 +94,9 @@ def step_rows(steps: Mapping[str, tuple[Sequence[int], int]],
 
 def attention_launch(mode: str, key: BatchDescriptor, query_lens: Sequence[int],
                      uniform_query_len: int = 1) -> tuple[int, int]:
-    """(requests, longest query): what labkit's attention launch is shaped by for a step of
-    ``query_lens`` run as ``mode`` with ``key``, as :meth:`labkit.mixed.MixedRunner.step`
-    stages it: FULL ``num_tokens // q`` requests of ``q``; PIECEWISE the padded tokens as
-    one-token requests; NONE the requests as they are."""
+    """(requests, longest query) of the attention launch :meth:`labkit.mixed.MixedRunner.step`
+    stages: FULL ``num_tokens // q`` requests of ``q``, PIECEWISE the padded tokens as one-token
+    requests, NONE the requests as they are."""
     lens = as_int_list(query_lens, "query_lens", minimum=1)
     if mode == "FULL":
         return key.num_tokens // uniform_query_len, uniform_query_len
@@ -133,8 +130,7 @@ MIXED_WAYS: dict[str, dict[str, tuple[str, str]]] = {
 
 
 def mixed_rows(record: Any) -> list[dict]:
-    """Per batch kind of a ``mixed_<preset>`` record and way of running it: the runtime mode,
-    tokens, median µs and p10–p90 of the step."""
+    """Per batch kind and way of a ``mixed_<preset>`` record: runtime mode, tokens, step µs."""
     d = view(record, Mixed)
     kinds = {"uniform": [f"decode, {b} row{'s' * (b != 1)}" for b in d.batch_sizes],
              "mixed": [f"{r} decode row{'s' * (r != 1)} + {c}-token chunk" for r, c in d.shapes]}

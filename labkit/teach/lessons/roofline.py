@@ -71,14 +71,13 @@ def nodes_per_step(record: Any, variant: str = "graph") -> int | None:
     return n or None
 
 
-def node_model(record: Any, batch: int = 1, empty_node_us: float = 0.0,
-               variant: str = "graph") -> dict:
-    """At ``batch``: step, floor, nodes, µs per node and ``floor + nodes × empty_node_us``."""
+def node_model(record: Any, batch: int = 1, empty_node_us: float = 0.0) -> dict:
+    """FULL graph at ``batch``: step, floor, nodes, µs per node, floor + nodes × empty_node_us."""
     r = view(record, Roofline)
     if batch not in r.batch_sizes:
         raise KeyError(f"batch {batch} is not in the record; it has {r.batch_sizes}")
     i = r.batch_sizes.index(batch)
-    t, floor, n = r.median_us(variant)[i], r.roofline_us()[i], nodes_per_step(r, variant) or 0
+    t, floor, n = r.median_us("graph")[i], r.roofline_us()[i], nodes_per_step(r) or 0
     return {"batch": batch, "step_us": t, "floor_us": floor, "nodes": n,
             "us_per_node": rk.ratio(t, n or None), "over_floor": rk.ratio(t, floor),
             "predicted_us": floor + n * empty_node_us}

@@ -29,17 +29,14 @@ def shared_residual_from_record(pool_data: Mapping) -> float:
     return max(0.0, extra / (n - 1)) if n > 1 else 0.0
 
 
-def time_model(disp_data: Mapping, method: str = "graph_exact", *, stat: str = "median",
-               monotone: bool = True) -> Interpolated:
-    """``size -> µs`` of ``method`` in a dispatcher record, interpolated (made monotone)."""
+def time_model(disp_data: Mapping, method: str = "graph_exact") -> Interpolated:
+    """``size -> µs`` (median) of ``method`` in a dispatcher record, made monotone, interpolated."""
     disp = view(disp_data, Dispatcher)
     if method not in disp.times:
         raise ValueError(f"the record has no times[{method!r}]; pass a 'dispatcher_<preset>' "
                          f"record and one of {sorted(disp.times)}")
-    pts = [(b, getattr(t, stat)) for b, t in zip(disp.batch_sizes, disp.times[method])
-           if t is not None]
-    ys = [y for _, y in pts]
-    return Interpolated(tuple(b for b, _ in pts), tuple(isotonic(ys) if monotone else ys))
+    pts = [(b, t.median) for b, t in zip(disp.batch_sizes, disp.times[method]) if t is not None]
+    return Interpolated(tuple(b for b, _ in pts), tuple(isotonic([y for _, y in pts])))
 
 
 def dispatcher_rows(disp_data: Mapping) -> list[dict]:

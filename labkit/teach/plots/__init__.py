@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Collection, Mapping, Sequence
 
-from labkit.teach.lessons import stat
+from labkit.teach.lessons import record_provenance, stat
 
 # one colour per method, the same in every chart of the suite
 COLORS: dict[str, str] = {
@@ -66,23 +66,34 @@ def base_layout(fig, title: str, x: str, y: str, *, subtitle: str = "", log_x: b
     return fig
 
 
-def finish(fig, title: str, x: str, y: str, *, subtitle: str = "", **kw):
-    """:func:`base_layout` with room for a two-line title (the legend sits under the plot)."""
-    register_template()
+def finish(fig, title: str, x: str, y: str, *, subtitle: str | None = None, record: Any = None,
+           **kw):
+    """:func:`base_layout` with room for a two-line title (the legend sits under the plot);
+    ``subtitle`` defaults to ``record``'s provenance line."""
+    subtitle = record_provenance(record) if subtitle is None else subtitle
     fig = base_layout(fig, title, x, y, subtitle=subtitle, **kw)
     if subtitle:
         fig.update_layout(margin=dict(t=100))
     return fig
 
 
-def stats_error_bars(stats: Sequence[Any]) -> dict:
-    """Plotly ``error_y`` from Stats: p10 below, p90 above the median (0 where missing)."""
-    m = [stat(s, "median") for s in stats]
-    lo, hi = [stat(s, "p10") for s in stats], [stat(s, "p90") for s in stats]
+def provenances(records: Sequence[Any]) -> str:
+    """The distinct provenance lines of ``records``, joined by ``; ``."""
+    return "; ".join(dict.fromkeys(p for r in records if (p := record_provenance(r))))
+
+
+def _whiskers(m: Sequence[Any], lo: Sequence[Any], hi: Sequence[Any]) -> dict:
+    """Plotly ``error_y``: ``lo`` below, ``hi`` above each ``m`` (0 where one is missing)."""
     return dict(type="data", symmetric=False,
                 array=[h - x if h is not None and x is not None else 0 for h, x in zip(hi, m)],
                 arrayminus=[x - low if low is not None and x is not None else 0
                             for low, x in zip(lo, m)])
+
+
+def stats_error_bars(stats: Sequence[Any]) -> dict:
+    """Plotly ``error_y`` from Stats: p10 below, p90 above the median (0 where missing)."""
+    return _whiskers([stat(s) for s in stats], [stat(s, "p10") for s in stats],
+                     [stat(s, "p90") for s in stats])
 
 
 def stats_bar(x: Sequence, stats: Sequence[Any], name: str, colour: str, **kw: Any):
@@ -105,12 +116,7 @@ def lines(x: Sequence, series: Mapping[str, Sequence[float]], *, title: str, x_t
     go = plotly_go()
     fig = go.Figure()
     for key, ys in series.items():
-        err = None
-        if errors and key in errors:
-            lo, hi = errors[key]
-            err = dict(type="data", symmetric=False,
-                       array=[h - y for h, y in zip(hi, ys)],
-                       arrayminus=[y - lo_ for lo_, y in zip(lo, ys)])
+        err = _whiskers(ys, *errors[key]) if errors and key in errors else None
         fig.add_trace(go.Scatter(x=list(x), y=list(ys), name=label(key), mode="lines+markers",
                                  line=dict(color=color(key)), error_y=err))
     return base_layout(fig, title, x_title, y_title, subtitle=subtitle, log_x=log_x, log_y=log_y)

@@ -6,13 +6,12 @@ from typing import Any
 from collections.abc import Mapping
 
 from labkit.measure.records import Decode, view
-from labkit.teach.lessons import record_provenance
-from labkit.teach.plots import color, finish, plotly_go, stats_bar
+from labkit.teach.plots import color, finish, plotly_go, provenances, stats_bar
 
 
 def speedup_vs_claim(records: Mapping[str, Any], claimed: tuple[float, float]):
     """Eager and graph-replay step time per model and batch size, the speed-up on each bar."""
-    fig, subs = plotly_go().Figure(), []
+    fig = plotly_go().Figure()
     for i, (name, rec) in enumerate(sorted(records.items())):
         d = view(rec, Decode)
         x = [f"{name.removeprefix('decode_')} bs {b}" for b in d.batch_sizes]
@@ -20,11 +19,9 @@ def speedup_vs_claim(records: Mapping[str, Any], claimed: tuple[float, float]):
             fig.add_trace(stats_bar(
                 x, d.times[m], m, color(m), showlegend=i == 0, textposition="outside",
                 text=None if m == "eager" else [f"{s:.1f}×" for s in d.speedup_vs_eager(m)]))
-        if (prov := record_provenance(rec)) and prov not in subs:
-            subs.append(prov)
     if not fig.data:
         raise ValueError("no decode record with eager and graph times")
     fig.update_layout(barmode="group")
     return finish(fig, f"Eager vs graph replay (claimed: {claimed[0]:g}–{claimed[1]:g}× faster)",
-                  "model and batch size", "decode step (µs, log)", subtitle="; ".join(subs),
-                  log_y=True)
+                  "model and batch size", "decode step (µs, log)", log_y=True,
+                  subtitle=provenances([records[n] for n in sorted(records)]))

@@ -6,7 +6,6 @@ from typing import Any
 from collections.abc import Sequence
 
 from labkit.measure.records import Compile, view
-from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons.fairness import compare, fair_compile_size
 from labkit.teach.plots import check_methods, color, finish, label, plotly_go, stats_bar
 
@@ -37,8 +36,7 @@ def step_time_bars(record: Any, *, methods: Sequence[str] | None = None,
                               for m in methods])
     fig.update_layout(barmode="group")
     return finish(fig, f"Decode step: manual graphs vs torch.compile ({d.preset})", "batch size",
-                  "µs per step (median)", log_y=log_y,
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  "µs per step (median)", log_y=log_y, subtitle=subtitle, record=record)
 
 
 def break_even_steps(record: Any, batch: int) -> float:
@@ -69,5 +67,4 @@ def total_time_chart(record: Any, batch: int, max_steps: int = 10 ** 6, *,
         fig.add_vline(x=be, line_dash="dot", line_color=color("compile"),
                       annotation_text=f"compile pays off after {be:,.0f} steps")
     return finish(fig, f"Time to serve n steps at batch {batch}, set-up included", "decode steps",
-                  "seconds", log_x=True, log_y=True,
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  "seconds", log_x=True, log_y=True, subtitle=subtitle, record=record)

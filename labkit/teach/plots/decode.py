@@ -6,8 +6,8 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from labkit.measure.records import Decode, view
-from labkit.teach.lessons import record_provenance
-from labkit.teach.plots import check_methods, color, finish, label, plotly_go, stats_bar
+from labkit.teach.plots import (check_methods, color, finish, label, plotly_go, provenances,
+                                stats_bar)
 
 PRESET_COLORS = {"small": "#6baed6", "gpt2": "#08519c", "char": "#9ecae1", "test": "#c6dbef"}
 
@@ -29,23 +29,21 @@ def step_time_chart(record: Any, *, methods: Sequence[str] | None = None,
         cfg) else ""
     fig.update_layout(barmode="group")
     return finish(fig, f"Decode step time: {data.preset}{shape}, {data.dtype}".rstrip(", "),
-                  "batch size", "µs per step (median)", log_y=log_y,
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  "batch size", "µs per step (median)", log_y=log_y, subtitle=subtitle,
+                  record=record)
 
 
 def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any] | None = None,
                      cpu_label: str = "CPU eager (this machine, live)",
                      subtitle: str | None = None):
     """Eager step time per batch size of several presets, beside live CPU ``cpu_times``."""
-    fig, subs, cats = plotly_go().Figure(), [], set()
+    fig, cats = plotly_go().Figure(), set()
     for name, rec in records.items():
         data = view(rec, Decode)
         gpu = (getattr(rec, "env", None) or {}).get("gpu_name") or "GPU"
         fig.add_trace(_bar(data.batch_sizes, data.times["eager"], f"{gpu} eager, {name}",
                            PRESET_COLORS.get(name, "#3182bd")))
         cats |= set(data.batch_sizes)
-        if record_provenance(rec) not in subs:
-            subs.append(record_provenance(rec))
     if cpu_times:
         fig.add_trace(_bar(list(cpu_times), list(cpu_times.values()), cpu_label, color("cpu")))
         cats |= set(cpu_times)
@@ -53,5 +51,5 @@ def eager_step_chart(records: Mapping[str, Any], *, cpu_times: Mapping[int, Any]
     fig.update_xaxes(type="category", categoryorder="array",
                      categoryarray=[str(c) for c in sorted(cats)])
     return finish(fig, "Eager decode step time", "batch size", "µs per step (median)",
-                  subtitle="; ".join(s for s in subs if s) if subtitle is None else subtitle,
+                  subtitle=provenances(list(records.values())) if subtitle is None else subtitle,
                   log_y=True)

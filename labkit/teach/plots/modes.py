@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from labkit.measure.records import Modes, view
 from labkit.teach.lessons import modes as lm
-from labkit.teach.lessons import record_provenance
 from labkit.teach.plots import check_methods, color, finish, plotly_go, stats_bar
 
 MODE_COLORS: dict[str, str] = {"eager": color("eager"), "piecewise": "#ff7f0e",
@@ -31,4 +30,4 @@ def step_time_bars(record: Any, *, modes: Sequence[str] | None = None,
     fig.update_layout(barmode="group")
     return finish(fig, f"Decode step per capture mode ({d.preset}, {d.n_layer} layers)",
                   "batch size", "µs per step (median)", log_y=log_y,
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  subtitle=subtitle, record=record)

@@ -6,7 +6,6 @@ from typing import Any
 from collections.abc import Sequence
 
 from labkit.measure.records import Multistep, Roofline, view
-from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons import roofline as lr
 from labkit.teach.plots import (check_methods, color, finish, plotly_go, stats_bar,
                                 stats_error_bars)
@@ -39,7 +38,7 @@ def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
                              line=dict(color="#444444", dash="dash")))
     return finish(fig, f"Decode step against its floor ({r.preset}, {r.config['n_layer']} layers,"
                   f" {r.context} positions per row)", "batch size", "µs per step (median)",
-                  subtitle=record_provenance(record) if subtitle is None else subtitle,
+                  subtitle=subtitle, record=record,
                   log_x=True, log_y=True)
 
 
@@ -51,5 +50,4 @@ def multistep_chart(record: Any, *, subtitle: str | None = None):
                                         COLORS.get(k, color(k))) for k in m.methods])
     fig.update_layout(barmode="group")
     return finish(fig, f"{m.n_steps} decode steps: per-step time ({m.preset})", "batch size",
-                  "µs per step (median)",
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  "µs per step (median)", subtitle=subtitle, record=record)

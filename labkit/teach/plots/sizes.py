@@ -46,7 +46,7 @@ def trace_histogram(dist: Mapping[int, float], capture_sets: Mapping[str, Sequen
 def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[float, float]]
                  | None = None, budget: float | None = None,
                  title: str = "Graph memory vs expected decode step time",
-                 subtitle: str = "", cost_unit: str = "µs"):
+                 subtitle: str = ""):
     """The Pareto front as a step line, ``chosen`` a star, ``named`` points, ``budget`` a line."""
     go = plotly_go()
     if not front:
@@ -56,7 +56,7 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
         mode="lines+markers", line_shape="hv", name="Pareto front (optimal sets)",
         line=dict(color=COLORS["graph"]), marker=dict(size=7),
         text=[f"k={p.k}: {list(p.sizes)}" for p in front],
-        hovertemplate="%{text}<br>%{x:.2f} MiB, %{y:.1f} " + cost_unit + "<extra></extra>"))
+        hovertemplate="%{text}<br>%{x:.2f} MiB, %{y:.1f} µs<extra></extra>"))
     for i, (name, (mem, cost)) in enumerate((named or {}).items()):
         fig.add_trace(go.Scatter(x=[mem / MiB], y=[cost], mode="markers+text", name=name,
                                  text=[name], textposition="top center",
@@ -71,5 +71,5 @@ def pareto_chart(front: Sequence, *, chosen=None, named: Mapping[str, tuple[floa
         fig.add_vline(x=budget / MiB, line_dash="dash", line_color="#444",
                       annotation_text="memory budget", annotation_position="bottom right")
     fig.update_layout(margin=dict(t=110))
-    return base_layout(fig, title, "graph memory (MiB)", f"expected step time ({cost_unit})",
+    return base_layout(fig, title, "graph memory (MiB)", "expected step time (µs)",
                        subtitle=subtitle)

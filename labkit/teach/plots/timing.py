@@ -6,7 +6,6 @@ from typing import Any
 from collections.abc import Sequence
 
 from labkit.measure.records import LaunchOverhead, Timeline, view
-from labkit.teach.lessons import record_provenance
 from labkit.teach.lessons.launch import MEET_RATIO, crossover_point, point_at, sweep_rows
 from labkit.teach.plots import (check_methods, color, finish, label, plotly_go, stats_bar,
                                 stats_error_bars)
@@ -45,7 +44,7 @@ def launch_overhead_bars(record: Any, *, cpu: Any = None, subtitle: str | None =
                                insidetextanchor="middle") for n, c, bs in traces])
     fig.update_layout(barmode="group", showlegend=cpu is not None)
     return finish(fig, "What one kernel launch costs", "", "µs (median, p10–p90)",
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  subtitle=subtitle, record=record)
 
 
 def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float = MEET_RATIO,
@@ -82,7 +81,7 @@ def sweep_chart(record: Any, *, highlight: int | None = None, meet_ratio: float 
                      ticktext=[pow2_label(p["numel"], show_value=False) for p in sweep])
     return finish(fig, "Work per kernel: when does the launch stop mattering?",
                   "elements per kernel (float32, x.mul_)", "µs per kernel (median)",
-                  subtitle=record_provenance(record) if subtitle is None else subtitle,
+                  subtitle=subtitle, record=record,
                   log_x=True, log_y=True)
 
 
@@ -111,5 +110,4 @@ def timeline_chart(record: Any, *, methods: Sequence[str] = ("eager", "graph"),
                       showlegend=False)
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
     return finish(fig, title or "Decode steps on a timeline: CPU launches vs GPU kernels",
-                  "time (µs from the first event)", "",
-                  subtitle=record_provenance(record) if subtitle is None else subtitle)
+                  "time (µs from the first event)", "", subtitle=subtitle, record=record)
