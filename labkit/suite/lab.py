@@ -1,10 +1,7 @@
 """``labkit lab``: JupyterLab on the suite's notebooks, for workshop participants.
 
-:func:`start_lab` runs JupyterLab in the foreground on ``notebooks/`` (loopback only, with a
-token, no update or news checks) until Ctrl-C, SIGTERM or SIGHUP (:func:`stop_process_group`),
-leaving no server behind. Its kernels get the suite engine's environment
-(:func:`labkit.suite.engine.kernel_environment`), so notebooks import the same labkit as
-``labkit run``.
+:func:`start_lab` runs it in the foreground on ``notebooks/`` (loopback only, with a token)
+until Ctrl-C, SIGTERM or SIGHUP, leaving no server behind.
 """
 
 from __future__ import annotations

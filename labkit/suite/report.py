@@ -1,7 +1,5 @@
-"""HTML pages for ``labkit run``: the run folder's and the sweep's ``index.html`` and the HTML
-export of each executed notebook. The index pages are self-contained (inline CSS, no scripts,
-no network addresses) and link only inside the run folder, so it can be copied or opened
-offline.
+"""HTML pages for ``labkit run``: the run's and the sweep's ``index.html`` (self-contained,
+offline) and the HTML export of each executed notebook.
 """
 
 from __future__ import annotations

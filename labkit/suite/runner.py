@@ -1,16 +1,9 @@
 """``labkit run``: execute the notebook suite (or some notebooks, or a parameter sweep) with
-papermill, into a fresh run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/``::
+papermill, into a fresh run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/`` holding
+``run.json``, ``notebooks/``, ``html/``, ``results/`` and ``index.html``.
 
-    run.json              environment record, parameters, per-notebook status and duration
-    notebooks/NN_x.ipynb  the executed notebooks (outputs included)
-    html/NN_x.html        their HTML exports (images embedded)
-    results/<name>.json   result records the notebooks saved (labkit.measure.results.save_result)
-    index.html            a self-contained report page (labkit.suite.report)
-
-A sweep (``--sweep grid.yaml``) makes one run folder per combination plus
-``runs/sweep-<stamp>/`` (``sweep.json``, ``index.html``). Everything is checked before a folder
-is made (:func:`plan_run`, :func:`plan_sweep`); failed notebooks are in the result, not an
-exception.
+A sweep (``--sweep grid.yaml``) makes one run folder per combination plus ``runs/sweep-<stamp>/``.
+Everything is checked before a folder is made (:func:`plan_run`, :func:`plan_sweep`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """``labkit slides``: export executed notebooks to reveal.js decks and HTML pages that work
 OFFLINE (no CDN address left in the page), charts included.
 
-The executed notebooks come from a ``labkit run`` folder: the one given, else the newest
-complete run (:func:`choose_run`); a notebook no run holds is executed here with the suite
-engine, so a CPU machine still gets decks of the recorded reference charts. A deck shows what
-the deck rules choose per cell (:mod:`~.deck`); a page shows every cell but the parameters.
-Pages load plotly.js from the plotly wheel, decks reveal.js and MathJax from local npm copies
-(:mod:`~.assets`); widgets are drawn from their saved state (:mod:`~.widgets`); hints stay
-folded (:mod:`labkit.suite.details`); a page that would still load anything from the network
-fails the export (:mod:`~.offline`). The other modules: :mod:`~.prepare` (a notebook made
-ready for export), :mod:`~.exporters` (nbconvert exporters and templates), :mod:`~.runs`
-(which run folder to export).
+The notebooks come from a ``labkit run`` folder (:func:`choose_run`); one no run holds is
+executed here, so a CPU machine still gets decks of the recorded reference charts.
 """
 
 from __future__ import annotations
