@@ -148,19 +148,15 @@ def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
 
 
 def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | None = None,
-                       cpu_threads: int | None = None,
                        environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a suite kernel gets on top of ``environ`` (default: this process's):
-    ``PYTHONPATH``, ``LABKIT_RUN_DIR``, ``PLOTLY_RENDERER`` and ``LABKIT_CPU_THREADS``, every
-    LABKIT_* value checked first."""
+    ``PYTHONPATH``, ``LABKIT_RUN_DIR`` and ``PLOTLY_RENDERER``, every LABKIT_* value checked."""
     base = dict(os.environ if environ is None else environ)
     out = {"PYTHONPATH": kernel_pythonpath(base)}
     if run_dir is not None:
         out[envvars.RUN_DIR] = str(Path(run_dir).resolve())
     out[envvars.PLOTLY_RENDERER] = plotly_renderer or envvars.plotly_renderer(
         base, default=DEFAULT_PLOTLY_RENDERER)
-    if cpu_threads is not None:
-        out[envvars.CPU_THREADS] = str(cpu_threads)
     envvars.check_environment({**base, **out})
     return out
 
@@ -177,11 +173,10 @@ class NotebookResult:
     duration_s: float = 0.0
     records: list[str] = field(default_factory=list)
     error_record: dict | None = None
-    interrupted: bool = False
 
     @property
     def status(self) -> str:
-        return "interrupted" if self.interrupted else ("ok" if self.ok else "failed")
+        return "ok" if self.ok else "failed"
 
 
 def error_record(exc: BaseException) -> dict:
@@ -298,9 +293,6 @@ def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, A
                 kernel_manager_class=_kernel_manager_class(log_file, env),
             )
         result.ok = True
-    except KeyboardInterrupt:
-        result.interrupted = True
-        raise
     except Exception as exc:  # a failing notebook is a result, not a crash of the caller
         result.error_record = error_record(exc)
         result.error = result.error_record["summary"]
