@@ -436,8 +436,6 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
         status = _status(r.get("status"))
         if r.get("failed"):
             status += f'<div class="err">failed: {_e(", ".join(r["failed"]))}</div>'
-        if r.get("error"):
-            status += f'<div class="err">{_e(r["error"])}</div>'
         nbtext = (f"{r.get('notebooks_ok', 0)}/{r.get('notebooks_total', 0)}"
                   if "notebooks_total" in r else "-")
         rows.append([str(r.get("index", ""))] + [_value(combo.get(k)) for k in keys]

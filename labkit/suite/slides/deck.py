@@ -25,7 +25,6 @@ import copy
 import itertools
 import math
 import re
-from dataclasses import dataclass
 
 #: Tag of a code cell whose source a deck shows (it is hidden otherwise).
 SLIDE_CODE_TAG = "slide-code"
@@ -211,15 +210,6 @@ def _split_visuals(cell) -> list:
     return cells
 
 
-@dataclass
-class _Slide:
-    lines: float = 0.0
-    visuals: int = 0
-
-    def empty(self) -> bool:
-        return not self.lines and not self.visuals
-
-
 def deck_notebook(nb):
     """Apply the deck rules (module docstring) to an executed notebook, in place; returns it."""
     cells, pending = [], 0
@@ -254,20 +244,19 @@ def deck_notebook(nb):
             continue
         cells.extend(_split_visuals(cell) if cell.cell_type == "code" else [cell])
 
-    slide = _Slide()
+    on_slide: tuple[float, int] = (0.0, 0)  # (text lines, visuals) of the slide so far
     for cell in cells:
         kind = slide_type(cell)
         if kind in ("skip", "notes"):
             continue
         lines, visuals = _cell_lines(cell), _visuals(cell)
         if kind in _STARTS:
-            slide = _Slide()
-        elif not slide.empty():
-            budget = TEXT_LINES_WITH_VISUAL if (slide.visuals or visuals) else TEXT_LINES
-            if (visuals and slide.visuals) or slide.lines + lines > budget:
+            on_slide = (0.0, 0)
+        elif any(on_slide):
+            budget = TEXT_LINES_WITH_VISUAL if (on_slide[1] or visuals) else TEXT_LINES
+            if (visuals and on_slide[1]) or on_slide[0] + lines > budget:
                 _set_type(cell, "subslide")
-                slide = _Slide()
-        slide.lines += lines
-        slide.visuals += visuals
+                on_slide = (0.0, 0)
+        on_slide = (on_slide[0] + lines, on_slide[1] + visuals)
     nb.cells = cells
     return nb
