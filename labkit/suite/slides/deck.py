@@ -1,22 +1,16 @@
 """What a deck shows of an executed notebook, chosen per cell at export time
-(:func:`deck_notebook`; the notebook is not changed): one idea per slide for a speaker.
+(:func:`deck_notebook`): one idea per slide for a speaker. The rules, in order:
 
-The rules, in order:
-
-1. Left out: cells tagged ``parameters``, ``injected-parameters`` or ``statement``, the set-up
-   cell (``nb = setup(...)``) and the exercise checks (code calling ``Exercise(``).
+1. Left out: cells tagged :data:`DECK_DROP_TAGS`, the set-up cell (``nb = setup(...)``) and
+   the exercise checks (code calling ``Exercise(``).
 2. A code cell shows its outputs only, unless tagged :data:`SLIDE_CODE_TAG`; one left with
    nothing to show is left out. Printed output is cut after :data:`STREAM_LINES` lines.
 3. A cell left out passes its slide start (``slide`` / ``subslide``) on to the next cell shown.
-4. One visual (chart, table, image, widget) per slide: a second one starts a sub-slide; a cell
-   with several visuals is split into one cell per visual first.
+4. One visual (chart, table, image, widget) per slide; a cell with several is split first.
 5. A markdown cell longer than :data:`TEXT_LINES` estimated lines is split at paragraph
    boundaries (never inside a code block, an HTML block or a hint); a cell that would take a
    slide past :data:`TEXT_LINES` (:data:`TEXT_LINES_WITH_VISUAL` beside a visual) starts a
    sub-slide.
-
-Charts are drawn :data:`CHART_HEIGHT` pixels high; the deck's script shrinks them further
-when a slide still does not fit, before it scales the slide.
 """
 
 from __future__ import annotations
@@ -244,7 +238,7 @@ def deck_notebook(nb):
             continue
         cells.extend(_split_visuals(cell) if cell.cell_type == "code" else [cell])
 
-    on_slide: tuple[float, int] = (0.0, 0)  # (text lines, visuals) of the slide so far
+    on_slide = (0.0, 0)  # (text lines, visuals) of the slide so far
     for cell in cells:
         kind = slide_type(cell)
         if kind in ("skip", "notes"):

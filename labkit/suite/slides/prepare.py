@@ -34,6 +34,11 @@ def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else (value or "")
 
 
+def _is_chart(data: dict) -> bool:
+    return ("application/vnd.plotly.v1+json" in data
+            or "plotly-graph-div" in _text(data.get("text/html")))
+
+
 def _is_plotlyjs_output(out) -> bool:
     html = _text((out.get("data") or {}).get("text/html", ""))
     return len(html) > 100_000 and "plotly-graph-div" not in html and bool(
@@ -93,10 +98,7 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
 
     def render(out: dict) -> str:
         nonlocal charts
-        data = out.get("data") or {}
-        if ("application/vnd.plotly.v1+json" in data
-                or "plotly-graph-div" in _text(data.get("text/html"))):
-            charts += 1
+        charts += _is_chart(out.get("data") or {})
         return output_html(out, chart_height)
 
     for cell in nb.cells:
@@ -117,15 +119,10 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
                 kept.append(from_dict({"output_type": "display_data", "metadata": {},
                                        "data": {"text/html": static}}))
                 continue
-            fig = data.get("application/vnd.plotly.v1+json")
-            if fig is not None:
-                data["text/html"] = chart_html(dict(fig), chart_height)
-                charts += 1
-            elif "text/html" in data:
-                html = _text(data["text/html"])
-                if "plotly-graph-div" in html:
-                    charts += 1
-                data["text/html"] = _REMOTE_SCRIPT_TAG.sub("", html)
+            charts += _is_chart(data)
+            if "application/vnd.plotly.v1+json" in data or "text/html" in data:
+                # a chart rebuilt from its JSON, or the HTML without remote script tags
+                data["text/html"] = output_html(out, chart_height)
             kept.append(out)
         cell.outputs = kept
     nb.metadata.pop("widgets", None)
