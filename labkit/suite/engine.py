@@ -1,7 +1,6 @@
 """The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share: finding
-notebooks (:func:`find_notebooks`), the kernel's environment (:func:`kernel_environment`) and
-executing one notebook with papermill (:func:`execute_notebook`; a failing notebook is a
-result, not an exception). Bad input raises :class:`SuiteError`; nothing here prints or exits.
+notebooks, the kernel's environment and executing one notebook with papermill (a failing
+notebook is a result, not an exception). Bad input raises :class:`SuiteError`.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 WORKSHOP_GLOB = "workshop_*.ipynb"
 #: Folder (under ``notebooks/``) of the worked solutions.
 SOLUTIONS = "solutions"
-#: The renderer of the kernels the suite starts: the plotly JSON only, which JupyterLab draws
-#: and from which every export rebuilds its charts (loading the one shared plotly.js), so an
-#: executed notebook does not carry its own 5 MB copy of the library.
+#: The renderer of the suite's kernels: the plotly JSON only (every export rebuilds its charts
+#: from it), so an executed notebook does not carry its own 5 MB copy of plotly.js.
 DEFAULT_PLOTLY_RENDERER = "plotly_mimetype"
 #: what ``labkit run`` writes into a run folder and a sweep folder
 RUN_FILE = "run.json"
@@ -226,11 +224,8 @@ def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
 
 
 def _sliced_client_class() -> type:
-    """A kernel client whose channels wait for messages in short slices.
-
-    With a large widget output the execute reply is sometimes not noticed by one long ``poll``
-    (a lost wake-up) and nbclient waits until the cell timeout; re-polling every
-    :data:`POLL_SLICE_S` seconds picks the reply up."""
+    """A kernel client whose channels wait for messages in :data:`POLL_SLICE_S` slices: one long
+    ``poll`` sometimes misses the execute reply after a large widget output (a lost wake-up)."""
     from queue import Empty
 
     from jupyter_client.asynchronous import AsyncKernelClient

@@ -112,12 +112,9 @@ def _fmt_num(x: float | int) -> str:
 
 def export_notebook_html(notebook: Path, out_html: Path, *,
                          notes: list[str] | None = None) -> Path:
-    """Export an executed notebook to an offline HTML page, made as ``labkit slides`` makes
-    its pages; returns its path.
-
-    Charts load the shared ``assets/plotly.min.js``; without a local MathJax TeX is shown as
-    written and ``notes`` says so. Raises :class:`~labkit.suite.slides.RemoteAssetError`
-    (nothing written) if the page would still load anything from the network."""
+    """Export an executed notebook to an offline HTML page as ``labkit slides`` does; returns its
+    path. Without a local MathJax TeX is shown as written (``notes`` says so); a page that would
+    load anything from the network raises :class:`~labkit.suite.slides.RemoteAssetError`."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)

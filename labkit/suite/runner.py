@@ -327,12 +327,9 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
               timeout: int = 1800, keep_going: bool = False, *, sweep: dict | None = None,
               plan: RunPlan | None = None, progress: bool = False,
               command: str | None = None) -> RunResult:
-    """Execute notebooks with papermill into a new run folder under ``out_root``.
-
-    Everything is checked first (:func:`plan_run`, or ``plan``); ``-p`` ``params`` override the
-    ``param_file``. ``timeout``: seconds per cell; after a failing notebook the rest are skipped
-    unless ``keep_going``. Writes ``run.json`` and ``index.html``; ``progress``: a bar on stderr
-    and a line per notebook on stdout."""
+    """Execute notebooks with papermill into a new run folder under ``out_root``, checked first
+    (:func:`plan_run`, or ``plan``); ``timeout``: seconds per cell; after a failing notebook the
+    rest are skipped unless ``keep_going``; ``progress``: a bar on stderr."""
     if plan is None:
         plan = plan_run(notebooks, params, param_file)
     tier = hardware_tier()

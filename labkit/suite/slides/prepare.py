@@ -1,6 +1,4 @@
-"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`): parameter
-cells dropped, the plotly.js library taken out of the outputs (the page loads one shared copy),
-every chart rebuilt from its plotly JSON, every widget drawn from its saved state, and the
+"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`), and the
 head's scripts and styles (:func:`head_html`).
 """
 
