@@ -267,8 +267,7 @@ def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, A
                      log_path: Path | None = None,
                      plotly_renderer: str | None = None) -> NotebookResult:
     """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
-    JupyterLab would) with ``parameters`` and :func:`kernel_environment`; the kernel's own output
-    goes to ``log_path``, saved records to ``run_dir``. A failing notebook gives ``ok=False``."""
+    JupyterLab would); the kernel's output goes to ``log_path``, saved records to ``run_dir``."""
     import papermill
 
     notebook, output = Path(notebook), Path(output)

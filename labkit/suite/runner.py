@@ -425,8 +425,7 @@ def run_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | N
               progress: bool = False, echo: Callable[[str], None] | None = None,
               command: str | None = None) -> SweepResult:
     """One :func:`run_suite` per combination of the grid in ``grid_file`` (swept values win over
-    ``params``), checked first (:func:`plan_sweep`); writes ``<out_root>/sweep-<stamp>/``.
-    ``echo`` receives a line as each combination starts."""
+    ``params``), checked first (:func:`plan_sweep`), into ``<out_root>/sweep-<stamp>/``."""
     if plan is None:
         plan = plan_sweep(notebooks, grid_file, params, param_file)
     say = echo or (lambda text: None)

@@ -76,9 +76,8 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                   notebooks: Sequence[str] | None = None, html: bool = True, *,
                   runs_root: Path | None = None,
                   echo: Callable[[str], None] | None = None) -> SlidesResult:
-    """Export notebooks as offline decks ``<out_dir>/NN_x.slides.html`` (and pages
-    ``NN_x.html`` when ``html``), taking the executed notebooks from ``run_dir`` or the newest
-    complete run under ``runs_root`` (:func:`choose_run`); ``echo`` gets the line saying which."""
+    """Export notebooks as offline decks ``<out_dir>/NN_x.slides.html`` (and pages ``NN_x.html``
+    when ``html``) from ``run_dir`` or the newest complete run under ``runs_root``."""
     envvars.check_environment()
     out_dir = Path(out_dir)
     sources = find_notebooks(notebooks)

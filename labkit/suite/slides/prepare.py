@@ -88,8 +88,8 @@ def output_html(out: dict, chart_height: int = PAGE_CHART_HEIGHT) -> str:
 def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
                      chart_height: int = PAGE_CHART_HEIGHT) -> tuple[object, dict]:
     """Make an executed notebook ready for an offline export, in place: cells tagged
-    ``drop_tags`` dropped, plotly.js copies removed, charts rebuilt from their JSON, widgets made
-    static, remote ``<script src>`` tags stripped. Returns ``(nb, info)``: charts, widgets, math."""
+    ``drop_tags`` dropped, plotly.js copies removed, charts rebuilt, widgets made static, remote
+    ``<script src>`` tags stripped; returns ``(nb, info)`` (counts of charts, widgets, math)."""
     nb.cells = [c for c in nb.cells if not set(drop_tags) & set(c.metadata.get("tags", []))]
     states = widget_states(nb)
     charts = widgets = 0
