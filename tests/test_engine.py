@@ -24,8 +24,8 @@ def test_kernel_environment(tmp_path: Path) -> None:
     assert env["LABKIT_RUN_DIR"] == str((tmp_path / "run").resolve())
     assert env["PLOTLY_RENDERER"] == engine.DEFAULT_PLOTLY_RENDERER
     assert "LABKIT_CPU_THREADS" not in env
-    env = engine.kernel_environment(None, cpu_threads=1, environ={"PLOTLY_RENDERER": "png"})
-    assert env["PLOTLY_RENDERER"] == "png" and env["LABKIT_CPU_THREADS"] == "1"
+    env = engine.kernel_environment(None, environ={"PLOTLY_RENDERER": "png"})
+    assert env["PLOTLY_RENDERER"] == "png"
     assert "LABKIT_RUN_DIR" not in env
     assert engine.kernel_environment(None, plotly_renderer="notebook",
                                      environ={"PLOTLY_RENDERER": "png"})["PLOTLY_RENDERER"] == "notebook"

@@ -126,7 +126,6 @@ def _default_step(name: str) -> tuple[str, str, dict]:
     return name, func, records.measure_kwargs(params)
 
 
-# name -> (labkit.measure.bench function, keyword arguments); each runs in its own process
 def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
     """The measurements ``labkit bench`` makes, as (record name, function, kwargs): the bench
     table at :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``), the rest at their defaults."""
@@ -230,8 +229,7 @@ def contention_lines(run: Path) -> list[str]:
 
 def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
     """Run the benchmark on the GPU; print and save the table; returns an exit code. Each
-    measurement runs in a fresh process (a CUDA error cannot poison the others, and
-    torch.compile's CUDA Graph Trees never share a process with manual graphs)."""
+    measurement runs in a fresh process (no CUDA error or CUDA Graph Tree reaches the others)."""
     import json
     import subprocess
 

@@ -27,12 +27,6 @@ def _command_line() -> str:
     return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
 
 
-def _print_plan(notebooks: list[Path], per_notebook: dict[Path, dict]) -> None:
-    for nb in notebooks:
-        given = ", ".join(f"{k}={v!r}" for k, v in per_notebook[nb].items()) or "defaults"
-        print(f"  {nb.stem}: {given}")
-
-
 def _note_unused(names: list[str], param_file: Path | None) -> None:
     if names:
         print(f"labkit run: note: {', '.join(names)} from {param_file} not passed: no selected "
@@ -73,7 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _note_unused(plan.unused, param_file)
     if args.check:
         print(f"labkit run: check passed: {len(plan.notebooks)} notebook(s), parameters:")
-        _print_plan(plan.notebooks, plan.per_notebook)
+        for nb in plan.notebooks:
+            given = ", ".join(f"{k}={v!r}" for k, v in plan.per_notebook[nb].items())
+            print(f"  {nb.stem}: {given or 'defaults'}")
         return 0
     try:
         res = run_suite(None, timeout=args.timeout, keep_going=args.keep_going,
@@ -142,11 +138,9 @@ def _cuda_available() -> bool:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import torch
-
     from labkit.suite.train import train_char_model
 
-    if args.device and args.device.startswith("cuda") and not torch.cuda.is_available():
+    if args.device and args.device.startswith("cuda") and not _cuda_available():
         raise SuiteError(f"--device {args.device}: no CUDA GPU here (torch.cuda.is_available() "
                          "is False); train with --device cpu (about half an hour on two cores)")
     if args.device and not args.device.startswith(("cuda", "cpu")):

@@ -1,9 +1,7 @@
 """Folded ``<details>`` blocks (the notebooks' hints) in nbconvert exports.
 
-nbconvert's markdown renderer ends an HTML block at a blank line, so a hint's ``<details>``
-closes before its text, which then shows below a closed "Hint". :class:`FoldDetailsPreprocessor`
-(used by the slides and run-page exporters) renders the inner markdown itself and puts the HTML
-inside the ``<details>``, as one block without blank lines; the notebooks are not changed.
+nbconvert ends an HTML block at a blank line, so a hint's text would show below a closed
+"Hint": :class:`FoldDetailsPreprocessor` renders the inner markdown into the ``<details>``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The suite engine that ``labkit run``, ``labkit slides`` and ``labkit lab`` share: finding
-notebooks (:func:`find_notebooks`), the kernel's environment (:func:`kernel_environment`) and
-executing one notebook with papermill (:func:`execute_notebook`; a failing notebook is a
-result, not an exception). Bad input raises :class:`SuiteError`; nothing here prints or exits.
+notebooks, the kernel's environment and executing one notebook with papermill (a failing
+notebook is a result, not an exception). Bad input raises :class:`SuiteError`.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 WORKSHOP_GLOB = "workshop_*.ipynb"
 #: Folder (under ``notebooks/``) of the worked solutions.
 SOLUTIONS = "solutions"
-#: The renderer of the kernels the suite starts: the plotly JSON only, which JupyterLab draws
-#: and from which every export rebuilds its charts (loading the one shared plotly.js), so an
-#: executed notebook does not carry its own 5 MB copy of the library.
+#: The renderer of the suite's kernels: the plotly JSON only (every export rebuilds its charts
+#: from it), so an executed notebook does not carry its own 5 MB copy of plotly.js.
 DEFAULT_PLOTLY_RENDERER = "plotly_mimetype"
 #: what ``labkit run`` writes into a run folder and a sweep folder
 RUN_FILE = "run.json"
@@ -148,19 +146,15 @@ def kernel_pythonpath(environ: Mapping[str, str] | None = None) -> str:
 
 
 def kernel_environment(run_dir: Path | None = None, *, plotly_renderer: str | None = None,
-                       cpu_threads: int | None = None,
                        environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a suite kernel gets on top of ``environ`` (default: this process's):
-    ``PYTHONPATH``, ``LABKIT_RUN_DIR``, ``PLOTLY_RENDERER`` and ``LABKIT_CPU_THREADS``, every
-    LABKIT_* value checked first."""
+    ``PYTHONPATH``, ``LABKIT_RUN_DIR`` and ``PLOTLY_RENDERER``, every LABKIT_* value checked."""
     base = dict(os.environ if environ is None else environ)
     out = {"PYTHONPATH": kernel_pythonpath(base)}
     if run_dir is not None:
         out[envvars.RUN_DIR] = str(Path(run_dir).resolve())
     out[envvars.PLOTLY_RENDERER] = plotly_renderer or envvars.plotly_renderer(
         base, default=DEFAULT_PLOTLY_RENDERER)
-    if cpu_threads is not None:
-        out[envvars.CPU_THREADS] = str(cpu_threads)
     envvars.check_environment({**base, **out})
     return out
 
@@ -177,11 +171,10 @@ class NotebookResult:
     duration_s: float = 0.0
     records: list[str] = field(default_factory=list)
     error_record: dict | None = None
-    interrupted: bool = False
 
     @property
     def status(self) -> str:
-        return "interrupted" if self.interrupted else ("ok" if self.ok else "failed")
+        return "ok" if self.ok else "failed"
 
 
 def error_record(exc: BaseException) -> dict:
@@ -231,11 +224,8 @@ def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
 
 
 def _sliced_client_class() -> type:
-    """A kernel client whose channels wait for messages in short slices.
-
-    With a large widget output the execute reply is sometimes not noticed by one long ``poll``
-    (a lost wake-up) and nbclient waits until the cell timeout; re-polling every
-    :data:`POLL_SLICE_S` seconds picks the reply up."""
+    """A kernel client whose channels wait for messages in :data:`POLL_SLICE_S` slices: one long
+    ``poll`` sometimes misses the execute reply after a large widget output (a lost wake-up)."""
     from queue import Empty
 
     from jupyter_client.asynchronous import AsyncKernelClient
@@ -277,8 +267,7 @@ def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, A
                      log_path: Path | None = None,
                      plotly_renderer: str | None = None) -> NotebookResult:
     """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
-    JupyterLab would) with ``parameters`` and :func:`kernel_environment`; the kernel's own output
-    goes to ``log_path``, saved records to ``run_dir``. A failing notebook gives ``ok=False``."""
+    JupyterLab would); the kernel's output goes to ``log_path``, saved records to ``run_dir``."""
     import papermill
 
     notebook, output = Path(notebook), Path(output)
@@ -298,9 +287,6 @@ def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, A
                 kernel_manager_class=_kernel_manager_class(log_file, env),
             )
         result.ok = True
-    except KeyboardInterrupt:
-        result.interrupted = True
-        raise
     except Exception as exc:  # a failing notebook is a result, not a crash of the caller
         result.error_record = error_record(exc)
         result.error = result.error_record["summary"]

@@ -83,40 +83,31 @@ class Chart:
         return func(res.record, subtitle=_provenance(res)) if self.takes_data else func(res)
 
 
+#: (stem, record, builder in labkit.teach.plots, takes_data, gpus) of the key charts, in
+#: notebook order; ``{p}`` stands for each preset
+_CHARTS = (
+    ("01_launch_overhead", "launch_overhead", "timing:launch_overhead_bars", False, 1),
+    ("01_launch_sweep", "launch_overhead", "timing:sweep_chart", False, 1),
+    ("02_decode_step_{p}", "decode_{p}", "decode:step_time_chart", False, 1),
+    ("03_timeline_{p}", "timeline_{p}", "timing:timeline_chart", False, 1),
+    ("04_pool_memory_{p}", "pool_memory_{p}", "memory:pool_totals", True, 1),
+    ("05_dispatcher_{p}", "dispatcher_{p}", "dispatch:step_times", True, 1),
+    ("08_compile_{p}", "compile_{p}", "compile:step_time_bars", False, 1),
+    ("11_paged_gpt2", "paged_gpt2", "paged:speed_chart", True, 1),
+    ("12_roofline_{p}", "roofline_{p}", "roofline:floor_chart", False, 1),
+    ("13_serving_load_gpt2", "serving_load_gpt2", "serving:latency_load_chart", True, 1),
+    ("14_tp_allreduce", "tp_allreduce", "tp:allreduce_chart", True, 2),
+    ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp:tp_step_chart", True, 2),
+    ("14_tp_comm_gpt2", "tp_decode_gpt2", "tp:comm_split_chart", True, 2),
+)
+
+
 def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     """The suite's key charts, in notebook order."""
-    out = [
-        Chart("01_launch_overhead", "launch_overhead",
-              "labkit.teach.plots.timing:launch_overhead_bars"),
-        Chart("01_launch_sweep", "launch_overhead", "labkit.teach.plots.timing:sweep_chart"),
-    ]
-    for p in presets:
-        out.append(Chart(f"02_decode_step_{p}", f"decode_{p}",
-                         "labkit.teach.plots.decode:step_time_chart"))
-    for p in presets:
-        out.append(Chart(f"03_timeline_{p}", f"timeline_{p}",
-                         "labkit.teach.plots.timing:timeline_chart"))
-    for p in presets:
-        out.append(Chart(f"04_pool_memory_{p}", f"pool_memory_{p}",
-                         "labkit.teach.plots.memory:pool_totals", takes_data=True))
-    for p in presets:
-        out.append(Chart(f"05_dispatcher_{p}", f"dispatcher_{p}",
-                         "labkit.teach.plots.dispatch:step_times", takes_data=True))
-    for p in presets:
-        out.append(Chart(f"08_compile_{p}", f"compile_{p}",
-                         "labkit.teach.plots.compile:step_time_bars"))
-    out.append(Chart("11_paged_gpt2", "paged_gpt2", "labkit.teach.plots.paged:speed_chart",
-                     takes_data=True))
-    for p in presets:
-        out.append(Chart(f"12_roofline_{p}", f"roofline_{p}",
-                         "labkit.teach.plots.roofline:floor_chart"))
-    out.append(Chart("13_serving_load_gpt2", "serving_load_gpt2",
-                     "labkit.teach.plots.serving:latency_load_chart", takes_data=True))
-    for stem, record, fn in (("14_tp_allreduce", "tp_allreduce", "allreduce_chart"),
-                             ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp_step_chart"),
-                             ("14_tp_comm_gpt2", "tp_decode_gpt2", "comm_split_chart")):
-        out.append(Chart(stem, record, f"labkit.teach.plots.tp:{fn}", takes_data=True, gpus=2))
-    return out
+    return [Chart(stem.format(p=p), record.format(p=p), f"labkit.teach.plots.{builder}",
+                  takes_data, gpus)
+            for stem, record, builder, takes_data, gpus in _CHARTS
+            for p in (presets if "{p}" in stem else ("",))]
 
 
 def export_images(out_dir: Path = Path("build/images"), fmt: str = "png", *,

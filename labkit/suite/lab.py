@@ -1,10 +1,7 @@
 """``labkit lab``: JupyterLab on the suite's notebooks, for workshop participants.
 
-:func:`start_lab` runs JupyterLab in the foreground on ``notebooks/`` (loopback only, with a
-token, no update or news checks) until Ctrl-C, SIGTERM or SIGHUP (:func:`stop_process_group`),
-leaving no server behind. Its kernels get the suite engine's environment
-(:func:`labkit.suite.engine.kernel_environment`), so notebooks import the same labkit as
-``labkit run``.
+:func:`start_lab` runs it in the foreground on ``notebooks/`` (loopback only, with a token)
+until Ctrl-C, SIGTERM or SIGHUP, leaving no server behind.
 """
 
 from __future__ import annotations
@@ -127,9 +124,8 @@ def stop_process_group(proc: subprocess.Popen, grace: float = 20.0) -> int:
 
 def start_lab(port: int = 8888, open_browser: bool = True, *, root_dir: Path | None = None,
               token: str | None = None, extra_args: Sequence[str] = ()) -> int:
-    """Run JupyterLab on ``notebooks/`` until Ctrl-C, SIGTERM or SIGHUP (then returns 0), on
-    127.0.0.1 only, with ``$LABKIT_LAB_TOKEN`` or a random token; a busy ``port`` is replaced by
-    the next free one."""
+    """Run JupyterLab on ``notebooks/`` (127.0.0.1 only, ``$LABKIT_LAB_TOKEN`` or a random token,
+    a busy ``port`` replaced by the next free one) until Ctrl-C, SIGTERM or SIGHUP."""
     root = Path(root_dir) if root_dir is not None else notebooks_dir()
     if not root.is_dir():
         raise LabError(f"notebook folder {root} does not exist: run from the repository root "

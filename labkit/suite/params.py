@@ -2,14 +2,11 @@
 what the command line gives (:func:`parse_param_items`, :func:`load_param_file`) and the checks
 between them (:func:`assign_parameters`), all before anything runs.
 
-**Rules** (one source of truth: the notebook's parameters cell). The last ``;``-separated part
-of an assignment's trailing comment may be a rule, and then holds nothing else::
+**Rules**: the last ``;``-separated part of a parameters-cell assignment's comment may be a rule::
 
     n_steps = 300            # decode steps drawn from the trace; >= 1
     record_preset = "gpt2"   # which record to chart; choices: "gpt2", "small"
-    capture_sizes = [1, 2, 4, 8]   # graphs of the live demo; >= 1
     max_size = None          # largest candidate size (None: the trace's largest); int >= 1 or None
-    budget_mib = 32          # memory budget; float > 0
 
 A rule is ``[TYPE] [choices: LITERAL, ... | BOUND[, BOUND]] [or None]`` with TYPE one of
 ``int float str bool list`` (default: the default value's type), BOUND one of ``>= N``,

@@ -1,7 +1,5 @@
-"""HTML pages for ``labkit run``: the run folder's and the sweep's ``index.html`` and the HTML
-export of each executed notebook. The index pages are self-contained (inline CSS, no scripts,
-no network addresses) and link only inside the run folder, so it can be copied or opened
-offline.
+"""HTML pages for ``labkit run``: the run's and the sweep's ``index.html`` (self-contained,
+offline) and the HTML export of each executed notebook.
 """
 
 from __future__ import annotations
@@ -114,12 +112,9 @@ def _fmt_num(x: float | int) -> str:
 
 def export_notebook_html(notebook: Path, out_html: Path, *,
                          notes: list[str] | None = None) -> Path:
-    """Export an executed notebook to an offline HTML page, made as ``labkit slides`` makes
-    its pages; returns its path.
-
-    Charts load the shared ``assets/plotly.min.js``; without a local MathJax TeX is shown as
-    written and ``notes`` says so. Raises :class:`~labkit.suite.slides.RemoteAssetError`
-    (nothing written) if the page would still load anything from the network."""
+    """Export an executed notebook to an offline HTML page as ``labkit slides`` does; returns its
+    path. Without a local MathJax TeX is shown as written (``notes`` says so); a page that would
+    load anything from the network raises :class:`~labkit.suite.slides.RemoteAssetError`."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
@@ -438,8 +433,6 @@ def render_sweep_index(sweep_dir: Path, record: dict) -> str:
         status = _status(r.get("status"))
         if r.get("failed"):
             status += f'<div class="err">failed: {_e(", ".join(r["failed"]))}</div>'
-        if r.get("error"):
-            status += f'<div class="err">{_e(r["error"])}</div>'
         nbtext = (f"{r.get('notebooks_ok', 0)}/{r.get('notebooks_total', 0)}"
                   if "notebooks_total" in r else "-")
         rows.append([str(r.get("index", ""))] + [_value(combo.get(k)) for k in keys]

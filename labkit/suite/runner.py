@@ -1,16 +1,9 @@
 """``labkit run``: execute the notebook suite (or some notebooks, or a parameter sweep) with
-papermill, into a fresh run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/``::
+papermill, into a fresh run folder ``runs/<UTC yyyymmdd-HHMMSS>-<tier>[-<n>]/`` holding
+``run.json``, ``notebooks/``, ``html/``, ``results/`` and ``index.html``.
 
-    run.json              environment record, parameters, per-notebook status and duration
-    notebooks/NN_x.ipynb  the executed notebooks (outputs included)
-    html/NN_x.html        their HTML exports (images embedded)
-    results/<name>.json   result records the notebooks saved (labkit.measure.results.save_result)
-    index.html            a self-contained report page (labkit.suite.report)
-
-A sweep (``--sweep grid.yaml``) makes one run folder per combination plus
-``runs/sweep-<stamp>/`` (``sweep.json``, ``index.html``). Everything is checked before a folder
-is made (:func:`plan_run`, :func:`plan_sweep`); failed notebooks are in the result, not an
-exception.
+A sweep (``--sweep grid.yaml``) makes one run folder per combination plus ``runs/sweep-<stamp>/``.
+Everything is checked before a folder is made (:func:`plan_run`, :func:`plan_sweep`).
 """
 
 from __future__ import annotations
@@ -334,12 +327,9 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
               timeout: int = 1800, keep_going: bool = False, *, sweep: dict | None = None,
               plan: RunPlan | None = None, progress: bool = False,
               command: str | None = None) -> RunResult:
-    """Execute notebooks with papermill into a new run folder under ``out_root``.
-
-    Everything is checked first (:func:`plan_run`, or ``plan``); ``-p`` ``params`` override the
-    ``param_file``. ``timeout``: seconds per cell; after a failing notebook the rest are skipped
-    unless ``keep_going``. Writes ``run.json`` and ``index.html``; ``progress``: a bar on stderr
-    and a line per notebook on stdout."""
+    """Execute notebooks with papermill into a new run folder under ``out_root``, checked first
+    (:func:`plan_run`, or ``plan``); ``timeout``: seconds per cell; after a failing notebook the
+    rest are skipped unless ``keep_going``; ``progress``: a bar on stderr."""
     if plan is None:
         plan = plan_run(notebooks, params, param_file)
     tier = hardware_tier()
@@ -435,8 +425,7 @@ def run_sweep(notebooks: Sequence[str] | None, grid_file: Path, params: dict | N
               progress: bool = False, echo: Callable[[str], None] | None = None,
               command: str | None = None) -> SweepResult:
     """One :func:`run_suite` per combination of the grid in ``grid_file`` (swept values win over
-    ``params``), checked first (:func:`plan_sweep`); writes ``<out_root>/sweep-<stamp>/``.
-    ``echo`` receives a line as each combination starts."""
+    ``params``), checked first (:func:`plan_sweep`), into ``<out_root>/sweep-<stamp>/``."""
     if plan is None:
         plan = plan_sweep(notebooks, grid_file, params, param_file)
     say = echo or (lambda text: None)

@@ -1,10 +1,8 @@
 """``labkit train``: train the tiny byte-level checkpoint used by the decode demos,
-reproducibly (fixed seed and data order, the corpus in ``data/corpus``); the config and the
-training record go into the safetensors metadata.
+reproducibly (fixed seed and data order, the corpus in ``data/corpus``).
 
-The shipped checkpoint was made with ``labkit train --device cpu``. Its learned position
-embeddings are trained for positions 0-127 only, so text past position 128 degrades into noise
-(learned positions do not extrapolate); train with ``--seq 256`` for the full cache.
+Learned positions do not extrapolate: the shipped checkpoint (``--seq 128``) degrades into
+noise past position 128; train with ``--seq 256`` for the full cache.
 """
 
 from __future__ import annotations

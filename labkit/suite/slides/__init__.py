@@ -1,16 +1,8 @@
 """``labkit slides``: export executed notebooks to reveal.js decks and HTML pages that work
 OFFLINE (no CDN address left in the page), charts included.
 
-The executed notebooks come from a ``labkit run`` folder: the one given, else the newest
-complete run (:func:`choose_run`); a notebook no run holds is executed here with the suite
-engine, so a CPU machine still gets decks of the recorded reference charts. A deck shows what
-the deck rules choose per cell (:mod:`~.deck`); a page shows every cell but the parameters.
-Pages load plotly.js from the plotly wheel, decks reveal.js and MathJax from local npm copies
-(:mod:`~.assets`); widgets are drawn from their saved state (:mod:`~.widgets`); hints stay
-folded (:mod:`labkit.suite.details`); a page that would still load anything from the network
-fails the export (:mod:`~.offline`). The other modules: :mod:`~.prepare` (a notebook made
-ready for export), :mod:`~.exporters` (nbconvert exporters and templates), :mod:`~.runs`
-(which run folder to export).
+The notebooks come from a ``labkit run`` folder (:func:`choose_run`); one no run holds is
+executed here, so a CPU machine still gets decks of the recorded reference charts.
 """
 
 from __future__ import annotations
@@ -84,9 +76,8 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                   notebooks: Sequence[str] | None = None, html: bool = True, *,
                   runs_root: Path | None = None,
                   echo: Callable[[str], None] | None = None) -> SlidesResult:
-    """Export notebooks as offline decks ``<out_dir>/NN_x.slides.html`` (and pages
-    ``NN_x.html`` when ``html``), taking the executed notebooks from ``run_dir`` or the newest
-    complete run under ``runs_root`` (:func:`choose_run`); ``echo`` gets the line saying which."""
+    """Export notebooks as offline decks ``<out_dir>/NN_x.slides.html`` (and pages ``NN_x.html``
+    when ``html``) from ``run_dir`` or the newest complete run under ``runs_root``."""
     envvars.check_environment()
     out_dir = Path(out_dir)
     sources = find_notebooks(notebooks)

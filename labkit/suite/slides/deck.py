@@ -1,22 +1,16 @@
 """What a deck shows of an executed notebook, chosen per cell at export time
-(:func:`deck_notebook`; the notebook is not changed): one idea per slide for a speaker.
+(:func:`deck_notebook`): one idea per slide for a speaker. The rules, in order:
 
-The rules, in order:
-
-1. Left out: cells tagged ``parameters``, ``injected-parameters`` or ``statement``, the set-up
-   cell (``nb = setup(...)``) and the exercise checks (code calling ``Exercise(``).
+1. Left out: cells tagged :data:`DECK_DROP_TAGS`, the set-up cell (``nb = setup(...)``) and
+   the exercise checks (code calling ``Exercise(``).
 2. A code cell shows its outputs only, unless tagged :data:`SLIDE_CODE_TAG`; one left with
    nothing to show is left out. Printed output is cut after :data:`STREAM_LINES` lines.
 3. A cell left out passes its slide start (``slide`` / ``subslide``) on to the next cell shown.
-4. One visual (chart, table, image, widget) per slide: a second one starts a sub-slide; a cell
-   with several visuals is split into one cell per visual first.
+4. One visual (chart, table, image, widget) per slide; a cell with several is split first.
 5. A markdown cell longer than :data:`TEXT_LINES` estimated lines is split at paragraph
    boundaries (never inside a code block, an HTML block or a hint); a cell that would take a
    slide past :data:`TEXT_LINES` (:data:`TEXT_LINES_WITH_VISUAL` beside a visual) starts a
    sub-slide.
-
-Charts are drawn :data:`CHART_HEIGHT` pixels high; the deck's script shrinks them further
-when a slide still does not fit, before it scales the slide.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ import copy
 import itertools
 import math
 import re
-from dataclasses import dataclass
 
 #: Tag of a code cell whose source a deck shows (it is hidden otherwise).
 SLIDE_CODE_TAG = "slide-code"
@@ -211,15 +204,6 @@ def _split_visuals(cell) -> list:
     return cells
 
 
-@dataclass
-class _Slide:
-    lines: float = 0.0
-    visuals: int = 0
-
-    def empty(self) -> bool:
-        return not self.lines and not self.visuals
-
-
 def deck_notebook(nb):
     """Apply the deck rules (module docstring) to an executed notebook, in place; returns it."""
     cells, pending = [], 0
@@ -254,20 +238,19 @@ def deck_notebook(nb):
             continue
         cells.extend(_split_visuals(cell) if cell.cell_type == "code" else [cell])
 
-    slide = _Slide()
+    on_slide = (0.0, 0)  # (text lines, visuals) of the slide so far
     for cell in cells:
         kind = slide_type(cell)
         if kind in ("skip", "notes"):
             continue
         lines, visuals = _cell_lines(cell), _visuals(cell)
         if kind in _STARTS:
-            slide = _Slide()
-        elif not slide.empty():
-            budget = TEXT_LINES_WITH_VISUAL if (slide.visuals or visuals) else TEXT_LINES
-            if (visuals and slide.visuals) or slide.lines + lines > budget:
+            on_slide = (0.0, 0)
+        elif any(on_slide):
+            budget = TEXT_LINES_WITH_VISUAL if (on_slide[1] or visuals) else TEXT_LINES
+            if (visuals and on_slide[1]) or on_slide[0] + lines > budget:
                 _set_type(cell, "subslide")
-                slide = _Slide()
-        slide.lines += lines
-        slide.visuals += visuals
+                on_slide = (0.0, 0)
+        on_slide = (on_slide[0] + lines, on_slide[1] + visuals)
     nb.cells = cells
     return nb

@@ -1,6 +1,4 @@
-"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`): parameter
-cells dropped, the plotly.js library taken out of the outputs (the page loads one shared copy),
-every chart rebuilt from its plotly JSON, every widget drawn from its saved state, and the
+"""Making an executed notebook ready for an offline export (:func:`prepare_notebook`), and the
 head's scripts and styles (:func:`head_html`).
 """
 
@@ -32,6 +30,11 @@ def has_math(nb) -> bool:
 
 def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else (value or "")
+
+
+def _is_chart(data: dict) -> bool:
+    return ("application/vnd.plotly.v1+json" in data
+            or "plotly-graph-div" in _text(data.get("text/html")))
 
 
 def _is_plotlyjs_output(out) -> bool:
@@ -85,18 +88,15 @@ def output_html(out: dict, chart_height: int = PAGE_CHART_HEIGHT) -> str:
 def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
                      chart_height: int = PAGE_CHART_HEIGHT) -> tuple[object, dict]:
     """Make an executed notebook ready for an offline export, in place: cells tagged
-    ``drop_tags`` dropped, plotly.js copies removed, charts rebuilt from their JSON, widgets made
-    static, remote ``<script src>`` tags stripped. Returns ``(nb, info)``: charts, widgets, math."""
+    ``drop_tags`` dropped, plotly.js copies removed, charts rebuilt, widgets made static, remote
+    ``<script src>`` tags stripped; returns ``(nb, info)`` (counts of charts, widgets, math)."""
     nb.cells = [c for c in nb.cells if not set(drop_tags) & set(c.metadata.get("tags", []))]
     states = widget_states(nb)
     charts = widgets = 0
 
     def render(out: dict) -> str:
         nonlocal charts
-        data = out.get("data") or {}
-        if ("application/vnd.plotly.v1+json" in data
-                or "plotly-graph-div" in _text(data.get("text/html"))):
-            charts += 1
+        charts += _is_chart(out.get("data") or {})
         return output_html(out, chart_height)
 
     for cell in nb.cells:
@@ -117,15 +117,10 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
                 kept.append(from_dict({"output_type": "display_data", "metadata": {},
                                        "data": {"text/html": static}}))
                 continue
-            fig = data.get("application/vnd.plotly.v1+json")
-            if fig is not None:
-                data["text/html"] = chart_html(dict(fig), chart_height)
-                charts += 1
-            elif "text/html" in data:
-                html = _text(data["text/html"])
-                if "plotly-graph-div" in html:
-                    charts += 1
-                data["text/html"] = _REMOTE_SCRIPT_TAG.sub("", html)
+            charts += _is_chart(data)
+            if "application/vnd.plotly.v1+json" in data or "text/html" in data:
+                # a chart rebuilt from its JSON, or the HTML without remote script tags
+                data["text/html"] = output_html(out, chart_height)
             kept.append(out)
         cell.outputs = kept
     nb.metadata.pop("widgets", None)
