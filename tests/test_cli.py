@@ -381,6 +381,24 @@ def test_serve_on_a_cpu_labels_the_hit_rate(tmp_path: Path) -> None:
     assert "\r" not in out + err  # no progress bar outside a terminal
 
 
+def test_serve_with_chunked_prefill_keeps_every_step_within_the_budget(tmp_path: Path) -> None:
+    from labkit.measure.results import load_result
+
+    code, out, err = run_cli("serve", "--mode", "full", "--device", "cpu", "--clock", "sim",
+                             "--requests", "6", "--max-num-batched-tokens", "16",
+                             "--out", str(tmp_path / "runs"))
+    assert code == 0, err
+    rec = load_result(out.strip().splitlines()[-1])
+    assert rec.data["max_num_batched_tokens"] == 16 and rec.params["max_num_batched_tokens"] == 16
+    assert rec.data["metrics"]["completed"] == 6
+    assert max(s["tokens"] for s in rec.data["steps"]) <= 16
+    assert any(s["prefill_tokens"] and s["tokens"] > s["prefill_tokens"]
+               for s in rec.data["steps"])  # a chunk beside decodes
+    code, _, err = run_cli("serve", "--mode", "full", "--device", "cpu", "--clock", "sim",
+                           "--requests", "3", "--max-num-batched-tokens", "16", "--breaker")
+    assert code == 2 and "circuit breaker" in err and "\n" not in err.strip()
+
+
 def test_train_device_and_steps_errors_are_one_line(monkeypatch) -> None:
     import torch
 

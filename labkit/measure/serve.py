@@ -142,26 +142,35 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
                     max_requests: int | None = None, window_s: float = 1.0,
                     breaker: dict | None = None, repeats: int = 1, warmup_requests: int = 0,
                     warmup_runs: int | None = None, keep_timeline: bool = True,
+                    max_num_batched_tokens: int | None = None,
                     progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Serve ``trace`` (a name in ``data/traces``, a CSV path or requests) in step ``mode``:
     the data of a ``serve_<name>`` record. ``clock='sim'`` charges ``decode_ms`` per decode
     step; ``breaker`` wraps the step in a :class:`CircuitBreaker`. After ``warmup_requests``
     and ``warmup_runs`` (default: one when ``repeats > 1``), the trace is served ``repeats``
     times: the first run's requests and steps, every run's metrics and their ``spread``;
-    ``keep_timeline=False`` keeps only per-request TTFT, TPOT, E2EL (:func:`drop_timeline`)."""
+    ``keep_timeline=False`` keeps only per-request TTFT, TPOT, E2EL (:func:`drop_timeline`);
+    ``max_num_batched_tokens``: chunked prefill with that token budget per step (capture sizes
+    in tokens, :func:`make_mixed_runner`)."""
     cfg = check_serving(preset_name, mode, clock=clock, dtype=dtype, max_batch=max_batch,
                         kv_layout=kv_layout, num_blocks=num_blocks, breaker=breaker)
+    budget = None if max_num_batched_tokens is None else check_budget(max_num_batched_tokens)
+    if budget is not None and breaker is not None:
+        raise ValueError("a circuit breaker wraps a decode step function; chunked prefill "
+                         "(max_num_batched_tokens) runs token-flattened steps: use one of them")
     repeats, warm, warmup_requests = _warm_counts(repeats, warmup_runs, warmup_requests)
     reqs = _load(trace, max_requests)
     model = build_model(cfg, device or ("cuda" if torch.cuda.is_available() else "cpu"),
                         seed=seed)
-    step = make_step_fn(model, mode, capture_sizes)
+    step: Any = (make_step_fn(model, mode, capture_sizes) if budget is None else
+                 make_mixed_runner(model, mode, budget, capture_sizes, progress=False))
     runs = []
     try:
-        _warm_up(model, step, reqs, warmup_requests, seed)
+        _warm_up(model, step, reqs, warmup_requests, seed, budget)
         for k in range(warm + repeats):
             runs.append(_serve(model, step, reqs, clock=clock, decode_ms=decode_ms, seed=seed,
-                               breaker=breaker, progress=progress if k == warm else None))
+                               breaker=breaker, budget=budget,
+                               progress=progress if k == warm else None))
     finally:
         _release({0: step})
     data = runs[warm][0]
@@ -169,7 +178,8 @@ def measure_serving(preset_name: str = "char", trace: str | os.PathLike[str] | S
         data = round_times(data)
     out = {"mode": mode, **_header(trace, clock, preset_name, model, dtype, max_batch, seed),
            "kv_layout": kv_layout, "breaker": breaker,
-           "capture_sizes": None if capture_sizes is None else list(capture_sizes), **data,
+           "capture_sizes": None if capture_sizes is None else list(capture_sizes),
+           "max_num_batched_tokens": budget, **data,
            **_summary(runs[warm:], window_s), "warmup_runs": warm}
     return out if keep_timeline else drop_timeline(out)
 

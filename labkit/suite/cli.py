@@ -221,7 +221,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             num_blocks=args.num_blocks, capture_sizes=args.sizes, seed=args.seed,
             clock=args.clock, decode_ms=args.decode_ms, max_requests=args.requests,
             window_s=args.window, breaker=breaker, name=args.name, out_root=Path(args.out),
-            keep_timeline=not args.no_timeline)
+            keep_timeline=not args.no_timeline,
+            max_num_batched_tokens=args.max_num_batched_tokens)
     except (ValueError, TypeError, RuntimeError) as exc:  # a bad value: say which, one line
         print(f"labkit serve: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -412,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--breaker-cooldown", type=_positive_float, default=1.0,
                     help="seconds eager after a trip (default 1)")
     sv.add_argument("--name", default=None, help="record name serve_<name> (default the mode)")
+    sv.add_argument("--max-num-batched-tokens", type=_positive_int, default=None,
+                    help="chunked prefill: at most this many tokens per step, prefill chunks "
+                         "beside decodes (vLLM's max_num_batched_tokens; default: off)")
     sv.add_argument("--no-timeline", action="store_true",
                     help="leave each token's and step's time out of the record (metrics, "
                          "windows, per-request TTFT/TPOT/E2EL stay): small files for long traces")

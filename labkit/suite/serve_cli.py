@@ -25,8 +25,8 @@ def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | Non
               max_batch: int, kv_layout: str, num_blocks: int | None,
               capture_sizes: Sequence[int] | None, seed: int, clock: str, decode_ms: float,
               max_requests: int | None, window_s: float, breaker: dict | None, name: str | None,
-              out_root: str | os.PathLike[str], keep_timeline: bool = True
-              ) -> tuple[Path, dict]:
+              out_root: str | os.PathLike[str], keep_timeline: bool = True,
+              max_num_batched_tokens: int | None = None) -> tuple[Path, dict]:
     """Serve ``trace`` and save the record; returns its path and data. ``keep_timeline=False``
     leaves each token's and step's time out of the file (metrics and windows stay)."""
     # bad settings or a bad trace fail here, before the progress bar or any folder
@@ -42,6 +42,7 @@ def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | Non
                                capture_sizes=capture_sizes, seed=seed, clock=clock,
                                decode_ms=decode_ms, max_requests=max_requests,
                                window_s=window_s, breaker=breaker, keep_timeline=keep_timeline,
+                               max_num_batched_tokens=max_num_batched_tokens,
                                progress=bar.update)
     data["trace"] = str(trace)
     params = {"trace": str(trace), "mode": mode, "preset": preset_name, "dtype": dtype,
@@ -49,6 +50,8 @@ def run_serve(*, trace: str, mode: StepMode, preset_name: str, device: str | Non
               "capture_sizes": list(capture_sizes) if capture_sizes else None, "seed": seed,
               "clock": clock, "decode_ms": decode_ms, "max_requests": max_requests,
               "window_s": window_s, "breaker": breaker}
+    if max_num_batched_tokens is not None:
+        params["max_num_batched_tokens"] = max_num_batched_tokens
     if not keep_timeline:
         params["keep_timeline"] = False
     record = f"serve_{name or mode}"
