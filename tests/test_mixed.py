@@ -315,3 +315,17 @@ def test_fuzz_every_mode_gives_the_unpadded_eager_step(data, mode, q):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
     torch.testing.assert_close(m.cache.kv[:, :, :m.cfg.max_batch], live)
+
+
+def test_the_record_entry_points_refuse_a_cpu_and_show_their_usage(monkeypatch, capsys):
+    from labkit.measure import bench, mixed_bench
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU refusal")
+    with pytest.raises(RuntimeError, match="recording mixed_bench measures on a CUDA GPU"):
+        bench.record_named("unused", mixed_bench.RECORDS, ["mixed_small"], "mixed_bench")
+    monkeypatch.setattr("sys.argv", ["mixed_bench"])
+    with pytest.raises(SystemExit) as exit_:
+        bench.record_cli("labkit.measure.mixed_bench", mixed_bench.RECORDS)
+    assert exit_.value.code == 2
+    assert "usage: python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]" in capsys.readouterr().out

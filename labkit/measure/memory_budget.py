@@ -18,10 +18,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,9 +27,10 @@ import torch
 from labkit.checks import as_int, as_int_list, as_number
 from labkit.graphs import (POOL_MODES, CapturedGraph, CaptureOOMError, PoolMode,
                            capture_decode_graphs, pool_reserved_bytes)
-from labkit.measure.bench import _free, _need_cuda, _pool_segments, step_inputs
+from labkit.measure.bench import (
+    Records, _free, _need_cuda, _pool_segments, record_cli, step_inputs,
+)
 from labkit.dispatch import PaddingDispatcher
-from labkit.measure.results import save_result
 from labkit.measure.serving_metrics import run_metrics
 from labkit.model import TinyGPT, build_model, preset
 from labkit.serving.loop import RealClock, ServingEngine
@@ -248,7 +247,6 @@ def measure_memory_budget(preset_name: str, size_lists: Mapping[str, Sequence[in
             "graph_update": graph_update_verdict()}
 
 
-#: the records :func:`record_memory_budget` writes: name -> (measure function, parameters)
 def measure_lazy(preset_name: str = "small", trace: str = "synthetic_requests_poisson",
                  sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), max_requests: int = 120,
                  dtype: str = "bfloat16") -> dict[str, Any]:
@@ -284,27 +282,13 @@ def measure_lazy(preset_name: str = "small", trace: str = "synthetic_requests_po
     return out
 
 
-RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
+#: what ``python -m labkit.measure.memory_budget RUN_DIR [NAME ...]`` records
+RECORDS: Records = {
     "memory_budget_small": (measure_memory_budget, {"preset_name": "small"}),
     "memory_budget_gpt2": (measure_memory_budget, {"preset_name": "gpt2"}),
     "lazy_small": (measure_lazy, {"preset_name": "small"}),
 }
 
 
-def record_memory_budget(run_dir: str | Path, names: Sequence[str] = tuple(RECORDS)
-                         ) -> list[Path]:
-    """Measure and save each record of :data:`RECORDS` under ``run_dir/results``."""
-    _need_cuda("record_memory_budget")
-    paths = []
-    for name in names:
-        fn, params = RECORDS[name]
-        paths.append(save_result(name, fn(**params), params, run_dir))
-        print(f"[memory_budget] saved {paths[-1]}", flush=True)
-    return paths
-
-
 if __name__ == "__main__":  # python -m labkit.measure.memory_budget RUN_DIR [NAME ...]
-    if len(sys.argv) < 2:
-        print("usage: python -m labkit.measure.memory_budget RUN_DIR [NAME ...]")
-        sys.exit(2)
-    record_memory_budget(sys.argv[1], tuple(sys.argv[2:]) or tuple(RECORDS))
+    record_cli("labkit.measure.memory_budget", RECORDS)

@@ -9,18 +9,15 @@ path, since two captures of the same step replay at different speeds.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from labkit.dispatch import PaddingDispatcher
-from labkit.measure.bench import _free, _need_cuda, step_inputs, time_sizes
-from labkit.measure.results import save_result
+from labkit.measure.bench import Records, _free, _need_cuda, record_cli, step_inputs, time_sizes
 from labkit.measure.serve import measure_chunked
 from labkit.mixed import FlatBatch, MixedRunner
 from labkit.model import TinyGPT, build_model, generate, preset
@@ -226,8 +223,8 @@ def measure_chunked_small(max_requests: int = 150, repeats: int = 3) -> dict[str
     return out
 
 
-#: the records :func:`record_mixed` writes: name -> (measure function, parameters)
-RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
+#: what ``python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]`` records (``bench.record_named``)
+RECORDS: Records = {
     "mixed_small": (measure_mixed, {"preset_name": "small"}),
     "mixed_gpt2": (measure_mixed, {"preset_name": "gpt2"}),
     "spec_verify_gpt2": (measure_verify, {"preset_name": "gpt2"}),
@@ -236,19 +233,5 @@ RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def record_mixed(run_dir: str | Path, names: Sequence[str] = tuple(RECORDS)) -> list[Path]:
-    """Measure and save each record of :data:`RECORDS` under ``run_dir/results``."""
-    _need_cuda("record_mixed")
-    paths = []
-    for name in names:
-        fn, params = RECORDS[name]
-        paths.append(save_result(name, fn(**params), params, run_dir))
-        print(f"[mixed] saved {paths[-1]}", flush=True)
-    return paths
-
-
 if __name__ == "__main__":  # python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]
-    if len(sys.argv) < 2:
-        print("usage: python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]")
-        sys.exit(2)
-    record_mixed(sys.argv[1], tuple(sys.argv[2:]) or tuple(RECORDS))
+    record_cli("labkit.measure.mixed_bench", RECORDS)

@@ -16,10 +16,8 @@ capture is the one run time would make. A decision by something that changes bet
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,9 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import GraphSet, capture_decode_graphs, pool_reserved_bytes
-from labkit.measure.bench import _free, _need_cuda, step_inputs
+from labkit.measure.bench import Records, _free, _need_cuda, record_cli, step_inputs
 from labkit.measure.opcount import gpu_op_profile
-from labkit.measure.results import save_result
 from labkit.model import TinyGPT, build_model, preset
 from labkit.timing import Stats, time_cuda_interleaved, time_host
 
@@ -400,25 +397,11 @@ def measure_numerics_record(preset_name: str = "gpt2") -> dict[str, Any]:
     return out
 
 
-#: the records :func:`record_numerics` writes: name -> (measure function, parameters)
-RECORDS: dict[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]] = {
+#: what ``python -m labkit.measure.numerics RUN_DIR [NAME ...]`` records (``bench.record_named``)
+RECORDS: Records = {
     "numerics_gpt2": (measure_numerics_record, {"preset_name": "gpt2"}),
 }
 
 
-def record_numerics(run_dir: str | Path, names: Sequence[str] = tuple(RECORDS)) -> list[Path]:
-    """Measure and save each record of :data:`RECORDS` under ``run_dir/results``."""
-    _need_cuda("record_numerics")
-    paths = []
-    for name in names:
-        fn, params = RECORDS[name]
-        paths.append(save_result(name, fn(**params), params, run_dir))
-        print(f"[numerics] saved {paths[-1]}", flush=True)
-    return paths
-
-
 if __name__ == "__main__":  # python -m labkit.measure.numerics RUN_DIR [NAME ...]
-    if len(sys.argv) < 2:
-        print("usage: python -m labkit.measure.numerics RUN_DIR [NAME ...]")
-        sys.exit(2)
-    record_numerics(sys.argv[1], tuple(sys.argv[2:]) or tuple(RECORDS))
+    record_cli("labkit.measure.numerics", RECORDS)
