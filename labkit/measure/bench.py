@@ -48,13 +48,14 @@ def record_named(run_dir: str | Path, records_: Records, names: Sequence[str],
     return paths
 
 
-def record_cli(module: str, records_: Records) -> None:
-    """``python -m <module> RUN_DIR [NAME ...]``: :func:`record_named` (default all)."""
+def record_cli(module: str, records_: Records, tag: str | None = None) -> None:
+    """``python -m <module> RUN_DIR [NAME ...]``: :func:`record_named` (default all; ``tag``
+    the printed prefix, default the module's last name)."""
     if len(sys.argv) < 2:
         print(f"usage: python -m {module} RUN_DIR [NAME ...]")
         sys.exit(2)
     record_named(sys.argv[1], records_, tuple(sys.argv[2:]) or tuple(records_),
-                 module.rsplit(".", 1)[-1])
+                 tag or module.rsplit(".", 1)[-1])
 
 
 def _free() -> None:

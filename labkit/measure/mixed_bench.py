@@ -234,4 +234,4 @@ RECORDS: Records = {
 
 
 if __name__ == "__main__":  # python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]
-    record_cli("labkit.measure.mixed_bench", RECORDS)
+    record_cli("labkit.measure.mixed_bench", RECORDS, "mixed")
