@@ -155,12 +155,16 @@ def test_the_dispatcher_runs_the_triton_step_and_pads_it():
 
 @cpu
 @pytest.mark.parametrize("layout", ["slot", "paged"])
-def test_logits_and_cache_writes_match_across_splits_and_tiles(layout):
+@pytest.mark.parametrize("tiles", [{"n": 16, "n_down": 16, "head_n": 16},
+                                   {"rows": 2, "n": 4, "n_down": 2, "head_n": 8}],
+                         ids=["tensor-cores", "cuda-cores"])
+def test_logits_and_cache_writes_match_across_splits_and_tiles(layout, tiles):
     """Attention in two splits of 16 positions (rows at 20, 5, 16 and 15: the second split
-    full, empty, starting, empty), chunks of 8, tiles of 16: every loop runs more than once.
-    Float32 logits within 1e-5 of the readable step's; the cache written alike."""
+    full, empty, starting, empty), chunks of 8, reduction chunks of 16, on the tensor cores
+    (16-row tiles) and on the CUDA cores (two row blocks of two rows): every loop runs more
+    than once. Float32 logits within 1e-5 of the readable step's; the cache written alike."""
     m = _model(layout)
-    step = make_triton_step(m, blocks={"splits": 2, "t": 8, "k": 16, "n": 16, "head_n": 16})
+    step = make_triton_step(m, blocks={"splits": 2, "t": 8, "k": 16, **tiles})
     assert step.launch_shape(4)["splits"] == 2
     t, p, s = _prefill(m, PROMPTS)
     _assert_step_matches_readable(m, step, t, p, s)
@@ -274,8 +278,7 @@ def test_the_step_reads_the_live_weights_every_call():
 def test_more_rows_than_one_row_block():
     m = _model(max_batch=17)
     step = make_triton_step(m, blocks={"n": 64, "head_n": 128})
-    assert step.blocks_for(17).rows == 32
-    step = make_triton_step(m, blocks={"rows": 16, "n": 64, "head_n": 128})
+    assert step.blocks_for(17).rows == 16  # two row blocks, the second with one live row
     t, p, s = torch.arange(17) * 5 % 97, torch.arange(17) % 9, torch.arange(17)
     _assert_step_matches_readable(m, step, t, p, s)
 
@@ -336,7 +339,8 @@ def test_blocks_are_checked():
     with pytest.raises(ValueError, match="power of two"):
         Blocks(n=24)
     with pytest.raises(ValueError, match="below 16"):
-        Blocks(rows=8)
+        Blocks(n_down=8)  # 16 rows: tl.dot
+    assert not Blocks(rows=8, n=1, n_down=2, k=16, head_n=4).dot  # the CUDA-core product
     with pytest.raises(ValueError, match="positive int"):
         Blocks(splits=0)
 
@@ -356,12 +360,14 @@ def test_attention_splits_follow_the_row_head_pairs_on_the_gpu():
     # gpt2's 12 heads and 256 positions (the rest small: the choice reads only these)
     m = build_model(GPTConfig(vocab_size=64, n_layer=1, n_head=12, d_model=96, max_batch=64,
                               max_seq=256, dtype="bfloat16"))
-    # 132 SMs (an H200): about two programs per SM, at most one split per 64 positions
-    assert choose_blocks(m, 1, sm_count=132).splits == 4   # 12 pairs: 256 / 64 splits
+    # 132 SMs (an H200): about two programs per SM, at most one split per 64 positions on the
+    # tensor cores
+    # one row on the CUDA cores: splits of 32 positions, at most 8 (the combine's budget)
+    assert choose_blocks(m, 1, sm_count=132).splits == 8
     assert choose_blocks(m, 8, sm_count=132).splits == 3   # 96 pairs: ceil(264 / 96)
     assert choose_blocks(m, 64, sm_count=132).splits == 1  # 768 pairs fill the GPU
-    assert choose_blocks(m, 64, sm_count=132).rows == 64
-    assert choose_blocks(m, 1, sm_count=132).rows == 16
+    assert choose_blocks(m, 64, sm_count=132).rows == 16
+    assert choose_blocks(m, 1, sm_count=132).rows == 1
 
 
 def test_kernels_per_step():

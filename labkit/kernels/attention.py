@@ -30,7 +30,9 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
     Fuses the readable step's attention with its metadata kernels (offsets and lengths come
     from ``positions`` and ``slots``); online softmax over chunks of ``BLOCK_T`` positions.
     Reads q (``B D e``) and the keys and values attended (``2 B c D e``, the only bytes that
-    grow with the context ``c``); writes the partials (``B H NSPLIT (head_dim + 2)`` float32)."""
+    grow with the context ``c``); writes the partials (``B NSPLIT (D + 2 H)`` float32: ``m``
+    and ``l`` laid out ``(B, NSPLIT, H)``, ``acc`` ``(B, NSPLIT, D)``, a split's heads side by
+    side as in ``x``)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -65,44 +67,78 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
         acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
         l_i = l_i * alpha + tl.sum(p, axis=0)
         m_i = m_new
-    part = (b * H + h) * NSPLIT + s
-    tl.store(m_ptr + part, m_i)
-    tl.store(l_ptr + part, l_i)
-    tl.store(acc_ptr + part * HD + d, acc, mask=d_mask)
+    part = b * NSPLIT + s
+    tl.store(m_ptr + part * H + h, m_i)
+    tl.store(l_ptr + part * H + h, l_i)
+    tl.store(acc_ptr + part * D + h * HD + d, acc, mask=d_mask)
+
+
+@triton.jit
+def _combined(m_ptr, l_ptr, acc_ptr, rows, row_mask, cols, H: tl.constexpr,
+              HD: tl.constexpr, D: tl.constexpr, NSPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
+    """The attention output of ``rows`` at columns ``cols`` of ``D``, float32
+    ``(BLOCK_B, BLOCK_K)``: each column's splits combined with its head's ``m`` and ``l``."""
+    s = tl.arange(0, BLOCK_S)
+    head = cols // HD
+    mask = (row_mask[:, None, None] & (s < NSPLIT)[None, :, None]
+            & (cols < D)[None, None, :])
+    part = rows[:, None, None] * NSPLIT + s[None, :, None]           # (BLOCK_B, BLOCK_S, 1)
+    m = tl.load(m_ptr + part * H + head[None, None, :], mask=mask, other=-float("inf"))
+    l = tl.load(l_ptr + part * H + head[None, None, :], mask=mask, other=0.0)
+    acc = tl.load(acc_ptr + part * D + cols[None, None, :], mask=mask, other=0.0)
+    m_max = tl.max(m, axis=1)
+    m_max = tl.where(m_max == -float("inf"), 0.0, m_max)  # padded rows and columns only
+    weight = tl.exp(m - m_max[:, None, :])
+    denom = tl.sum(weight * l, axis=1)
+    denom = tl.where(denom > 0, denom, 1.0)
+    return tl.sum(weight * acc, axis=1) / denom
 
 
 @triton.jit
 def attn_out_kernel(m_ptr, l_ptr, acc_ptr, w_ptr, b_ptr, x_ptr, B, H: tl.constexpr,
                     HD: tl.constexpr, D: tl.constexpr, NSPLIT: tl.constexpr,
                     BLOCK_S: tl.constexpr, BLOCK_HD: tl.constexpr, BLOCK_B: tl.constexpr,
-                    BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
+                    UNROLL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Fuses the split combine + output projection + bias + residual add, in place:
     ``x += combine(partials) @ W_proj.T + b_proj``.
 
     Replaces the out-projection GEMM, its bias, the residual add (and FlashDecoding's separate
-    reduction kernel): per head, combine its splits (rounded to the model dtype) and multiply
-    by that head's columns of ``W_proj``. Reads ``W_proj`` and bias (``(D^2 + D) e``) once, the
-    partials (from L2) and its tile of ``x``; writes the residual."""
+    reduction kernel): the attention output is combined from its splits as it is loaded
+    (rounded to the model dtype) and multiplied by the same columns of ``W_proj``: on the
+    tensor cores head by head, on the CUDA cores a chunk of columns at a time (the combine is
+    redone by every program, so it is kept to one pass over the partials).
+    Reads ``W_proj`` and bias (``(D^2 + D) e``) once, the partials (from L2) and its tile of
+    ``x``; writes the residual."""
     rows, row_mask, ns, n_mask = tile(B, D, BLOCK_B, BLOCK_N)
-    s = tl.arange(0, BLOCK_S)
-    d = tl.arange(0, BLOCK_HD)
-    d_mask = d < HD
-    part_mask = row_mask[:, None] & (s < NSPLIT)[None, :]
     out = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
-    for h in range(H):
-        part = (rows[:, None] * H + h) * NSPLIT + s[None, :]              # (BLOCK_B, BLOCK_S)
-        m = tl.load(m_ptr + part, mask=part_mask, other=-float("inf"))
-        l = tl.load(l_ptr + part, mask=part_mask, other=0.0)
-        m_max = tl.where(row_mask, tl.max(m, axis=1), 0.0)  # split 0 is never empty
-        weight = tl.exp(m - m_max[:, None])
-        denom = tl.sum(weight * l, axis=1)
-        denom = tl.where(denom > 0, denom, 1.0)  # padded rows of the block: no partials
-        acc = tl.load(acc_ptr + part[:, :, None] * HD + d[None, None, :],
-                      mask=part_mask[:, :, None] & d_mask[None, None, :], other=0.0)
-        y = tl.sum(weight[:, :, None] * acc, axis=1) / denom[:, None]    # (BLOCK_B, BLOCK_HD)
-        w = tl.load(w_ptr + ns[:, None] * D + h * HD + d[None, :],
-                    mask=n_mask[:, None] & d_mask[None, :], other=0.0)
-        out = dot_acc(out, y.to(w.dtype), w, UPCAST, PRECISION)
+    if DOT:  # head by head: (rows, splits, head_dim) partials, then the head's columns
+        s = tl.arange(0, BLOCK_S)
+        d = tl.arange(0, BLOCK_HD)
+        d_mask = d < HD
+        part_mask = row_mask[:, None] & (s < NSPLIT)[None, :]
+        part = rows[:, None] * NSPLIT + s[None, :]                      # (BLOCK_B, BLOCK_S)
+        for h in tl.range(0, H):
+            m = tl.load(m_ptr + part * H + h, mask=part_mask, other=-float("inf"))
+            l = tl.load(l_ptr + part * H + h, mask=part_mask, other=0.0)
+            m_max = tl.where(row_mask, tl.max(m, axis=1), 0.0)  # split 0 is never empty
+            weight = tl.exp(m - m_max[:, None])
+            denom = tl.sum(weight * l, axis=1)
+            denom = tl.where(denom > 0, denom, 1.0)  # padded rows of the block
+            acc = tl.load(acc_ptr + part[:, :, None] * D + h * HD + d[None, None, :],
+                          mask=part_mask[:, :, None] & d_mask[None, None, :], other=0.0)
+            y = tl.sum(weight[:, :, None] * acc, axis=1) / denom[:, None]  # (BLOCK_B, BLOCK_HD)
+            w = tl.load(w_ptr + ns[:, None] * D + h * HD + d[None, :],
+                        mask=n_mask[:, None] & d_mask[None, :], other=0.0)
+            out = dot_acc(out, y.to(w.dtype), w, DOT, UPCAST, PRECISION)
+    else:  # a chunk of columns at a time, each column combined with its head's m and l
+        for k0 in tl.range(0, D, BLOCK_K, loop_unroll_factor=UNROLL):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            y = _combined(m_ptr, l_ptr, acc_ptr, rows, row_mask, cols, H, HD, D, NSPLIT,
+                          BLOCK_S)
+            w = tl.load(w_ptr + ns[:, None] * D + cols[None, :],
+                        mask=n_mask[:, None] & (cols < D)[None, :], other=0.0)
+            out = dot_acc(out, y.to(w.dtype), w, DOT, UPCAST, PRECISION)
     out += tl.load(b_ptr + ns, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     mask = row_mask[:, None] & n_mask[None, :]
     offset = rows[:, None] * D + ns[None, :]

@@ -20,15 +20,23 @@ def cache_index(slot, pos, table_ptr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr
 
 
 @triton.jit
-def dot_acc(acc, a, w, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def dot_acc(acc, a, w, DOT: tl.constexpr, UPCAST: tl.constexpr,
+            PRECISION: tl.constexpr):
     """``acc + a @ w.T`` in float32: ``a`` (rows, k), ``w`` (n, k) a tile of an ``nn.Linear``
-    weight. ``UPCAST``: multiply in float32 (Triton's interpreter multiplies bf16 tiles as raw
-    16-bit patterns; a bf16 product is exact in float32). ``PRECISION="ieee"``: full float32
-    products (Triton's default is TF32, which ``torch.mm`` does not use)."""
-    if UPCAST:
-        a = a.to(tl.float32)
-        w = w.to(tl.float32)
-    return tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+    weight. ``DOT``: on the tensor cores (``tl.dot``: rows, n and k at least 16); else as a
+    broadcast product summed over k on the CUDA cores, which any tile shape takes: at one to
+    eight rows a step only streams the weights, and small tiles let many programs share them.
+    ``UPCAST``: multiply in float32 (Triton's interpreter multiplies bf16 tiles as raw 16-bit
+    patterns; a bf16 product is exact in float32). ``PRECISION="ieee"``: full float32 products
+    (Triton's default is TF32, which ``torch.mm`` does not use)."""
+    if DOT:
+        if UPCAST:
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+    else:
+        acc += tl.sum(a.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    return acc
 
 
 @triton.jit

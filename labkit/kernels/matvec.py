@@ -3,9 +3,12 @@ weight matrix once and folds the elementwise work around it into the same pass -
 into the loads, bias, GELU, residual add or cache write into the stores.
 
 Grid: ``(output column blocks, batch row blocks)``; a program owns ``BLOCK_N`` features of
-``BLOCK_B`` rows (``>= 16`` for ``tl.dot``, padded rows masked) and accumulates in float32
-over ``BLOCK_K`` chunks. A LayerNorm needs whole rows, so each program computes its rows'
-statistics itself (a re-read from L2, not HBM). Bytes per launch below: ``B`` rows, ``D`` =
+``BLOCK_B`` rows (padded rows masked) and accumulates in float32 over ``BLOCK_K`` chunks: on
+the tensor cores (``DOT``, 16-row tiles) or, for one or two rows, on the CUDA cores with the
+loops unrolled (``UNROLL``), so that a program has all its weight loads in flight at once
+and a few columns per program spread the weights over every SM. A LayerNorm needs whole rows,
+so each program computes its rows' statistics itself (from L2, not HBM; once, when the row
+fits in one chunk). Bytes per launch below: ``B`` rows, ``D`` =
 d_model, ``e`` bytes per element (:func:`labkit.roofline.kernel_plan.kernel_plan` sums them).
 """
 
@@ -37,17 +40,17 @@ def _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mas
 @triton.jit
 def _ln_stats(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask, eps,
               D: tl.constexpr, EMBED: tl.constexpr, BLOCK_B: tl.constexpr,
-              BLOCK_K: tl.constexpr):
+              BLOCK_K: tl.constexpr, UNROLL: tl.constexpr):
     """Mean and ``1 / sqrt(var + eps)`` of each row (two passes over the row: the mean,
     then the squared deviations, as ``nn.LayerNorm`` normalises with the biased variance)."""
     total = tl.zeros([BLOCK_B], dtype=tl.float32)
-    for k0 in range(0, D, BLOCK_K):
+    for k0 in tl.range(0, D, BLOCK_K, loop_unroll_factor=UNROLL):
         cols = k0 + tl.arange(0, BLOCK_K)
         total += tl.sum(_input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
                                     row_mask, cols, D, EMBED), axis=1)
     mean = total / D
     squares = tl.zeros([BLOCK_B], dtype=tl.float32)
-    for k0 in range(0, D, BLOCK_K):
+    for k0 in tl.range(0, D, BLOCK_K, loop_unroll_factor=UNROLL):
         cols = k0 + tl.arange(0, BLOCK_K)
         x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask,
                         cols, D, EMBED)
@@ -60,24 +63,40 @@ def _ln_stats(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask,
 def _ln_matmul(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr, eps,
                w_ptr, rows, row_mask, ns, n_mask, D: tl.constexpr, EMBED: tl.constexpr,
                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+               DOT: tl.constexpr, UNROLL: tl.constexpr, UPCAST: tl.constexpr,
+               PRECISION: tl.constexpr):
     """``LayerNorm(x) @ W[ns].T`` for the block's rows, float32 ``(BLOCK_B, BLOCK_N)``: the
     LayerNorm is applied to each chunk of ``x`` as it is loaded (rounded to the model dtype,
     as ``nn.LayerNorm``'s output is) and never stored."""
-    mean, rstd = _ln_stats(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask,
-                           eps, D, EMBED, BLOCK_B, BLOCK_K)
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, D, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
+    if BLOCK_K >= D:  # the row fits in one chunk: loaded once, normalised in registers
+        cols = tl.arange(0, BLOCK_K)
         c_mask = cols < D
         x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask,
                         cols, D, EMBED)
+        mean = tl.sum(x, axis=1) / D
+        dev = tl.where(c_mask[None, :], x - mean[:, None], 0.0)
+        rstd = tl.rsqrt(tl.sum(dev * dev, axis=1) / D + eps)
         gamma = tl.load(ln_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
         beta = tl.load(ln_b_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
-        a = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+        a = dev * rstd[:, None] * gamma[None, :] + beta[None, :]
         w = tl.load(w_ptr + ns[:, None] * D + cols[None, :],
                     mask=n_mask[:, None] & c_mask[None, :], other=0.0)
-        acc = dot_acc(acc, a.to(w.dtype), w, UPCAST, PRECISION)
+        acc = dot_acc(acc, a.to(w.dtype), w, DOT, UPCAST, PRECISION)
+    else:  # statistics first (re-reading the rows from L2), then chunk by chunk
+        mean, rstd = _ln_stats(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
+                               row_mask, eps, D, EMBED, BLOCK_B, BLOCK_K, UNROLL)
+        for k0 in tl.range(0, D, BLOCK_K, loop_unroll_factor=UNROLL):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            c_mask = cols < D
+            x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
+                            row_mask, cols, D, EMBED)
+            gamma = tl.load(ln_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+            beta = tl.load(ln_b_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+            a = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+            w = tl.load(w_ptr + ns[:, None] * D + cols[None, :],
+                        mask=n_mask[:, None] & c_mask[None, :], other=0.0)
+            acc = dot_acc(acc, a.to(w.dtype), w, DOT, UPCAST, PRECISION)
     return acc
 
 
@@ -87,7 +106,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
                   D: tl.constexpr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr,
                   BLOCK_SIZE: tl.constexpr, MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr,
                   BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                  DOT: tl.constexpr, UNROLL: tl.constexpr, UPCAST: tl.constexpr,
+               PRECISION: tl.constexpr):
     """Fuses LN1 + QKV projection + bias + the cache write (+ the embeddings, first layer):
     replaces ``layer_norm``, the QKV GEMM, its bias, the write index and two ``index_copy_``.
 
@@ -100,7 +120,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
     rows, row_mask, ns, n_mask = tile(B, 3 * D, BLOCK_B, BLOCK_N)
     acc = _ln_matmul(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr,
                      eps, w_ptr, rows, row_mask, ns, n_mask, D, EMBED, BLOCK_B, BLOCK_N,
-                     BLOCK_K, UPCAST, PRECISION)
+                     BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
     acc += tl.load(b_ptr + ns, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     out = acc.to(q_ptr.dtype.element_ty)
     # where each output column goes: q, or the k / v cache row of (slot, position)
@@ -116,7 +136,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
     tl.store(v_cache_ptr + cache_offset, out, mask=mask & (part == 2)[None, :])
     if EMBED:  # noqa: SIM102 - decided at compile time; the inner test at run time
         if tl.program_id(0) == 0:  # one program per row block writes the residual stream
-            for k0 in range(0, D, BLOCK_K):
+            for k0 in tl.range(0, D, BLOCK_K, loop_unroll_factor=UNROLL):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
                                 row_mask, cols, D, EMBED)
@@ -129,7 +149,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
 def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_stride, B, eps,
                      D: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
                      GELU: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                     BLOCK_K: tl.constexpr, DOT: tl.constexpr, UNROLL: tl.constexpr,
+                     UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Fuses a LayerNorm + a projection (+ bias) (+ tanh GELU): ``out = act(LN(x) @ W.T + b)``.
 
     As LN2 + MLP up-projection + bias + GELU (``N = 4D``; replaces ``layer_norm``, the GEMM,
@@ -138,8 +159,8 @@ def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_strid
     (the step's largest matrix) and writes the logits (``B V e``, rows ``out_stride`` apart)."""
     rows, row_mask, ns, n_mask = tile(B, N, BLOCK_B, BLOCK_N)
     acc = _ln_matmul(x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, ln_w_ptr, ln_b_ptr, eps, w_ptr, rows,
-                     row_mask, ns, n_mask, D, False, BLOCK_B, BLOCK_N, BLOCK_K, UPCAST,
-                     PRECISION)
+                     row_mask, ns, n_mask, D, False, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL,
+                     UPCAST, PRECISION)
     if HAS_BIAS:
         acc += tl.load(b_ptr + ns, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if GELU:
@@ -151,8 +172,8 @@ def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_strid
 @triton.jit
 def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, K: tl.constexpr, N: tl.constexpr,
                            BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
-                           PRECISION: tl.constexpr):
+                           BLOCK_K: tl.constexpr, DOT: tl.constexpr, UNROLL: tl.constexpr,
+                           UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Fuses a projection + bias + the residual add, in place: ``x += a @ W.T + b``.
 
     The MLP down-projection (``a`` the GELU rows ``(B, 4D)``); replaces the GEMM, its bias and
@@ -161,14 +182,14 @@ def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, K: tl.constexpr, N: tl
     (``B D e``); writes the residual."""
     rows, row_mask, ns, n_mask = tile(B, N, BLOCK_B, BLOCK_N)
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.range(0, K, BLOCK_K, loop_unroll_factor=UNROLL):
         cols = k0 + tl.arange(0, BLOCK_K)
         c_mask = cols < K
         a = tl.load(a_ptr + rows[:, None] * K + cols[None, :],
                     mask=row_mask[:, None] & c_mask[None, :], other=0.0)
         w = tl.load(w_ptr + ns[:, None] * K + cols[None, :],
                     mask=n_mask[:, None] & c_mask[None, :], other=0.0)
-        acc = dot_acc(acc, a, w, UPCAST, PRECISION)
+        acc = dot_acc(acc, a, w, DOT, UPCAST, PRECISION)
     acc += tl.load(b_ptr + ns, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     mask = row_mask[:, None] & n_mask[None, :]
     offset = rows[:, None] * N + ns[None, :]

@@ -55,10 +55,13 @@ def _cdiv(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class Blocks:
-    """Tile sizes of one batch size's launches (powers of two)."""
+    """Tile sizes of one batch size's launches (powers of two). Row blocks of 16 or more
+    multiply on the tensor cores (``tl.dot``, every tile side at least 16); smaller ones on the
+    CUDA cores (:func:`labkit.kernels.common.dot_acc`), where any tile side works."""
 
-    rows: int = 16     # batch rows per program of the matrix kernels (>= 16 for tl.dot)
-    n: int = 32        # output features per program of the QKV, out-projection and MLP
+    rows: int = 16     # batch rows per program of the matrix kernels
+    n: int = 32        # output features per program of the QKV, out- and up-projection
+    n_down: int = 16   # output features per program of the MLP down-projection (K = 4 D)
     k: int = 128       # reduction chunk of the matrix kernels
     head_n: int = 64   # vocabulary entries per program of the LM head
     t: int = 64        # positions per chunk of the attention loop
@@ -70,47 +73,78 @@ class Blocks:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Blocks.{f.name} must be a positive int, got {v!r}")
-        for name in ("rows", "n", "k", "head_n", "t", "warps"):
+        for name in ("rows", "n", "n_down", "k", "head_n", "t", "warps"):
             v = getattr(self, name)
             if v & (v - 1):
                 raise ValueError(f"Blocks.{name}={v} is not a power of two")
-        for name in ("rows", "n", "k", "head_n"):
-            if getattr(self, name) < 16:
-                raise ValueError(f"Blocks.{name}={getattr(self, name)} is below 16, the "
-                                 "smallest tile tl.dot takes")
+        small = [n for n in ("n", "n_down", "k", "head_n") if getattr(self, n) < 16]
+        if self.dot and small:
+            raise ValueError(f"Blocks.{small[0]}={getattr(self, small[0])} is below 16, the "
+                             f"smallest tile tl.dot takes at rows={self.rows}; use 16 or "
+                             "more, or fewer than 16 rows (the CUDA-core product)")
+
+    @property
+    def dot(self) -> bool:
+        """Whether the matrix kernels multiply with ``tl.dot`` (16 rows or more)."""
+        return self.rows >= 16
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-#: bytes of one (rows x k) activation tile the heuristic allows: larger tiles spilled
-#: registers when compiled for sm_90 (``labkit.kernels.aot``: ptxas -v)
+#: bytes of one (rows x k) float32 tile of attention partials per split the combine holds
 TILE_BYTES = 8192
+#: float32 products of one CUDA-core tile (rows x n x k) per program: 64 per thread at 4 warps
+PRODUCT_ELEMS = 8192
+#: loop unroll factor of the CUDA-core kernels: more than any loop's trip count (whole)
+UNROLL_ALL = 64
+#: most rows a program multiplies on the CUDA cores; more go to the tensor cores (16-row
+#: tiles): the faster way on the H200 (a sweep of tiles at 1, 2, 4 and 8 rows)
+CUDA_CORE_ROWS = 2
 
 
 def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
                   sm_count: int | None = None) -> Blocks:
-    """Tile sizes for ``batch`` rows. GPU: output cut fine (16 columns per program up to 16
-    rows) to spread the weight reads over the SMs, the reduction chunk shrinking with the rows
-    (:data:`TILE_BYTES`), attention split to about two programs per SM (``sm_count``) within
-    the combine's budget. Interpreter (programs run one by one): fewer, larger tiles."""
+    """Tile sizes for ``batch`` rows. GPU, up to :data:`CUDA_CORE_ROWS` rows: every row in one
+    program on the CUDA cores, the output cut into about two programs per SM per launch so
+    that the weight reads spread over the SMs, the reduction chunk as long as
+    :data:`PRODUCT_ELEMS` allows (the whole row where it fits); more rows: 16-row tensor-core
+    tiles (the widths those of the fastest tiles of a sweep on the H200). Attention is split
+    to about two programs per SM within the combine's budget (:data:`TILE_BYTES`).
+    Interpreter (programs run one by one): fewer, larger tiles."""
     cfg = model.cfg
-    rows = min(64, max(16, _pow2(batch)))
+    d = cfg.d_model
+    rows = _pow2(batch) if batch <= CUDA_CORE_ROWS else 16
     if interpret:
-        n, k, head_n, warps = 64, min(128, max(16, _pow2(cfg.d_model))), 64, 4
-        t, sm, most_splits = min(64, _pow2(cfg.max_seq)), 1, cfg.max_seq
+        n, k, t = 64, min(128, max(16, _pow2(d))), min(64, _pow2(cfg.max_seq))
+        splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2, batch * cfg.n_head)))
+        return Blocks(rows=rows, n=n, n_down=n, k=k, head_n=64, t=t, splits=splits, warps=4)
+    itemsize = torch.empty((), dtype=cfg.torch_dtype).element_size()
+    sm = sm_count or _sm_count(model.device)
+    if batch <= CUDA_CORE_ROWS:
+        n = _columns(3 * d, 2 * sm)
+        n_down = _columns(d, 2 * sm)
+        k = max(16, min(_pow2(d), PRODUCT_ELEMS // (rows * n)))
+        head_n = max(1, min(64, 2 * PRODUCT_ELEMS // (rows * k)))
+        # attention in short splits (the combine holds (rows, splits, k) float32 partials)
+        t, most_splits = 32, max(1, 4 * TILE_BYTES // (rows * k * 4))
     else:
-        itemsize = torch.empty((), dtype=cfg.torch_dtype).element_size()
-        n, warps = (16 if batch <= 16 else 32), 8
-        k = min(128, max(16, TILE_BYTES // (rows * itemsize)))
-        head_n = 64 if itemsize < 4 and rows <= 16 else 32
-        t = 64 if itemsize < 4 else 32
-        sm = sm_count or _sm_count(model.device)
+        n, n_down = (32 if batch <= 16 else 64), 16
+        k = 256 if batch <= 16 else 64
+        head_n = 64
         # the combine holds (rows, splits, head_dim) float32 partials per head
+        t = 64 if itemsize < 4 else 32
         most_splits = max(1, 2 * TILE_BYTES // (rows * max(16, _pow2(cfg.head_dim)) * 4))
     splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2 * sm, batch * cfg.n_head),
                         most_splits))
-    return Blocks(rows=rows, n=n, k=k, head_n=head_n, t=t, splits=splits, warps=warps)
+    return Blocks(rows=rows, n=n, n_down=n_down, k=k, head_n=head_n, t=t, splits=splits,
+                  warps=4)
+
+
+def _columns(width: int, programs: int) -> int:
+    """Output features per program that cut ``width`` into at least ``programs`` programs
+    (a power of two, 1 to 64)."""
+    return max(1, min(64, 1 << max(0, (width // programs).bit_length() - 1)))
 
 
 def _sm_count(device: torch.device) -> int:
@@ -130,9 +164,9 @@ class _Workspace:
     x: torch.Tensor        # (B, D) residual stream, model dtype
     q: torch.Tensor        # (B, D) this step's queries
     hidden: torch.Tensor   # (B, 4D) GELU output of the MLP
-    m: torch.Tensor        # (B, H, splits) float32: largest score per split
-    l: torch.Tensor        # (B, H, splits) float32: sum of exp(score - m)
-    acc: torch.Tensor      # (B, H, splits, head_dim) float32: unnormalised output
+    m: torch.Tensor        # (B, splits, H) float32: largest score per split
+    l: torch.Tensor        # (B, splits, H) float32: sum of exp(score - m)
+    acc: torch.Tensor      # (B, splits, D) float32: unnormalised output, heads side by side
 
 
 @dataclass
@@ -173,7 +207,9 @@ class TritonStep:
             if unknown:
                 raise ValueError(f"unknown Blocks field(s) {unknown}; Blocks has "
                                  f"{[f.name for f in fields(Blocks)]}")
-            replace(Blocks(), **blocks)  # the values are checked now, not at the first step
+            # the values are checked now, not at the first step (the tl.dot minimum at the
+            # first step of a batch size whose rows it applies to)
+            replace(Blocks(rows=1), **blocks)
         self._kernels = kernels.load()
         #: whether the kernels run in Triton's interpreter (else compiled for the GPU)
         self.interpret = kernels.interpreted()
@@ -267,9 +303,9 @@ class TritonStep:
             x=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
             q=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
             hidden=torch.empty((b, 4 * d), dtype=cfg.torch_dtype, device=dev),
-            m=torch.empty((b, h, nsplit), dtype=f32, device=dev),
-            l=torch.empty((b, h, nsplit), dtype=f32, device=dev),
-            acc=torch.empty((b, h, nsplit, cfg.head_dim), dtype=f32, device=dev))
+            m=torch.empty((b, nsplit, h), dtype=f32, device=dev),
+            l=torch.empty((b, nsplit, h), dtype=f32, device=dev),
+            acc=torch.empty((b, nsplit, d), dtype=f32, device=dev))
         if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._workspaces[b] = ws
         return ws
@@ -303,7 +339,10 @@ class TritonStep:
                  "MAX_BLOCKS": cache.max_blocks if paged else 1}
         table = cache.block_table if paged else slots  # slot layout: never read
         rows = _cdiv(b, bl.rows)
-        tiles = {"BLOCK_B": bl.rows, "UPCAST": self.interpret, "PRECISION": self._precision}
+        # the CUDA-core product unrolls its loops (all the chunks' loads in flight at once);
+        # the tensor-core tiles keep them rolled (unrolled, 64-row tiles spill registers)
+        tiles = {"BLOCK_B": bl.rows, "DOT": bl.dot, "UNROLL": 1 if bl.dot else UNROLL_ALL,
+                 "UPCAST": self.interpret, "PRECISION": self._precision}
         out: list[Launch] = []
 
         def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **constants: Any) -> None:
@@ -323,14 +362,14 @@ class TritonStep:
             launch(attention.attn_out_kernel, (_cdiv(d, bl.n), rows),
                    ws.m, ws.l, ws.acc, blk.proj.weight, blk.proj.bias, ws.x, b, H=h,
                    HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit, BLOCK_S=_pow2(ws.nsplit),
-                   BLOCK_HD=self._block_hd, BLOCK_N=bl.n, **tiles)
+                   BLOCK_HD=self._block_hd, BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
             launch(matvec.ln_linear_kernel, (_cdiv(4 * d, bl.n), rows),
                    ws.x, blk.ln2.weight, blk.ln2.bias, blk.fc.weight, blk.fc.bias, ws.hidden,
                    4 * d, b, blk.ln2.eps, D=d, N=4 * d, HAS_BIAS=True, GELU=True,
                    BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
-            launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n), rows),
+            launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n_down), rows),
                    ws.hidden, blk.fc_out.weight, blk.fc_out.bias, ws.x, b, K=4 * d, N=d,
-                   BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
+                   BLOCK_N=bl.n_down, BLOCK_K=bl.k, **tiles)
         w_head = m.lm_head.weight
         launch(matvec.ln_linear_kernel, (_cdiv(v, bl.head_n), rows),
                ws.x, m.ln_f.weight, m.ln_f.bias, w_head, w_head, logits, logits.stride(0), b,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from labkit import kernels
 from labkit.roofline import stepcost
+from labkit.measure import triton_bench
 from labkit.measure import records as rk
 from labkit.measure.records import Multistep, Roofline, view
 from labkit.teach.lessons.fairness import compare
+from labkit.teach.notebook import measure_or_reference, reference_or_none
 
 MB, MIB = 1e6, 2 ** 20
 #: display names of the step variants (a variant added later shows under its own name)
@@ -136,3 +139,23 @@ def multistep_rows(record: Any) -> list[dict]:
                                                            default=MULTISTEP_INTERLEAVED).word
                         for a in ("multistep", "host_sync")}})
     return rows
+
+
+def triton_records(nb: Any, presets: Sequence[str], repeats: int) -> dict[str, Any]:
+    """``triton_<preset>`` per preset: measured live (``repeats`` samples) on a GPU where the
+    Triton kernels compile, else the recorded references (with the reason printed)."""
+    why = None if nb.live else "no CUDA GPU here"
+    why = why or kernels.unavailable_reason()
+    if why is None and kernels.interpreted():
+        why = "the kernels were loaded for Triton's interpreter (TRITON_INTERPRET=1)"
+    if why is not None:
+        print(f"The Triton column is shown from the recorded references: {why}.")
+        found = {p: reference_or_none(nb, f"triton_{p}") for p in presets}
+        return {p: r for p, r in found.items() if r is not None}
+    params = {**triton_bench.DEFAULT_PARAMS, "repeats": repeats}
+
+    def measure(name: str) -> Callable[[], dict]:
+        return lambda: triton_bench.measure_triton(name, repeats=repeats)
+
+    return {p: measure_or_reference(nb, f"triton_{p}", measure(p), {**params, "preset": p})
+            for p in presets}
