@@ -159,3 +159,24 @@ def triton_records(nb: Any, presets: Sequence[str], repeats: int) -> dict[str, A
 
     return {p: measure_or_reference(nb, f"triton_{p}", measure(p), {**params, "preset": p})
             for p in presets}
+
+
+def triton_kernel_rows(record: Any) -> list[dict]:
+    """Per Triton kernel at the record's ``count_batch``: launches, GPU µs (eager, profiled),
+    the bytes its plan must move (compulsory, summed over its roles) and the bandwidth that
+    reaches, then ``"total"``."""
+    rec = view(record, rk.Triton)
+    plan = record.data.get("plan") or []
+    rows = []
+    for name, us in sorted(rec.op_us.get("triton", {}).items(), key=lambda kv: -kv[1]):
+        roles = [r for r in plan if r["kernel"] == name]
+        moved = sum(int(r["compulsory"]) for r in roles)
+        rows.append({"kernel": name, "does": " / ".join(r["role"] for r in roles),
+                     "launches": int(rec.ops["triton"].get(name, 0)), "µs": round(us, 1),
+                     "µs per launch": round(us / max(1, rec.ops["triton"].get(name, 1)), 2),
+                     "MB moved": round(moved / MB, 1),
+                     "GB/s": round(moved / us / 1e3) if us else None})
+    us, moved = sum(r["µs"] for r in rows), sum(r["MB moved"] for r in rows)
+    return [*rows, {"kernel": "total", "does": "", "launches": sum(r["launches"] for r in rows),
+                    "µs": round(us, 1), "µs per launch": None, "MB moved": round(moved, 1),
+                    "GB/s": round(moved * MB / us / 1e3) if us else None}]
