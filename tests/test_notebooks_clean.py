@@ -4,6 +4,7 @@ papermill `parameters` cell, valid slideshow metadata. Fix a failure with `make 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -55,6 +56,14 @@ if NOTEBOOKS:
         assert not dirty, f"{rel(path)}: cells {sorted(set(dirty))} hold outputs; run `make clean-notebooks`"
         assert "widgets" not in nb.metadata, f"{rel(path)}: saved widget state; run `make clean-notebooks`"
         assert "papermill" not in nb.metadata, f"{rel(path)}: papermill metadata; run `make clean-notebooks`"
+
+    @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+    def test_cell_ids_are_unique(path):
+        """nbformat renames a repeated id when it reads the notebook (a copied cell keeps its
+        id), so an executed copy no longer matches its source cell by id."""
+        seen = [c["id"] for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+        repeated = sorted({i for i in seen if seen.count(i) > 1})
+        assert not repeated, f"{rel(path)}: cell ids {repeated} repeat; give each cell its own"
 
     @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
     def test_kernelspec(path):
