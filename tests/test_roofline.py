@@ -16,7 +16,7 @@ from labkit.roofline.conditional import conditional_support, if_node_demo
 from labkit.measure import records as R
 from labkit.measure import roofline as mr
 from labkit.teach.lessons import fairness
-from labkit.measure.results import SchemaError, load_result, save_result
+from labkit.measure.results import SchemaError, load_reference, load_result, save_result
 from labkit.model import build_model, generate, preset
 from labkit.roofline.multistep import capture_multistep, multistep_decode, single_steps
 from labkit.teach.lessons import roofline as lr
@@ -454,3 +454,18 @@ def test_measure_roofline_samples_the_static_graph_columns_in_turn(cpu_measure, 
     rec = load_result(save_result("roofline_test", data, {}, tmp_path))
     assert fairness.compare(rec, "graph", "eager", 1).word == "a higher"
     assert not fairness.interleaved(rec, columns=("graph", "compile_reduce_overhead"))
+
+
+def test_triton_kernel_rows_add_up_to_the_step_and_its_plan():
+    """The table of notebook 12 from the recorded 12-layer Triton step: one row per kernel
+    kind, the launches summing to 5L + 1, the bytes to the plan's compulsory total."""
+    rec = load_reference("triton_gpt2", gpu="h200")
+    rows = lr.triton_kernel_rows(rec)
+    *kinds, total = rows
+    assert {r["kernel"] for r in kinds} == set(rec.data["ops"]["triton"])
+    assert total["launches"] == sum(r["launches"] for r in kinds) == 61
+    plan_mb = sum(r["compulsory"] for r in rec.data["plan"]) / 1e6
+    assert abs(total["MB moved"] - plan_mb) < 0.5
+    assert total["µs"] == pytest.approx(sum(rec.data["op_us"]["triton"].values()), abs=0.5)
+    assert all(r["GB/s"] > 0 for r in rows)
+    assert [r["µs"] for r in kinds] == sorted((r["µs"] for r in kinds), reverse=True)

@@ -167,7 +167,7 @@ def triton_kernel_rows(record: Any) -> list[dict]:
     reaches, then ``"total"``."""
     rec = view(record, rk.Triton)
     plan = record.data.get("plan") or []
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, us in sorted(rec.op_us.get("triton", {}).items(), key=lambda kv: -kv[1]):
         roles = [r for r in plan if r["kernel"] == name]
         moved = sum(int(r["compulsory"]) for r in roles)
@@ -176,7 +176,10 @@ def triton_kernel_rows(record: Any) -> list[dict]:
                      "µs per launch": round(us / max(1, rec.ops["triton"].get(name, 1)), 2),
                      "MB moved": round(moved / MB, 1),
                      "GB/s": round(moved / us / 1e3) if us else None})
-    us, moved = sum(r["µs"] for r in rows), sum(r["MB moved"] for r in rows)
-    return [*rows, {"kernel": "total", "does": "", "launches": sum(r["launches"] for r in rows),
-                    "µs": round(us, 1), "µs per launch": None, "MB moved": round(moved, 1),
-                    "GB/s": round(moved * MB / us / 1e3) if us else None}]
+    total_us = sum(float(r["µs"]) for r in rows)
+    total_mb = sum(float(r["MB moved"]) for r in rows)
+    return [*rows, {"kernel": "total", "does": "",
+                    "launches": sum(int(r["launches"]) for r in rows),
+                    "µs": round(total_us, 1), "µs per launch": None,
+                    "MB moved": round(total_mb, 1),
+                    "GB/s": round(total_mb * MB / total_us / 1e3) if total_us else None}]
