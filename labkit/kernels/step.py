@@ -99,7 +99,8 @@ PRODUCT_ELEMS = 8192
 #: loop unroll factor of the CUDA-core kernels: more than any loop's trip count (whole)
 UNROLL_ALL = 64
 #: most rows a program multiplies on the CUDA cores; more go to the tensor cores (16-row
-#: tiles): the faster way on the H200 (a sweep of tiles at 1, 2, 4 and 8 rows)
+#: tiles). The 12-layer step's faster way on the H200 at 1, 2, 4 and 8 rows
+#: (``scripts/triton_sweep.py``, its output in ``data/sweeps/h200/``)
 CUDA_CORE_ROWS = 2
 
 
@@ -109,7 +110,8 @@ def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
     program on the CUDA cores, the output cut into about two programs per SM per launch so
     that the weight reads spread over the SMs, the reduction chunk as long as
     :data:`PRODUCT_ELEMS` allows (the whole row where it fits); more rows: 16-row tensor-core
-    tiles (the widths those of the fastest tiles of a sweep on the H200). Attention is split
+    tiles (the widths those of the fastest tiles of ``scripts/triton_sweep.py`` on the H200,
+    ``data/sweeps/h200/``). Attention is split
     to about two programs per SM within the combine's budget (:data:`TILE_BYTES`).
     Interpreter (programs run one by one): fewer, larger tiles."""
     cfg = model.cfg

@@ -1,0 +1,86 @@
+"""Sweep the Triton step's tile sizes on a GPU (how ``labkit.kernels.step.choose_blocks``'s
+choices were picked). Per preset and batch size: the readable and fused steps and the Triton
+step with the heuristic's tiles and with each candidate change, each captured in a CUDA graph
+and replayed in turn (``time_cuda_interleaved``), after checking the bf16 logits against the
+readable step's; then the per-kernel profile of the heuristic. Prints one JSON line each.
+
+    python scripts/triton_sweep.py [PRESET ...] > sweep.jsonl
+
+``data/sweeps/h200/triton_tiles.jsonl`` is its output on an H200 (see data/sweeps/README.md).
+"""
+import json
+import sys
+import time
+
+import torch
+
+from labkit.fused import make_fused_step
+from labkit.graphs import capture_decode_graphs
+from labkit.measure.bench import make_model, step_inputs
+from labkit.measure.opcount import gpu_op_profile
+from labkit.timing import time_cuda_interleaved
+from labkit.kernels.step import make_triton_step
+
+DOT = {"rows": 16, "n": 16, "n_down": 16, "k": 256, "head_n": 64}
+#: per batch size, the changes to the heuristic's tiles tried ({} is the heuristic itself)
+CANDIDATES = {
+    1: [{}, {"t": 32, "splits": 8}, {"warps": 2}, {"n": 4}, {"head_n": 32}, {"n_down": 4},
+        {"t": 32}],
+    2: [{}, {"warps": 2}, DOT],
+    4: [{}, {"splits": 2}, {"rows": 4, "n": 4, "n_down": 2, "k": 256, "head_n": 8}],
+    8: [{}, {"n": 32}, {"warps": 8}],
+    64: [{}, {"n": 64}, {"n_down": 32}],
+}
+PROFILED = (1, 8, 64)
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def captured(model, step, b, inputs):
+    gs = capture_decode_graphs(model, [b], step=step, progress=False)
+    gs.copy_inputs(*inputs)
+    return gs
+
+
+def sweep(name: str) -> None:
+    model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
+    fused = make_fused_step(model)
+    for b, cands in CANDIDATES.items():
+        t0 = time.time()
+        inputs = step_inputs(model, b, context=128)
+        graphs = {"readable": captured(model, model.decode_step, b, inputs),
+                  "fused": captured(model, fused, b, inputs)}
+        info = {}
+        ref = model.decode_step(*inputs, check=False).float()
+        for i, change in enumerate(cands):
+            try:
+                step = make_triton_step(model, blocks=change or None)
+                out = step(*inputs, check=False).float()
+                graphs[f"t{i}"] = captured(model, step, b, inputs)
+            except Exception as exc:  # a tile the GPU cannot run: reported, the sweep goes on
+                emit(preset=name, b=b, cand=change, error=repr(exc)[:300])
+                continue
+            info[f"t{i}"] = {"blocks": step.blocks_for(b).to_dict(),
+                             "err": round((out - ref).abs().max().item(), 4),
+                             "agree": (out.argmax(-1) == ref.argmax(-1)).float().mean().item()}
+        fns = {label: (lambda gs=gs, b=b: gs.replay(b)) for label, gs in graphs.items()}
+        stats = time_cuda_interleaved(fns, warmup=5, repeats=15, inner=10)
+        for label, st in stats.items():
+            emit(preset=name, b=b, step=label, median=round(st.median, 2),
+                 p10=round(st.p10, 2), p90=round(st.p90, 2), **info.get(label, {}))
+        for gs in graphs.values():
+            gs.release()
+        if b in PROFILED:
+            step = make_triton_step(model)
+            prof = gpu_op_profile(lambda step=step, x=inputs: step(*x, check=False))
+            emit(preset=name, b=b, profile={k[:40]: [v["count"], round(v["us"], 2)]
+                                            for k, v in prof.items()},
+                 secs=round(time.time() - t0, 1))
+    torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    for preset_name in sys.argv[1:] or ["gpt2", "small"]:
+        sweep(preset_name)
