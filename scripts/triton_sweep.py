@@ -21,15 +21,15 @@ from labkit.measure.opcount import gpu_op_profile
 from labkit.timing import time_cuda_interleaved
 from labkit.kernels.step import make_triton_step
 
-DOT = {"rows": 16, "n": 16, "n_down": 16, "k": 256, "head_n": 64}
+DOT = {"rows": 16, "n": 16, "n_out": 16, "k": 256, "head_n": 64}
 #: per batch size, the changes to the heuristic's tiles tried ({} is the heuristic itself)
 CANDIDATES = {
-    1: [{}, {"t": 32, "splits": 8}, {"warps": 2}, {"n": 4}, {"head_n": 32}, {"n_down": 4},
+    1: [{}, {"t": 32, "splits": 8}, {"warps": 2}, {"n": 4}, {"head_n": 32}, {"n_out": 4},
         {"t": 32}],
     2: [{}, {"warps": 2}, DOT],
-    4: [{}, {"splits": 2}, {"rows": 4, "n": 4, "n_down": 2, "k": 256, "head_n": 8}],
+    4: [{}, {"splits": 2}, {"rows": 4, "n": 4, "n_out": 2, "k": 256, "head_n": 8}],
     8: [{}, {"n": 32}, {"warps": 8}],
-    64: [{}, {"n": 64}, {"n_down": 32}],
+    64: [{}, {"n": 64}, {"n_out": 32}],
 }
 PROFILED = (1, 8, 64)
 

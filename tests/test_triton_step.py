@@ -155,8 +155,8 @@ def test_the_dispatcher_runs_the_triton_step_and_pads_it():
 
 @cpu
 @pytest.mark.parametrize("layout", ["slot", "paged"])
-@pytest.mark.parametrize("tiles", [{"n": 16, "n_down": 16, "head_n": 16},
-                                   {"rows": 2, "n": 4, "n_down": 2, "head_n": 8}],
+@pytest.mark.parametrize("tiles", [{"n": 16, "n_out": 16, "head_n": 16},
+                                   {"rows": 2, "n": 4, "n_out": 2, "head_n": 8}],
                          ids=["tensor-cores", "cuda-cores"])
 def test_logits_and_cache_writes_match_across_splits_and_tiles(layout, tiles):
     """Attention in two splits of 16 positions (rows at 20, 5, 16 and 15: the second split
@@ -339,8 +339,8 @@ def test_blocks_are_checked():
     with pytest.raises(ValueError, match="power of two"):
         Blocks(n=24)
     with pytest.raises(ValueError, match="below 16"):
-        Blocks(n_down=8)  # 16 rows: tl.dot
-    assert not Blocks(rows=8, n=1, n_down=2, k=16, head_n=4).dot  # the CUDA-core product
+        Blocks(n_out=8)  # 16 rows: tl.dot
+    assert not Blocks(rows=8, n=1, n_out=2, k=16, head_n=4).dot  # the CUDA-core product
     with pytest.raises(ValueError, match="positive int"):
         Blocks(splits=0)
 
@@ -372,7 +372,7 @@ def test_attention_splits_follow_the_row_head_pairs_on_the_gpu():
 
 def test_kernels_per_step():
     assert kernels_per_step(12) == 61 and kernels_per_step(4) == 21
-    assert step_kernels == {"ln_qkv_kernel", "attention_split_kernel", "attn_out_kernel",
+    assert step_kernels == {"ln_qkv_kernel", "attention_split_kernel",
                             "ln_linear_kernel", "linear_residual_kernel"}
 
 

@@ -176,9 +176,10 @@ def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, K: tl.constexpr, N: tl
                            UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Fuses a projection + bias + the residual add, in place: ``x += a @ W.T + b``.
 
-    The MLP down-projection (``a`` the GELU rows ``(B, 4D)``); replaces the GEMM, its bias and
-    the residual add (in place is safe: a program reads and writes only its own tile of
-    ``x``). Reads ``(4D^2 + D) e`` of weights, ``a`` (``4 B D e``) and the residual
+    The attention output projection (``a`` the attention output ``(B, D)``, ``K = D``) and the
+    MLP down-projection (``a`` the GELU rows ``(B, 4D)``, ``K = 4D``); replaces the GEMM, its
+    bias and the residual add (in place is safe: a program reads and writes only its own tile
+    of ``x``). Reads ``(K D + D) e`` of weights, ``a`` (``B K e``) and the residual
     (``B D e``); writes the residual."""
     rows, row_mask, ns, n_mask = tile(B, N, BLOCK_B, BLOCK_N)
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)

@@ -6,8 +6,9 @@ Same weights (read live), KV cache (slot or paged, in place), interface and logi
 One layer (each kernel's docstring says what it fuses and reads)::
 
     1 ln_qkv_kernel           LN1 + QKV + bias + k/v written into the cache (layer 0: + embeddings)
-    2 attention_split_kernel  attention over the cache in place, split along the sequence
-    3 attn_out_kernel         split combine + out-projection + bias + residual (in place)
+    2 attention_split_kernel  attention over the cache in place, split along the sequence; the
+                              last split of each (row, head) combines them
+    3 linear_residual_kernel  out-projection + bias + residual (in place)
     4 ln_linear_kernel        LN2 + MLP up-projection + bias + GELU
     5 linear_residual_kernel  MLP down-projection + bias + residual (in place)
 
@@ -60,8 +61,8 @@ class Blocks:
     CUDA cores (:func:`labkit.kernels.common.dot_acc`), where any tile side works."""
 
     rows: int = 16     # batch rows per program of the matrix kernels
-    n: int = 32        # output features per program of the QKV, out- and up-projection
-    n_down: int = 16   # output features per program of the MLP down-projection (K = 4 D)
+    n: int = 32        # output features per program of the QKV and the MLP up-projection
+    n_out: int = 16    # output features per program of the out- and down-projection (D wide)
     k: int = 128       # reduction chunk of the matrix kernels
     head_n: int = 64   # vocabulary entries per program of the LM head
     t: int = 64        # positions per chunk of the attention loop
@@ -73,11 +74,11 @@ class Blocks:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Blocks.{f.name} must be a positive int, got {v!r}")
-        for name in ("rows", "n", "n_down", "k", "head_n", "t", "warps"):
+        for name in ("rows", "n", "n_out", "k", "head_n", "t", "warps"):
             v = getattr(self, name)
             if v & (v - 1):
                 raise ValueError(f"Blocks.{name}={v} is not a power of two")
-        small = [n for n in ("n", "n_down", "k", "head_n") if getattr(self, n) < 16]
+        small = [n for n in ("n", "n_out", "k", "head_n") if getattr(self, n) < 16]
         if self.dot and small:
             raise ValueError(f"Blocks.{small[0]}={getattr(self, small[0])} is below 16, the "
                              f"smallest tile tl.dot takes at rows={self.rows}; use 16 or "
@@ -92,8 +93,8 @@ class Blocks:
         return asdict(self)
 
 
-#: bytes of one (rows x k) float32 tile of attention partials per split the combine holds
-TILE_BYTES = 8192
+#: most attention splits (the last split of a (row, head) holds all their partials)
+MAX_SPLITS = 16
 #: float32 products of one CUDA-core tile (rows x n x k) per program: 64 per thread at 4 warps
 PRODUCT_ELEMS = 8192
 #: loop unroll factor of the CUDA-core kernels: more than any loop's trip count (whole)
@@ -111,8 +112,8 @@ def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
     that the weight reads spread over the SMs, the reduction chunk as long as
     :data:`PRODUCT_ELEMS` allows (the whole row where it fits); more rows: 16-row tensor-core
     tiles (the widths those of the fastest tiles of ``scripts/triton_sweep.py`` on the H200,
-    ``data/sweeps/h200/``). Attention is split
-    to about two programs per SM within the combine's budget (:data:`TILE_BYTES`).
+    ``data/sweeps/h200/``). Attention is split to about two programs per SM, at most
+    :data:`MAX_SPLITS` splits.
     Interpreter (programs run one by one): fewer, larger tiles."""
     cfg = model.cfg
     d = cfg.d_model
@@ -120,26 +121,22 @@ def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
     if interpret:
         n, k, t = 64, min(128, max(16, _pow2(d))), min(64, _pow2(cfg.max_seq))
         splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2, batch * cfg.n_head)))
-        return Blocks(rows=rows, n=n, n_down=n, k=k, head_n=64, t=t, splits=splits, warps=4)
+        return Blocks(rows=rows, n=n, n_out=n, k=k, head_n=64, t=t, splits=splits, warps=4)
     itemsize = torch.empty((), dtype=cfg.torch_dtype).element_size()
     sm = sm_count or _sm_count(model.device)
     if batch <= CUDA_CORE_ROWS:
         n = _columns(3 * d, 2 * sm)
-        n_down = _columns(d, 2 * sm)
+        n_out = _columns(d, 2 * sm)
         k = max(16, min(_pow2(d), PRODUCT_ELEMS // (rows * n)))
         head_n = max(1, min(64, 2 * PRODUCT_ELEMS // (rows * k)))
-        # attention in short splits (the combine holds (rows, splits, k) float32 partials)
-        t, most_splits = 32, max(1, 4 * TILE_BYTES // (rows * k * 4))
+        t = 32  # short splits: more programs to read the few keys and values
     else:
-        n, n_down = (32 if batch <= 16 else 64), 16
+        n, n_out = (32 if batch <= 16 else 64), 16
         k = 256 if batch <= 16 else 64
         head_n = 64
-        # the combine holds (rows, splits, head_dim) float32 partials per head
         t = 64 if itemsize < 4 else 32
-        most_splits = max(1, 2 * TILE_BYTES // (rows * max(16, _pow2(cfg.head_dim)) * 4))
-    splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2 * sm, batch * cfg.n_head),
-                        most_splits))
-    return Blocks(rows=rows, n=n, n_down=n_down, k=k, head_n=head_n, t=t, splits=splits,
+    splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2 * sm, batch * cfg.n_head), MAX_SPLITS))
+    return Blocks(rows=rows, n=n, n_out=n_out, k=k, head_n=head_n, t=t, splits=splits,
                   warps=4)
 
 
@@ -169,6 +166,8 @@ class _Workspace:
     m: torch.Tensor        # (B, splits, H) float32: largest score per split
     l: torch.Tensor        # (B, splits, H) float32: sum of exp(score - m)
     acc: torch.Tensor      # (B, splits, D) float32: unnormalised output, heads side by side
+    count: torch.Tensor    # (B, H) int32: splits done this step (zero between steps)
+    y: torch.Tensor        # (B, D) the attention output, heads side by side
 
 
 @dataclass
@@ -307,7 +306,9 @@ class TritonStep:
             hidden=torch.empty((b, 4 * d), dtype=cfg.torch_dtype, device=dev),
             m=torch.empty((b, nsplit, h), dtype=f32, device=dev),
             l=torch.empty((b, nsplit, h), dtype=f32, device=dev),
-            acc=torch.empty((b, nsplit, d), dtype=f32, device=dev))
+            acc=torch.empty((b, nsplit, d), dtype=f32, device=dev),
+            count=torch.zeros((b, h), dtype=torch.int32, device=dev),
+            y=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev))
         if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._workspaces[b] = ws
         return ws
@@ -359,19 +360,19 @@ class TritonStep:
                    BLOCK_K=bl.k, **where, **tiles)
             launch(attention.attention_split_kernel, (b, h, ws.nsplit),
                    ws.q, k_cache, v_cache, positions, slots, table, ws.m, ws.l, ws.acc,
-                   self._scale, H=h, HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit, SPLIT=ws.split,
-                   BLOCK_T=bl.t, BLOCK_HD=self._block_hd, **where)
-            launch(attention.attn_out_kernel, (_cdiv(d, bl.n), rows),
-                   ws.m, ws.l, ws.acc, blk.proj.weight, blk.proj.bias, ws.x, b, H=h,
-                   HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit, BLOCK_S=_pow2(ws.nsplit),
-                   BLOCK_HD=self._block_hd, BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
+                   ws.count, ws.y, self._scale, H=h, HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit,
+                   SPLIT=ws.split, BLOCK_T=bl.t, BLOCK_S=_pow2(ws.nsplit),
+                   BLOCK_HD=self._block_hd, **where)
+            launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n_out), rows),
+                   ws.y, blk.proj.weight, blk.proj.bias, ws.x, b, K=d, N=d,
+                   BLOCK_N=bl.n_out, BLOCK_K=bl.k, **tiles)
             launch(matvec.ln_linear_kernel, (_cdiv(4 * d, bl.n), rows),
                    ws.x, blk.ln2.weight, blk.ln2.bias, blk.fc.weight, blk.fc.bias, ws.hidden,
                    4 * d, b, blk.ln2.eps, D=d, N=4 * d, HAS_BIAS=True, GELU=True,
                    BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
-            launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n_down), rows),
+            launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n_out), rows),
                    ws.hidden, blk.fc_out.weight, blk.fc_out.bias, ws.x, b, K=4 * d, N=d,
-                   BLOCK_N=bl.n_down, BLOCK_K=bl.k, **tiles)
+                   BLOCK_N=bl.n_out, BLOCK_K=bl.k, **tiles)
         w_head = m.lm_head.weight
         launch(matvec.ln_linear_kernel, (_cdiv(v, bl.head_n), rows),
                ws.x, m.ln_f.weight, m.ln_f.bias, w_head, w_head, logits, logits.stride(0), b,

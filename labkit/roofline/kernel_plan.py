@@ -49,12 +49,13 @@ def kernel_plan(cfg: Any, batch: int, context: int, splits: int = 1) -> list[dic
              embedding_rows=2 * b * dm * e, kv_write=L * 2 * b * dm * e,
              # reads x (layers 1..L-1), writes q; layer 0 also writes the residual stream
              activations=((L - 1) * b * dm + L * b * dm + b * dm) * e),
-        _row("attention_split_kernel", "attention partials", L,
+        # the partials are written and read back once (by each (row, head)'s last split)
+        _row("attention_split_kernel", "attention + split combine", L,
              kv_read=L * 2 * b * c * dm * e,
-             activations=L * (b * dm * e + partials)),
-        _row("attn_out_kernel", "combine + out-proj + residual", L,
+             activations=L * (2 * b * dm * e + 2 * partials)),
+        _row("linear_residual_kernel", "out-proj + residual", L,
              weights=L * (dm * dm + dm) * e,
-             activations=L * (partials + 2 * b * dm * e)),
+             activations=L * 3 * b * dm * e),
         _row("ln_linear_kernel", "LN2 + up-proj + GELU", L,
              weights=L * (2 * dm + 4 * dm * dm + 4 * dm) * e,
              activations=L * (b * dm + 4 * b * dm) * e),
