@@ -25,7 +25,7 @@ def dot_acc(acc, a, w, DOT: tl.constexpr, UPCAST: tl.constexpr,
     """``acc + a @ w.T`` in float32: ``a`` (rows, k), ``w`` (n, k) a tile of an ``nn.Linear``
     weight. ``DOT``: on the tensor cores (``tl.dot``: rows, n and k at least 16); else as a
     broadcast product summed over k on the CUDA cores, which any tile shape takes: at one to
-    eight rows a step only streams the weights, and small tiles let many programs share them.
+    two rows a step only streams the weights, and small tiles let many programs share them.
     ``UPCAST``: multiply in float32 (Triton's interpreter multiplies bf16 tiles as raw 16-bit
     patterns; a bf16 product is exact in float32). ``PRECISION="ieee"``: full float32 products
     (Triton's default is TF32, which ``torch.mm`` does not use)."""
