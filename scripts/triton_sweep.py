@@ -6,7 +6,7 @@ readable step's; then the per-kernel profile of the heuristic. Prints one JSON l
 
     python scripts/triton_sweep.py [PRESET ...] > sweep.jsonl
 
-``data/sweeps/h200/triton_tiles.jsonl`` is its output on an H200 (see data/sweeps/README.md).
+``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200 (see data/sweeps/README.md).
 """
 import json
 import sys
