@@ -76,8 +76,11 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
     tl.store(m_ptr + part * H + h, m_i)
     tl.store(l_ptr + part * H + h, l_i)
     tl.store(acc_ptr + part * D + h * HD + d, acc, mask=d_mask)
-    # acq_rel: this split's partials are visible before the count says so, and the last split
-    # sees every other split's partials after it reads the count
+    # the barrier orders every thread's stores of the partials before the count, and acq_rel
+    # makes them visible with it (one thread adds); the last split sees every other split's
+    # partials after it reads the count (as CUTLASS's split-K semaphore releases:
+    # __syncthreads, then one thread's release store, include/cutlass/semaphore.h)
+    tl.debug_barrier()
     done = tl.atomic_add(count_ptr + b * H + h, 1, sem="acq_rel")
     if done == NSPLIT - 1:
         ss = tl.arange(0, BLOCK_S)
