@@ -47,14 +47,22 @@ def derived(times: Mapping[str, Sequence[Mapping]], floors: Sequence[float]) -> 
             "speedup_vs_readable": [r / t for r, t in zip(med["readable"], med["triton"])]}
 
 
-def _need_compiled() -> None:
+def uncompiled_reason() -> str | None:
+    """Why the Triton step cannot be timed here (``None``: its kernels compile for the GPU)."""
     reason = kernels.unavailable_reason()
     if reason is not None:
-        raise RuntimeError(f"measure_triton needs Triton: {reason}")
+        return f"measure_triton needs Triton: {reason}"
     if kernels.interpreted():
-        raise RuntimeError("the Triton kernels were loaded for the interpreter "
-                           "(TRITON_INTERPRET=1): a timing of the interpreter measures the "
-                           "host; run in a process without TRITON_INTERPRET")
+        return ("the Triton kernels were loaded for the interpreter (TRITON_INTERPRET=1): a "
+                "timing of the interpreter measures the host; run in a process without "
+                "TRITON_INTERPRET")
+    return None
+
+
+def _need_compiled() -> None:
+    reason = uncompiled_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
 
 
 def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from labkit import kernels
 from labkit.roofline import stepcost
 from labkit.measure import triton_bench
 from labkit.measure import records as rk
@@ -144,10 +143,7 @@ def multistep_rows(record: Any) -> list[dict]:
 def triton_records(nb: Any, presets: Sequence[str], repeats: int) -> dict[str, Any]:
     """``triton_<preset>`` per preset: measured live (``repeats`` samples) on a GPU where the
     Triton kernels compile, else the recorded references (with the reason printed)."""
-    why = None if nb.live else "no CUDA GPU here"
-    why = why or kernels.unavailable_reason()
-    if why is None and kernels.interpreted():
-        why = "the kernels were loaded for Triton's interpreter (TRITON_INTERPRET=1)"
+    why = triton_bench.uncompiled_reason() if nb.live else "no CUDA GPU here"
     if why is not None:
         print(f"The Triton column is shown from the recorded references: {why}.")
         found = {p: reference_or_none(nb, f"triton_{p}") for p in presets}
