@@ -60,6 +60,21 @@ def _ln_stats(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask,
 
 
 @triton.jit
+def _ln_times_w(acc, x, mean, rstd, cols, ln_w_ptr, ln_b_ptr, w_ptr, ns, n_mask,
+                D: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr,
+                PRECISION: tl.constexpr):
+    """``acc`` plus one chunk of ``LayerNorm(x) @ W[ns].T``: the chunk ``x`` (its columns
+    ``cols``) normalised with the rows' ``mean`` and ``rstd``, rounded to the model dtype."""
+    c_mask = cols < D
+    gamma = tl.load(ln_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+    beta = tl.load(ln_b_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+    a = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+    w = tl.load(w_ptr + ns[:, None] * D + cols[None, :],
+                mask=n_mask[:, None] & c_mask[None, :], other=0.0)
+    return dot_acc(acc, a.to(w.dtype), w, DOT, UPCAST, PRECISION)
+
+
+@triton.jit
 def _ln_matmul(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr, eps,
                w_ptr, rows, row_mask, ns, n_mask, D: tl.constexpr, EMBED: tl.constexpr,
                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -71,32 +86,22 @@ def _ln_matmul(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
     if BLOCK_K >= D:  # the row fits in one chunk: loaded once, normalised in registers
         cols = tl.arange(0, BLOCK_K)
-        c_mask = cols < D
         x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows, row_mask,
                         cols, D, EMBED)
         mean = tl.sum(x, axis=1) / D
-        dev = tl.where(c_mask[None, :], x - mean[:, None], 0.0)
+        dev = tl.where((cols < D)[None, :], x - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(dev * dev, axis=1) / D + eps)
-        gamma = tl.load(ln_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
-        beta = tl.load(ln_b_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
-        a = dev * rstd[:, None] * gamma[None, :] + beta[None, :]
-        w = tl.load(w_ptr + ns[:, None] * D + cols[None, :],
-                    mask=n_mask[:, None] & c_mask[None, :], other=0.0)
-        acc = dot_acc(acc, a.to(w.dtype), w, DOT, UPCAST, PRECISION)
+        acc = _ln_times_w(acc, x, mean, rstd, cols, ln_w_ptr, ln_b_ptr, w_ptr, ns, n_mask, D,
+                          DOT, UPCAST, PRECISION)
     else:  # statistics first (re-reading the rows from L2), then chunk by chunk
         mean, rstd = _ln_stats(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
                                row_mask, eps, D, EMBED, BLOCK_B, BLOCK_K, UNROLL)
         for k0 in tl.range(0, D, BLOCK_K, loop_unroll_factor=UNROLL):
             cols = k0 + tl.arange(0, BLOCK_K)
-            c_mask = cols < D
             x = _input_tile(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, rows,
                             row_mask, cols, D, EMBED)
-            gamma = tl.load(ln_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
-            beta = tl.load(ln_b_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
-            a = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
-            w = tl.load(w_ptr + ns[:, None] * D + cols[None, :],
-                        mask=n_mask[:, None] & c_mask[None, :], other=0.0)
-            acc = dot_acc(acc, a.to(w.dtype), w, DOT, UPCAST, PRECISION)
+            acc = _ln_times_w(acc, x, mean, rstd, cols, ln_w_ptr, ln_b_ptr, w_ptr, ns, n_mask,
+                              D, DOT, UPCAST, PRECISION)
     return acc
 
 
