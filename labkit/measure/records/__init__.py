@@ -19,11 +19,11 @@ from labkit.measure.records.derived import (
 )
 from labkit.measure.records.kinds import (
     FUSED_STEPS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench, Chunked, Compile,
-    Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, MemoryBudget, Mixed, Modes,
-    Multistep, Paged, Pitfall, Pitfalls, PoolAtMaxSeq, PoolMemory, PoolOverwrite, Roofline, Spec,
-    SpecVerify, Timeline, TPAllReduce, TPDecode, Triton, bench_row,
+    Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Lazy, MemoryBudget, Mixed,
+    Modes, Multistep, Numerics, NumericsDtype, Paged, Pitfall, Pitfalls, PoolAtMaxSeq,
+    PoolMemory, PoolOverwrite, Recaptures, Roofline, Spec, SpecVerify, Timeline, TPAllReduce,
+    TPDecode, Triton, bench_row,
 )
-from labkit.measure.records.kinds import Lazy, Numerics, NumericsDtype, Recaptures
 from labkit.measure.records.registry import KINDS, RERECORD, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad
 
@@ -33,10 +33,9 @@ __all__ = [
     "DEFAULTS", "SERVE_RECORDS", "default_params", "measure_kwargs", "GPU_OPS_COUNTED",
     "GPU_OPS_SCOPE", "ratio", "speedup", "tokens_per_s", "FUSED_STEPS", "MULTISTEP_METHODS",
     "OVERHEAD_METHODS", "PAGED_LAYOUTS", "Bench", "Chunked", "Compile", "Decode", "Dispatcher",
-    "DispatcherOverhead", "Fused", "LaunchOverhead", "MemoryBudget", "Mixed", "Modes",
-    "Multistep", "Paged", "Pitfall", "Pitfalls", "PoolAtMaxSeq", "PoolMemory", "PoolOverwrite",
-    "Roofline", "Spec", "SpecVerify", "Timeline", "TPAllReduce", "TPDecode", "Triton",
-    "bench_row", "KINDS", "RERECORD", "SchemaError", "kind_of", "parse", "view", "Serve",
-    "ServeLoad",
-    "Lazy", "Numerics", "NumericsDtype", "Recaptures",
+    "DispatcherOverhead", "Fused", "LaunchOverhead", "Lazy", "MemoryBudget", "Mixed", "Modes",
+    "Multistep", "Numerics", "NumericsDtype", "Paged", "Pitfall", "Pitfalls", "PoolAtMaxSeq",
+    "PoolMemory", "PoolOverwrite", "Recaptures", "Roofline", "Spec", "SpecVerify", "Timeline",
+    "TPAllReduce", "TPDecode", "Triton", "bench_row", "KINDS", "RERECORD", "SchemaError",
+    "kind_of", "parse", "view", "Serve", "ServeLoad",
 ]
