@@ -27,7 +27,7 @@ def test_checks_print_and_never_raise_by_default(lenient, capsys):
     assert ex.check("tensors", torch.tensor([1, 2]), torch.tensor([1, 2])) is True
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "[PASS] 1.1 demo: right"
-    assert out[1] == "[TODO] 1.1 demo: wrong -- got 5, expected 4 | hint: add one"
+    assert out[1] == "[TODO] 1.1 demo: wrong -- 5 is not right yet | hint: add one"
     assert out[2] == "[TODO] 1.1 demo: todo -- not answered yet (replace the ... / None)"
     assert not ex.passed
 

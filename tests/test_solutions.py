@@ -26,7 +26,7 @@ NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
 STUDENT = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
-EXERCISE_ID = re.compile(r"""\bExercise\(\s*["'](\d+\.\d+)\b""")
+EXERCISE_ID = re.compile(r"""\bnb\.check\(\s*["'](\d+\.\d+)["']""")
 HEADING_ID = re.compile(r"^#+\s*Exercise\s+(\d+\.\d+)\b", re.M)
 # an answer left open: `x = ...`, `"a": ...,` or a bare `...` statement (not `is not ...`)
 PLACEHOLDER = re.compile(r"(^|=|:)\s*\.\.\.\s*([,}#]|$)", re.M)

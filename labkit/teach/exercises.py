@@ -77,14 +77,31 @@ class Exercise:
         return ok
 
     def check(self, what: str, got: Any, expected: Any = True, *, hint: str = "",
-              rel: float = 1e-6, reveal: bool = True) -> bool:
-        """Compare ``got`` with ``expected``, print the outcome (``reveal=False``: no answer)."""
+              rel: float = 1e-6, reveal: bool = False) -> bool:
+        """Compare ``got`` with ``expected`` and print the outcome; a wrong answer is shown
+        without the expected one unless ``reveal=True``."""
         if _unanswered(got, expected):
             return self._record(what, False, _UNANSWERED, hint, got, expected)
         ok = _equal(got, expected, rel)
         msg = ("" if ok else f"got {got!r}, expected {expected!r}" if reveal
                else f"{got!r} is not right yet")
         return self._record(what, ok, msg, hint, got, expected)
+
+    def check_one_of(self, what: str, got: Any, accepted: Any, *, hint: str = "") -> bool:
+        """Accept any of several defensible answers (``accepted``: a collection); strings are
+        compared without case or surrounding spaces. The accepted answers are never printed."""
+        options = list(accepted)
+        if not options:
+            raise ValueError(f"{self.title}: {what}: no accepted answer given")
+        if _unanswered(got, options[0]):
+            return self._record(what, False, _UNANSWERED, hint, got, options)
+
+        def norm(v: Any) -> Any:
+            return v.strip().lower() if isinstance(v, str) else v
+
+        ok = any(_equal(norm(got), norm(a), 1e-6) for a in options)
+        return self._record(what, ok, "" if ok else f"{got!r} is not right yet", hint, got,
+                            options)
 
     def check_true(self, what: str, condition: Any, *, hint: str = "") -> bool:
         """Record a condition that should hold (``...`` or ``None``: not answered yet)."""

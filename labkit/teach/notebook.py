@@ -14,7 +14,7 @@ from labkit import __version__
 from labkit.support import envvars
 from labkit.support.env import hardware_tier
 from labkit.measure.results import load_reference, load_result, provenance_line, save_result
-from labkit.teach import statements
+from labkit.teach import answers, statements
 from labkit.teach.plots import register_template
 
 
@@ -44,6 +44,12 @@ class NotebookContext:
         recorded = statements.is_reference(about)
         return statements.check(statement, holds, shows,
                                 recorded=not self.live if recorded is None else recorded)
+
+    def check(self, number: str, /, **answers_and_context: Any) -> None:
+        """Run exercise ``number``'s checks (registered in :mod:`labkit.teach.answers`) on the
+        learner's answers; prints PASS/TODO lines and a count (strict mode: raises)."""
+        head = self.name.split("_", 1)[0]
+        answers.run(number, int(head) if head.isdigit() else None, **answers_and_context)
 
     @staticmethod
     def say(template: str, /, **values: Any) -> None:
