@@ -147,3 +147,40 @@ def test_a_wrong_answer_is_not_revealed(monkeypatch, capsys):
     assert "5 is not right yet" in out and "'b' is not right yet" in out
     assert "4" not in out.replace("0.0", "") and "'c'" not in out
     assert answers.KINDS[-1] == "read"
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a cell binds at any level, names it reads) — magics and shell lines skipped."""
+    code = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    tree = ast.parse(code)
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else read).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return bound, read
+
+
+@pytest.mark.parametrize("folder", ["", "solutions"])
+@pytest.mark.parametrize("student", STUDENT, ids=lambda p: p.stem)
+def test_no_later_cell_reads_what_an_exercise_cell_bound(student: Path, folder: str):
+    """So a learner's open answer cannot break the cells after it, and CI may run each
+    learner copy in the solution's kernel (scripts/ci_notebooks.py)."""
+    nb = read(NOTEBOOKS / folder / student.name)
+    last_binder: dict[str, bool] = {}          # name -> bound last by an exercise cell
+    for k, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        is_ex = bool(CHECK_CALL.search(cell.source))
+        bound, read_names = _names(cell.source)
+        if not is_ex:
+            leaked = sorted(n for n in read_names - bound if last_binder.get(n))
+            assert not leaked, (f"{folder or 'notebooks'}/{student.name} cell {k} reads "
+                                f"{leaked}, bound by an exercise cell: compute it again in a "
+                                "cell of its own, so an unanswered exercise cannot break it")
+        for n in bound:
+            last_binder[n] = is_ex

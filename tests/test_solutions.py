@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -131,14 +132,35 @@ def test_strict_mode_fails_a_broken_solution_and_passes_the_right_one(tmp_path, 
 # ---------------------------------------------------------------------------- CI wiring
 
 
-def test_make_test_notebooks_runs_solutions_strictly():
+def test_make_test_notebooks_runs_every_learner_copy_and_the_solutions_strictly():
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     out = subprocess.run(["make", "-n", "test-notebooks", "VENV=venv-for-dry-run"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
+    assert "scripts/ci_notebooks.py build/ci-notebooks" in out, out
     pytest_lines = [ln for ln in out.splitlines() if "-m pytest" in ln and "--nbval" in ln]
-    assert len(pytest_lines) == 2, out
-    student, solutions = pytest_lines
-    assert f"{STRICT_ENV}=0 " in student and "--ignore=notebooks/solutions notebooks/" in student
-    assert f"{STRICT_ENV}=1 " in solutions
-    assert "notebooks/solutions/" in solutions and "--ignore" not in solutions
+    assert len(pytest_lines) == 1, out
+    assert f"{STRICT_ENV}=1 " in pytest_lines[0] and "build/ci-notebooks/" in pytest_lines[0]
+
+
+def _ci_module():
+    spec = importlib.util.spec_from_file_location("ci_notebooks", ROOT / "scripts" / "ci_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("student", STUDENT, ids=lambda p: p.stem)
+def test_the_ci_notebook_runs_every_cell_of_both_copies(student: Path):
+    nb, sol = read(student), read(SOLUTIONS / student.name)
+    both = _ci_module().combined(nb, sol)
+    sources = [c.source for c in both.cells]
+    # every cell of the solution, in order, and every learner exercise cell right before its answer
+    assert [c.source for c in both.cells if not c.id.startswith("ci-")] == \
+        [c.source for c in sol.cells]
+    for a, b in zip(nb.cells, sol.cells):
+        if a.source != b.source:
+            i = sources.index(b.source)
+            assert sources[i - 2] == a.source and "= '0'" in sources[i - 3] \
+                and "= '1'" in sources[i - 1], student.name
+    nbformat.validate(both)
