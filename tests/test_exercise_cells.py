@@ -4,6 +4,7 @@ in ``labkit.teach.answers``, and every notebook has at least two that make the l
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import re
 import tokenize
@@ -58,10 +59,8 @@ def answer_constants(student: str, solution: str) -> dict[str, object]:
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 if isinstance(t, ast.Name) and t.id in open_names:
-                    try:
+                    with contextlib.suppress(ValueError):
                         found[t.id] = ast.literal_eval(node.value)
-                    except ValueError:
-                        pass
     return found
 
 
@@ -117,7 +116,7 @@ def test_no_answer_module_holds_an_exercise_of_another_notebook():
 
 
 def test_run_names_a_wrong_number_a_wrong_notebook_and_wrong_names():
-    with pytest.raises(KeyError, match="no exercise '99.1'"):
+    with pytest.raises(KeyError, match=r"no exercise '99\.1'"):
         run("99.1")
     some = next(iter(REGISTRY.values()))
     with pytest.raises(ValueError, match=f"belongs to notebook {some.notebook:02d}"):
@@ -129,7 +128,7 @@ def test_run_names_a_wrong_number_a_wrong_notebook_and_wrong_names():
 
 
 def test_register_refuses_a_bad_number_kind_or_a_second_registration():
-    with pytest.raises(ValueError, match="NN.M"):
+    with pytest.raises(ValueError, match=r"NN\.M"):
         exercise("11", "x", "write")
     with pytest.raises(ValueError, match="kind"):
         exercise("98.1", "x", "guess")
