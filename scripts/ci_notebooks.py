@@ -24,9 +24,10 @@ STRICT = "LABKIT_STRICT_EXERCISES"
 
 
 def _strict_cell(on: bool, cell_id: str) -> nbformat.NotebookNode:
+    why = "the worked answer is checked strictly" if on else "the learner copy runs leniently"
     cell = nbformat.v4.new_code_cell(
         f"import os as _labkit_ci_os\n_labkit_ci_os.environ[{STRICT!r}] = {'1' if on else '0'!r}"
-        f"  # CI: {'the worked answer is checked strictly' if on else 'the learner copy runs leniently'}")
+        f"  # CI: {why}")
     cell.id = cell_id
     return cell
 
