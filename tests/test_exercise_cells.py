@@ -122,7 +122,7 @@ def test_run_names_a_wrong_number_a_wrong_notebook_and_wrong_names():
     with pytest.raises(ValueError, match=f"belongs to notebook {some.notebook:02d}"):
         run(some.number, some.notebook + 1)
     with pytest.raises(TypeError, match="not a name of this exercise: typo"):
-        run(some.number, some.notebook, typo=1, **{n: ... for n in some.names})
+        run(some.number, some.notebook, typo=1, **dict.fromkeys(some.names, ...))
     with pytest.raises(TypeError, match="missing"):
         run(some.number, some.notebook)
 
