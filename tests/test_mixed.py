@@ -382,7 +382,7 @@ def test_verify_refuses_a_batch_it_would_not_run_as_given(tokens, positions, slo
     ("2d", ValueError, "1 dimension"),
 ])
 def test_verify_refuses_the_tensors_decode_step_refuses(bad, error, words):
-    m, runner = _verify_setup()
+    _, runner = _verify_setup()
     t = torch.tensor([10, 11, 12])
     t = {"list": [10, 11, 12], "int16": t.to(torch.int16), "meta": t.to("meta"),
          "2d": t.view(1, 3)}[bad]

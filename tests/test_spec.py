@@ -187,7 +187,7 @@ def test_a_verify_of_another_models_runner_is_refused_before_anything_is_written
     assert torch.equal(model.cache.kv, before)
     # the runner's own 1 + k must match k: refused before the prefill, not after
     mine = MixedRunner(model, [2, 4, 8], uniform_query_len=2, capture=False)
-    with pytest.raises(ValueError, match="uniform_query_len=2.*k=2"):
+    with pytest.raises(ValueError, match=r"uniform_query_len=2.*k=2"):
         generate_speculative(model, PROMPTS, 6, 2, mine.verify)
     assert torch.equal(model.cache.kv, before)
     if layout == "paged":
