@@ -13,6 +13,7 @@ largest size run eager (counted).
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -351,6 +352,9 @@ def _check_capture_flag(model: TinyGPT, capture: object, mode: object) -> bool:
     """``capture`` from ``capture`` or the deprecated ``mode`` (``None``: on CUDA)."""
     if mode is not None:
         check_choice(mode, "mode", ("graph", "eager"))
+        warnings.warn(f"PaddingDispatcher(mode={mode!r}) is the older spelling of "
+                      f"capture={mode == 'graph'}; pass capture=... instead",
+                      DeprecationWarning, stacklevel=3)
         if capture is not None:
             raise ValueError("give capture=... or the older mode=..., not both")
         capture = mode == "graph"
