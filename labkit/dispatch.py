@@ -1,8 +1,9 @@
 """The padding dispatcher: serve any batch size from a few captured graphs, split as vLLM
 splits it. :class:`CudagraphDispatcher` only decides (vLLM's ``CudagraphDispatcher``,
-``vllm/v1/cudagraph_dispatcher.py``) each batch's :class:`Decision` from a padding table, and
-counts; :class:`labkit.batch.StaticBatch` stages the static inputs (vLLM's ``InputBatch``);
-runners (``replay(rows)``) compute: :class:`labkit.graphs.GraphSet` (FULL),
+``vllm/v1/cudagraph_dispatcher.py``) each batch's :class:`Decision` by the rules of
+:mod:`labkit.rules` (a decode batch is the uniform batch of query length 1), and counts;
+:class:`labkit.batch.StaticBatch` stages the static inputs (vLLM's ``InputBatch``); runners
+(``replay(rows)``) compute: :class:`labkit.graphs.GraphSet` (FULL),
 :class:`labkit.piecewise.PiecewiseGraphs` (PIECEWISE), :class:`EagerRunner` (NONE, and the CPU
 stand-in of both). Modes are vLLM's ``CUDAGraphMode`` (``vllm/config/compilation.py``);
 ``FULL_AND_PIECEWISE``: full graphs up to ``full_max_size``, pieces above. Batches above the
@@ -11,8 +12,8 @@ largest size run eager (counted).
 
 from __future__ import annotations
 
-import bisect
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -20,6 +21,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
 
+from labkit import rules
 from labkit.batch import StaticBatch
 from labkit.checks import as_bool, as_int
 from labkit.fused import make_fused_step
@@ -29,12 +31,11 @@ from labkit.graphs import (
 )
 from labkit.model import Decode, StepFn, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
+from labkit.rules import RuntimeMode, padding_table
 from labkit.step_checks import Check, check_capture_sizes, check_choice
 
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE"]
 CUDAGRAPH_MODES: tuple[CudagraphMode, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
-#: the mode of one step: a graph mode, or NONE (eager)
-RuntimeMode = Literal["NONE", "PIECEWISE", "FULL"]
 StepName = Literal["readable", "fused", "triton"]
 STEP_NAMES: tuple[StepName, ...] = ("readable", "fused", "triton")
 
@@ -48,15 +49,9 @@ class Decision(NamedTuple):
     padded: int
 
 
-def padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
-    """``table[b]`` = smallest of the sorted, checked ``sizes`` that is >= ``b``, or 0 (eager),
-    for ``b`` in ``0..max_bs`` (``table[0]`` is 0: there is no empty step)."""
-    at = [bisect.bisect_left(sizes, b) for b in range(max_bs + 1)]
-    return [0] + [sizes[i] if i < len(sizes) else 0 for i in at[1:]]
-
-
 def build_padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
-    """``table[b]`` = smallest size in ``sizes`` that is >= ``b``, or 0 (run eager)."""
+    """``table[b]`` = smallest size in ``sizes`` that is >= ``b``, or 0 (run eager): the checked
+    :func:`labkit.rules.padding_table`."""
     max_bs = as_int(max_bs, "max_bs", minimum=0, fix="give the largest batch size to serve")
     return padding_table(check_capture_sizes(sizes), max_bs)
 
@@ -104,16 +99,23 @@ class DispatchCounters:
 
 class CudagraphDispatcher:
     """The decision alone: which runtime mode and padded size each batch gets, and the counters;
-    takes values :class:`PaddingDispatcher` checked (``sizes`` sorted)."""
+    takes values :class:`PaddingDispatcher` checked (``sizes`` sorted). The decisions are vLLM's
+    (:func:`labkit.rules.dispatch` of a uniform batch of query length 1), made once per batch
+    size up to ``max_batch`` and looked up per step; ``full_max_size`` (FULL_AND_PIECEWISE) plays
+    vLLM's ``max_num_seqs``: FULL decode graphs up to it, pieces above."""
 
     def __init__(self, sizes: list[int], max_batch: int, cudagraph_mode: CudagraphMode = "FULL",
                  full_max_size: int | None = None) -> None:
         self.sizes, self.cudagraph_mode = sizes, cudagraph_mode
         self.table = padding_table(sizes, max_batch)
-        limit = {"FULL": sizes[-1], "FULL_AND_PIECEWISE": full_max_size or 0}.get(cudagraph_mode, 0)
-        self.full_sizes = [b for b in sizes if b <= limit]
-        self.piecewise_sizes = [] if cudagraph_mode in ("FULL", "NONE") else [
-            b for b in sizes if b > limit]
+        keys = rules.graph_keys(sizes, cudagraph_mode, 1, full_max_size or max_batch)
+        decided = [rules.dispatch(keys, sizes, cudagraph_mode, 1, b, True)
+                   for b in range(1, max_batch + 1)]
+        #: the decision of each batch size ``1..max_batch`` (index 0 unused)
+        self.decisions = [Decision("NONE", 0)] + [Decision(m, k.num_tokens) for m, k in decided]
+        self.full_sizes = sorted({d.padded for d in self.decisions if d.mode == "FULL"})
+        self.piecewise_sizes = sorted({d.padded for d in self.decisions
+                                       if d.mode == "PIECEWISE"})
         self.counters = DispatchCounters()
 
     def padded_size(self, bs: int) -> int | None:
@@ -129,10 +131,7 @@ class CudagraphDispatcher:
 
     def dispatch(self, b: int) -> Decision:
         """:meth:`decide` for a checked batch size ``b`` (at most ``max_batch``)."""
-        p = self.table[b] if b < len(self.table) else 0
-        if not p or self.cudagraph_mode == "NONE":
-            return Decision("NONE", b)
-        return Decision("FULL" if p in self.full_sizes else "PIECEWISE", p)
+        return self.decisions[b] if b < len(self.decisions) else Decision("NONE", b)
 
     def describe(self) -> list[dict[str, int | None]]:
         """The padding table as rows: batch size, padded size (None = eager), padded rows."""
@@ -353,6 +352,9 @@ def _check_capture_flag(model: TinyGPT, capture: object, mode: object) -> bool:
     """``capture`` from ``capture`` or the deprecated ``mode`` (``None``: on CUDA)."""
     if mode is not None:
         check_choice(mode, "mode", ("graph", "eager"))
+        warnings.warn(f"PaddingDispatcher(mode={mode!r}) is the older spelling of "
+                      f"capture={mode == 'graph'}; pass capture=... instead",
+                      DeprecationWarning, stacklevel=3)
         if capture is not None:
             raise ValueError("give capture=... or the older mode=..., not both")
         capture = mode == "graph"

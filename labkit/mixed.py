@@ -21,119 +21,56 @@ outside the graph) and no LoRA or cascade attention in the key.
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
+from labkit import rules
 from labkit.checks import as_int
 from labkit.graphs import GraphSet, capture_full, new_batch
 from labkit.model import TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces
-from labkit.step_checks import check_capture_sizes, check_choice, check_slots, check_token_ids
+from labkit.rules import (  # noqa: F401  (the names this module has always offered)
+    GRAPH_MODES, LABKIT_SUPPORT, ROUTINES, SUPPORTS, BatchDescriptor, GraphMode, RuntimeMode,
+    Support, resolve_mode,
+)
+from labkit.step_checks import check_capture_sizes, check_id_tensor, check_slots, check_token_ids
 
-GraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
-GRAPH_MODES: tuple[GraphMode, ...] = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
-                                      "FULL_AND_PIECEWISE")
-RuntimeMode = Literal["NONE", "PIECEWISE", "FULL"]
-#: vLLM's ``CUDAGraphMode``: (mode of uniform decode batches, mode of the other batches)
-ROUTINES: dict[GraphMode, tuple[RuntimeMode, RuntimeMode]] = {
-    "NONE": ("NONE", "NONE"), "PIECEWISE": ("PIECEWISE", "PIECEWISE"), "FULL": ("FULL", "FULL"),
-    "FULL_DECODE_ONLY": ("FULL", "NONE"), "FULL_AND_PIECEWISE": ("FULL", "PIECEWISE")}
-Support = Literal["NEVER", "UNIFORM_SINGLE_TOKEN_DECODE", "UNIFORM_BATCH", "ALWAYS"]
-SUPPORTS: tuple[Support, ...] = ("NEVER", "UNIFORM_SINGLE_TOKEN_DECODE", "UNIFORM_BATCH",
-                                 "ALWAYS")
-#: what labkit's attention supports (see the module docstring)
-LABKIT_SUPPORT: Support = "UNIFORM_BATCH"
-
-
-@dataclass(frozen=True)
-class BatchDescriptor:
-    """vLLM's graph key (``vllm/forward_context.py``): tokens run, and for a uniform batch the
-    requests (``num_tokens // uniform_query_len``)."""
-
-    num_tokens: int
-    num_reqs: int | None = None
-    uniform: bool = False
-
-    @property
-    def non_uniform(self) -> BatchDescriptor:
-        return BatchDescriptor(self.num_tokens)
-
-
-def resolve_mode(mode: GraphMode, support: Support = LABKIT_SUPPORT,
-                 uniform_query_len: int = 1) -> GraphMode:
-    """The mode vLLM runs when ``mode`` is asked for and the attention has ``support``: mixed
-    FULL graphs need ALWAYS (else FULL_AND_PIECEWISE, labkit always cuts at attention), FULL
-    decode graphs need more than NEVER (else PIECEWISE), a verify batch (``1 + k > 1`` tokens)
-    needs UNIFORM_BATCH (``resolve_cudagraph_mode_and_sizes``, ``vllm/config/compilation.py``)."""
-    check_choice(mode, "cudagraph_mode", GRAPH_MODES)
-    check_choice(support, "support", SUPPORTS)
-    decode, mixed = ROUTINES[mode]
-    if mixed == "FULL" and support != "ALWAYS":
-        if support == "NEVER":
-            raise ValueError(f"cudagraph_mode={mode} needs an attention that can be captured; "
-                             "use cudagraph_mode='PIECEWISE'")
-        mode, decode = "FULL_AND_PIECEWISE", "FULL"
-    if decode == "FULL" and (support == "NEVER" or (
-            uniform_query_len > 1 and support == "UNIFORM_SINGLE_TOKEN_DECODE")):
-        return "PIECEWISE"
-    return mode
-
-
-def spec_capture_sizes(sizes: Sequence[int], uniform_query_len: int) -> list[int]:
-    """Capture sizes rounded up to multiples of ``1 + k`` (sizes past the largest dropped; none
-    left: ``[1 + k]``), as vLLM's ``adjust_cudagraph_sizes_for_spec_decode``
-    (``vllm/config/compilation.py``, PR #23679) does, so a uniform key splits into requests."""
-    q, top = uniform_query_len, max(sizes)
-    if q <= 1:
-        return sorted(sizes)
-    out = sorted(r for r in {-(-s // q) * q for s in sizes} if r <= top)
-    return out or ([q] if q <= top else [])
+#: vLLM's spec-decode rounding (:func:`labkit.rules.spec_decode_sizes`), by its older name
+spec_capture_sizes = rules.spec_decode_sizes
 
 
 class TokenDispatcher:
     """vLLM's ``CudagraphDispatcher``: the keys of the graphs a mode captures, and the decision
-    for each step; holds no tensors. ``sizes``: capture sizes in tokens (checked, sorted)."""
+    for each step, by the rules of :mod:`labkit.rules`; holds no tensors. ``sizes``: capture
+    sizes in tokens (checked; rounded to multiples of ``uniform_query_len`` only where vLLM
+    rounds, :func:`labkit.rules.rounds_for_spec_decode`)."""
 
     def __init__(self, sizes: Sequence[int], max_num_seqs: int, cudagraph_mode: GraphMode,
                  uniform_query_len: int = 1, support: Support = LABKIT_SUPPORT) -> None:
+        given = check_capture_sizes(sizes)
+        self.max_num_seqs = as_int(max_num_seqs, "max_num_seqs", minimum=1,
+                                   fix="give the most requests one step holds (the slots)")
         q = as_int(uniform_query_len, "uniform_query_len", minimum=1,
                    fix="give 1 + the number of speculative tokens (1 without speculation)")
         self.uniform_query_len = q
         self.mode = resolve_mode(cudagraph_mode, support, q)
-        self.sizes = spec_capture_sizes(sizes, q)
-        self.keys: dict[RuntimeMode, set[BatchDescriptor]] = {"FULL": set(), "PIECEWISE": set()}
-        decode, mixed = ROUTINES[self.mode]
-        if mixed != "NONE":
-            self.keys[mixed] |= {BatchDescriptor(s) for s in self.sizes}
-        if decode == "FULL" and decode != mixed:  # vLLM's separate_routine()
-            self.keys["FULL"] |= {BatchDescriptor(s, s // q, True) for s in self.sizes
-                                  if q <= s <= q * max_num_seqs}
+        self.sizes = rules.capture_sizes(given, self.mode, q)
+        self.keys = rules.graph_keys(self.sizes, self.mode, q, self.max_num_seqs)
 
     def padded(self, num_tokens: int) -> int | None:
         """The smallest capture size holding ``num_tokens``, or None (above all of them)."""
-        i = bisect.bisect_left(self.sizes, num_tokens)
-        return self.sizes[i] if i < len(self.sizes) else None
+        return rules.padded_size(self.sizes, num_tokens)
 
     def dispatch(self, num_tokens: int, uniform: bool) -> tuple[RuntimeMode, BatchDescriptor]:
         """The runtime mode and key of a step of ``num_tokens`` tokens (``uniform``: every
         request ``uniform_query_len`` of them); NONE runs the tokens unpadded."""
-        p = self.padded(num_tokens) if self.mode != "NONE" else None
-        if p is None:
-            return "NONE", BatchDescriptor(num_tokens)
-        key = BatchDescriptor(p, p // self.uniform_query_len, True) if uniform else \
-            BatchDescriptor(p)
-        if key in self.keys["FULL"]:
-            return "FULL", key
-        if key.non_uniform in self.keys["FULL"]:
-            return "FULL", key.non_uniform
-        if key.non_uniform in self.keys["PIECEWISE"]:
-            return "PIECEWISE", key.non_uniform
-        return "NONE", BatchDescriptor(num_tokens)
+        n = as_int(num_tokens, "num_tokens", minimum=1, fix="a step runs at least one token")
+        return rules.dispatch(self.keys, self.sizes, self.mode, self.uniform_query_len, n,
+                              bool(uniform))
 
 
 @dataclass
@@ -158,7 +95,11 @@ class FlatBatch:
                                 f"{req!r}")
             slot = as_int(req[0], f"request {i} slot", minimum=0)
             start = as_int(req[1], f"request {i} first position", minimum=0)
-            toks = [as_int(t, f"request {i} token") for t in req[2]]
+            given = req[2]
+            if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
+                raise TypeError(f"request {i} tokens must be a list of token ids, got "
+                                f"{given!r}; give (slot, first_position, [token, ...])")
+            toks = [as_int(t, f"request {i} token") for t in given]
             if not toks:
                 raise ValueError(f"request {i} has no tokens; give at least one")
             b.tokens += toks
@@ -216,6 +157,12 @@ def check_flat(model: TinyGPT, batch: FlatBatch) -> None:
         model._check_room(batch.req_slots, ends)
 
 
+def max_step_tokens(model: TinyGPT) -> int:
+    """The most tokens one step can hold: ``max_batch`` slots of at most ``max_seq``
+    positions each (a bound for token budgets and capture sizes)."""
+    return model.cfg.max_batch * model.cfg.max_seq
+
+
 @dataclass
 class MixedCounters:
     """Steps per runtime mode, and tokens run, real and padded."""
@@ -235,7 +182,8 @@ class MixedRunner:
     stage into the static batch (padded tokens: token 0 at position 0 of the scratch slot),
     replay the graph the decision names or run eager. ``capture`` (None: on CUDA) captures
     FULL graphs for the uniform keys and PIECEWISE graphs for the others into one pool;
-    without it the same decisions run eagerly (the CPU stand-in)."""
+    without it the same decisions run eagerly (the CPU stand-in), on inputs padded per step:
+    no buffer of the largest size is allocated."""
 
     def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *,
                  cudagraph_mode: GraphMode = "FULL_AND_PIECEWISE", uniform_query_len: int = 1,
@@ -252,21 +200,24 @@ class MixedRunner:
         if self.capture and model.device.type != "cuda":
             raise RuntimeError("capture=True needs the model on a CUDA GPU; use capture=False "
                                "to run the same decisions eagerly")
-        q, top = d.uniform_query_len, max(d.sizes, default=1)
-        self.batch = new_batch(model, top, rows=top)
+        q = d.uniform_query_len
         self.counters = MixedCounters()
         self.graphs: GraphSet | None = None
         self.pieces: PiecewiseGraphs | None = None
         full = sorted(k.num_tokens for k in d.keys["FULL"] if k.uniform)
         piecewise = sorted(k.num_tokens for k in d.keys["PIECEWISE"])
+        #: the static batch the graphs read (None when nothing is captured: eager steps pad
+        #: their own inputs)
+        self.batch = (new_batch(model, max(d.sizes), rows=max(d.sizes))
+                      if self.capture and (full or piecewise) else None)
         kw: dict[str, Any] = dict(warmup=warmup, progress=progress, check_sync=True)
-        if self.capture and full:
+        if self.batch is not None and full:
             def uniform(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor,
                         out: torch.Tensor | None = None) -> torch.Tensor:
                 return model.forward_tokens(t, model.cache.step_meta(p, s, q), q, out)
             self.graphs = capture_full(model, full, self.batch, uniform, pool="shared",
                                        order="largest_first", **kw)
-        if self.capture and piecewise:
+        if self.batch is not None and piecewise:
             pool = next(iter(self.graphs.graphs.values())).pool if self.graphs else None
             self.pieces = capture_pieces(model, piecewise, self.batch, pool=pool,
                                          with_meta=False, **kw)
@@ -275,6 +226,18 @@ class MixedRunner:
         """The runtime mode and key of ``batch`` (nothing run)."""
         d = self.dispatcher
         return d.dispatch(batch.num_tokens, batch.is_uniform(d.uniform_query_len))
+
+    def _padded_inputs(self, host: torch.Tensor, run: int
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens, positions, slots) of ``run`` tokens: the batch's, then pad tokens (token 0,
+        position 0, the scratch slot); staged into the static batch when there is one."""
+        if self.batch is not None:
+            self.batch.load(*host)
+            return self.batch.view(run)
+        pad = torch.tensor([[0], [0], [self.model.cfg.scratch_slot]]).expand(
+            3, run - host.shape[1])
+        t, p, s = torch.cat([host, pad], 1).to(self.model.device)
+        return t, p, s
 
     @torch.no_grad()
     def step(self, batch: FlatBatch) -> torch.Tensor:
@@ -290,8 +253,7 @@ class MixedRunner:
             out = m.forward_tokens(dev[0], m.cache.mixed_meta(dev[1], dev[2], batch.query_lens),
                                    max(batch.query_lens))
         else:
-            self.batch.load(*host)
-            t, p, s = self.batch.view(run)
+            t, p, s = self._padded_inputs(host, run)
             lens = batch.query_lens + [1] * (run - n)  # padded tokens: one-token requests
             if mode == "FULL":
                 out = (self.graphs.replay(run) if self.graphs else
@@ -305,12 +267,43 @@ class MixedRunner:
 
     def verify(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                query_len: int) -> torch.Tensor:
-        """:meth:`step` of a uniform batch given as 1-D tensors, request ``r``'s ``query_len``
-        tokens at ``r * query_len``: the verify step of
-        :func:`labkit.serving.spec.generate_speculative`."""
+        """:meth:`step` of a uniform batch given as 1-D int64/int32 tensors (on the host or the
+        model's device), request ``r``'s ``query_len`` tokens at ``r * query_len``, each row one
+        slot at consecutive positions: the verify step of
+        :func:`labkit.serving.spec.generate_speculative`. ``query_len`` must be the runner's
+        ``uniform_query_len`` (``1 + k``: the length its FULL graphs are keyed by). A batch this
+        would not run exactly as given is refused, before anything is written."""
+        q = as_int(query_len, "query_len", minimum=1,
+                   fix="give 1 + k, the tokens of each verify row")
+        own = self.dispatcher.uniform_query_len
+        if q != own:
+            raise ValueError(f"query_len={q} but this runner was built with uniform_query_len="
+                             f"{own}, the row length its FULL graphs are keyed by; build "
+                             f"MixedRunner(model, sizes, uniform_query_len={q}) for k={q - 1}")
+        dev = self.model.device
+        for name, x in (("tokens", tokens), ("positions", positions), ("slots", slots)):
+            check_id_tensor(name, x, 1, dev, host_ok=True)
+        n = tokens.shape[0]
+        if positions.shape[0] != n or slots.shape[0] != n:
+            raise ValueError(f"tokens, positions and slots must have one entry per token; got "
+                             f"{n}, {positions.shape[0]}, {slots.shape[0]}")
+        if n == 0:
+            raise ValueError("verify needs at least one row of query_len tokens; got none")
+        if n % q:
+            raise ValueError(f"{n} tokens is not a multiple of query_len={q}: every request "
+                             f"verifies exactly {q} tokens (its last token and {q - 1} drafts)")
         t, p, s = (x.tolist() for x in (tokens, positions, slots))
-        q = query_len
-        return self.step(FlatBatch.of([(s[i], p[i], t[i:i + q]) for i in range(0, len(t), q)]))
+        rows = []
+        for r in range(n // q):
+            part = slice(r * q, (r + 1) * q)
+            if len(set(s[part])) != 1:
+                raise ValueError(f"row {r} holds slots {s[part]}: a verify row is one request's "
+                                 f"{q} tokens, give them one slot")
+            if p[part] != list(range(p[r * q], p[r * q] + q)):
+                raise ValueError(f"row {r} has positions {p[part]}: a verify row's tokens sit at "
+                                 "consecutive positions; give first, first + 1, ...")
+            rows.append((s[r * q], p[r * q], t[part]))
+        return self.step(FlatBatch.of(rows))
 
     def release(self) -> None:
         """Free the captured graphs."""

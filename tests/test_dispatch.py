@@ -89,7 +89,7 @@ def test_bad_input_errors_name_the_fix(model):
         d.step(*(torch.zeros(0, dtype=torch.long),) * 3)
     with pytest.raises(ValueError, match="max_batch"):
         PaddingDispatcher(model, [1, 32])
-    with pytest.raises(RuntimeError, match="eager"):
+    with pytest.raises(RuntimeError, match="eager"), pytest.warns(DeprecationWarning):
         PaddingDispatcher(model, SIZES, mode="graph")
     assert d.counters.steps == 0  # rejected steps are not counted
 
@@ -230,7 +230,7 @@ def test_host_metadata_gives_the_same_tokens_as_plain_decode():
     from labkit.model import build_model, generate, preset
 
     m = build_model(preset("test", max_batch=8), seed=0)
-    d = PaddingDispatcher(m, [1, 2, 4, 8], mode="eager")
+    d = PaddingDispatcher(m, [1, 2, 4, 8], capture=False)
     prompts = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [11]]
 
     def host_step(t, p, s):  # tokens stay where they are, metadata comes from the host
@@ -257,9 +257,13 @@ def test_the_decision_is_a_pure_tuple_and_the_dispatcher_holds_no_tensors(model)
 
 @pytest.mark.parametrize("capture, mode", [(False, None), (None, "eager")])
 def test_capture_flag_and_its_deprecated_mode_spelling(model, capture, mode):
-    d = PaddingDispatcher(model, SIZES, capture=capture, mode=mode)
+    if mode is None:
+        d = PaddingDispatcher(model, SIZES, capture=capture)
+    else:  # the older spelling still works (notebooks use it), with a warning naming the new
+        with pytest.warns(DeprecationWarning, match="capture=False"):
+            d = PaddingDispatcher(model, SIZES, capture=capture, mode=mode)
     assert d.capture is False and d.graphs is None
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="not both"), pytest.warns(DeprecationWarning):
         PaddingDispatcher(model, SIZES, capture=False, mode="eager")
     with pytest.raises(RuntimeError, match="capture=False"):
         PaddingDispatcher(model, SIZES, capture=True)

@@ -54,7 +54,7 @@ def test_replay_step_matches_eager_on_gpu():
 @pytest.fixture(scope="module")
 def dispatcher():
     model = build_model(preset("test", max_batch=8))
-    return PaddingDispatcher(model, [1, 2, 4], mode="eager")
+    return PaddingDispatcher(model, [1, 2, 4], capture=False)
 
 
 def test_run_batch_stream_counts(dispatcher):

@@ -125,7 +125,8 @@ def test_resolve_mode_follows_vllm_fallbacks():
 def test_spec_capture_sizes_are_multiples_of_the_verify_length():
     assert spec_capture_sizes([1, 2, 4, 8, 16], 1) == [1, 2, 4, 8, 16]
     assert spec_capture_sizes([1, 2, 4, 8, 16], 3) == [3, 6, 9]  # 18 > 16 is dropped
-    assert spec_capture_sizes([1, 2], 4) == []
+    with pytest.raises(ValueError, match="no capture size is left"):
+        spec_capture_sizes([1, 2], 4)  # vLLM raises: nothing holds 1 + k
     assert spec_capture_sizes([1, 4], 4) == [4]
 
 
@@ -329,3 +330,133 @@ def test_the_record_entry_points_refuse_a_cpu_and_show_their_usage(monkeypatch, 
         bench.record_cli("labkit.measure.mixed_bench", mixed_bench.RECORDS)
     assert exit_.value.code == 2
     assert "usage: python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the edge: bad input refused
+
+
+def _verify_setup(layout="slot"):
+    m = _model(kv_layout=layout, block_size=8)
+    _prefilled(m, [[3, 4], [7, 7, 7, 7], [1]])
+    return m, MixedRunner(m, [3, 6, 12], uniform_query_len=3, capture=False)
+
+
+def test_verify_runs_every_rows_slots_and_positions_as_given():
+    m, runner = _verify_setup()
+    t = torch.tensor([10, 11, 12, 13, 14, 15])
+    p = torch.tensor([2, 3, 4, 4, 5, 6])
+    s = torch.tensor([0, 0, 0, 1, 1, 1])
+    got = runner.verify(t, p, s, 3)
+    want = torch.cat([m(torch.tensor([[3, 4, 10, 11, 12]]))[0, 2:],
+                      m(torch.tensor([[7, 7, 7, 7, 13, 14, 15]]))[0, 4:]])
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tokens, positions, slots, q, error, words", [
+    # a row mixing two slots, or positions that are not consecutive: not one request's row
+    ([10, 11, 12], [2, 3, 4], [0, 1, 0], 3, ValueError, "row 0 holds slots"),
+    ([10, 11, 12], [2, 5, 6], [0, 0, 0], 3, ValueError, "row 0 has positions"),
+    # a partial last row
+    ([10, 11, 12, 13], [2, 3, 4, 4], [0, 0, 0, 1], 3, ValueError, "not a multiple of query_len"),
+    ([10, 11, 12], [2, 3, 4], [0, 0, 0], 0, ValueError, "query_len must be >= 1"),
+    ([10, 11, 12], [2, 3, 4], [0, 0, 0], 2.0, TypeError, "query_len must be an int"),
+    # the runner's graphs are keyed by 1 + k = 3: a query_len of 1 never reaches FULL
+    ([10, 11, 12], [2, 3, 4], [0, 0, 0], 1, ValueError, "uniform_query_len=3"),
+    ([10, 11, 12], [2, 3], [0, 0, 0], 3, ValueError, "one entry per token"),
+    ([], [], [], 3, ValueError, "at least one row"),
+])
+def test_verify_refuses_a_batch_it_would_not_run_as_given(tokens, positions, slots, q, error,
+                                                          words):
+    m, runner = _verify_setup()
+    before = m.cache.kv.clone()
+    args = [torch.tensor(x, dtype=torch.int64) for x in (tokens, positions, slots)]
+    with pytest.raises(error, match=words):
+        runner.verify(*args, q)
+    assert torch.equal(m.cache.kv, before) and runner.counters.mode_steps == {}
+
+
+@pytest.mark.parametrize("bad, error, words", [
+    ("list", TypeError, "tokens must be a torch.Tensor"),
+    ("int16", TypeError, "dtype torch.int16"),
+    ("meta", ValueError, "is on meta"),
+    ("2d", ValueError, "1 dimension"),
+])
+def test_verify_refuses_the_tensors_decode_step_refuses(bad, error, words):
+    _, runner = _verify_setup()
+    t = torch.tensor([10, 11, 12])
+    t = {"list": [10, 11, 12], "int16": t.to(torch.int16), "meta": t.to("meta"),
+         "2d": t.view(1, 3)}[bad]
+    with pytest.raises(error, match=words):
+        runner.verify(t, torch.tensor([2, 3, 4]), torch.tensor([0, 0, 0]), 3)
+
+
+def test_flat_batch_names_the_request_whose_tokens_are_missing():
+    with pytest.raises(TypeError, match="request 1 tokens must be a list of token ids, got None"):
+        FlatBatch.of([(0, 0, [1]), (1, 0, None)])
+    with pytest.raises(TypeError, match="request 0 tokens must be a list of token ids"):
+        FlatBatch.of([(0, 0, "abc")])
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(sizes=[]), ValueError, "must not be empty"),
+    (dict(sizes=[0, 4]), ValueError, r"capture sizes\[0\] must be >= 1"),
+    (dict(sizes=[-2]), ValueError, "must be >= 1"),
+    (dict(sizes=[2.5]), TypeError, "must be an int"),
+    (dict(sizes=["4"]), TypeError, "must be an int"),
+    (dict(sizes=[True, 4]), TypeError, "must be an int"),
+    (dict(max_num_seqs=0), ValueError, "max_num_seqs must be >= 1"),
+    (dict(max_num_seqs=2.0), TypeError, "max_num_seqs must be an int"),
+])
+def test_token_dispatcher_checks_its_arguments(kwargs, error, words):
+    args = {"sizes": [1, 2, 4], "max_num_seqs": 4, "cudagraph_mode": "FULL_AND_PIECEWISE",
+            **kwargs}
+    with pytest.raises(error, match=words):
+        TokenDispatcher(**args)
+
+
+@pytest.mark.parametrize("n, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError),
+                                      (True, TypeError)])
+def test_token_dispatcher_refuses_an_empty_or_negative_step(n, error):
+    d = TokenDispatcher([1, 2, 4], 4, "FULL_AND_PIECEWISE")
+    with pytest.raises(error, match="num_tokens"):
+        d.dispatch(n, False)
+
+
+def test_spec_rounding_is_applied_only_with_separate_full_decode_graphs():
+    """vLLM rounds the sizes to multiples of 1 + k only when uniform decode batches get FULL
+    graphs of their own (FULL_AND_PIECEWISE, FULL_DECODE_ONLY); under PIECEWISE the sizes stay,
+    so a 12-token verify step runs PIECEWISE at 16."""
+    d = TokenDispatcher([1, 2, 4, 8, 16], 8, "PIECEWISE", 3)
+    assert d.sizes == [1, 2, 4, 8, 16]
+    assert d.dispatch(12, True) == ("PIECEWISE", BatchDescriptor(16))
+    assert TokenDispatcher([1, 2, 4, 8, 16], 8, "FULL_AND_PIECEWISE", 3).sizes == [3, 6, 9]
+    assert TokenDispatcher([1, 2, 4, 8, 16], 8, "FULL_DECODE_ONLY", 3).sizes == [3, 6, 9]
+    # FULL with an attention that captures every batch: one routine, no rounding (vLLM)
+    assert TokenDispatcher([1, 2, 4, 8, 16], 8, "FULL", 3, support="ALWAYS").sizes == \
+        [1, 2, 4, 8, 16]
+
+
+def test_spec_rounding_with_no_size_left_raises_as_vllm_does():
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        TokenDispatcher([1, 2], 4, "FULL_AND_PIECEWISE", 4)
+    with pytest.raises(ValueError, match="uniform_query_len"):
+        MixedRunner(_model(), [1, 2], uniform_query_len=4, capture=False)
+    # one size holds 1 + k exactly: [1 + k], as vLLM keeps it
+    assert TokenDispatcher([1, 4], 4, "FULL_AND_PIECEWISE", 4).sizes == [4]
+    # PIECEWISE does not round: nothing to raise, the verify steps run eager above 2
+    assert TokenDispatcher([1, 2], 4, "PIECEWISE", 4).sizes == [1, 2]
+
+
+def test_an_eager_runner_allocates_no_budget_sized_buffer(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("an eager runner allocated the graphs' static batch")
+
+    monkeypatch.setattr("labkit.mixed.new_batch", refuse)
+    m = _model()
+    _prefilled(m, [[5, 6, 7]])
+    runner = MixedRunner(m, [1, 2, 4, 8, 16, 32, 64, 128], cudagraph_mode="PIECEWISE",
+                         capture=False)
+    out = runner.step(FlatBatch.of([(0, 3, [11, 12, 13])]))
+    assert out.shape == (3, m.cfg.vocab_size)
+    assert runner.counters.mode_steps == {"PIECEWISE": 1} and runner.counters.padded_tokens == 1
+

@@ -226,3 +226,18 @@ def test_measure_chunked_interleaves_arms_and_reports_latency_percentiles():
 def test_measure_chunked_refuses_bad_settings(kw, err):
     with pytest.raises(err):
         measure_chunked(_model(), TRACE, **{"clock": "sim", **kw})
+
+
+def test_an_absurd_budget_is_refused_at_once_naming_the_option_and_its_bound(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a buffer was allocated before the budget was checked")
+
+    monkeypatch.setattr("labkit.mixed.new_batch", refuse)
+    monkeypatch.setattr("labkit.mixed.MixedRunner.__init__", refuse)
+    model = _model()
+    bound = model.cfg.max_batch * model.cfg.max_seq
+    for call in (lambda: ServingEngine(model, max_num_batched_tokens=10**8),
+                 lambda: make_mixed_runner(model, "eager", 10**8),
+                 lambda: make_mixed_runner(model, "full", bound + 1)):
+        with pytest.raises(ValueError, match=rf"max_num_batched_tokens.*<= {bound}.*max_seq"):
+            call()

@@ -172,3 +172,23 @@ def test_bad_arguments_are_named(model, kwargs, error, words):
     args = {"k": 2, "verify": forward_verify(model, PROMPTS), **kwargs}
     with pytest.raises(error, match=words):
         generate_speculative(model, PROMPTS, 4, **args)
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_a_verify_of_another_models_runner_is_refused_before_anything_is_written(layout):
+    from labkit.mixed import MixedRunner
+
+    model = build_model(preset("test", kv_layout=layout, block_size=8), seed=0)
+    other = build_model(preset("test", kv_layout=layout, block_size=8), seed=1)
+    before = model.cache.kv.clone()
+    runner = MixedRunner(other, [3, 6, 12], uniform_query_len=3, capture=False)
+    with pytest.raises(ValueError, match="runner of another model"):
+        generate_speculative(model, PROMPTS, 6, 2, runner.verify)
+    assert torch.equal(model.cache.kv, before)
+    # the runner's own 1 + k must match k: refused before the prefill, not after
+    mine = MixedRunner(model, [2, 4, 8], uniform_query_len=2, capture=False)
+    with pytest.raises(ValueError, match=r"uniform_query_len=2.*k=2"):
+        generate_speculative(model, PROMPTS, 6, 2, mine.verify)
+    assert torch.equal(model.cache.kv, before)
+    if layout == "paged":
+        assert model.cache.allocator.used == 0

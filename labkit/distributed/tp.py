@@ -296,8 +296,7 @@ def rank_check(rank: int, world_size: int, cfg: dict, seed: int = 0, steps: int 
             model.cache.release(i)
         model.reset_cache()
     out["generate"] = (generate(full, prompts, new_tokens), generate(tp, prompts, new_tokens))
-    disp = PaddingDispatcher(tp, dispatch_sizes,
-                             mode="graph" if device.type == "cuda" else "eager")
+    disp = PaddingDispatcher(tp, dispatch_sizes, capture=device.type == "cuda")
     out["dispatch"] = generate(tp, prompts, new_tokens,  # host-side metadata, as documented
                                step_fn=lambda t, p, s: disp.step(t, p.cpu(), s.cpu()))
     out["dispatch_steps"] = disp.counters.steps

@@ -28,7 +28,7 @@ import torch
 from labkit.checks import as_int, as_number
 from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
-from labkit.mixed import FlatBatch, GraphMode, MixedRunner
+from labkit.mixed import FlatBatch, GraphMode, MixedRunner, max_step_tokens
 from labkit.model import TinyGPT
 from labkit.serving.traces import TraceRequest
 
@@ -132,11 +132,20 @@ MIXED_MODES: dict[str, GraphMode] = {"eager": "NONE", "none": "NONE", "piecewise
                                      "full": "FULL_AND_PIECEWISE", "exact": "FULL_AND_PIECEWISE"}
 
 
-def check_budget(max_num_batched_tokens: int) -> int:
-    """The checked token budget of one chunked-prefill step."""
-    return as_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1,
-                  fix="give the tokens one step may run as a whole number >= 1 (e.g. 256), "
-                      "or None for no chunked prefill")
+def check_budget(max_num_batched_tokens: int, model: TinyGPT | None = None) -> int:
+    """The checked token budget of one chunked-prefill step; with ``model``, at most
+    :func:`labkit.mixed.max_step_tokens` (``max_batch * max_seq``: no step holds more), checked
+    before anything is allocated."""
+    n = as_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1,
+               fix="give the tokens one step may run as a whole number >= 1 (e.g. 256), "
+                   "or None for no chunked prefill")
+    if model is not None and n > (bound := max_step_tokens(model)):
+        cfg = model.cfg
+        raise ValueError(f"max_num_batched_tokens (labkit serve --max-num-batched-tokens) must "
+                         f"be <= {bound} = max_batch {cfg.max_batch} x max_seq {cfg.max_seq}, "
+                         f"the most tokens one step can hold, got {n}; give a budget <= {bound} "
+                         "(vLLM's default is 8192, labkit's examples use 16 to 256)")
+    return n
 
 
 def make_mixed_runner(model: TinyGPT, mode: StepMode, max_num_batched_tokens: int,
@@ -144,9 +153,11 @@ def make_mixed_runner(model: TinyGPT, mode: StepMode, max_num_batched_tokens: in
     """The :class:`MixedRunner` of step ``mode`` for steps of up to ``max_num_batched_tokens``
     tokens: capture sizes ``sizes`` in tokens (default powers of two and the budget; ``exact``:
     every size up to the budget), graph mode :data:`MIXED_MODES`."""
+    if not isinstance(model, TinyGPT):
+        raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
     if mode not in STEP_MODES:
         raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
-    top = check_budget(max_num_batched_tokens)
+    top = check_budget(max_num_batched_tokens, model)
     if mode == "exact":
         sizes = range(1, top + 1)
     elif sizes is None:
@@ -307,7 +318,7 @@ class ServingEngine:
             raise TypeError(f"step_fn must be callable (tokens, positions, slots) -> logits, "
                             f"got {type(step_fn).__name__}")
         self.budget = None if max_num_batched_tokens is None else check_budget(
-            max_num_batched_tokens)
+            max_num_batched_tokens, model)
         if self.budget is None and runner is not None:
             raise ValueError("runner runs chunked-prefill steps; give max_num_batched_tokens "
                              "too, or leave runner out")

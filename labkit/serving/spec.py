@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from labkit.checks import as_int
+from labkit.mixed import MixedRunner
 from labkit.model import TinyGPT, _check_prompts
 
 #: ``verify(tokens, positions, slots, query_len) -> logits (R * query_len, vocab)``
@@ -89,6 +90,22 @@ class SpecStats:
         return self.emitted / self.rows if self.rows else 0.0
 
 
+def _check_verify_owner(model: TinyGPT, verify: VerifyFn, k: int) -> None:
+    """Refuse a ``verify`` bound to a runner of another model (it would read and write that
+    model's cache), or to a :class:`MixedRunner` keyed by another ``1 + k``."""
+    owner = getattr(verify, "__self__", None)
+    other = getattr(owner, "model", None)
+    if isinstance(other, TinyGPT) and other is not model:
+        raise ValueError(f"verify is bound to a runner of another model "
+                         f"({type(owner).__name__}.{getattr(verify, '__name__', 'verify')}): it "
+                         "would run that model and its KV cache; build the runner on this "
+                         "model, e.g. MixedRunner(model, sizes, uniform_query_len=1 + k)")
+    if isinstance(owner, MixedRunner) and owner.dispatcher.uniform_query_len != 1 + k:
+        raise ValueError(f"verify's runner was built with uniform_query_len="
+                         f"{owner.dispatcher.uniform_query_len} but k={k} drafts make rows of "
+                         f"{1 + k}; build MixedRunner(model, sizes, uniform_query_len={1 + k})")
+
+
 @torch.no_grad()
 def generate_speculative(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                          k: int, verify: VerifyFn, *, min_n: int = 1,
@@ -101,12 +118,14 @@ def generate_speculative(model: TinyGPT, prompts: Sequence[Sequence[int]], max_n
     positions, and keeps what :func:`accept_greedy` emits, cut at ``max_new_tokens``. The
     next step starts after the kept tokens, so rejected positions are overwritten. ``L``
     prompt tokens write positions up to ``L + max_new_tokens + k - 2``; everything is checked
-    before anything is written."""
+    before anything is written, ``verify`` included (a runner's verify must belong to
+    ``model`` and, for a :class:`MixedRunner`, be built with ``uniform_query_len = 1 + k``)."""
     ids, n_new = _check_prompts(model, prompts, max_new_tokens, None)
     k, min_n, max_n = _check_k_n(k, min_n, max_n)
     if not callable(verify):
         raise TypeError(f"verify must be callable (tokens, positions, slots, query_len) -> "
                         f"logits, got {type(verify).__name__}")
+    _check_verify_owner(model, verify, k)
     room = model.cfg.max_seq
     needs = [len(p) + n_new - 1 + k if n_new > 1 else len(p) for p in ids]
     for i, (p, need) in enumerate(zip(ids, needs)):

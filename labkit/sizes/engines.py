@@ -1,25 +1,27 @@
 """What the real engines' CUDA-graph settings mean in labkit's terms (pure; no torch).
 
 Read from the released source of **vLLM 0.13.0** and **SGLang 0.5.6**; each function names the
-file and function it follows. The rules change between releases (vLLM 0.11 capped the default
-at ``min(2 * max_num_seqs, 512)`` without the speculative factor; SGLang 0.5.2x renamed
-``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``). Notebook 13 explains each setting.
+file and function it follows. The rules themselves (default sizes, padding, spec-decode
+rounding, graph keys) are stated once in :mod:`labkit.rules`; the functions here check their
+arguments and put the rules together as an engine's settings. The rules change between releases
+(vLLM 0.11 capped the default at ``min(2 * max_num_seqs, 512)`` without the speculative factor;
+SGLang 0.5.2x renamed ``--cuda-graph-max-bs`` to ``--cuda-graph-max-bs-decode``). Notebook 13
+explains each setting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 from collections.abc import Sequence
 
+from labkit import rules
 from labkit.checks import as_bool, as_int, as_number, as_size_list
+from labkit.rules import (  # offered here, as before
+    SGLANG_VERSION, VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS, VLLM_DEFAULT_MAX_NUM_SEQS, VLLM_VERSION,
+)
 
-VLLM_VERSION = "vLLM 0.13.0"
-SGLANG_VERSION = "SGLang 0.5.6"
-#: vLLM 0.13.0 defaults on a GPU with >= 70 GiB that is not an A100 (H100, H200), OpenAI
-#: server (``EngineArgs._set_default_args`` in vllm/engine/arg_utils.py)
-VLLM_DEFAULT_MAX_NUM_SEQS = 1024
-VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
-VLLM_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+VLLM_CUDAGRAPH_MODES = rules.GRAPH_MODES
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class LabkitSettings:
         n = as_int(n, "n", minimum=1)
         if not self.padding:
             return n if n in self.capture_sizes else None
-        return next((s for s in self.capture_sizes if s >= n), None)
+        return rules.padded_size(self.capture_sizes, n)
 
     def dispatcher_kwargs(self, max_batch: int) -> dict | None:
         """:class:`labkit.dispatch.PaddingDispatcher` arguments decoding as this engine would
@@ -71,36 +73,20 @@ class LabkitSettings:
 
 
 def vllm_default_capture_sizes(max_capture_size: int) -> list[int]:
-    """vLLM 0.13.0's default capture sizes up to ``max_capture_size`` (tokens):
-    ``[1, 2, 4]`` + multiples of 8 below 256 + multiples of 16 from 256
-    (``VllmConfig._set_cudagraph_sizes``)."""
-    m = as_int(max_capture_size, "max_capture_size", minimum=1)
-    out = [i for i in (1, 2, 4) if i <= m]
-    if m >= 8:
-        out += list(range(8, min(m + 1, 256), 8))
-    if m >= 256:
-        out += list(range(256, m + 1, 16))
-    return out
+    """vLLM 0.13.0's default capture sizes up to ``max_capture_size`` (tokens), checked:
+    :func:`labkit.rules.vllm_default_capture_sizes`."""
+    return rules.vllm_default_capture_sizes(as_int(max_capture_size, "max_capture_size",
+                                                   minimum=1))
 
 
 def vllm_spec_decode_sizes(sizes: Sequence[int], max_capture_size: int,
                            tokens_per_request: int) -> list[int]:
     """The sizes rounded up to a multiple of ``1 + k`` tokens and kept at or below
-    ``max_capture_size`` (``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode``,
-    without sequence parallelism)."""
+    ``max_capture_size``, checked: :func:`labkit.rules.spec_decode_sizes` (vLLM's
+    ``adjust_cudagraph_sizes_for_spec_decode``; raises when no size is left)."""
     q = as_int(tokens_per_request, "tokens_per_request", minimum=1)
     m = as_int(max_capture_size, "max_capture_size", minimum=1)
-    sizes = as_size_list(sizes, "sizes")
-    if q <= 1:
-        return sorted(set(sizes))
-    up = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= m})
-    if not up and q <= m:
-        up = [q]
-    if not up:
-        raise ValueError(f"no capture size is left after rounding to a multiple of {q} "
-                         f"(1 + num_speculative_tokens) at most {m}; lower "
-                         "num_speculative_tokens or raise max_cudagraph_capture_size")
-    return up
+    return rules.spec_decode_sizes(as_size_list(sizes, "sizes"), q, m)
 
 
 def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PIECEWISE",
@@ -128,7 +114,8 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
         why = "enforce_eager=True" if enforce_eager else "cudagraph_mode=NONE"
         return LabkitSettings("vLLM", "eager", "NONE", (), 0, seqs, q, True, None,
                               (f"{why}: no graphs ({VLLM_VERSION})",))
-    cap = min(tokens, min(seqs * q * 2, 512) if max_cudagraph_capture_size is None
+    cap = min(tokens, rules.vllm_default_max_capture_size(seqs, q)
+              if max_cudagraph_capture_size is None
               else as_int(max_cudagraph_capture_size, "max_cudagraph_capture_size", minimum=1))
     if cudagraph_capture_sizes is not None:
         sizes = sorted({s for s in as_size_list(cudagraph_capture_sizes,
@@ -142,13 +129,15 @@ def from_vllm(*, enforce_eager: bool = False, cudagraph_mode: str = "FULL_AND_PI
                              "give one of the two")
     else:
         sizes = vllm_default_capture_sizes(cap)
-    if q > 1 and mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
+    graph_mode = cast(rules.GraphMode, mode)
+    if rules.rounds_for_spec_decode(graph_mode, q):
         # the model runner rounds for separate full decode graphs (a "temp-fix")
-        sizes = vllm_spec_decode_sizes(sizes, sizes[-1], q)
+        sizes = rules.spec_decode_sizes(sizes, q, sizes[-1])
     full_max = None
     notes = [f"sizes count tokens per step: {q} token(s) per request"]
-    if mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
-        full = [s for s in sizes if q <= s <= seqs * q]
+    if rules.separate_routine(graph_mode):
+        full = sorted(k.num_tokens for k in rules.graph_keys(sizes, graph_mode, q, seqs)["FULL"]
+                      if k.uniform)
         full_max = full[-1] if full else None
         notes.append(f"uniform decode steps: FULL graphs up to {full_max} tokens; mixed "
                      "prefill/decode steps: "
@@ -166,31 +155,21 @@ def sglang_default_max_bs(gpu_memory_mib: float | None, tp_size: int = 1) -> int
     """SGLang 0.5.6's default ``--cuda-graph-max-bs`` for a GPU of ``gpu_memory_mib`` MiB
     (``ServerArgs._handle_gpu_memory_settings``, CUDA GPUs; ``None``: unknown -> 160)."""
     tp = as_int(tp_size, "tp_size", minimum=1)
-    if gpu_memory_mib is None:
-        return 160
-    if isinstance(gpu_memory_mib, bool) or not isinstance(gpu_memory_mib, (int, float)) \
-            or not gpu_memory_mib > 0:
+    if gpu_memory_mib is not None and (
+            isinstance(gpu_memory_mib, bool) or not isinstance(gpu_memory_mib, (int, float))
+            or not gpu_memory_mib > 0):
         raise ValueError(f"gpu_memory_mib must be a positive number, got {gpu_memory_mib!r}")
-    for below_gib, tp_below_4, tp_4_up in ((20, 8, 8), (35, 24, 80), (60, 32, 160),
-                                           (160, 256, 512)):
-        if gpu_memory_mib < below_gib * 1024:
-            return tp_below_4 if tp < 4 else tp_4_up
-    return 512
+    return rules.sglang_default_max_bs(gpu_memory_mib, tp)
 
 
 def sglang_default_capture_sizes(max_bs: int, *, disable_padding: bool = False,
                                  speculative: bool = False) -> list[int]:
-    """SGLang 0.5.6's default batch sizes (``ServerArgs._generate_cuda_graph_batch_sizes``)."""
-    m = as_int(max_bs, "max_bs", minimum=1)
-    if disable_padding:
-        out = list(range(1, m + 1))
-    elif not speculative:
-        out = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
-               *range(512, m + 1, 32)]
-    else:
-        out = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
-               + list(range(72, 257, 8)) + list(range(272, m + 1, 16)))
-    return [b for b in out if b <= m]
+    """SGLang 0.5.6's default batch sizes, checked:
+    :func:`labkit.rules.sglang_default_capture_sizes`."""
+    return rules.sglang_default_capture_sizes(
+        as_int(max_bs, "max_bs", minimum=1), disable_padding=as_bool(disable_padding,
+                                                                     "disable_padding"),
+        speculative=as_bool(speculative, "speculative"))
 
 
 def from_sglang(*, disable_cuda_graph: bool = False, cuda_graph_max_bs: int | None = None,

@@ -1,11 +1,12 @@
-"""Padding a batch up to a capture size, and what a set of sizes costs on a distribution."""
+"""Padding a batch up to a capture size (the checked :func:`labkit.rules.padded_size`), and
+what a set of sizes costs on a distribution."""
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
 
+from labkit import rules
 from labkit.checks import as_int, as_size_list
 from labkit.sizes.distribution import (_BATCH_SIZE_FIX, DistLike, _as_batch_size,
                                       to_distribution)
@@ -18,10 +19,7 @@ def _check_sizes(sizes: Iterable[int], what: str = "capture sizes") -> list[int]
 
 def padded_size(bs: int, sizes: Sequence[int]) -> int | None:
     """The smallest captured size ``>= bs``, or ``None`` when ``bs`` exceeds them all (eager)."""
-    bs = _as_batch_size(bs, "batch size")
-    ordered = _check_sizes(sizes)
-    i = bisect.bisect_left(ordered, bs)
-    return ordered[i] if i < len(ordered) else None
+    return rules.padded_size(_check_sizes(sizes), _as_batch_size(bs, "batch size"))
 
 
 def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
@@ -29,11 +27,7 @@ def padding_table(sizes: Sequence[int], max_bs: int | None = None) -> list[int]:
     ordered = _check_sizes(sizes)
     max_bs = ordered[-1] if max_bs is None else as_int(
         max_bs, "max_bs", minimum=0, fix="give the largest batch size to tabulate")
-    table = [0] * (max_bs + 1)
-    for b in range(1, max_bs + 1):
-        i = bisect.bisect_left(ordered, b)
-        table[b] = ordered[i] if i < len(ordered) else 0
-    return table
+    return rules.padding_table(ordered, max_bs)
 
 
 @dataclass(frozen=True)
@@ -54,10 +48,10 @@ def expected_padding(sizes: Sequence[int], dist: DistLike) -> PaddingReport:
     mean = padded = hit = 0.0
     for b, w in p.items():
         mean += w * b
-        i = bisect.bisect_left(ordered, b)
-        if i < len(ordered):
+        to = rules.padded_size(ordered, b)
+        if to is not None:
             hit += w
-            padded += w * (ordered[i] - b)
+            padded += w * (to - b)
     hit = min(hit, 1.0)
     return PaddingReport(sizes=tuple(ordered), mean_batch=mean, expected_padded_rows=padded,
                          waste_fraction=padded / (mean + padded), graph_hit_rate=hit,
@@ -75,9 +69,9 @@ def expected_step_cost(sizes: Sequence[int], dist: DistLike,
                             f"{type(fn).__name__}")
     total = 0.0
     for b, w in p.items():
-        i = bisect.bisect_left(ordered, b)
-        if i < len(ordered):
-            total += w * float(step_time(ordered[i]))
+        to = rules.padded_size(ordered, b)
+        if to is not None:
+            total += w * float(step_time(to))
         elif eager_time is None:
             raise ValueError(f"batch size {b} exceeds the largest capture size {ordered[-1]} and "
                              "runs eager: pass eager_time=... to price eager steps")

@@ -174,7 +174,7 @@ def _dispatcher_copy_outputs(dev: torch.device) -> dict:
     model = build_model(preset("test", max_batch=4), device=dev, seed=0)
     out: dict[str, Any] = {}
     for copy in (False, True):
-        disp = PaddingDispatcher(model, (1, 2, 4), mode="graph", copy_outputs=copy,
+        disp = PaddingDispatcher(model, (1, 2, 4), capture=True, copy_outputs=copy,
                                  progress=False)
         pos = torch.zeros(2, dtype=torch.long, device=dev)
         slots = torch.arange(2, device=dev)

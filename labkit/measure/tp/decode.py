@@ -51,7 +51,7 @@ def _check_part(r: _Rank, symm: bool) -> None:
             else:
                 graphs = (capture_decode_graphs(tp, sizes, check_sync=False, progress=False)
                           if mode == "graph" else None)
-                disp = PaddingDispatcher(tp, sizes, mode="graph" if graphs else "eager",
+                disp = PaddingDispatcher(tp, sizes, capture=graphs is not None,
                                          graphs=graphs, progress=False)
                 try:
                     got = generate(tp, prompts, steps,  # host-side metadata, as documented

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from collections.abc import Mapping, Sequence
 
+from labkit import rules
 from labkit.checks import as_int, as_int_list
 from labkit.measure.records import Mixed, Modes, view
 from labkit.mixed import BatchDescriptor, TokenDispatcher
@@ -13,9 +14,8 @@ MODES: tuple[str, ...] = ("eager", "piecewise", "full", "attention_only")
 MODE_LABELS: dict[str, str] = {"eager": "eager (NONE)", "piecewise": "PIECEWISE",
                                "full": "FULL", "attention_only": "attention-only graphs"}
 #: vLLM's ``CUDAGraphMode``: (mode of uniform decode batches, mode of the other batches)
-VLLM_MODES: dict[str, tuple[str, str]] = {
-    "NONE": ("NONE", "NONE"), "PIECEWISE": ("PIECEWISE", "PIECEWISE"), "FULL": ("FULL", "FULL"),
-    "FULL_DECODE_ONLY": ("FULL", "NONE"), "FULL_AND_PIECEWISE": ("FULL", "PIECEWISE")}
+VLLM_MODES: dict[str, tuple[str, str]] = dict(cast(Mapping[str, tuple[str, str]],
+                                                   rules.ROUTINES))
 
 
 def graph_launches(mode: str, n_layer: int) -> int:
@@ -34,26 +34,26 @@ def vllm_runtime_mode(query_lens: Sequence[int], capture_sizes: Sequence[int], *
                       max_num_seqs: int, decode_query_len: int = 1,
                       cudagraph_mode: str = "FULL_AND_PIECEWISE") -> tuple[str, int]:
     """(runtime mode, tokens run) of a vLLM V1 step of ``query_lens`` tokens per request, as
-    ``CudagraphDispatcher`` (``vllm/v1/cudagraph_dispatcher.py``) decides: pad to the smallest
+    ``CudagraphDispatcher`` (``vllm/v1/cudagraph_dispatcher.py``) decides, by
+    :func:`labkit.rules.dispatch` over the sizes as given (no rounding): pad to the smallest
     capture size; FULL for a uniform batch (every request ``decode_query_len`` tokens) padded to
     at most ``decode_query_len * max_num_seqs`` (any batch in ``FULL``), else PIECEWISE, else
     NONE (eager, unpadded). Assumes a backend supporting the mode, no cascade attention."""
     lens = as_int_list(query_lens, "query_lens", minimum=1)
     sizes = sorted(as_int_list(capture_sizes, "capture_sizes", minimum=1))
     q = as_int(decode_query_len, "decode_query_len", minimum=1)
-    if not 1 <= len(lens) <= as_int(max_num_seqs, "max_num_seqs", minimum=1):
+    seqs = as_int(max_num_seqs, "max_num_seqs", minimum=1)
+    if not 1 <= len(lens) <= seqs:
         raise ValueError(f"a step holds 1 to max_num_seqs={max_num_seqs} requests, got "
                          f"{len(lens)}")
     if cudagraph_mode not in VLLM_MODES:
         raise ValueError(f"unknown cudagraph_mode {cudagraph_mode!r}; use one of "
                          f"{list(VLLM_MODES)}")
-    decode, mixed = VLLM_MODES[cudagraph_mode]
-    n = sum(lens)
-    p = next((s for s in sizes if s >= n), None)
-    if p is not None and (mixed == "FULL" or (decode == "FULL" and q <= p <= q * max_num_seqs
-                                              and all(x == q for x in lens))):
-        return "FULL", p
-    return ("PIECEWISE", p) if p is not None and mixed == "PIECEWISE" else ("NONE", n)
+    graph_mode = cast(rules.GraphMode, cudagraph_mode)
+    keys = rules.graph_keys(sizes, graph_mode, q, seqs)
+    mode, key = rules.dispatch(keys, sizes, graph_mode, q, sum(lens),
+                               all(x == q for x in lens))
+    return mode, key.num_tokens
 
 
 def modes_of(record: Any) -> list[str]:
