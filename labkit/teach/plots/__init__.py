@@ -27,9 +27,10 @@ LABELS: dict[str, str] = {
 TEMPLATE = "labkit"
 #: Top margin (px) that holds a two-line title (title and provenance line).
 TWO_LINE_TITLE_TOP = 100
-#: Colours, in order, of series that have none of their own (no grey: grey marks "other").
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf",
-           "#e377c2", "#bcbd22", "#7f7f7f")
+#: Colours, in order, of series that have none of their own (red, the eager colour, and grey
+#: last).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2",
+           "#bcbd22", "#d62728", "#7f7f7f")
 
 
 def register_template() -> None:
@@ -229,7 +230,7 @@ def lines(x: Sequence, series: Mapping[str, Sequence[float]], *, title: str, x_t
 
 
 def bars(categories: Sequence, series: Mapping[str, Sequence[float]], *, title: str,
-         x_title: str, y_title: str, subtitle: str = "", text_fmt: str = ".3g"):
+         x_title: str, y_title: str, subtitle: str = "", text_fmt: str = ",.3~r"):
     """Grouped bars, one group per category, one bar per series (coloured as in :func:`lines`)."""
     go = plotly_go()
     fig = go.Figure()
