@@ -80,14 +80,25 @@ _MEASURE_JS = r"""
         }
       });
       // (b) blank space: the figure's bottom below the lowest thing drawn
-      var bottom = -Infinity;
+      // (data marks are clipped to their plot area: a bar from 0 on a log axis reaches far below)
+      var bottom = -Infinity, top = box(gd)[1], plots = (gd._fullLayout || {})._plots || {};
+      var areaBottom = -Infinity;
+      Object.keys(plots).forEach(function (k) {
+        var ya = plots[k].yaxis;
+        if (ya) { areaBottom = Math.max(areaBottom, top + ya._offset + ya._length); }
+      });
       gd.querySelectorAll('.main-svg *').forEach(function (el) {
         if (el.children.length || el.matches('rect.bg, .draglayer *, .hoverlayer *, defs *, clipPath *, .scroll-background, .legendtoggle, .scrollbar *')) { return; }
         if (!/^(text|path|rect|line|circle|tspan|image|polygon)$/.test(el.tagName)) { return; }
         if (el.tagName === 'text' && !el.textContent.trim()) { return; }
         if (el.tagName === 'path' && !(el.getAttribute('d') || '').replace(/[MZ0-9.,\s-]/g, '')) { return; }
         if (!visible(el)) { return; }
-        if (box(el)[3] > bottom) { bottom = box(el)[3]; fig.lowest = el.tagName + '.' + (el.getAttribute('class') || el.parentNode.getAttribute('class')); }
+        var b = box(el)[3];
+        if (el.closest('.overplot') && areaBottom > -Infinity) { b = Math.min(b, areaBottom); }
+        if (b > bottom) {
+          bottom = b;
+          fig.lowest = el.tagName + '.' + (el.getAttribute('class') || el.parentNode.getAttribute('class'));
+        }
       });
       fig.blank = box(gd)[3] - bottom;
       // (c) the legend against x-axis titles, tick labels and the title
@@ -232,6 +243,26 @@ def page_items() -> list[tuple[str, Any]]:
         items.append((name + " rows", table(lr.multistep_rows(rec), title=name)))
     rec = load_reference("roofline_gpt2")
     items.append(("floor rows", table(lr.floor_rows(rec, ["eager", "graph"]), title="floor")))
+    # the other builders with a legend or a log axis
+    from labkit.teach.claims import CLAIMED_SPEEDUP
+    from labkit.teach.plots import claims, compile as pc, dispatch, memory, modes, serving, sizes
+
+    decode = {n: load_reference(n) for n in ("decode_small", "decode_gpt2")}
+    items.append(("claims", claims.speedup_vs_claim(decode, CLAIMED_SPEEDUP)))
+    items.append(("modes", modes.step_time_bars(load_reference("modes_gpt2"), log_y=True)))
+    items.append(("compile total", pc.total_time_chart(load_reference("compile_small"), 1)))
+    items.append(("pool growth", memory.pool_growth(load_reference("pool_memory_gpt2").record,
+                                                    subtitle="prov")))
+    items.append(("padding table", dispatch.padding_table_chart([0, 1, 2, 4, 4, 8, 8, 8, 8, 0])))
+    items.append(("hit and waste", dispatch.hit_waste(
+        {"a": {"hit_rate": 0.9, "waste": 0.2}, "b": {"hit_rate": 0.5, "waste": 0.05}})))
+    serve = {n: load_reference(n) for n in ("serve_eager", "serve_full", "serve_piecewise")}
+    items.append(("serving runs", serving.runs_chart(serve, subtitle="prov")))
+    mon = {n: load_reference(n) for n in ("serve_full", "serve_capped", "serve_breaker")}
+    items.append(("monitoring", serving.monitoring_chart(mon, subtitle="prov")))
+    items.append(("trace sizes", sizes.trace_histogram(
+        {1: 0.3, 2: 0.2, 5: 0.1, 17: 0.4}, {"powers of 2": [1, 2, 4, 8, 16, 32],
+                                            "every 8": [8, 16, 24, 32]}, subtitle="prov")))
     return items
 
 
