@@ -7,9 +7,10 @@
 
 The page is a small notebook whose outputs are what the kernel shows for the builders'
 figures and tables (the same display formatter), exported by the run's own page exporter
-(``labkit.suite.report.export_notebook_html``) at the chart heights of a page and of a slide
-(the deck shrinks charts down to ``MIN_CHART_HEIGHT`` to fit a slide). A script appended to
-the page writes what it measured into the DOM, which ``--dump-dom`` returns.
+(``labkit.suite.report.export_notebook_html``). A script appended to the page measures every
+chart at the page's height, then again with every chart shrunk as the deck shrinks a chart to
+fit a slide (down to ``MIN_CHART_HEIGHT``), and writes what it measured into the DOM, which
+``--dump-dom`` returns. ``python tests/test_page_layout.py`` prints the measurements.
 """
 
 from __future__ import annotations
