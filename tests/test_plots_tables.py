@@ -87,3 +87,8 @@ def test_template_puts_the_legend_at_the_foot_of_the_figure():
         "container", 0, "bottom", "h")
     assert fig.layout.template.layout.xaxis.automargin is True
     assert not math.isnan(fig.layout.template.layout.margin.b)
+
+
+def test_a_column_with_large_integers_separates_thousands_in_every_row():
+    t = table([{"n": 7417, "m": 7417}, {"n": 20928, "m": 12}])
+    assert t.cells() == [["7,417", "7417"], ["20,928", "12"]]

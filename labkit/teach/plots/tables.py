@@ -20,13 +20,18 @@ MISSING = "—"
 DIGITS = 4
 _MISSING_TEXT = {"None", "null", "nan", "NaN"}
 
-_CELL = ("padding:3px 10px;border:none;border-bottom:1px solid rgba(128,128,128,0.3);"
+_CELL = ("padding:3px 8px;border:none;border-bottom:1px solid rgba(128,128,128,0.3);"
          "vertical-align:top;white-space:normal;overflow-wrap:break-word;line-height:1.45;"
          "max-width:none;overflow:visible;")
 _HEAD = _CELL + ("font-weight:600;border-bottom:2px solid rgba(128,128,128,0.55);"
                  "background:rgba(31,119,180,0.10);")
-# on a slide the deck's text is larger than a page's
+# on a slide the deck's text is larger than a page's, and a table wider than the slide is not
+# scrolled but makes the deck scale the slide down to fit
 _STYLE = ("<style>.reveal .labkit-table table{font-size:17px;}"
+          ".reveal .labkit-table,.reveal .jp-OutputArea-output:has(> .labkit-table),"
+          ".reveal .jp-OutputArea-child:has(.labkit-table),"
+          ".reveal .jp-OutputArea:has(.labkit-table)"
+          "{overflow:visible !important;}"
           ".labkit-table tbody tr:hover td{background:rgba(31,119,180,0.07);}</style>")
 
 
@@ -34,16 +39,18 @@ def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def cell_text(value: Any) -> str:
-    """A cell's value as read: integers whole (thousands separated from 10,000), other numbers
-    to :data:`DIGITS` significant digits (whole from 1,000), missing values as :data:`MISSING`."""
+def cell_text(value: Any, group: bool = False) -> str:
+    """A cell's value as read: integers whole (thousands separated from 10,000, or from 1,000
+    with ``group``: a column that holds one of 10,000 or more), other numbers to :data:`DIGITS`
+    significant digits (whole, thousands separated, from 1,000), missing values as
+    :data:`MISSING`."""
     if value is None:
         return MISSING
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, numbers.Integral):
         v = int(value)
-        return f"{v:,}" if abs(v) >= 10_000 else str(v)
+        return f"{v:,}" if abs(v) >= 10_000 or group else str(v)
     if isinstance(value, numbers.Real):
         x = float(value)
         if math.isnan(x):
@@ -70,7 +77,10 @@ class Table:
 
     def cells(self) -> list[list[str]]:
         """The rows' cell texts, column by column of :attr:`columns`."""
-        return [[cell_text(r.get(c, "")) if c in r else "" for c in self.columns]
+        group = {c: any(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                        and abs(int(v)) >= 10_000 for r in self.rows for v in [r.get(c)])
+                 for c in self.columns}
+        return [[cell_text(r[c], group[c]) if c in r else "" for c in self.columns]
                 for r in self.rows]
 
     def _numeric(self) -> list[bool]:
