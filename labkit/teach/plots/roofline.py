@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from labkit.measure.records import Multistep, Roofline, view
 from labkit.teach.lessons import roofline as lr
-from labkit.teach.plots import (check_methods, color, finish, plotly_go, stats_bar,
-                                stats_error_bars)
+from labkit.teach.plots import (COLORS as METHOD_COLORS, check_methods, color, finish, plotly_go,
+                                series_colors, stats_bar, stats_error_bars)
 
 #: colours of the step variants and the multi-step ways not in the suite's palette
 COLORS = {"fused": "#ff7f0e", "compile_reduce_overhead": color("compile"),
@@ -26,12 +26,12 @@ def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
     r = view(record, Roofline)
     variants = list(variants or r.methods)
     check_methods("roofline", variants, r.times, "variant")
-    fig = go.Figure()
+    fig, colours = go.Figure(), series_colors(variants, {**METHOD_COLORS, **COLORS})
     for v in variants:
         pts = [(b, s) for b, s in zip(r.batch_sizes, r.times[v]) if s is not None]
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s.median for _, s in pts],
                                  name=lr.variant_label(v), mode="lines+markers",
-                                 line=dict(color=COLORS.get(v, color(v))),
+                                 line=dict(color=colours[v]),
                                  error_y=stats_error_bars([s for _, s in pts])))
     fig.add_trace(go.Scatter(x=r.batch_sizes, y=r.roofline_us(), mode="lines",
                              name=f"floor ({r.bandwidth_gbps / 1000:.2f} TB/s copy bandwidth)",
@@ -45,9 +45,10 @@ def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
 def multistep_chart(record: Any, *, subtitle: str | None = None):
     """µs per decode step per batch size for each way of running N steps."""
     m = view(record, Multistep)
+    colours = series_colors(list(m.methods), {**METHOD_COLORS, **COLORS})
     fig = plotly_go().Figure([stats_bar(m.batch_sizes, m.times[k],
-                                        MULTISTEP.get(k, k).format(n=m.n_steps),
-                                        COLORS.get(k, color(k))) for k in m.methods])
+                                        MULTISTEP.get(k, k).format(n=m.n_steps), colours[k])
+                              for k in m.methods])
     fig.update_layout(barmode="group")
     return finish(fig, f"{m.n_steps} decode steps: per-step time ({m.preset})", "batch size",
                   "µs per step (median)", subtitle=subtitle, record=record)

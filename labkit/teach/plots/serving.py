@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from labkit.measure.records import ServeLoad, view
 from labkit.teach.lessons import record_data
 from labkit.teach.lessons.serving import runs_of
-from labkit.teach.plots import base_layout, plotly_go
+from labkit.teach.plots import base_layout, plotly_go, series_colors
 
 MODE_COLORS = {"eager": "#d62728", "full": "#1f77b4", "exact": "#17becf", "piecewise": "#2ca02c"}
 RUN_COLORS = ["#d62728", "#17becf", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
@@ -22,8 +22,9 @@ def latency_load_chart(load: Any, *, key: str = "ttft_ms.p99", subtitle: str = "
     rec = view(load, ServeLoad)
     fig = make_subplots(rows=1, cols=2, subplot_titles=(key.replace("_ms.", " ms "),
                                                         "served requests/s"))
+    colours = series_colors(list(rec.modes), MODE_COLORS)
     for mode in rec.modes:
-        line = dict(color=MODE_COLORS.get(mode, "#444444"))
+        line = dict(color=colours[mode])
         for col, k in ((1, key), (2, "request_throughput")):
             fig.add_trace(go.Scatter(x=rec.rates, y=rec.series(mode, k), name=mode,
                                      mode="lines+markers", line=line, showlegend=col == 1),
