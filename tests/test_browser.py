@@ -255,7 +255,17 @@ def deck03(tmp_path_factory):
     return {"source": source, "deck": deck, "page": page, "run_page": run_page}
 
 
-@pytest.mark.parametrize("which", ["deck", "page", "run_page"])
+def test_deck_shows_no_hint_and_no_exercise_check(deck03):
+    """A deck is for the speaker: the hints and the exercise checks' TODO lines stay off it."""
+    hints = hint_texts(deck03["source"])
+    assert len(hints) >= 2 and all(hints), hints
+    dom, _ = rendered_dom(deck03["deck"].as_uri(), size=DECK_SIZE)
+    text = plain(dom)
+    assert not [h for h in hints if h in text]
+    assert "not answered yet" not in text and "[TODO]" not in text
+
+
+@pytest.mark.parametrize("which", ["page", "run_page"])
 def test_hints_are_folded_with_their_text_inside(deck03, which):
     hints = hint_texts(deck03["source"])
     assert len(hints) >= 2 and all(hints), hints
@@ -378,3 +388,26 @@ def test_run_page_without_npm_draws_every_chart_offline(tmp_path, monkeypatch):
         assert not network_errors(log), network_errors(log)
     png = screenshot(pages[0].as_uri(), tmp_path / "page.png", size="1280,2400")
     assert_not_blank(png)
+
+
+def test_run_page_shows_each_said_paragraph_once(deck03):
+    """A paragraph written by ``nb.say`` shows once on a run page: its rendered output, with
+    the cell's source (the same sentence as a template) folded away."""
+    executed = deck03["run_page"].parents[2] / "executed" / deck03["source"].name
+    nb = nbformat.read(str(executed), as_version=4)
+    snippets = []
+    for cell in nb.cells:
+        said = [o["data"]["text/markdown"] for o in cell.get("outputs", [])
+                if cell.cell_type == "code" and "nb.say(" in cell.source
+                and "text/markdown" in (o.get("data") or {})]
+        for text in said:  # a stretch of words with no number: in the source and the output
+            words = plain(text).split(" ")
+            run = next((words[i:i + 10] for i in range(len(words)) if all(
+                re.fullmatch(r"[A-Za-z][A-Za-z,;:'.-]*", w) for w in words[i:i + 10])), [])
+            line = " ".join(run)
+            if len(line) > 25 and line in plain(cell.source):
+                snippets.append(line)
+    assert len(snippets) >= 2, snippets
+    dom, _ = rendered_dom(deck03["run_page"].as_uri(), size=DECK_SIZE)
+    shown = plain(re.sub(r"<details\b(?![^>]*\bopen)[^>]*>.*?</details>", " ", dom, flags=re.S))
+    assert {s: shown.count(s) for s in snippets} == dict.fromkeys(snippets, 1)

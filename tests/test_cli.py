@@ -442,3 +442,25 @@ def test_a_library_value_error_is_one_line(monkeypatch) -> None:
     monkeypatch.setattr(serve_cli, "check_record_names", boom)
     code, _, err = run_cli("serve", "--record")
     assert_one_line_error(code, err, "labkit serve: first line second line")
+
+
+def test_slides_warns_of_broken_links_with_a_count(nbs, tmp_path: Path, no_export: list[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stubbed export writes a deck whose image is not there (a link to a missing file
+    becomes plain text, an image cannot): the command still succeeds and counts it."""
+    from labkit.suite import slides
+
+    monkeypatch.setattr(slides.runs, "repo_root", lambda: tmp_path)
+
+    def export(nb, out, html=True, name=None):
+        deck = Path(out) / f"{name}.slides.html"
+        deck.parent.mkdir(parents=True, exist_ok=True)
+        deck.write_text('<a href="gone.html">x</a><img src="assets/none.png">')
+        return [deck]
+
+    monkeypatch.setattr(slides, "export_notebook", export)
+    code, _, err = run_cli("slides", str(nbs[0]), "--out", str(tmp_path / "slides"))
+    assert code == 0, err
+    assert "WARNING" in err and "1 broken link(s)" in err and "assets/none.png" in err
+    assert "(notebooks/gone.html in the repository)" in (tmp_path / "slides" / "01_alpha.slides.html"
+                                               ).read_text()

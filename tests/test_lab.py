@@ -174,3 +174,29 @@ def test_notebook_renders_in_jupyterlab(server, tmp_path):
 
     img = read_png(png)
     assert len(img.colours()) >= 20, "the JupyterLab screenshot looks blank"
+
+
+def test_a_port_in_time_wait_counts_as_free() -> None:
+    """A server stopped a minute ago leaves its port's connections in TIME_WAIT; JupyterLab
+    (tornado) binds with SO_REUSEADDR and gets the port, so the probe must agree, or a
+    restarted ``make lab`` moves to another port and breaks an ``ssh -L`` tunnel."""
+    import socket
+
+    with lablib.probe_socket() as probe:
+        if os.name != "nt":
+            assert probe.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+    # a listener whose side closes first: its accepted connection's port goes to TIME_WAIT
+    server = lablib.probe_socket()
+    server.bind((lablib.LOOPBACK, 0))
+    port = server.getsockname()[1]
+    server.listen(1)
+    client = socket.create_connection((lablib.LOOPBACK, port))
+    conn, _ = server.accept()
+    conn.close()  # the server side closes first: (127.0.0.1:port, client) enters TIME_WAIT
+    client.recv(1)
+    client.close()
+    server.close()
+    assert lablib.port_free(port)
+    if sys.platform.startswith("linux"):  # without the option the port would count as busy
+        with socket.socket() as plain, pytest.raises(OSError):
+            plain.bind((lablib.LOOPBACK, port))

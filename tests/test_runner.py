@@ -397,3 +397,60 @@ def test_progress_bar_only_on_a_terminal() -> None:
     bar = runner._progress(3, "x", Tty())
     assert not isinstance(bar, runner._Lines)
     bar.close()
+
+
+# ----------------------------------------------------------------------------- papermill's noise
+
+
+def test_correct_parameters_bring_no_papermill_warning(tmp_path: Path, caplog) -> None:
+    """A rule comment's ``>=`` stops papermill's own line parser ("Unable to parse line",
+    then "Passed unknown parameter" for a name the cell declares): labkit has checked the
+    names itself, so neither is printed, and the value reaches the notebook."""
+    path = make_notebook(tmp_path / "nbs", "01_alpha")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = ("repeats = 3          # timed samples; >= 1\n"
+                          "label = 'default'    # a name; choices: 'default', 'x'")
+    nbformat.write(nb, path)
+    with caplog.at_level("WARNING"):
+        res = run_suite([str(path)], params={"repeats": 5}, out_root=tmp_path / "runs",
+                        timeout=120)
+    assert res.ok and "repeats is 5" in outputs_text(res.run_dir / "notebooks" / path.name)
+    noise = [r.getMessage() for r in caplog.records if r.name.startswith("papermill")]
+    assert noise == []
+    log = (res.run_dir / "logs" / "01_alpha.kernel.log").read_text()
+    assert "ERROR" not in log  # a notebook that ran fine logs no error
+
+
+def test_papermill_still_warns_of_a_name_the_notebook_does_not_declare(caplog) -> None:
+    import logging
+
+    with caplog.at_level("WARNING"), engine.quiet_papermill_parameters(["repeats"]):
+        logging.getLogger("papermill.translators").warning("Unable to parse line 1 'a = 1 # >= 1'.")
+        logging.getLogger("papermill").warning("Passed unknown parameter: repeats")
+        logging.getLogger("papermill").warning("Passed unknown parameter: bogus")
+    assert [r.getMessage() for r in caplog.records] == ["Passed unknown parameter: bogus"]
+    caplog.clear()
+    logging.getLogger("papermill").warning("Passed unknown parameter: repeats")  # filter gone
+    assert len(caplog.records) == 1
+
+
+def test_the_kernel_is_not_interrupted_on_its_way_out(tmp_path: Path, monkeypatch) -> None:
+    """jupyter_client interrupts a kernel before it asks it to shut down; a SIGINT landing as
+    the kernel finishes its last reply logs "ERROR | KeyboardInterrupt caught in kernel" in a
+    run that went fine. The suite's kernel manager skips that interrupt (only that one)."""
+    import asyncio
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    calls = []
+
+    async def interrupt(self) -> None:
+        calls.append(self.shutting_down)
+
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", interrupt)
+    with open(tmp_path / "k.log", "ab") as log:
+        km = engine._kernel_manager_class(log, {})(kernel_name="python3")
+        asyncio.run(km._async_interrupt_kernel())  # e.g. a cell's timeout: interrupted
+        km.shutting_down = True
+        asyncio.run(km._async_interrupt_kernel())  # on its way out: not
+    assert calls == [False]

@@ -727,3 +727,80 @@ def test_deck_rules_keep_fences_hints_and_lists_whole():
     parts = _split_markdown(items, 6)
     assert len(parts) > 1 and all(p.startswith("- item") for p in parts)
     assert "\n".join(parts) == items  # cut between items, tight lists stay tight
+
+
+def _exercise_notebook():
+    """An executed notebook with a new-style exercise (tagged ``exercise``, checked by
+    ``nb.check``), its task and hint, an old-style check printed from an untagged cell, and
+    a paragraph written by ``nb.say``."""
+    def md(src, kind="-"):
+        c = nbformat.v4.new_markdown_cell(src)
+        c.metadata["slideshow"] = {"slide_type": kind}
+        return c
+
+    def code(src, outputs, tags=(), kind="-"):
+        c = nbformat.v4.new_code_cell(src)
+        c.metadata.update(slideshow={"slide_type": kind}, tags=list(tags))
+        c.outputs = outputs
+        return c
+
+    def out(text):
+        return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+    say_md = nbformat.v4.new_output("display_data", data={
+        "text/markdown": "The step took 512 µs: SAID_PARAGRAPH_5.",
+        "text/plain": "<IPython.core.display.Markdown object>"})
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.cells = [
+        md("# 97 · Exercises", "slide"),
+        md("### Exercise 97.1 — Predict\n\nTASK_TEXT_1 before the chart.\n\n"
+           "<details><summary>Hint</summary>\n\nHINT_TEXT_2 look at the bars.\n\n</details>",
+           "subslide"),
+        code('guess = ...  # TODO: "lower" or "higher"\n\nnb.check("97.1", guess=guess)',
+             [out("[TODO] 97.1 Predict: guess -- not answered yet (replace the ... / None)\n"
+                  "97.1 Predict: 0/1 checks passed -- keep going\n")], ["exercise"]),
+        md("<details><summary>Hint</summary>\nONLY_HINT_3\n</details>"),
+        code('ex.check("ranking", ranking, by_gain)\nprint("KEPT_LINE_4")',
+             [out("[TODO] 3.2 where: ranking -- not answered yet | hint: rec['x']\n"
+                  "KEPT_LINE_4\n")]),
+        code('t = 512\nnb.say("The step took {t} µs: SAID_PARAGRAPH_5.", t=t)', [say_md]),
+    ]
+    return nb
+
+
+def test_decks_show_exercise_code_without_its_checks_and_no_hints():
+    nb = slides.deck_notebook(_exercise_notebook())
+    text = "\n".join(c.source for c in nb.cells)
+    outs = "".join(str(c.get("outputs", "")) for c in nb.cells)
+    assert "TASK_TEXT_1" in text and "<details" not in text
+    assert "HINT_TEXT_2" not in text and "ONLY_HINT_3" not in text
+    ex = next(c for c in nb.cells if "nb.check(" in c.source)
+    assert ex.outputs == [] and not (ex.metadata.get("transient") or {}).get("remove_source")
+    assert "not answered yet" not in outs and "checks passed" not in outs
+    assert "KEPT_LINE_4" in outs  # the rest of a printout stays
+
+
+def test_drop_details_removes_the_hint_blocks():
+    from labkit.suite.slides.deck import drop_details
+
+    src = "Task.\n\n<details><summary>Hint</summary>\n\nh\n\n</details>\n\nAfter."
+    assert drop_details(src) == "Task.\n\nAfter."
+    assert drop_details("no hint") == "no hint"
+
+
+def test_pages_show_a_said_paragraph_once(tmp_path):
+    """The source of a cell whose output is the paragraph it writes (``nb.say``) is folded on
+    a page (a click shows it); other code stays open."""
+    path = tmp_path / "97_ex.ipynb"
+    nbformat.write(_exercise_notebook(), path)
+    out = report.export_notebook_html(path, tmp_path / "html" / "97_ex.html")
+    text = out.read_text(encoding="utf-8")
+    folded = re.findall(r'<details class="labkit-source">(.*?)</details>', text, re.S)
+    assert len(folded) == 1 and "SAID_PARAGRAPH_5" in folded[0]
+    outside = re.sub(r'<details class="labkit-source">.*?</details>', "", text, flags=re.S)
+    assert outside.count("SAID_PARAGRAPH_5") == 1  # the rendered paragraph, once
+    assert "KEPT_LINE_4" in outside  # other code is shown as it is
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells[4].metadata["jupyter"] = {"source_hidden": True}  # hidden in JupyterLab: folded
+    assert slides.prepare_notebook(nb)[0].cells[4].metadata["labkit"]["fold_source"]

@@ -159,6 +159,11 @@ def cmd_slides(args: argparse.Namespace) -> int:
                            echo=lambda line: print(f"labkit slides: {line}", flush=True))
     for p in result.files:
         print(p)
+    if result.broken_links:
+        from labkit.suite.links import summary
+
+        print(f"labkit slides: WARNING: the pages in {args.out} have "
+              f"{summary(result.broken_links)}", file=sys.stderr)
     return 0
 
 

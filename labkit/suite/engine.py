@@ -5,8 +5,10 @@ notebook is a result, not an exception). Bad input raises :class:`SuiteError`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
+import logging
 import os
 import re
 import time
@@ -14,7 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import labkit
 from labkit.support import envvars
@@ -220,6 +222,15 @@ def _kernel_manager_class(log_file: Any, env: Mapping[str, str]) -> type:
             kw["stderr"] = log_file
             return await super()._async_launch_kernel(kernel_cmd, **kw)
 
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client interrupts a kernel before asking it to shut down; after a run
+            # the kernel is idle, and a SIGINT landing as it finishes its last reply makes it
+            # log "ERROR | KeyboardInterrupt caught in kernel" for a notebook that ran fine.
+            # The shutdown request alone stops it (and a kill follows if it does not).
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
     return LabkitKernelManager
 
 
@@ -255,6 +266,43 @@ def _sliced_client_class() -> type:
     return SlicedKernelClient
 
 
+class _PapermillNoise(logging.Filter):
+    """Drops papermill's warnings about a parameters cell that labkit has already read with its
+    own parser: "Unable to parse line ..." (papermill's line parser stops at a second ``=``,
+    e.g. the ``>=`` of a rule comment) and "Passed unknown parameter: NAME" for names in
+    ``declared``; a name the notebook does not declare still gets papermill's warning."""
+
+    def __init__(self, declared: Collection[str]) -> None:
+        super().__init__()
+        self.declared = set(declared)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text.startswith("Unable to parse line "):
+            return False
+        prefix = "Passed unknown parameter: "
+        return not (text.startswith(prefix) and text[len(prefix):].strip() in self.declared)
+
+
+#: The loggers papermill's parameter warnings come from.
+PAPERMILL_LOGGERS = ("papermill", "papermill.translators")
+
+
+@contextlib.contextmanager
+def quiet_papermill_parameters(declared: Collection[str]) -> Iterator[None]:
+    """While active, papermill's false warnings about the parameters (:class:`_PapermillNoise`)
+    are dropped."""
+    noise = _PapermillNoise(declared)
+    loggers = [logging.getLogger(name) for name in PAPERMILL_LOGGERS]
+    for log in loggers:
+        log.addFilter(noise)
+    try:
+        yield
+    finally:
+        for log in loggers:
+            log.removeFilter(noise)
+
+
 def _records_state(run_dir: Path | None) -> dict[str, int]:
     folder = Path(run_dir) / "results" if run_dir is not None else None
     if folder is None or not folder.is_dir():
@@ -265,9 +313,13 @@ def _records_state(run_dir: Path | None) -> dict[str, int]:
 def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, Any] | None = None,
                      run_dir: Path | None = None, timeout: int | None = 1800,
                      log_path: Path | None = None,
-                     plotly_renderer: str | None = None) -> NotebookResult:
+                     plotly_renderer: str | None = None,
+                     declared: Collection[str] | None = None) -> NotebookResult:
     """Execute ``notebook`` with papermill into ``output`` (in the notebook's own folder, as
-    JupyterLab would); the kernel's output goes to ``log_path``, saved records to ``run_dir``."""
+    JupyterLab would); the kernel's output goes to ``log_path``, saved records to ``run_dir``.
+    ``declared``: the parameter names the notebook declares (as labkit's parser reads them),
+    which papermill is not to call unknown (default: none; papermill warns of any name its own
+    parser misses)."""
     import papermill
 
     notebook, output = Path(notebook), Path(output)
@@ -279,7 +331,7 @@ def execute_notebook(notebook: Path, output: Path, *, parameters: Mapping[str, A
     result = NotebookResult(notebook=notebook, output=output, ok=False)
     t0 = time.perf_counter()
     try:
-        with open(log_path, "ab") as log_file:
+        with open(log_path, "ab") as log_file, quiet_papermill_parameters(declared or ()):
             papermill.execute_notebook(
                 str(notebook), str(output), parameters=dict(parameters or {}),
                 kernel_name="python3", cwd=str(notebook.parent), progress_bar=False,

@@ -31,8 +31,20 @@ def server_environment() -> dict[str, str]:
     return {**os.environ, **kernel_environment()}
 
 
+def probe_socket() -> socket.socket:
+    """A TCP socket set up as JupyterLab's server sets up its own (tornado): with
+    ``SO_REUSEADDR`` on POSIX, so a port whose last connections are still in TIME_WAIT (a server
+    stopped a minute ago) counts as free, as it is to the server. Not on Windows, where the
+    option would let a socket bind a port another one listens on."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if os.name != "nt":
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return s
+
+
 def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """Whether JupyterLab could listen on ``port`` of 127.0.0.1 now (:func:`probe_socket`)."""
+    with probe_socket() as s:
         try:
             s.bind((LOOPBACK, port))
         except OSError:

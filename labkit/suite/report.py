@@ -12,7 +12,7 @@ from typing import Any
 from collections.abc import Iterable
 from labkit.support.env import format_record
 from labkit.measure.results import load_reference, load_result, provenance_line
-from labkit.suite import slides
+from labkit.suite import links, slides
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -144,6 +144,19 @@ def export_notebook_html(notebook: Path, out_html: Path, *,
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(body, encoding="utf-8")
     return out_html
+
+
+#: What a run page says beside a notebook link whose notebook the run does not hold.
+NOT_IN_RUN = "not in this run"
+
+
+def relink_run_pages(run_dir: Path) -> int:
+    """Point every notebook link of a run's pages (``html/*.html``) at that notebook's run page
+    (else its executed copy; else plain text saying it is not in this run); returns how many
+    links changed."""
+    html_dir = Path(run_dir) / "html"
+    return sum(links.relink_page(p, links.run_page_candidates, missing=NOT_IN_RUN)
+               for p in sorted(html_dir.glob("*.html")))
 
 
 def _is_stats(obj: Any) -> bool:

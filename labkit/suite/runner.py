@@ -26,8 +26,9 @@ from labkit.suite.engine import (RUN_FILE, SWEEP_FILE, NotebookResult, SuiteErro
 from labkit.suite.params import (
     Parameter, assign_parameters, declared_parameters, load_param_file, load_yaml_mapping,
 )
-from labkit.suite.report import export_notebook_html, format_duration, write_run_index, \
-    write_sweep_index
+from labkit.suite import links
+from labkit.suite.report import export_notebook_html, format_duration, relink_run_pages, \
+    write_run_index, write_sweep_index
 
 #: Version of the ``run.json`` / ``sweep.json`` layout.
 RUN_SCHEMA = 1
@@ -174,6 +175,8 @@ class RunResult:
     record: dict
     #: problems that did not stop the run (e.g. the index page could not be written)
     notes: list[str] = field(default_factory=list)
+    #: relative links and sources of the run's pages that reach no file (after relinking)
+    broken_links: list[links.BrokenLink] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -322,6 +325,20 @@ def _fill(entry: dict, res: NotebookResult, started: str) -> None:
         entry["output"] = None
 
 
+def _check_pages(run_dir: Path, notes: list[str]) -> list[links.BrokenLink]:
+    """Relink the run's pages to each other (:func:`relink_run_pages`) and check every link of
+    the folder; a broken one is a note (a WARNING), never a failed run."""
+    try:
+        relink_run_pages(run_dir)
+        broken = links.check_links(run_dir)
+    except Exception as exc:  # the pages are still there; say why they were not checked
+        notes.append(f"could not check the links of the run's pages: {type(exc).__name__}: {exc}")
+        return []
+    if broken:
+        notes.append(f"WARNING: the run's pages have {links.summary(broken)}")
+    return broken
+
+
 def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
               param_file: Path | None = None, out_root: Path = Path("runs"),
               timeout: int = 1800, keep_going: bool = False, *, sweep: dict | None = None,
@@ -380,7 +397,8 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
             when = _iso(_utc_now())
             res = execute_notebook(nb_path, run_dir / entry["output"],
                                    parameters=entry["parameters"], run_dir=run_dir, timeout=timeout,
-                                   log_path=run_dir / entry["kernel_log"])
+                                   log_path=run_dir / entry["kernel_log"],
+                                   declared=entry["declared_parameters"])
             results.append(res)
             _fill(entry, res, when)
             _export_html(entry, run_dir, notes)
@@ -413,7 +431,8 @@ def run_suite(notebooks: Sequence[str] | None, params: dict | None = None,
             write_run_index(run_dir, record)
         except Exception as exc:  # the run itself is recorded; say why the page is missing
             notes.append(f"could not write index.html: {type(exc).__name__}: {exc}")
-    result = RunResult(run_dir, record["status"], results, record, notes)
+        broken = _check_pages(run_dir, notes)
+    result = RunResult(run_dir, record["status"], results, record, notes, broken)
     if result.status == "interrupted":
         raise RunInterrupted(result)
     return result

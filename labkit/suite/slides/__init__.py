@@ -14,6 +14,7 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from labkit.support import envvars
+from labkit.suite import links
 from labkit.suite.engine import DEFAULT_PLOTLY_RENDERER, find_notebooks, read_run_record
 from labkit.suite.engine import execute_notebook as _execute
 from labkit.suite.engine import display_path
@@ -30,12 +31,12 @@ from labkit.suite.slides.runs import _entry_for, choose_run, held_notebooks, new
     why_not_complete
 
 __all__ = [
-    "ASSETS_DIR", "LOCAL_URLS", "PLOTLY_FILE", "WEB_DIR_ENV", "RemoteAssetError", "SlidesError",
-    "SlidesResult", "check_offline", "choose_run", "copy_assets", "count_plotlyjs",
-    "deck_notebook", "ensure_web_assets", "execute_notebook", "export_notebook",
-    "export_slides", "find_remote_urls", "has_math", "head_html", "make_exporters",
-    "newest_complete_run", "page_asset_parts", "pinned_packages", "plotlyjs_file",
-    "prepare_notebook", "why_not_complete", "web_dir",
+    "ASSETS_DIR", "check_offline", "choose_run", "copy_assets", "count_plotlyjs", "deck_notebook",
+    "ensure_web_assets", "execute_notebook", "export_notebook", "export_slides",
+    "find_remote_urls", "has_math", "head_html", "LOCAL_URLS", "make_exporters",
+    "newest_complete_run", "NOT_EXPORTED", "page_asset_parts", "pinned_packages", "PLOTLY_FILE",
+    "plotlyjs_file", "prepare_notebook", "relink_exports", "RemoteAssetError", "SlidesError",
+    "SlidesResult", "web_dir", "WEB_DIR_ENV", "why_not_complete",
 ]
 
 
@@ -70,6 +71,24 @@ class SlidesResult:
     run_dir: Path | None
     run_note: str
     executed_here: list[str] = field(default_factory=list)
+    #: relative links and sources of the output folder's pages that reach no file
+    broken_links: list[links.BrokenLink] = field(default_factory=list)
+
+
+#: What a deck or page says beside a notebook link whose notebook was not exported beside it.
+NOT_EXPORTED = "not in these slides"
+
+
+def relink_exports(out_dir: Path) -> int:
+    """Point every notebook link of the decks and pages in ``out_dir`` at that notebook's deck
+    (from a deck) or page (from a page), else plain text saying it is not exported; returns how
+    many links changed."""
+    n = 0
+    for page in sorted(Path(out_dir).glob("*.html")):
+        deck = page.name.endswith(".slides.html")
+        n += links.relink_page(page, links.deck_candidates if deck else
+                               links.slide_page_candidates, missing=NOT_EXPORTED)
+    return n
 
 
 def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slides"),
@@ -117,8 +136,10 @@ def export_slides(run_dir: Path | None = None, out_dir: Path = Path("build/slide
                     continue
             written += export_notebook(nb_path, out_dir, html=html, name=src.stem)
     check_offline(written)
+    relink_exports(out_dir)
+    broken = links.check_links(pages=sorted(out_dir.glob("*.html")))
     if failed:
         done = "".join(f"\n  {p}" for p in written) or " none"
         raise SlidesError(f"{len(failed)} notebook(s) failed to execute: {', '.join(failed)} "
                           f"(errors above). Written:{done}")
-    return SlidesResult(written, run_dir, run_note, executed_here)
+    return SlidesResult(written, run_dir, run_note, executed_here, broken)

@@ -1,10 +1,14 @@
 """What a deck shows of an executed notebook, chosen per cell at export time
 (:func:`deck_notebook`): one idea per slide for a speaker. The rules, in order:
 
-1. Left out: cells tagged :data:`DECK_DROP_TAGS`, the set-up cell (``nb = setup(...)``) and
-   the exercise checks (code calling ``Exercise(``).
+1. Left out: cells tagged :data:`DECK_DROP_TAGS`, the set-up cell (``nb = setup(...)``), the
+   old-style exercise checks (code calling ``Exercise(``, which names the expected answers)
+   and the hints (``<details>`` blocks of markdown; a cell left empty is left out).
 2. A code cell shows its outputs only, unless tagged :data:`SLIDE_CODE_TAG`; one left with
-   nothing to show is left out. Printed output is cut after :data:`STREAM_LINES` lines.
+   nothing to show is left out. Printed output is cut after :data:`STREAM_LINES` lines. An
+   exercise cell (tagged :data:`EXERCISE_TAG`) shows its code (the open answers) and none of
+   its outputs (the check's "not answered yet" lines are no slide's business); the lines an
+   exercise check prints (``[PASS]``/``[TODO]`` and its count) leave every other cell too.
 3. A cell left out passes its slide start (``slide`` / ``subslide``) on to the next cell shown.
 4. One visual (chart, table, image, widget) per slide; a cell with several is split first.
 5. A markdown cell longer than :data:`TEXT_LINES` estimated lines is split at paragraph
@@ -22,6 +26,8 @@ import re
 
 #: Tag of a code cell whose source a deck shows (it is hidden otherwise).
 SLIDE_CODE_TAG = "slide-code"
+#: Tag of a learner's exercise cell: a deck shows its code, never its outputs.
+EXERCISE_TAG = "exercise"
 #: Tags of cells no deck shows.
 DECK_DROP_TAGS = ("parameters", "injected-parameters", "statement")
 #: Lines of printed output a deck shows per cell.
@@ -36,6 +42,8 @@ CHART_HEIGHT = 460
 
 _SETUP = re.compile(r"^\s*nb\s*=\s*setup\(", re.M)
 _EXERCISE = re.compile(r"\bExercise\(")
+_CHECK_LINE = re.compile(r"^\[(?:PASS|TODO)\] |^.+: \d+/\d+ checks passed\b")
+_DETAILS = re.compile(r"[ \t]*<details\b.*?</details\s*>[ \t]*\n?", re.S | re.I)
 _VISUAL_MIME = ("application/vnd.plotly.v1+json", "application/vnd.jupyter.widget-view+json",
                 "image/png", "image/jpeg", "image/svg+xml")
 _STARTS = {"slide": 2, "subslide": 1}
@@ -75,15 +83,24 @@ def is_visual(out) -> bool:
 def _dropped(cell) -> bool:
     if _tags(cell) & set(DECK_DROP_TAGS):
         return True
-    if cell.cell_type != "code" or SLIDE_CODE_TAG in _tags(cell):
+    if cell.cell_type != "code" or {SLIDE_CODE_TAG, EXERCISE_TAG} & _tags(cell):
         return False
     return bool(_SETUP.search(cell.source)) or bool(_EXERCISE.search(cell.source))
+
+
+def drop_details(source: str) -> str:
+    """Markdown ``source`` without its ``<details>`` blocks (the hints), blank runs closed."""
+    text = _DETAILS.sub("", source)
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n") if text != source else source
 
 
 def _cut_stream(out) -> None:
     if out.get("output_type") != "stream":
         return
     lines = out.get("text", "").splitlines()
+    if any(_CHECK_LINE.match(ln) for ln in lines):
+        lines = [ln for ln in lines if not _CHECK_LINE.match(ln)]
+        out["text"] = "".join(f"{ln}\n" for ln in lines)
     if len(lines) > STREAM_LINES:
         more = len(lines) - STREAM_LINES
         out["text"] = "\n".join([*lines[:STREAM_LINES],
@@ -209,16 +226,22 @@ def deck_notebook(nb):
     cells, pending = [], 0
     for cell in nb.cells:
         kind = slide_type(cell)
-        if _dropped(cell):
+        if cell.cell_type == "markdown":
+            cell.source = drop_details(cell.source)
+        if _dropped(cell) or (cell.cell_type == "markdown" and not cell.source.strip()):
             pending = max(pending, _STARTS.get(kind, 0))
             continue
         if cell.cell_type == "code":
-            if SLIDE_CODE_TAG not in _tags(cell):
+            if EXERCISE_TAG in _tags(cell):
+                cell.outputs = []
+            elif SLIDE_CODE_TAG not in _tags(cell):
                 cell.metadata.setdefault("transient", {})["remove_source"] = True
             for out in cell.get("outputs", []):
                 _cut_stream(out)
+            cell.outputs = [o for o in cell.get("outputs", [])
+                            if o.get("output_type") != "stream" or o.get("text", "").strip()]
             if kind not in ("skip", "notes") and not cell.get("outputs") and \
-                    SLIDE_CODE_TAG not in _tags(cell):
+                    not {SLIDE_CODE_TAG, EXERCISE_TAG} & _tags(cell):
                 pending = max(pending, _STARTS.get(kind, 0))
                 continue
         if kind in ("skip", "notes"):

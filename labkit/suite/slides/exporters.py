@@ -35,7 +35,8 @@ _TEMPLATES = {
 :root { --jp-code-font-size: 17px; --jp-cell-prompt-width: 90px; }
 .reveal .slides section > .labkit-fit { transform-origin: 0 0; }
 .reveal .jp-InputPrompt, .reveal .jp-OutputPrompt { display: none; }
-.reveal details > summary { cursor: pointer; }</style>
+.reveal details > summary { cursor: pointer; }
+.labkit-nolink-note { color: #777; font-size: 0.8em; }</style>
 {%- endblock html_head_js_mathjax -%}
 {% block footer_js %}
 <script src="{{ resources.reveal.url_prefix }}/dist/reveal.js"></script>
@@ -136,7 +137,19 @@ _TEMPLATES = {
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}
 {{ resources.labkit_head }}
+<style>details.labkit-source > summary { cursor: pointer; color: #666; font-size: 0.85em;
+margin: 2px 0 2px var(--jp-cell-prompt-width, 64px); }
+.labkit-nolink-note { color: #777; font-size: 0.9em; }</style>
 {%- endblock html_head_js_mathjax -%}
+{% block input_group -%}
+{%- if (cell.metadata.get("labkit") or {}).get("fold_source") -%}
+<details class="labkit-source"><summary>code</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{% endblock input_group %}
 """,
 }
 

@@ -18,6 +18,11 @@ from labkit.suite.slides.widgets import WIDGET_CSS, WIDGET_VIEW, static_widget_h
 DROP_TAGS = ("parameters", "injected-parameters")
 #: Height (px) of a chart on a page.
 PAGE_CHART_HEIGHT = 525
+#: Cell metadata key (under ``labkit``) of a code cell whose source a page folds away.
+FOLD_SOURCE = "fold_source"
+
+# a call of nb.say / say: the cell's source holds the paragraph its output shows
+_SAY_CALL = re.compile(r"(?:^|[^\w.])(?:\w+\.)?say\(", re.M)
 
 _MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$\w])\$[^$\s][^$\n]*?(?<!\s)\$(?![\w$])"
                    r"|\\\(|\\\[|\\begin\{", re.S)
@@ -85,11 +90,32 @@ def output_html(out: dict, chart_height: int = PAGE_CHART_HEIGHT) -> str:
     return ""
 
 
+def _shows_markdown(cell) -> bool:
+    return any("text/markdown" in (o.get("data") or {}) for o in cell.get("outputs", []))
+
+
+def fold_sources(nb) -> int:
+    """Mark the code cells whose source a page folds (shown on a click): those the notebook
+    hides (``jupyter.source_hidden``) and those whose output is the paragraph their source
+    writes (a ``say(...)`` call shown as markdown), so each paragraph shows once; returns how
+    many."""
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        hidden = bool((cell.metadata.get("jupyter") or {}).get("source_hidden"))
+        if hidden or (_SAY_CALL.search(cell.source) and _shows_markdown(cell)):
+            cell.metadata.setdefault("labkit", {})[FOLD_SOURCE] = True
+            n += 1
+    return n
+
+
 def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
                      chart_height: int = PAGE_CHART_HEIGHT) -> tuple[object, dict]:
     """Make an executed notebook ready for an offline export, in place: cells tagged
     ``drop_tags`` dropped, plotly.js copies removed, charts rebuilt, widgets made static, remote
-    ``<script src>`` tags stripped; returns ``(nb, info)`` (counts of charts, widgets, math)."""
+    ``<script src>`` tags stripped, sources that repeat their output's paragraph marked to be
+    folded (:func:`fold_sources`); returns ``(nb, info)`` (counts of charts, widgets, math)."""
     nb.cells = [c for c in nb.cells if not set(drop_tags) & set(c.metadata.get("tags", []))]
     states = widget_states(nb)
     charts = widgets = 0
@@ -124,6 +150,7 @@ def prepare_notebook(nb, drop_tags: Sequence[str] = DROP_TAGS, *,
             kept.append(out)
         cell.outputs = kept
     nb.metadata.pop("widgets", None)
+    fold_sources(nb)
     return nb, {"charts": charts, "widgets": widgets, "math": has_math(nb)}
 
 
