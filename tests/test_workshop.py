@@ -209,3 +209,18 @@ def test_every_notebook_links_the_next(path):
     assert links, f"{path.name} has no '**Next:** [NN · Title](NN_x.ipynb)' link"
     assert links[-1] == (following.name[:2], following.name), \
         f"{path.name}: Next goes to {links[-1][1]}, the next notebook is {following.name}"
+
+
+@pytest.mark.parametrize("path", [*NUMBERED, *SYLLABI], ids=lambda p: p.stem)
+def test_no_wrapped_line_turns_into_a_heading(path):
+    """A prose line that starts with ``#`` and a digit (a wrapped ``#177108`` of a list of pull
+    requests) renders as a heading on the run pages and slides."""
+    bad = []
+    for text in markdown(path):
+        fenced = False
+        for line in text.splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and re.match(r"^ {0,3}#+\d", line):
+                bad.append(line.strip())
+    assert not bad, f"{path.name}: rewrap these lines so they do not start with '#': {bad}"
