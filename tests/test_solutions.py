@@ -108,7 +108,7 @@ def test_strict_mode_fails_a_broken_solution_and_passes_the_right_one(tmp_path, 
     path = tmp_path / "00_setup.ipynb"
     shutil.copy(SOLUTIONS / path.name, path)
     nb = read(path)
-    cell = next(c for c in nb.cells if '"0.3 find the bug: the KV-cache formula"' in c.source)
+    cell = next(c for c in nb.cells if 'nb.check("0.3"' in c.source)
     line = next(ln for ln in cell.source.splitlines() if ln.strip().startswith("slots = "))
     cell.source = cell.source.replace(line, "    slots = cfg.max_batch  # broken: no scratch slot")
     assert "# broken" in cell.source
