@@ -10,7 +10,7 @@ from labkit.measure.records import Dispatcher, view
 from labkit.sizes import padded_size, vllm_default_sizes
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import record_data
+from labkit.teach.lessons import record_data, stat
 from labkit.teach.lessons import sizing as ls
 
 #: how close (relative) two of exercise 5.2's options may lie and both be right
@@ -40,15 +40,18 @@ def _pad_lookup(ex: Exercise, pad_to: Any, *, capture_sizes: Sequence[int],
 def _padded_cost(ex: Exercise, padded_5: Any, batch_129: Any, *, rec: Any) -> None:
     disp = view(record_data(rec), Dispatcher)
     at = {m: dict(zip(disp.batch_sizes, disp.times[m])) for m in disp.times}
-    d5, d8 = at["dispatcher"][5].median, at["dispatcher"][8].median
-    options = {"a": d8, "b": d8 * 5 / 8, "c": at["eager"][5].median}
+    d5, d8, e5 = (stat(at[m][b]) for m, b in (("dispatcher", 5), ("dispatcher", 8),
+                                               ("eager", 5)))
+    if d5 is None or d8 is None or e5 is None:
+        raise KeyError("the dispatcher record has no dispatcher time at 5 or 8, or eager at 5")
+    options = {"a": d8, "b": d8 * 5 / 8, "c": e5}
     off = {k: abs(d5 - v) / v for k, v in options.items()}
     closest = min(off, key=off.__getitem__)
     ex.check_one_of("batch 5 through the dispatcher", padded_5,
                     [k for k, v in off.items() if v <= CLOSE] or [closest],
                     hint="what does the graph of 8 compute, whatever its rows hold?")
     ex.check_one_of("batch 129", batch_129,
-                    ["eager" if disp.padded_to[disp.batch_sizes.index(129)] is None
+                    ["eager" if (disp.padded_to or [])[disp.batch_sizes.index(129)] is None
                      else "graph"], hint="which graph could hold 129 rows?")
 
 

@@ -12,7 +12,7 @@ from labkit.teach.lessons import fused as lf
 from labkit.teach.plots import compile as pc
 from labkit.teach.verdicts import compare_stats
 
-#: the letters of exercise 8.1 and the kernel groups of :func:`labkit.teach.lessons.fused.time_groups`
+#: the letters of exercise 8.1 and their groups (:func:`labkit.teach.lessons.fused.time_groups`)
 KERNEL_KINDS = {"a": "attention", "b": "GEMM (cuBLAS) and split-K reduction", "c": "LayerNorm",
                 "d": "cache write"}
 #: two groups whose shares of the step lie this close (fraction points) are both right
@@ -68,8 +68,10 @@ def _break_even(ex: Exercise, break_even: Any, *, rec: Any) -> None:
         return
     c = view(rec, Compile)
     b = c.batch_sizes[0]
-    ex.check(f"record, batch {b}", break_even(c.compile_s - c.capture_s,
-                                              c.at("graph", b) - c.at("compile", b)),
+    graph, compiled = c.at("graph", b), c.at("compile", b)
+    if graph is None or compiled is None:
+        raise KeyError(f"the compile record has no graph or compile time at batch {b}")
+    ex.check(f"record, batch {b}", break_even(c.compile_s - c.capture_s, graph - compiled),
              pc.break_even_steps(rec, b), rel=1e-3,
              hint="steps = extra seconds / saving in seconds per step")
     ex.check("10 s extra, 10 µs saved per step", break_even(10.0, 10.0), 1e6, rel=1e-6,

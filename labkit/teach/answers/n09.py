@@ -19,7 +19,7 @@ def _reason(ex: Exercise, reason: Any) -> None:
 
 @exercise("9.1", "predict the trend", "predict")
 def _trend(ex: Exercise, prediction: Any, *, records: Mapping[str, Any]) -> None:
-    sp = view(records["decode_small"], Decode).speedup_vs_eager("graph")
+    sp = [float(s or 0) for s in view(records["decode_small"], Decode).speedup_vs_eager("graph")]
     ex.check_one_of("speed-up at batch 64 vs batch 1", prediction,
                     ["smaller" if sp[-1] < sp[0] else "larger"],
                     hint="a fixed saving per step, divided by a step that grows with the batch")
@@ -65,7 +65,8 @@ def _addresses(ex: Exercise, same_address_every_replay: Any, pointer_in_kernel_a
 @exercise("9.4", "measured speed-up range", "debug")
 def _speedup_range(ex: Exercise, speedup_range: Any, bug: Any, *,
                    decode: Mapping[str, Any]) -> None:
-    values = [s for r in decode.values() for s in view(r, Decode).speedup_vs_eager("graph")]
+    values = [float(s) for r in decode.values()
+              for s in view(r, Decode).speedup_vs_eager("graph") if s is not None]
     if not callable(speedup_range):
         ex.check("a function speedup_range(records)", speedup_range, "a function")
     else:
