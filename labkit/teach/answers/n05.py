@@ -56,8 +56,8 @@ def _padded_cost(ex: Exercise, padded_5: Any, batch_129: Any, *, rec: Any) -> No
 
 
 @exercise("5.3", "predict the dispatcher's cost per model", "predict")
-def _cost_per_model(ex: Exercise, extra_us: Any, larger_share: Any, *, bench: Any) -> None:
-    over = ls.overhead_rows(record_data(bench))
+def _cost_per_model(ex: Exercise, extra_us: Any, larger_share: Any, *, over_rec: Any) -> None:
+    over = ls.overhead_record_rows(over_rec)
     extra = {m: [r["extra (µs)"] for r in over if r["model"] == m] for m in ("small", "gpt2")}
     share = {m: [r["dispatcher / replay"] for r in over if r["model"] == m] for m in extra}
     mean = {m: sum(v) / len(v) for m, v in extra.items()}
