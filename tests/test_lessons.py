@@ -115,3 +115,20 @@ def test_the_overlap_model_of_notebook_03():
                                     load_reference("launch_overhead"))
     assert [r["batch"] for r in rows] == [1, 8, 64]
     assert all(r["eager_measured_us"] >= r["eager_model_us"] for r in rows)
+
+
+def test_the_host_cost_shown_beside_a_speed_up_says_where_it_comes_from():
+    import dataclasses
+
+    from labkit.measure.results import load_reference
+
+    disp, lo = load_reference("dispatcher_small"), load_reference("launch_overhead")
+    h = launch.host_cost_beside(disp, lo)
+    assert h["host_us"] == lo.data["host_per_launch"]["median"]
+    assert h["same_commit"] and h["same_host"] and abs(h["minutes_apart"]) < 60
+    other = dataclasses.replace(lo, env={**lo.env, "git_commit": "0" * 40, "cpu": "another"})
+    h = launch.host_cost_beside(disp, other)
+    assert not h["same_commit"] and not h["same_host"]
+    no_cuda = dataclasses.replace(lo, data={**lo.data, "host_per_launch": None})
+    with pytest.raises(ValueError, match="host_per_launch"):
+        launch.host_cost_beside(disp, no_cuda)

@@ -137,3 +137,22 @@ def test_plots_sizes():
     assert fig.layout.shapes[0].x0 == 2.5
     with pytest.raises(ValueError):
         ps.pareto_chart([])
+
+
+def test_overhead_rows_from_a_dispatcher_overhead_record():
+    from labkit.measure.records import OVERHEAD_METHODS
+
+    def st(m, half=1.0):
+        return {"median": m, "p10": m - half, "p90": m + half, "mean": m, "n": 15, "unit": "us"}
+
+    medians = {"replay": 100.0, "copy_replay": 104.0, "stage_replay": 112.0,
+               "step_device": 105.0, "step_host": 114.0, "step_host_copy": 116.0}
+    assert set(medians) == set(OVERHEAD_METHODS)
+    times = {m: [st(v), st(v, half=20.0)] for m, v in medians.items()}
+    rec = {"dtype": "bfloat16", "repeats": 15, "inner": 50,
+           "runs": [{"preset": "small", "batch_sizes": [1, 8], "times": times, "checks": {}}]}
+    apart, overlap = ls.overhead_record_rows(rec)
+    assert (apart["model"], apart["batch"], apart["extra (µs)"]) == ("small", 1, 14.0)
+    assert apart["dispatcher / replay"] == 1.14 and apart["dispatcher vs replay"] == "a higher"
+    assert apart["host inputs staged, then replay: + µs"] == 12.0
+    assert overlap["dispatcher vs replay"] == "no difference measured"

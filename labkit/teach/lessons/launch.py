@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any
 from collections.abc import Mapping, Sequence
 
@@ -101,3 +102,36 @@ def model_vs_measured(decode: Any, launch_record: Any) -> list[dict]:
                      "measured_over_model": eager / m["eager_us"],
                      "host_us_per_kernel_implied": eager / kernels})
     return rows
+
+
+#: the environment fields that must agree for two records to come from one machine set-up
+SAME_HOST_FIELDS = ("cpu", "cpu_count", "platform", "gpu_name", "driver", "torch", "python")
+
+
+def _when(record: Any) -> datetime | None:
+    stamp = (getattr(record, "env", None) or {}).get("date") or getattr(record, "created", None)
+    try:
+        return datetime.fromisoformat(stamp) if stamp else None
+    except ValueError:
+        return None
+
+
+def host_cost_beside(record: Any, launch_record: Any) -> dict:
+    """The host µs per kernel launch of ``launch_record`` to show beside a speed-up over eager
+    measured in ``record`` (eager decode follows the host CPU), with where it comes from:
+    ``same_commit``, ``same_host`` (the :data:`SAME_HOST_FIELDS` of both ``env`` blocks agree),
+    ``minutes_apart`` (``launch_record`` minus ``record``; ``None`` without dates) and both
+    host load averages."""
+    host = view(launch_record, LaunchOverhead).host_per_launch
+    if host is None:
+        raise ValueError("the launch_overhead record has no host_per_launch (measured without "
+                         "CUDA?): measure it on the GPU that measured the speed-up")
+    env, lenv = getattr(record, "env", None) or {}, getattr(launch_record, "env", None) or {}
+    a, b = _when(record), _when(launch_record)
+    commit = env.get("git_commit")
+    return {"host_us": host.median, "host_p10": host.p10, "host_p90": host.p90,
+            "same_commit": bool(commit) and commit == lenv.get("git_commit"),
+            "same_host": all(env.get(k) is not None and env.get(k) == lenv.get(k)
+                             for k in SAME_HOST_FIELDS),
+            "minutes_apart": None if a is None or b is None else (b - a).total_seconds() / 60,
+            "load_avg": env.get("load_avg_1m"), "launch_load_avg": lenv.get("load_avg_1m")}

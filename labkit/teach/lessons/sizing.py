@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from labkit.measure.records import Bench, Dispatcher, PoolMemory, view
+from labkit.measure.records import Bench, Dispatcher, DispatcherOverhead, PoolMemory, view
 from labkit.sizes import (Interpolated, LinearFit, Pool, expected_padding, expected_step_cost,
                           isotonic, linear_fit, set_memory)
+from labkit.teach.verdicts import compare_stats
 
 MiB = 2**20
 
@@ -56,6 +57,37 @@ def overhead_rows(bench_data: Mapping) -> list[dict]:
              "extra (µs)": round(r.dispatcher_us - r.graph_us, 1),
              "dispatcher / replay": round(r.dispatcher_over_graph, 3)}
             for r in view(bench_data, Bench).rows if r.graph_us and r.dispatcher_us]
+
+
+#: the ways of a ``dispatcher_overhead`` record between a bare replay and a dispatcher step,
+#: with the column that shows what each adds over the bare replay
+OVERHEAD_PARTS = (("copy_replay", "copy in, then replay: + µs"),
+                  ("stage_replay", "host inputs staged, then replay: + µs"),
+                  ("step_device", "dispatcher, device metadata: + µs"))
+
+
+def overhead_record_rows(record: object) -> list[dict]:
+    """Per model and batch of a ``dispatcher_overhead`` record: a dispatcher step as a server
+    calls it (``step_host``, metadata on the host) over a bare replay of its own graph (medians;
+    the record samples every way in turn), the verdict of
+    :func:`~labkit.teach.verdicts.compare_stats`, and what each way in between adds."""
+    rows = []
+    for run in view(record, DispatcherOverhead).runs:
+        for i, b in enumerate(run.batch_sizes):
+            rep, step = run.times["replay"][i], run.times["step_host"][i]
+            if rep is None or step is None:
+                continue
+            row = {"model": run.preset, "batch": b, "bare replay (µs)": round(rep.median, 1),
+                   "dispatcher (µs)": round(step.median, 1),
+                   "extra (µs)": round(step.median - rep.median, 1),
+                   "dispatcher / replay": round(step.median / rep.median, 3),
+                   "dispatcher vs replay": compare_stats(step, rep, interleaved=True).word}
+            for way, column in OVERHEAD_PARTS:
+                s = run.times[way][i]
+                if s is not None:
+                    row[column] = round(s.median - rep.median, 1)
+            rows.append(row)
+    return rows
 
 
 def short_list(sizes: Sequence[int], head: int = 6) -> str:
