@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from typing import Any
 from collections.abc import Mapping, Sequence
@@ -101,3 +102,36 @@ def model_vs_measured(decode: Any, launch_record: Any) -> list[dict]:
                      "measured_over_model": eager / m["eager_us"],
                      "host_us_per_kernel_implied": eager / kernels})
     return rows
+
+
+#: environment fields two records must share to come from one host at one commit
+SAME_HOST_FIELDS = ("gpu_name", "cpu", "cpu_count", "driver", "platform")
+
+
+def _same_commit(a: Any, b: Any) -> bool:
+    a, b = str(a or ""), str(b or "")
+    return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
+
+
+def host_launch_beside(record: Any, launch_record: Any) -> dict[str, float] | None:
+    """The host µs per kernel launch of the run that made ``record``: ``launch_record``'s
+    ``host_per_launch`` median (``host_us``) and how many minutes before ``record`` it was made
+    (``minutes_before``), when both come from one host (:data:`SAME_HOST_FIELDS`) at one commit;
+    else None. An eager step follows the host, so a speed-up over eager is only told with the
+    host µs per launch of its own run (or a note that the run did not measure it)."""
+    if record is None or launch_record is None:
+        return None
+    env, lenv = getattr(record, "env", None) or {}, getattr(launch_record, "env", None) or {}
+    if not _same_commit(env.get("git_commit"), lenv.get("git_commit")) or any(
+            env.get(k) is None or env.get(k) != lenv.get(k) for k in SAME_HOST_FIELDS):
+        return None
+    host_us = stat(view(launch_record, LaunchOverhead).host_per_launch)
+    if host_us is None:
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(str(getattr(record, "created", None) or env["date"]))
+        t0 = _dt.datetime.fromisoformat(str(getattr(launch_record, "created", None)
+                                            or lenv["date"]))
+    except (KeyError, ValueError):
+        return None
+    return {"host_us": host_us, "minutes_before": (t - t0).total_seconds() / 60}
