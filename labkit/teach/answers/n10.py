@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from labkit.measure import lesson_runs
 from labkit.measure.records import Modes, view
@@ -66,7 +66,8 @@ def _closest(ex: Exercise, closest_batch: Any, piecewise_flat: Any, *, rec: Any)
                       hint="this exercise needs the modes record (data/reference/h200/)")
         return
     d = view(rec, Modes)
-    pw, fu = d.median_us("piecewise"), d.median_us("full")
+    pw = cast(list[float], d.median_us("piecewise"))  # a modes record times every point
+    fu = cast(list[float], d.median_us("full"))
     ratios = [p / f for p, f in zip(pw, fu)]
     ex.check("batch where PIECEWISE / FULL is smallest", closest_batch,
              d.batch_sizes[ratios.index(min(ratios))], hint="which side grows with the batch?")
