@@ -135,3 +135,18 @@ def host_cost_beside(record: Any, launch_record: Any) -> dict:
                              for k in SAME_HOST_FIELDS),
             "minutes_apart": None if a is None or b is None else (b - a).total_seconds() / 60,
             "load_avg": env.get("load_avg_1m"), "launch_load_avg": lenv.get("load_avg_1m")}
+
+
+def host_launch_beside(record: Any, launch_record: Any) -> dict[str, float] | None:
+    """:func:`host_cost_beside` when both records come from one host at one commit:
+    ``host_us`` and ``minutes_before`` (how long before ``record`` the launch record was made);
+    else None (the speed-up is then told with a note that its run did not measure it)."""
+    if record is None or launch_record is None:
+        return None
+    try:
+        cost = host_cost_beside(record, launch_record)
+    except ValueError:
+        return None
+    if not (cost["same_commit"] and cost["same_host"]) or cost["minutes_apart"] is None:
+        return None
+    return {"host_us": cost["host_us"], "minutes_before": -cost["minutes_apart"]}
