@@ -47,6 +47,18 @@ def constants(source: str) -> set[object]:
             and node.value is not ... and node.value is not None}
 
 
+def container_literals(source: str) -> list[object]:
+    """The list, tuple, set and dict literals of a cell's code (as values)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            try:
+                found.append(ast.literal_eval(node))
+            except ValueError:
+                pass
+    return found
+
+
 def answer_constants(student: str, solution: str) -> dict[str, object]:
     """Names the learner fills in (``x = ...`` in the student cell) whose worked answer is a
     plain literal, with that literal."""
@@ -106,6 +118,10 @@ def test_no_learner_cell_holds_its_answer(student: Path):
         shown = constants(a.source)
         for name, value in answer_constants(a.source, b.source).items():
             if isinstance(value, bool) or value in ("", 0):
+                continue
+            if isinstance(value, (list, tuple, set, dict)):   # unhashable: compare by value
+                assert value not in container_literals(a.source), \
+                    f"{student.name} cell {k}: the answer to {name} ({value!r}) is in the cell"
                 continue
             assert value not in shown, \
                 f"{student.name} cell {k}: the answer to {name} ({value!r}) is in the cell"
