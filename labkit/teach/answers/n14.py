@@ -35,7 +35,7 @@ def _count_collectives(ex: Exercise, ends_in_allreduce: Any, allreduces_labkit: 
              hint="the hidden state of every row, in bf16")
 
 
-@exercise("14.2", "does half the work take half the time", "predict")
+@exercise("14.2", "does splitting the matmuls halve the time", "predict")
 def _half_the_work(ex: Exercise, compute_at_batch_1: Any, compute_at_batch_128: Any, *,
                    dec: Any) -> None:
     if dec is None:
