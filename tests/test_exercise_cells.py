@@ -4,6 +4,7 @@ in ``labkit.teach.answers``, and every notebook has at least two that make the l
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import re
 import tokenize
@@ -52,10 +53,8 @@ def container_literals(source: str) -> list[object]:
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
-            try:
+            with contextlib.suppress(ValueError):
                 found.append(ast.literal_eval(node))
-            except ValueError:
-                pass
     return found
 
 

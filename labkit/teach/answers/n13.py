@@ -74,6 +74,10 @@ def _vllm_sizes(ex: Exercise, largest_size: Any, sizes_24: Any, graph_for_13: An
                     hint="a uniform decode batch padded to at most max_num_seqs tokens")
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1e3 * seconds
+
+
 def _close(got: Any, want: float | None) -> bool:
     if want is None:
         return got is None
@@ -90,8 +94,7 @@ def _ttft_tpot(ex: Exercise, ttft_ms: Any, tpot_ms: Any, *, requests: Sequence[A
              lambda r: 1e3 * ls.ttft_of(r.arrival_s, r.token_times_s),
              "the first token's time minus the arrival, in ms"),
             ("TPOT (ms) of every request", tpot_ms,
-             lambda r: None if ls.tpot_of(r.token_times_s) is None
-             else 1e3 * ls.tpot_of(r.token_times_s),
+             lambda r: _ms(ls.tpot_of(r.token_times_s)),
              "the time from the first to the last token over the number of gaps; a request "
              "of one token has no TPOT (None)")):
         if not callable(fn):

@@ -37,6 +37,10 @@ def _predict_estimate(ex: Exercise, shared_pool: Any, private_pools: Any, *, rec
              "each graph keeps its own memory: is the second-largest graph typical of the "
              "others?")):
         r = err[("vllm", 256, pool)]
+        if r is None:
+            ex.check_true(f"the record holds vLLM's estimate over {pool} pools", False,
+                          hint="this record lacks the point (vllm, 256)")
+            continue
         # a ratio within 5% of a band's edge: either side is defensible
         ex.check_one_of(what, got, sorted({band(r * f) for f in (0.95, 1.0, 1.05)}), hint=hint)
 
