@@ -15,7 +15,8 @@ from labkit.sizes.engines import (
     from_sglang, from_vllm, kv_plan, max_concurrent_requests, vllm_graph_estimate,
     vllm_sample_sizes,
 )
-from labkit.teach.lessons.budget import budget_rows, estimate_errors, startup_rows
+from labkit.teach.lessons.budget import (budget_rows, estimate_errors, startup_inversions,
+                                         startup_rows)
 
 MiB = 2**20
 #: gpt2 in bf16: K and V x 12 layers x 16 positions x 12 heads x 64 dims x 2 bytes
@@ -177,6 +178,20 @@ def test_lesson_rows(monkeypatch):
     assert ups[0]["warm-up + capture, summed (s)"] == 0.031  # 4 x 4 ms + 15 ms of warm-up
     assert startup_rows(data, pool="private") == [ups[0]]  # at 64 the capture ran out of memory
     assert estimate_errors(data)[("mine", 32, "shared")] == 11 / 8
+
+
+def test_startup_inversions_name_lists_with_fewer_sizes_that_took_longer():
+    from labkit.measure.results import load_reference
+    rec = load_reference("memory_budget_small")
+    rows = {(r["list"], r["max_seq"]): r for r in startup_rows(rec)}
+    inv = startup_inversions(rec)
+    for i in inv:
+        assert i["fewer sizes"] < i["more sizes"] and i["fewer (s)"] > i["more (s)"]
+        assert rows[(i["fewer"], i["max_seq"])]["eager start-up (s)"] == i["fewer (s)"]
+    want = {(a, b, s) for (a, s), ra in rows.items() for (b, s2), rb in rows.items()
+            if s == s2 and ra["sizes"] < rb["sizes"]
+            and ra["eager start-up (s)"] > rb["eager start-up (s)"]}
+    assert {(i["fewer"], i["more"], i["max_seq"]) for i in inv} == want
 
 
 def test_graph_update_verdict_reports_what_torch_offers():

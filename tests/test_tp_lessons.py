@@ -49,6 +49,17 @@ def test_split_arithmetic():
         lt.allreduces_per_step(0)
 
 
+def test_rank_weight_share_keeps_the_head_whole():
+    # gpt2: head 50257 x 768, layers 12 x 12 x 768^2: a rank of two holds about two-thirds
+    share = lt.rank_weight_share(12, 768, 50257, 2)
+    head, layers = 50257 * 768, 12 * 12 * 768 ** 2
+    assert share == pytest.approx((head + layers / 2) / (head + layers))
+    assert 0.6 < share < 0.7
+    assert lt.rank_weight_share(12, 768, 50257, 1) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        lt.rank_weight_share(12, 768, 50257, 0)
+
+
 def test_versus_compares_two_methods_and_never_calls_them_interleaved():
     d = lt.versus(_allreduce(), "pg_graph", "pg_eager", 12288)
     assert (d.a, d.b) == (20, 50) and d.ratio == pytest.approx(0.4)

@@ -67,6 +67,19 @@ def startup_rows(record: Any, pool: str = "shared") -> list[dict]:
     return rows
 
 
+def startup_inversions(record: Any, pool: str = "shared") -> list[dict[str, Any]]:
+    """Pairs of capture lists at one ``max_seq`` where the list with fewer sizes took longer to
+    capture at start-up than one with more (from :func:`startup_rows`): what a rule "start-up
+    grows with the number of sizes" would have to explain."""
+    rows = startup_rows(record, pool)
+    return [{"max_seq": a["max_seq"], "fewer": a["list"], "fewer sizes": a["sizes"],
+             "fewer (s)": a["eager start-up (s)"], "more": b["list"], "more sizes": b["sizes"],
+             "more (s)": b["eager start-up (s)"]}
+            for a in rows for b in rows
+            if a["max_seq"] == b["max_seq"] and a["sizes"] < b["sizes"]
+            and a["eager start-up (s)"] > b["eager start-up (s)"]]
+
+
 def estimate_errors(record: Any) -> dict[tuple[str, int, str], float | None]:
     """(list, ``max_seq``, pool) -> vLLM's estimate over the measured graph memory."""
     rec = view(record, MemoryBudget)

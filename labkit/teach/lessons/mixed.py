@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from labkit.measure.records import Chunked, Mixed, Spec, SpecVerify, view
+from labkit.measure.records import Chunked, LaunchOverhead, Mixed, Spec, SpecVerify, view
 
 
 def uniform_rows(record: Any) -> list[dict[str, Any]]:
@@ -36,6 +36,27 @@ def mixed_rows(record: Any) -> list[dict[str, Any]]:
                     "eager (µs)": f"{ea.median:,.0f} ({ea.p10:,.0f}–{ea.p90:,.0f})",
                     "eager / PIECEWISE": round(ea.median / pw.median, 2)})
     return out
+
+
+def same_commit(a: Any, b: Any) -> bool:
+    """Whether two records name the same commit in their ``env`` (a short hash matches the
+    full one it starts), on the same GPU; ``False`` when either names none."""
+    ea, eb = (getattr(r, "env", None) or {} for r in (a, b))
+    ca, cb = str(ea.get("git_commit") or ""), str(eb.get("git_commit") or "")
+    if len(ca) < 7 or len(cb) < 7 or ea.get("gpu_name") != eb.get("gpu_name"):
+        return False
+    return ca.startswith(cb) or cb.startswith(ca)
+
+
+def host_us_per_launch(record: Any, launch_record: Any) -> float | None:
+    """The host µs to issue one kernel launch, for the run of ``record``: the median of
+    ``launch_record`` (a ``launch_overhead`` record) when it was measured at the same commit on
+    the same GPU, else ``None`` (the run did not measure it; eager steps follow the host CPU,
+    so another run's host is not this one's)."""
+    if record is None or launch_record is None or not same_commit(record, launch_record):
+        return None
+    host = view(launch_record, LaunchOverhead).host_per_launch
+    return None if host is None else host.median
 
 
 def verify_ratio(record: Any, k: int, requests: int) -> float:

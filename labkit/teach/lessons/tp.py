@@ -41,6 +41,18 @@ def shard_shapes(d_model: int, n_head: int, world_size: int) -> dict[str, tuple[
             "fc_out": (d, 4 * d // w)}
 
 
+def rank_weight_share(n_layer: int, d_model: int, vocab_size: int, world_size: int) -> float:
+    """The share of the one-GPU matmul weights one rank of ``world_size`` holds (and reads per
+    step) when the layers' QKV, projection and MLP weights (``12 d_model²`` per layer) are split
+    and the vocabulary head (``vocab_size × d_model``) stays whole on every rank, as in
+    labkit's TP model: ``(head + layers / N) / (head + layers)``."""
+    n_layer = as_int(n_layer, "n_layer", minimum=1)
+    d, v = as_int(d_model, "d_model", minimum=1), as_int(vocab_size, "vocab_size", minimum=1)
+    n = as_int(world_size, "world_size", minimum=1)
+    head, layers = v * d, n_layer * 12 * d * d
+    return (head + layers / n) / (head + layers)
+
+
 def versus(record: Any, a: str, b: str, key: int) -> Difference:
     """``compare_stats`` of ``a`` and ``b`` at batch or bytes ``key`` (not interleaved)."""
     rec = getattr(record, "record", record)
