@@ -70,6 +70,9 @@ def probe(preset: str, b: int, n_steps: int = 8, repeats: int = 30) -> dict:
     singles = [capture_multistep(model, b, 1, pool=pool) for _ in range(n_steps)]
     for g in singles:
         g.load(t, p, s)
+    # the 8-step graph again, alone in a pool of its own (captured before anything else there)
+    alone = capture_multistep(model, b, n_steps, pool=torch.cuda.graph_pool_handle())
+    alone.load(t, p, s)
 
     def one_step() -> None:
         for _ in range(n_steps):
@@ -85,6 +88,10 @@ def probe(preset: str, b: int, n_steps: int = 8, repeats: int = 30) -> dict:
         many.replay()
         many.feed_back()
 
+    def multi_alone() -> None:
+        alone.replay()
+        alone.feed_back()
+
     def multi_fixed() -> None:
         fixed.graph.replay()
         ft.copy_(fout[:, -1])
@@ -95,11 +102,12 @@ def probe(preset: str, b: int, n_steps: int = 8, repeats: int = 30) -> dict:
             g.feed_back()
 
     fns = {"one_step_graphs": one_step, "one_step_graphs_b": one_step_b, "multistep": multi,
-           "multistep_fixed_positions": multi_fixed, "eight_captures": eight_graphs}
+           "multistep_fixed_positions": multi_fixed, "eight_captures": eight_graphs,
+           "multistep_own_pool": multi_alone}
     stats = time_cuda_interleaved(fns, warmup=3, repeats=repeats, inner=1)
     per_step = {k: st.per(n_steps).to_dict() for k, st in stats.items()}
     prof = {}
-    for name in ("one_step_graphs", "multistep", "multistep_fixed_positions"):
+    for name in ("one_step_graphs", "multistep", "multistep_fixed_positions", "multistep_own_pool"):
         by, span = kernels(fns[name], 5)
         prof[name] = {"kernels_per_call": by, "span_us_per_call": span,
                       "kernel_us_per_call": sum(v[0] for v in by.values())}

@@ -4,7 +4,7 @@ against eager, the verify step's cost by ``k``, and speculative decoding on real
 
 Every timing is interleaved (:func:`labkit.measure.bench.time_sizes`) after the outputs are
 checked; a step is compared with the bare replay of its own graph as well as with the other
-path, since two captures of the same step replay at different speeds.
+path: a capture is a measurement of its own.
 """
 
 from __future__ import annotations
