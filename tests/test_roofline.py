@@ -132,6 +132,18 @@ def test_multistep_writes_into_out():
     assert got is out and (out >= 0).all()
 
 
+def test_multistep_held_still_runs_every_step_at_the_given_positions():
+    model = build_model(preset("test", max_batch=2), "cpu")
+    t, p, s = _prefilled(model, [[1, 2], [3]])
+    still = multistep_decode(model, t, p, s, 3, advance=False)
+    expected, tok = [], t
+    for _ in range(3):  # the one-step graph replayed three times, tokens fed back, p unchanged
+        tok = model.decode_step(tok, p, s).argmax(-1)
+        expected.append(tok)
+    assert torch.equal(still, torch.stack(expected, dim=1))
+    assert not torch.equal(still, multistep_decode(model, t, p, s, 3))
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"n_steps": 0}, "n_steps"),
     ({"n_steps": 31}, "past the KV cache"),
@@ -415,22 +427,40 @@ def test_measure_roofline_assembles_a_valid_record_on_cpu(cpu_measure, tmp_path)
 def test_measure_multistep_assembles_a_valid_record_on_cpu(cpu_measure, monkeypatch, tmp_path):
     from labkit.roofline.multistep import MultiStepGraph
 
+    captured = []
+
     class Eager(MultiStepGraph):
+        advance = True
+
         def replay(self):
             return multistep_decode(self.captured, self.tokens, self.positions, self.slots,
-                                    self.n_steps, out=self.out)
+                                    self.n_steps, out=self.out, advance=self.advance)
 
-    def fake_capture(model, b, n, pool=None):
+    def fake_capture(model, b, n, pool=None, advance=True):
+        captured.append((b, n, advance))
         z = torch.zeros(b, dtype=torch.long)
-        return Eager(model, n, z.clone(), z.clone(), z.clone(),
-                     torch.zeros((b, n), dtype=torch.long))
+        g = Eager(model, n, z.clone(), z.clone(), z.clone(), torch.zeros((b, n), dtype=torch.long))
+        g.advance = advance
+        return g
+
+    def split(fn):
+        fn()
+        return {"span_us": 30.0, "kernel_us": 24.0, "kernels": 6, "by_kernel": {"gemv": 18.0}}
 
     monkeypatch.setattr(mr, "capture_multistep", fake_capture)
+    monkeypatch.setattr(mr, "gpu_busy_split", split)
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     data = mr.measure_multistep("test", batch_sizes=[1, 2], n_steps=3, max_seq=32, repeats=2)
     rec = load_result(save_result("multistep_test", data, {}, tmp_path)).record
     assert rec.checks["multistep_tokens_equal_single_steps"] is True
     assert rec.median_us("multistep") == [pytest.approx(2.0 / 3)] * 2
+    assert rec.methods == [*R.MULTISTEP_METHODS, *R.MULTISTEP_CONTROLS]
+    # per size: one step, N steps, one step again, N steps held still, N steps in its own pool
+    assert captured == [(b, n, adv) for b in (1, 2)
+                        for n, adv in ((1, True), (3, True), (1, True), (3, False), (3, True))]
+    assert set(rec.gpu_split) == set(rec.methods) - {"host_sync"}
+    assert rec.gpu_split["multistep"][0] == {"span_us": 10.0, "kernel_us": 8.0, "kernels": 2.0,
+                                             "by_kernel": {"gemv": 6.0}}
     assert set(rec.conditional["if_node_demo"]) == {"ok", "values", "error"}
 
 

@@ -6,11 +6,14 @@ hold; on ``"cpu"``: the ATen operators it dispatches (views and allocations left
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from typing import Any
 from collections.abc import Callable, Mapping
 
 import torch
+
+from labkit.checks import as_int
 
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 
@@ -81,6 +84,36 @@ def gpu_op_profile(fn: Callable[[], object], warmup: int = 1) -> dict[str, dict[
             d["count"] += 1
             d["us"] += float(e.time_range.elapsed_us())
     return out
+
+
+def gpu_busy_split(fn: Callable[[], object], calls: int = 5) -> dict:
+    """Where one call of ``fn`` spends its GPU time, medians over ``calls`` profiled calls:
+    ``span_us`` (first kernel's start to last kernel's end), ``kernel_us`` (kernel times
+    summed: ``span_us - kernel_us`` is the time between kernels), ``kernels`` per call, and
+    ``by_kernel`` ``{name: µs}`` (first call)."""
+    _check_args(fn, "cuda", 1)
+    calls = as_int(calls, "calls", minimum=1, fix="profile at least one call")
+    spans: list[float] = []
+    busy: list[float] = []
+    counts: list[int] = []
+    by_kernel: dict[str, float] = {}
+    for i in range(calls):
+        gpu = [e for e in profiled_events(fn, warmup=1)
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+        if not gpu:
+            raise RuntimeError("the call ran no GPU kernel under the profiler; profile a "
+                               "callable that launches CUDA work")
+        spans.append(max(e.time_range.end for e in gpu) - min(e.time_range.start for e in gpu))
+        busy.append(sum(float(e.time_range.elapsed_us()) for e in gpu))
+        counts.append(len(gpu))
+        if i == 0:
+            for e in gpu:
+                by_kernel[e.name] = by_kernel.get(e.name, 0.0) + float(e.time_range.elapsed_us())
+    ranked = sorted(by_kernel.items(), key=lambda kv: -kv[1])
+    return {"span_us": float(statistics.median(spans)),
+            "kernel_us": float(statistics.median(busy)),
+            "kernels": int(statistics.median(counts)),
+            "by_kernel": {k: round(v, 2) for k, v in ranked}}
 
 
 def op_counts(fn: Callable[[], object], device: str = "cuda", warmup: int = 1) -> dict[str, int]:

@@ -30,7 +30,7 @@ from labkit.graphs import GraphSet, capture_callable, capture_decode_graphs, gc_
 from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, _pool_segments, make_model, \
     random_prompts, step_inputs, token_agreement, tokens_per_s_of
-from labkit.measure.opcount import profile_call
+from labkit.measure.opcount import gpu_busy_split, profile_call
 from labkit.measure.results import save_result
 from labkit.model import TinyGPT
 from labkit.roofline.multistep import capture_multistep, multistep_decode
@@ -391,25 +391,35 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
     """Record ``multistep_<preset>``: µs per decode step when ``n_steps`` steps run as
     ``host_sync`` (tokens through the host each step), ``one_step_graphs`` (argmax fed back on
     the device) or ``multistep`` (one graph of ``n_steps`` steps), its tokens checked against
-    eager steps; and this PyTorch's conditional nodes (:mod:`labkit.roofline.conditional`)."""
+    eager steps; three controls that each take one difference between the last two away
+    (:data:`~labkit.measure.records.MULTISTEP_CONTROLS`), all sampled in turn; per graph way,
+    the GPU's time per step inside kernels and between them (``gpu_split``); and this
+    PyTorch's conditional nodes (:mod:`labkit.roofline.conditional`)."""
     sizes = sorted(set(as_size_list(batch_sizes, "batch_sizes")))
     n_steps = as_int(n_steps, "n_steps", minimum=2, maximum=max_seq // 2,
                      fix="compare at least 2 steps per graph, at most max_seq // 2")
     _need_cuda("measure_multistep")
     model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
-    times: dict[str, list] = {"host_sync": [], "one_step_graphs": [], "multistep": []}
+    times: dict[str, list] = {m: [] for m in (*records.MULTISTEP_METHODS,
+                                              *records.MULTISTEP_CONTROLS)}
+    gpu_split: dict[str, list] = {m: [] for m in times if m != "host_sync"}
     pool = torch.cuda.graph_pool_handle()
     equal = []
     for b in sizes:
-        same, stats = _time_multistep(model, b, n_steps, pool, repeats)  # its graphs die here
+        same, stats, split = _time_multistep(model, b, n_steps, pool, repeats)  # graphs die here
         equal.append(same)
         for name, st in stats.items():
             times[name].append(st.per(n_steps).to_dict())
+        for name, d in split.items():
+            gpu_split[name].append({**{k: v / n_steps for k, v in d.items()
+                                       if k in ("span_us", "kernel_us", "kernels")},
+                                    "by_kernel": {k: v / n_steps for k, v in
+                                                  d["by_kernel"].items()}})
         _free()
     checks = {"multistep_tokens_equal_single_steps": all(equal)}
     out = {"preset": preset_name, "dtype": dtype, "batch_sizes": sizes, "n_steps": n_steps,
            "times": times, "checks": checks, "interleaved": True,
-           "tokens_per_s": tokens_per_s_of(sizes, times),
+           "tokens_per_s": tokens_per_s_of(sizes, times), "gpu_split": gpu_split,
            "conditional": {**conditional_support(), "if_node_demo": if_node_demo_isolated()}}
     model = None
     _free()
@@ -417,36 +427,47 @@ def measure_multistep(preset_name: str, batch_sizes: Sequence[int] = (1, 8, 64),
 
 
 def _time_multistep(model: TinyGPT, b: int, n_steps: int, pool: Any,
-                    repeats: int) -> tuple[bool, dict[str, Stats]]:
-    """At batch size ``b``: whether the ``n_steps``-step graph's tokens equal eager steps, and
-    the three ways' times for ``n_steps`` steps."""
+                    repeats: int) -> tuple[bool, dict[str, Stats], dict[str, dict]]:
+    """At batch size ``b``: whether the ``n_steps``-step graph's tokens equal eager steps; the
+    times of ``n_steps`` steps each way (:data:`~labkit.measure.records.MULTISTEP_METHODS`,
+    then the controls of :data:`~labkit.measure.records.MULTISTEP_CONTROLS`), sampled in turn;
+    and where each graph way spends its GPU time (:func:`~labkit.measure.opcount.
+    gpu_busy_split`)."""
     one = capture_multistep(model, b, 1, pool=pool)
     many = capture_multistep(model, b, n_steps, pool=pool)
+    # controls, each taking one difference between `one` and `many` away
+    one_again = capture_multistep(model, b, 1, pool=pool)                   # a second capture
+    still = capture_multistep(model, b, n_steps, pool=pool, advance=False)  # positions held
+    alone = capture_multistep(model, b, n_steps,                             # a pool of its own
+                              pool=torch.cuda.graph_pool_handle())
     t, p, s = _prefilled(model, b)
     ref = multistep_decode(model, t, p, s, n_steps).clone()  # eager: the one-step path
     many.load(t, p, s)
     equal = bool(torch.equal(many.replay(), ref))
+    alone.load(t, p, s)
+    equal = equal and bool(torch.equal(alone.replay(), ref))
 
     def host_sync() -> None:
         for _ in range(n_steps):
             ids = one.replay()[:, 0].tolist()  # to the host (a server checks stop tokens)
             one.tokens.copy_(torch.tensor(ids))  # and back
 
-    def device_feed() -> None:
-        for _ in range(n_steps):
-            one.replay()
-            one.feed_back()
+    def steps_of(g: Any) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(n_steps // g.n_steps):
+                g.replay()
+                g.feed_back()
+        return run
 
-    def multi() -> None:
-        many.replay()
-        many.feed_back()
-
-    for g in (one, many):
+    for g in (one, many, one_again, still, alone):
         g.load(t, p, s)
+    fns = {"host_sync": host_sync, "one_step_graphs": steps_of(one), "multistep": steps_of(many),
+           "one_step_recaptured": steps_of(one_again), "multistep_fixed_positions": steps_of(still),
+           "multistep_own_pool": steps_of(alone)}
     # samples interleaved: a GPU clock change between series once read as a 3-10% loss
-    stats = time_cuda_interleaved({"host_sync": host_sync, "one_step_graphs": device_feed,
-                                   "multistep": multi}, warmup=3, repeats=repeats, inner=1)
-    return equal, stats
+    stats = time_cuda_interleaved(fns, warmup=3, repeats=repeats, inner=1)
+    split = {name: gpu_busy_split(fns[name]) for name in fns if name != "host_sync"}
+    return equal, stats, split
 
 
 def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:

@@ -36,10 +36,12 @@ def _check_room(model: TinyGPT, positions: torch.Tensor, n_steps: int) -> None:
 @torch.no_grad()
 def multistep_decode(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tensor,
                      slots: torch.Tensor, n_steps: int, *,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None, advance: bool = True) -> torch.Tensor:
     """``n_steps`` greedy decode steps (inputs as for ``decode_step``), each argmax fed to the
     next on the device; the new tokens ``(B, n_steps)``, into ``out`` when given (a static
-    buffer for capture). Capture-safe on CUDA; CPU inputs are checked first."""
+    buffer for capture). Capture-safe on CUDA; CPU inputs are checked first. ``advance=False``
+    keeps every step at the same positions, as a one-step graph replayed ``n_steps`` times
+    does (a measurement's control, not decoding: each step overwrites the last one's keys)."""
     n_steps = _check(model, n_steps)
     on_cpu = tokens.device.type == "cpu"
     if on_cpu:
@@ -57,7 +59,8 @@ def multistep_decode(model: TinyGPT, tokens: torch.Tensor, positions: torch.Tens
             out[:, i].copy_(t)
         else:
             steps.append(t)
-        p = p + 1
+        if advance:
+            p = p + 1
     return out if out is not None else torch.stack(steps, dim=1)
 
 
@@ -110,8 +113,9 @@ class MultiStepGraph:
 
 
 def capture_multistep(model: TinyGPT, batch_size: int, n_steps: int, *, pool=None,
-                      warmup: int = 2) -> MultiStepGraph:
-    """Capture ``n_steps`` decode steps of ``batch_size`` rows in one CUDA graph."""
+                      warmup: int = 2, advance: bool = True) -> MultiStepGraph:
+    """Capture ``n_steps`` decode steps of ``batch_size`` rows in one CUDA graph
+    (``advance``: as :func:`multistep_decode`)."""
     n_steps = _check(model, n_steps)
     batch_size = as_int(batch_size, "batch_size", minimum=1, maximum=model.cfg.max_batch,
                         fix="capture a batch size the cache holds (<= max_batch)")
@@ -125,7 +129,7 @@ def capture_multistep(model: TinyGPT, batch_size: int, n_steps: int, *, pool=Non
     out = torch.zeros((batch_size, n_steps), dtype=torch.long, device=dev)
 
     def run(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        return multistep_decode(model, t, p, s, n_steps, out=o)
+        return multistep_decode(model, t, p, s, n_steps, out=o, advance=advance)
 
     with torch.no_grad():
         captured = capture_callable(run, tokens, positions, slots, out, pool=pool,

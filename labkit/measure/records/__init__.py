@@ -18,8 +18,9 @@ from labkit.measure.records.derived import (
     GPU_OPS_COUNTED, GPU_OPS_SCOPE, ratio, speedup, tokens_per_s,
 )
 from labkit.measure.records.kinds import (
-    FUSED_STEPS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench, Chunked, Compile,
-    Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Lazy, MemoryBudget, Mixed,
+    FUSED_STEPS, MULTISTEP_CONTROLS, MULTISTEP_METHODS, OVERHEAD_METHODS, PAGED_LAYOUTS, Bench,
+    Chunked, Compile, Decode, Dispatcher, DispatcherOverhead, Fused, LaunchOverhead, Lazy,
+    MemoryBudget, Mixed,
     Modes, Multistep, Numerics, NumericsDtype, Paged, Pitfall, Pitfalls, PoolAtMaxSeq,
     PoolMemory, PoolOverwrite, Recaptures, Roofline, Spec, SpecVerify, Timeline, TPAllReduce,
     TPDecode, Triton, bench_row,
@@ -31,7 +32,8 @@ from labkit.measure.records.serving import Serve, ServeLoad
 #: their modules)
 __all__ = [
     "DEFAULTS", "SERVE_RECORDS", "default_params", "measure_kwargs", "GPU_OPS_COUNTED",
-    "GPU_OPS_SCOPE", "ratio", "speedup", "tokens_per_s", "FUSED_STEPS", "MULTISTEP_METHODS",
+    "GPU_OPS_SCOPE", "ratio", "speedup", "tokens_per_s", "FUSED_STEPS", "MULTISTEP_CONTROLS",
+    "MULTISTEP_METHODS",
     "OVERHEAD_METHODS", "PAGED_LAYOUTS", "Bench", "Chunked", "Compile", "Decode", "Dispatcher",
     "DispatcherOverhead", "Fused", "LaunchOverhead", "Lazy", "MemoryBudget", "Mixed", "Modes",
     "Multistep", "Numerics", "NumericsDtype", "Paged", "Pitfall", "Pitfalls", "PoolAtMaxSeq",

@@ -21,6 +21,11 @@ Times = dict[str, list[Stats | None]]
 PAGED_LAYOUTS = ("slot_in_place", "slot_gather", "paged")
 FUSED_STEPS: tuple[Literal["readable", "fused"], ...] = ("readable", "fused")
 MULTISTEP_METHODS = ("host_sync", "one_step_graphs", "multistep")
+#: controls of ``multistep_<preset>`` (newer records), each one difference between one-step
+#: graphs and the N-step graph taken away: the one-step graph captured a second time; the
+#: N-step graph with its positions held still (as the one-step graph replayed N times keeps
+#: them); the N-step graph captured first into a pool of its own
+MULTISTEP_CONTROLS = ("one_step_recaptured", "multistep_fixed_positions", "multistep_own_pool")
 #: what ``dispatcher_overhead`` times per batch size, cheapest first: the dispatcher's graph
 #: replayed bare; device inputs copied in + replay; host inputs staged + replay; ``step`` with
 #: device metadata and ``check=False``; ``step`` with host metadata (checked); that + a copy of
@@ -525,6 +530,9 @@ class Multistep(_Run):
     STORED = ("tokens_per_s",)
     n_steps: int
     conditional: dict = field(default_factory=dict)
+    #: per graph way, per size: GPU µs per step in kernels (``kernel_us``), first kernel to
+    #: last (``span_us``), kernels per step, and µs per kernel name (newer records)
+    gpu_split: dict = field(default_factory=dict)
 
     def validate(self, data: Mapping, where: str) -> None:
         super().validate(data, where)

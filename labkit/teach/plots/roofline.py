@@ -16,7 +16,10 @@ COLORS = {"fused": "#ff7f0e", "compile_reduce_overhead": color("compile"),
           "one_step_graphs": color("graph"), "multistep": "#2ca02c"}
 MULTISTEP = {"host_sync": "one-step graph, tokens to the host and back each step",
              "one_step_graphs": "one-step graph, argmax fed back on the device",
-             "multistep": "{n} steps in one graph"}
+             "multistep": "{n} steps in one graph",
+             "one_step_recaptured": "one-step graph, captured a second time",
+             "multistep_fixed_positions": "{n} steps in one graph, positions held still",
+             "multistep_own_pool": "{n} steps in one graph, captured alone in its own pool"}
 
 
 def floor_chart(record: Any, *, variants: Sequence[str] | None = None,
