@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 import shutil
 import tempfile
 
@@ -80,3 +82,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def cpu_tier(monkeypatch: pytest.MonkeyPatch) -> None:
     """Force the CPU tier for one test (as ``LABKIT_FORCE_TIER=cpu`` does)."""
     monkeypatch.setenv("LABKIT_FORCE_TIER", "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _no_ipython_shell_left_behind() -> Iterator[None]:
+    """A test that starts IPython's shell clears it after itself: with a shell present,
+    statements display HTML instead of printing, which would change later tests' output."""
+    yield
+    if "IPython" in sys.modules:
+        from IPython.core.interactiveshell import InteractiveShell
+
+        if InteractiveShell.initialized():
+            InteractiveShell.clear_instance()

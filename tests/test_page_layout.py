@@ -186,9 +186,9 @@ def display_bundle(obj: Any) -> dict:
 
     if isinstance(obj, BaseFigure):
         return pio.renderers["plotly_mimetype"].to_mimebundle(obj.to_dict())
-    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core.formatters import DisplayFormatter
 
-    data, _ = InteractiveShell.instance().display_formatter.format(obj)
+    data, _ = DisplayFormatter().format(obj)
     return data
 
 

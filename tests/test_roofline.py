@@ -299,6 +299,29 @@ def test_multistep_rows_give_gains_and_interleaved_verdicts():
     assert lr.multistep_rows(rec)[1]["host_sync vs one_step_graphs"] == "a higher"
 
 
+def test_multistep_controls_and_split_rows():
+    assert lr.multistep_control_rows(multistep_record()) == []   # an older record: no controls
+    assert lr.multistep_split_rows(multistep_record()) == []
+    rec = multistep_record()
+    rec["times"].update({"one_step_recaptured": [st(641.0), st(721.0)],
+                         "multistep_fixed_positions": [st(400.0), st(701.0)],
+                         "multistep_own_pool": [st(619.0), st(699.0)]})
+    rec["tokens_per_s"] = {m: [R.tokens_per_s(b, s["median"]) for b, s in zip([1, 8], ts)]
+                           for m, ts in rec["times"].items()}
+    split = {"span_us": 80.0, "kernel_us": 70.0, "kernels": 20.0, "by_kernel": {"gemv": 50.0}}
+    rec["gpu_split"] = {"multistep": [split, split]}
+    rows = lr.multistep_control_rows(rec)
+    assert [(r["control"], r["batch"]) for r in rows] == [
+        (c, b) for c in R.MULTISTEP_CONTROLS for b in (1, 8)]
+    held = rows[2]
+    assert held["differs from"] == "multistep" and held["ratio"] == round(400 / 620, 3)
+    assert held["verdict"] == "a lower"                  # ±10% spreads, 400 vs 620: apart
+    assert rows[0]["verdict"] == "no difference measured"
+    split_rows = lr.multistep_split_rows(rec)
+    assert split_rows[0] == {"batch": 1, "way": "multistep", "in kernels (µs/step)": 70.0,
+                             "between kernels (µs/step)": 10.0, "kernels per step": 20.0}
+
+
 def test_conditional_probe():
     sup = conditional_support()
     assert set(sup) >= {"torch", "cuda_built", "if_node", "while_node", "cuda_python"}

@@ -140,6 +140,47 @@ def multistep_rows(record: Any) -> list[dict]:
     return rows
 
 
+#: each control of a multistep record (:data:`~labkit.measure.records.MULTISTEP_CONTROLS`), the
+#: way it is compared with, and the one difference between them
+MULTISTEP_CONTROL_PAIRS = {
+    "one_step_recaptured": ("one_step_graphs", "a second capture of the same one-step graph"),
+    "multistep_fixed_positions": ("multistep", "positions held still instead of advancing"),
+    "multistep_own_pool": ("multistep", "captured first, alone in a pool of its own"),
+}
+
+
+def multistep_control_rows(record: Any) -> list[dict]:
+    """Per batch size and control: µs per step of the control and of the way it differs from
+    in one thing, their ratio and the verdict; empty for a record without controls."""
+    m = view(record, Multistep)
+    rows = []
+    for control, (base, what) in MULTISTEP_CONTROL_PAIRS.items():
+        if control not in m.times:
+            continue
+        for b in m.batch_sizes:
+            c, o = m.at(control, b), m.at(base, b)
+            rows.append({"batch": b, "control": control, "differs from": base,
+                         "in": what, "control (µs/step)": _r(c), "other (µs/step)": _r(o),
+                         "ratio": None if c is None or not o else round(c / o, 3),
+                         "verdict": compare(record, control, base, b,
+                                            default=MULTISTEP_INTERLEAVED).word})
+    return rows
+
+
+def multistep_split_rows(record: Any) -> list[dict]:
+    """Per batch size and graph way: the GPU's µs per step inside kernels and between them
+    (first kernel's start to last kernel's end, less the kernel time), kernels per step;
+    empty for a record without the split."""
+    m = view(record, Multistep)
+    rows = []
+    for way, per_size in m.gpu_split.items():
+        for b, d in zip(m.batch_sizes, per_size):
+            rows.append({"batch": b, "way": way, "in kernels (µs/step)": _r(d["kernel_us"]),
+                         "between kernels (µs/step)": _r(d["span_us"] - d["kernel_us"]),
+                         "kernels per step": _r(d["kernels"])})
+    return rows
+
+
 def triton_records(nb: Any, presets: Sequence[str], repeats: int) -> dict[str, Any]:
     """``triton_<preset>`` per preset: measured live (``repeats`` samples) on a GPU where the
     Triton kernels compile, else the recorded references (with the reason printed)."""
