@@ -14,6 +14,7 @@ from labkit.measure import records
 from labkit.measure.results import SchemaError, load_result, save_result
 from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows, summarize
 from labkit.suite.cli import main
+from labkit.serving.runs import RequestResult, StepRecord
 from labkit.serving.traces import (
     TraceFormatError, TraceRequest, arrival_times, load_request_trace, request_trace, trace_csv,
 )
@@ -77,7 +78,9 @@ def test_serve_record_kind_validates():
     assert rec.requests[2].token_times_s == [1.5, 2.0]
     bad = json.loads(json.dumps(data))
     bad["steps"][1]["padded"] = 0
-    with pytest.raises(SchemaError, match=r"data.steps\[1\].padded.*below batch"):
+    assert isinstance(rec.requests[2], RequestResult) and rec.requests[2].index == 2
+    assert isinstance(rec.steps[0], StepRecord) and rec.steps[0].tokens == 3  # an older step
+    with pytest.raises(SchemaError, match=r"data.steps\[1\].padded.*below the 1 tokens"):
         records.parse("serve_full", bad)
     del bad["requests"]
     with pytest.raises(SchemaError, match=r"data.requests"):
@@ -274,3 +277,18 @@ def test_labkit_serve_bad_trace_names_the_line(tmp_path, capsys):
     rc = main(["serve", "--trace", str(p), "--preset", "test", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert rc == 2 and "line 2, column 'output_len'" in err
+
+
+def test_a_serve_record_reads_back_as_the_loops_own_classes():
+    from labkit.serving.runs import ServeRun
+
+    run = ServeRun([RequestResult(0, 0.0, 4, 2, 0.01, [0.1, 0.2], [5, 6]),
+                    RequestResult(1, 0.5, 3, 1, 0.55, [0.6], [7])],
+                   [StepRecord(0.0, 0.1, 1, 4, "NONE", False, 1, 4, 4),
+                    StepRecord(0.5, 0.6, 2, 4, "FULL", True, 0, 2, 0)])
+    data = {"mode": "full", **run.to_data(), "metrics": run_metrics(**run.to_data())}
+    rec = records.parse("serve_full", json.loads(json.dumps(data)))
+    assert rec.requests == run.requests and rec.steps == run.steps
+    data["requests"][0]["token_times_s"] = [0.1, 0.2, 0.3]
+    with pytest.raises(SchemaError, match=r"requests\[0\]\.token_times_s.*3 times"):
+        records.parse("serve_full", data)

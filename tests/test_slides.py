@@ -804,3 +804,35 @@ def test_pages_show_a_said_paragraph_once(tmp_path):
     nb = nbformat.read(str(path), as_version=4)
     nb.cells[4].metadata["jupyter"] = {"source_hidden": True}  # hidden in JupyterLab: folded
     assert slides.prepare_notebook(nb)[0].cells[4].metadata["labkit"]["fold_source"]
+
+
+def test_web_assets_are_fetched_once_when_asked_at_the_same_time(tmp_path, monkeypatch):
+    """Parallel callers (test workers, two terminals) wait for one fetch instead of unpacking
+    into the same folder at once."""
+    import threading
+
+    from labkit.suite.slides import assets
+
+    log = tmp_path / "fetches.log"
+    make = [f'mkdir -p "$1/node_modules/{name}" && printf \'{{"version": "{version}"}}\' '
+            f'> "$1/node_modules/{name}/package.json"'
+            for name, version in assets.pinned_packages().items()]
+    make += [f'mkdir -p "$(dirname "$1/node_modules/{src}")" && touch "$1/node_modules/{src}"'
+             for src, _ in assets._COPY_FILES]
+    make += [f'mkdir -p "$1/node_modules/{assets._THEME_DIR}"']
+    script = tmp_path / "fake_fetch.sh"
+    script.write_text(f'echo start >> "{log}"; sleep 0.3\n' + "\n".join(make) +
+                      f'\necho end >> "{log}"\n')
+    monkeypatch.setenv("LABKIT_WEB_DIR", str(tmp_path / "web"))
+    monkeypatch.setattr(assets, "fetch_script", lambda: script)
+    monkeypatch.setattr(assets.shutil, "which", lambda name: "/usr/bin/" + name)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(assets.ensure_web_assets(quiet=True)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [tmp_path / "web" / "node_modules"] * 3
+    assert log.read_text().split() == ["start", "end"]
+    assert assets.missing_assets(tmp_path / "web" / "node_modules") == []

@@ -19,7 +19,6 @@ import math
 import random
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 from collections.abc import Callable, Iterable, Sequence
 
@@ -30,6 +29,7 @@ from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
 from labkit.mixed import FlatBatch, GraphMode, MixedRunner, max_step_tokens
 from labkit.model import TinyGPT
+from labkit.serving.runs import RequestResult, ServeRun, StepRecord
 from labkit.serving.traces import TraceRequest
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -228,52 +228,6 @@ class CircuitBreaker:
             self.opened_at = self.clock.now()
             self.trips.append(self.opened_at)
         return out
-
-
-@dataclass
-class RequestResult:
-    """One request's arrival, admission, token times (s from the start) and token ids."""
-
-    index: int
-    arrival_s: float
-    prompt_len: int
-    output_len: int
-    admitted_s: float | None = None
-    token_times_s: list[float] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One engine step: times, requests (``batch``), tokens computed with padding
-    (``padded``), runtime mode, graph hit, admissions, real tokens and prompt tokens among them
-    (a decode step: one token a row and none of a prompt)."""
-
-    start_s: float
-    end_s: float
-    batch: int
-    padded: int
-    runtime: str
-    graph: bool
-    admitted: int
-    tokens: int
-    prefill_tokens: int
-
-
-@dataclass
-class ServeRun:
-    """A finished run: its requests (trace order) and engine steps."""
-
-    requests: list[RequestResult]
-    steps: list[StepRecord]
-    #: the clock's reading at the start (times in the run are relative to it)
-    clock_start: float = 0.0
-
-    def to_data(self) -> dict:
-        """The run as plain JSON-able data (the ``requests``/``steps`` of a ``serve_`` record)."""
-        return {"requests": [{k: v for k, v in asdict(r).items() if k != "index"}
-                             for r in self.requests],
-                "steps": [asdict(s) for s in self.steps]}
 
 
 def prompt_tokens(index: int, length: int, vocab_size: int, seed: int) -> list[int]:

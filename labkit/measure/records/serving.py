@@ -7,36 +7,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.measure.records.fields import Kind, _Fail
+from labkit.measure.records.fields import Kind, _Fail, parse_kind, parse_value, src
+from labkit.serving.runs import RequestResult, StepRecord
 
 
-@dataclass(frozen=True, kw_only=True)
-class ServeRequest(Kind):
-    """One request of a ``serve_<name>`` run (times in s from the start)."""
-    arrival_s: float
-    prompt_len: int
-    output_len: int
-    token_times_s: list[float]
-
-    def validate(self, data: Mapping, where: str) -> None:
-        if len(self.token_times_s) > self.output_len:
-            raise _Fail(f"{where}.token_times_s", f"has {len(self.token_times_s)} times for "
-                        f"output_len={self.output_len}")
+def _requests(v: Any, where: str) -> list[RequestResult]:
+    """A record's requests as the loop's :class:`RequestResult` (``index``: place in the list)."""
+    return [parse_kind(RequestResult, r, f"{where}[{i}]", index=i)
+            for i, r in enumerate(parse_value(list, v, where))]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ServeStep(Kind):
-    """One decode step of a ``serve_<name>`` run: rows, rows computed (``padded``)."""
-    start_s: float
-    end_s: float
-    batch: int
-    padded: int
-    runtime: str
-    graph: bool
-
-    def validate(self, data: Mapping, where: str) -> None:
-        if self.padded < self.batch:
-            raise _Fail(f"{where}.padded", f"({self.padded}) is below batch ({self.batch})")
+def _steps(v: Any, where: str) -> list[StepRecord]:
+    """A record's steps as the loop's :class:`StepRecord`; a step of a record made before
+    chunked prefill (no ``tokens``) was a decode step: one token a row, no admission counted,
+    no prompt token."""
+    out = []
+    for i, s in enumerate(parse_value(list, v, where)):
+        d = parse_value(dict, s, f"{where}[{i}]")
+        if "tokens" not in d:
+            d = {"admitted": 0, "tokens": d.get("batch"), "prefill_tokens": 0, **d}
+        out.append(parse_kind(StepRecord, d, f"{where}[{i}]"))
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +51,9 @@ class Serve(Kind):
     mode: str
     trace: str = ""
     clock: str = ""
-    requests: list[ServeRequest]
-    steps: list[ServeStep]
+    #: the loop's own classes (:mod:`labkit.serving.runs`), read back
+    requests: list[RequestResult] = src(parse=_requests)
+    steps: list[StepRecord] = src(parse=_steps)
     metrics: dict
     #: every recorded run's metrics (``measure_serving(repeats=...)``); [] in older records
     repeats: list[dict] = field(default_factory=list)
@@ -74,6 +66,11 @@ class Serve(Kind):
     arms: dict[str, ServeArm] = field(default_factory=dict)
 
     def validate(self, data: Mapping, where: str) -> None:
+        problems = [(f"requests[{i}]", r.problem()) for i, r in enumerate(self.requests)]
+        problems += [(f"steps[{i}]", s.problem()) for i, s in enumerate(self.steps)]
+        for at, problem in problems:
+            if problem:
+                raise _Fail(f"{where}.{at}.{problem[0]}", problem[1])
         if self.interleaved and len(self.arms) < 2:
             raise _Fail(f"{where}.arms", f"an interleaved record needs two arms or more, got "
                         f"{list(self.arms)}")

@@ -5,12 +5,13 @@ decks reveal.js (MathJax 3 for TeX) fetched once with npm into ``node_modules``
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from labkit.support import envvars
 from labkit.support.paths import repo_root
@@ -102,6 +103,23 @@ def missing_assets(node_modules: Path, parts: Iterable[str] | None = None) -> li
     return out
 
 
+@contextlib.contextmanager
+def _fetch_lock(base: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``base/.fetch.lock`` (no lock where ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock
+        yield
+        return
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".fetch.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def ensure_web_assets(*, fetch: bool = True, quiet: bool = False,
                       parts: Iterable[str] | None = None) -> Path:
     """``node_modules`` with the npm assets of ``parts`` (default all), fetched with
@@ -125,9 +143,14 @@ def ensure_web_assets(*, fetch: bool = True, quiet: bool = False,
             "npm): `apt-get install nodejs npm` on Debian/Ubuntu, `brew install node` on macOS, "
             "`conda install -c conda-forge nodejs` in a conda environment, or an installer from "
             "nodejs.org; then re-run (or run `bash scripts/fetch_web_assets.sh`).")
-    if not quiet:
-        print(f"labkit slides: fetching web assets into {base} (npm, once)", file=sys.stderr)
-    proc = subprocess.run(["bash", str(script), str(base)], capture_output=True, text=True)
+    with _fetch_lock(base):  # one fetch at a time (parallel test workers, two terminals)
+        missing = missing_assets(modules, parts)
+        if not missing:
+            return modules
+        if not quiet:
+            print(f"labkit slides: fetching web assets into {base} (npm, once)",
+                  file=sys.stderr)
+        proc = subprocess.run(["bash", str(script), str(base)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SlidesError(f"{script.name} failed (exit {proc.returncode}):\n"
                           f"{(proc.stdout + proc.stderr).strip()[-3000:]}")
