@@ -56,25 +56,26 @@ def test_targets_pass_and_fail_on_values():
 
 
 def test_plan_runs_compile_apart_from_manual_graphs():
-    names = [n for n, _, _ in plan(quick=True, record=False)]
+    names = [j.saved for j in plan(quick=True, record=False)]
     assert "decode_small" in names and "compile_times_small" in names
-    kw = {n: k for n, _, k in plan(quick=True, record=False)}
+    kw = {j.saved: j.overrides for j in plan(quick=True, record=False)}
     assert kw["decode_small"]["methods"] == ["eager", "graph", "dispatcher"]
     assert kw["compile_times_small"]["methods"] == ["compile"]
+    assert {j.saved: j.name for j in plan(quick=True, record=False)}[
+        "compile_times_small"] == "decode_small"
     assert len(plan(quick=False, record=True)) > len(plan(quick=False, record=False))
 
 
 def test_plan_measures_recorded_kinds_with_the_records_defaults():
-    steps = {n: (f, k) for n, f, k in plan(quick=False, record=True)}
+    jobs = {j.saved: j for j in plan(quick=False, record=True)}
     for name in (*RECORDED, "pool_memory_gpt2"):
-        func, params = records.DEFAULTS[name]
-        assert steps[name] == (func, records.measure_kwargs(params)), name
-    # the bench table's decode: the record's defaults, at the bench's sizes and methods
-    assert steps["decode_gpt2"][1] == {"preset_name": "gpt2", "dtype": "bfloat16",
-                                       "batch_sizes": list(BENCH_SIZES), "repeats": 30,
-                                       "methods": ["eager", "graph", "dispatcher"]}
-    assert steps["pool_memory_small"][1] == {"preset_name": "small", "dtype": "bfloat16",
-                                             "sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]}
+        assert jobs[name].name == name and jobs[name].overrides == {}, name
+    # the bench table's decode: the record's recipe, at the bench's sizes and methods
+    assert records.default_params("decode_gpt2", **jobs["decode_gpt2"].overrides) == {
+        "preset": "gpt2", "dtype": "bfloat16", "batch_sizes": list(BENCH_SIZES), "repeats": 30,
+        "methods": ["eager", "graph", "dispatcher"], "inner": 10}
+    assert records.default_params("pool_memory_small")["sizes"] == [
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
 def test_merge_compile_refuses_a_record_without_times():

@@ -318,18 +318,16 @@ def test_fuzz_every_mode_gives_the_unpadded_eager_step(data, mode, q):
     torch.testing.assert_close(m.cache.kv[:, :, :m.cfg.max_batch], live)
 
 
-def test_the_record_entry_points_refuse_a_cpu_and_show_their_usage(monkeypatch, capsys):
-    from labkit.measure import bench, mixed_bench
+def test_the_recorder_refuses_a_cpu_and_shows_its_usage(tmp_path, capsys):
+    from labkit.measure import recorder
 
     if torch.cuda.is_available():
         pytest.skip("checks the CPU refusal")
-    with pytest.raises(RuntimeError, match="recording mixed_bench measures on a CUDA GPU"):
-        bench.record_named("unused", mixed_bench.RECORDS, ["mixed_small"], "mixed_bench")
-    monkeypatch.setattr("sys.argv", ["mixed_bench"])
-    with pytest.raises(SystemExit) as exit_:
-        bench.record_cli("labkit.measure.mixed_bench", mixed_bench.RECORDS)
-    assert exit_.value.code == 2
-    assert "usage: python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="measures on a CUDA GPU"):
+        recorder.record("mixed_small", tmp_path)
+    assert not (tmp_path / "results").exists()
+    assert recorder.main([]) == 2
+    assert "usage: python -m labkit.measure.recorder RUN_DIR NAME" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the edge: bad input refused

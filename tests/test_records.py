@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,51 @@ def test_every_reference_file_validates(path):
     assert isinstance(res.record, kind)
 
 
-@pytest.mark.parametrize("name", sorted(R.DEFAULTS))
-def test_reference_params_are_the_defaults(name):
-    if not (data_dir() / "reference" / "h200" / f"{name}.json").exists():
-        pytest.skip(f"no H200 reference recorded yet for {name} (the notebook says so)")
-    assert ref(name)["params"] == R.default_params(name)
+@pytest.mark.parametrize("path", REFERENCE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_reference_has_a_recipe_and_was_measured_by_it(path):
+    """Each reference is re-recordable by name (or names its command), and every parameter its
+    file stores is the one its recipe resolves to (older files store only those passed)."""
+    name = path.stem
+    if name not in R.RECIPES:
+        assert any(re.fullmatch(re.sub(r"<\w+>", lambda _: r"[\w.-]+", p), name)
+                   for p in R.MADE_BY_COMMAND), f"{name}: no recipe and no command makes it"
+        return
+    stored = {("preset" if k == "preset_name" else k): v
+              for k, v in load_result(path).params.items()}
+    resolved = R.default_params(name)
+    assert {k: resolved.get(k, "<not a parameter>") for k in stored} == stored
+
+
+@pytest.mark.parametrize("name", sorted(R.RECIPES))
+def test_a_recipe_states_only_what_differs_from_its_functions_defaults(name):
+    import inspect
+
+    from labkit.measure.records.recipes import measure_function
+
+    sig = inspect.signature(measure_function(name)).parameters
+    for key, value in R.recipe(name).params.items():
+        p = sig["preset_name" if key == "preset" else key]
+        default = list(p.default) if isinstance(p.default, tuple) else p.default
+        assert p.default is p.empty or default != value, (
+            f"RECIPES[{name!r}] repeats {key}={value!r}, the default of {R.recipe(name).function}")
+
+
+def test_default_params_resolve_the_signature_and_refuse_unknown_parameters():
+    p = R.default_params("decode_small", repeats=5)
+    assert p == {"preset": "small", "batch_sizes": [1, 8, 64], "methods": ["eager", "graph"],
+                 "dtype": "bfloat16", "repeats": 5, "inner": 10}
+    assert R.default_params("serve_full")["capture_sizes"] == [1, 2, 4, 8, 16]
+    assert "device" not in R.default_params("dispatcher_overhead")  # where, not what
+    with pytest.raises(TypeError, match=r"takes no parameter repeat;.*repeats"):
+        R.default_params("decode_small", repeat=5)
+    with pytest.raises(KeyError, match="labkit tp"):
+        R.recipe("tp_allreduce")
+    with pytest.raises(KeyError, match=r"known: .*decode_small"):
+        R.recipe("decode_tiny")  # no preset of that name
+    assert R.recipe("compile_gpt2") == R.Recipe("bench:measure_compile", {"preset": "gpt2"})
+    assert R.default_params("triton_small")["preset"] == "small"
+    with pytest.raises(KeyError, match="serve_xyz"):
+        R.recipe("serve_xyz")  # serving records are named by what they serve, not a preset
 
 
 def test_kind_registry():
@@ -260,9 +301,9 @@ def test_notebook_defaults_agree_with_the_records_defaults(stem, var, key, recor
         assert var in values, f"{folder}{stem}: no literal {var} (the check is out of date)"
         value = values[var] if key is None else values[var][key]
         assert _norm(value) == R.default_params(record)[param], (
-            f"{folder}{stem}.ipynb sets {var} = {value!r}, but "
-            f"labkit.measure.records.DEFAULTS[{record!r}][{param!r}] is "
-            f"{R.default_params(record)[param]!r}; change one of them")
+            f"{folder}{stem}.ipynb sets {var} = {value!r}, but record {record!r} is measured "
+            f"with {param}={R.default_params(record)[param]!r} (its recipe in "
+            "labkit.measure.records.RECIPES, or its function's default); change one of them")
 
 
 def test_default_params_are_copies_and_measure_kwargs_renames_the_preset():
@@ -271,5 +312,90 @@ def test_default_params_are_copies_and_measure_kwargs_renames_the_preset():
     assert 999 not in R.default_params("decode_small")["batch_sizes"]
     assert R.measure_kwargs({"preset": "gpt2", "sizes": [1]}) == {"preset_name": "gpt2",
                                                                   "sizes": [1]}
-    with pytest.raises(KeyError, match="no default parameters"):
+    with pytest.raises(KeyError, match="no recipe"):
         R.default_params("nope")
+
+
+def test_the_recorder_saves_a_record_with_its_whole_parameter_set(tmp_path, monkeypatch):
+    """The worker entry point measures by the recipe and stores the resolved parameters; the
+    process-per-record runner reports a failure and goes on."""
+    from labkit.measure import recorder
+
+    trace = tmp_path / "tiny.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,3,4\n0.01,2,3\n")
+    monkeypatch.setitem(R.RECIPES, "serve_tiny", R.Recipe("serve:measure_serving", {
+        "preset": "test", "trace": str(trace), "max_batch": 2, "clock": "sim"}))
+    assert recorder.main(["--worker", str(tmp_path), "serve_tiny", '{"repeats": 2}',
+                          "serve_tiny_x2"]) == 0
+    res = load_result(tmp_path / "results" / "serve_tiny_x2.json")
+    assert res.params == R.default_params("serve_tiny", repeats=2)
+    assert res.params["repeats"] == 2 and res.params["window_s"] == 1.0  # a signature default
+    assert len(res.data["repeats"]) == 2
+    if not torch_cuda():
+        lines: list[str] = []
+        status = recorder.record_each(["pool_overwrite", "launch_overhead"], tmp_path,
+                                      echo=lines.append)
+        assert status == {"pool_overwrite": "failed (exit 1)",
+                          "launch_overhead": "failed (exit 1)"}
+        assert lines[0] == "[record] pool_overwrite ..." and len(lines) == 4
+
+
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+#: notebooks that pass a helper's argument as the record name: the names the helper gets
+NAMES_BY_HELPER = {
+    "12_roofline": ["roofline_small", "roofline_gpt2", "multistep_small", "multistep_gpt2"],
+    "13_serving": list(R.SERVE_RECORDS)}
+
+
+def _recording_calls(stem: str) -> list[tuple[list[str], list[str], dict]]:
+    """Each ``record_or_reference(nb, NAME, ...)`` call of a notebook: the record names it can
+    ask for (an f-string name is filled with each preset), its keywords, and the parameters
+    spread into it (``**params``: the keys of that dict literal)."""
+    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    src = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    tree = ast.parse("\n".join(ln for ln in src.splitlines() if not ln.startswith(("%", "!"))))
+    assigned = sorted(((node.lineno, t.id, node.value) for node in ast.walk(tree)
+                       if isinstance(node, ast.Assign) for t in node.targets
+                       if isinstance(t, ast.Name)
+                       and isinstance(node.value, (ast.Call, ast.Dict, ast.JoinedStr))),
+                      key=lambda a: a[0])
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") ==
+                "record_or_reference"):
+            continue
+        # each variable's last assignment above the call
+        dicts = {var: value for line, var, value in assigned if line <= node.lineno}
+        name = node.args[1]
+        if isinstance(name, ast.Name) and isinstance(dicts.get(name.id), ast.JoinedStr):
+            name = dicts[name.id]  # record_name = f"mixed_{name}"
+        names = ([name.value] if isinstance(name, ast.Constant) else
+                 ["".join(v.value if isinstance(v, ast.Constant) else preset
+                          for v in name.values) for preset in ("small", "gpt2")]
+                 if isinstance(name, ast.JoinedStr) else NAMES_BY_HELPER[stem])
+        spread: dict = {}
+        for kw in node.keywords:
+            if kw.arg is None:  # **params: a dict(...) or {...} literal assigned above
+                d = dicts[kw.value.id]
+                keys = ([k.arg for k in d.keywords] if isinstance(d, ast.Call) else
+                        [k.value for k in d.keys])
+                spread.update(dict.fromkeys(keys))
+        out.append((names, [k.arg for k in node.keywords if k.arg not in (None, "show")],
+                    spread))
+    return out
+
+
+@pytest.mark.parametrize("stem", sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb")))
+def test_every_recording_call_of_a_notebook_names_a_recipe_and_its_parameters(stem):
+    """The live branches run only on a GPU: here each record a notebook measures must resolve
+    to a recipe, and every parameter it passes must be one the recipe's function takes."""
+    for names, keywords, spread in _recording_calls(stem):
+        for name in names:
+            takes = R.default_params(name)
+            extra = [k for k in [*keywords, *spread] if k not in takes]
+            assert not extra, f"{stem}: record_or_reference({name!r}) passes {extra}"

@@ -249,9 +249,11 @@ def test_malformed_records_are_refused_naming_the_field(tmp_path, name, edit, fi
 def test_defaults_fit_the_measurement_functions():
     import inspect
 
-    for name in mr.RECORDS:
-        func, params = R.DEFAULTS[name]
-        inspect.signature(getattr(mr, func)).bind(**R.measure_kwargs(params))
+    from labkit.suite.bench_cli import ROOFLINE_RECORDS
+
+    for name in ROOFLINE_RECORDS:
+        fn = getattr(mr, R.recipe(name).function.split(":")[1])
+        inspect.signature(fn).bind(**R.measure_kwargs(R.default_params(name)))
         assert R.kind_of(name) in (R.Roofline, R.Multistep)
 
 
@@ -387,9 +389,15 @@ def test_measure_roofline_refuses_bad_input_before_anything(kwargs, match):
                                        **kwargs})
 
 
-def test_record_all_refuses_unknown_names(tmp_path):
-    with pytest.raises(ValueError, match="unknown record"):
-        mr.record_all(tmp_path, ["roofline_huge"])
+def test_record_each_refuses_unknown_names_and_overrides_before_starting(tmp_path):
+    from labkit.measure.recorder import Job, record_each
+
+    lines: list[str] = []
+    with pytest.raises(KeyError, match="roofline_huge"):
+        record_each(["roofline_small", "roofline_huge"], tmp_path, echo=lines.append)
+    with pytest.raises(TypeError, match="takes no parameter repeat"):
+        record_each([Job("multistep_small", {"repeat": 2})], tmp_path, echo=lines.append)
+    assert lines == [] and not (tmp_path / "results").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")

@@ -13,7 +13,7 @@ from labkit.measure import records
 from labkit.measure.results import SchemaError, load_reference, load_result
 from labkit.measure.serve import check_serving, measure_interleaved, measure_serving, spread
 from labkit.measure.serve_load import check_rates, load_trace, measure_load_curve
-from labkit.measure import serve_record
+from labkit.measure.records import Recipe as R
 from labkit.suite import cli, serve_cli
 from labkit.suite.cli import main
 from labkit.serving.traces import TraceRequest
@@ -93,10 +93,10 @@ def test_bad_arms_are_named(arms, match):
 
 
 def test_the_interleaved_records_bind_to_their_measure_function():
-    for name, (func, params) in serve_record.INTERLEAVED.items():
-        assert serve_record.record_params(name) == params
-        kw = records.measure_kwargs(params)
-        inspect.signature(serve_record.MEASURES[func]).bind(**kw)
+    for name in ("serve_graphs_ab", "serve_breaker_ab"):
+        assert records.recipe(name).function == "serve:measure_interleaved"
+        kw = records.measure_kwargs(records.default_params(name))
+        inspect.signature(measure_interleaved).bind(**kw)
         assert kw["repeats"] >= 3 and kw["warmup_runs"] >= 1 and kw["clock"] == "real"
         for arm in kw["arms"].values():
             check_serving(kw["preset_name"], arm["mode"], clock="real", dtype=kw["dtype"],
@@ -170,12 +170,13 @@ def test_serve_load_kind_refuses_a_point_outside_its_rates():
 
 @pytest.mark.parametrize("name", records.SERVE_RECORDS)
 def test_serving_defaults_bind_to_their_measure_function(name):
-    func, params = records.DEFAULTS[name]
-    fn = serve_record.MEASURES[func]
-    inspect.signature(fn).bind(**records.measure_kwargs(params))
+    from labkit.measure.records.recipes import measure_function
+
+    params = records.default_params(name)
+    inspect.signature(measure_function(name)).bind(**records.measure_kwargs(params))
     # the settings are checked the same way a run checks them (no model is built here)
     kw = records.measure_kwargs(params)
-    if func == "measure_serving":
+    if records.recipe(name).function == "serve:measure_serving":
         check_serving(kw["preset_name"], kw["mode"], clock=kw["clock"], dtype=kw["dtype"],
                       max_batch=kw["max_batch"], breaker=kw.get("breaker"))
         assert kw["max_requests"] <= 100 and kw["clock"] == "real"
@@ -184,18 +185,17 @@ def test_serving_defaults_bind_to_their_measure_function(name):
 def test_record_serving_writes_every_record_and_reports_failures(tmp_path, monkeypatch):
     trace = tmp_path / "tiny.csv"
     trace.write_text("arrival_s,prompt_len,output_len\n0,3,4\n0,5,2\n0.02,2,3\n")
-    small = {"preset": "test", "trace": str(trace), "dtype": "float32", "max_batch": 2,
-             "seed": 0, "clock": "sim", "device": "cpu"}
-    fake = {"serve_eager": ("measure_serving", {**small, "mode": "eager", "repeats": 2}),
-            "serve_full": ("measure_serving", {**small, "mode": "full",
-                                               "capture_sizes": [1, 2]}),
-            "serve_exact": ("measure_serving", {**small, "mode": "warp"}),
-            "serving_load_gpt2": ("measure_load_curve",
-                                  {"preset": "test", "modes": ["eager"], "rates": [50.0],
-                                   "n_requests": 4, "device": "cpu", "dtype": "float32",
-                                   "clock": "sim", "max_batch": 2})}
-    for name, entry in fake.items():  # in place: the dict records.defaults reads
-        monkeypatch.setitem(records.DEFAULTS, name, entry)
+    small = {"preset": "test", "trace": str(trace), "max_batch": 2, "clock": "sim"}
+    fake = {"serve_eager": R("serve:measure_serving", {**small, "repeats": 2}),
+            "serve_full": R("serve:measure_serving", {**small, "mode": "full",
+                                                      "capture_sizes": [1, 2]}),
+            "serve_exact": R("serve:measure_serving", {**small, "mode": "warp"}),
+            "serving_load_gpt2": R("serve_load:measure_load_curve",
+                                   {"preset": "test", "modes": ["eager"], "rates": [50.0],
+                                    "n_requests": 4, "dtype": "float32", "clock": "sim",
+                                    "max_batch": 2})}
+    for name, entry in fake.items():  # in place: the registry the recorder reads
+        monkeypatch.setitem(records.RECIPES, name, entry)
     lines: list[str] = []
     run, failed = serve_cli.record_serving(tmp_path / "runs", list(fake), echo=lines.append)
     assert failed == ["serve_exact"]
@@ -232,11 +232,10 @@ def test_without_the_timeline_a_record_keeps_per_request_latencies():
 def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, capsys):
     trace = tmp_path / "tiny.csv"
     trace.write_text("arrival_s,prompt_len,output_len\n0,3,4\n0.01,2,3\n")
-    fake = {"serve_eager": ("measure_serving", {"preset": "test", "trace": str(trace),
-                                                "mode": "eager", "max_batch": 2,
-                                                "clock": "sim", "device": "cpu"})}
-    for name, entry in fake.items():  # in place: the dict records.defaults reads
-        monkeypatch.setitem(records.DEFAULTS, name, entry)
+    fake = {"serve_eager": R("serve:measure_serving", {"preset": "test", "trace": str(trace),
+                                                       "max_batch": 2, "clock": "sim"})}
+    for name, entry in fake.items():  # in place: the registry the recorder reads
+        monkeypatch.setitem(records.RECIPES, name, entry)
     monkeypatch.setattr(cli, "_cuda_available", lambda: True)  # it refuses on a CPU otherwise
     rc = main(["serve", "--record", "--only", "serve_eager", "--out", str(tmp_path / "runs")])
     out = capsys.readouterr().out
@@ -247,9 +246,10 @@ def test_labkit_serve_record_runs_the_chosen_records(tmp_path, monkeypatch, caps
     assert "serve_eager:" in out and "2 requests" in out
 
 
-def test_record_params_are_the_defaults_and_unknown_names_are_refused():
-    assert serve_record.record_params("serve_full") == records.default_params("serve_full")
-    with pytest.raises(ValueError, match=r"serve_nope.*serve_eager"):
-        serve_record.record_params("serve_nope")
-    with pytest.raises(ValueError, match="not a serving record"):
-        serve_record.measure_record("decode_small")
+def test_the_recorder_refuses_unknown_names_before_measuring():
+    from labkit.measure import recorder
+
+    with pytest.raises(KeyError, match=r"serve_nope.*serve_eager"):
+        recorder.measure("serve_nope")
+    with pytest.raises(TypeError, match="takes no parameter trce"):
+        recorder.measure("serve_full", trce="x")

@@ -7,9 +7,7 @@ Each checks graph (or dispatcher, or compiled) tokens against eager tokens befor
 from __future__ import annotations
 
 import gc
-import sys
 import time
-from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
@@ -18,7 +16,6 @@ import torch
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure import records
 from labkit.measure.opcount import op_counts, profiled_events
-from labkit.measure.results import save_result
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes
 from labkit.kvcache import SlotKVCache
 from labkit.model import StepFn, TinyGPT, build_model, generate, preset
@@ -30,32 +27,6 @@ def _need_cuda(what: str) -> None:
         raise RuntimeError(f"{what} measures on a CUDA GPU and this machine has none "
                            "(torch.cuda.is_available() is False); load the recorded reference "
                            "with labkit.measure.results.load_reference instead")
-
-
-#: records a module can write: name -> (measure function, its parameters)
-Records = Mapping[str, tuple[Callable[..., dict[str, Any]], dict[str, Any]]]
-
-
-def record_named(run_dir: str | Path, records_: Records, names: Sequence[str],
-                 tag: str) -> list[Path]:
-    """Measure and save each record ``names`` of ``records_`` under ``run_dir/results``."""
-    _need_cuda(f"recording {tag}")
-    paths = []
-    for name in names:
-        fn, params = records_[name]
-        paths.append(save_result(name, fn(**params), params, run_dir))
-        print(f"[{tag}] saved {paths[-1]}", flush=True)
-    return paths
-
-
-def record_cli(module: str, records_: Records, tag: str | None = None) -> None:
-    """``python -m <module> RUN_DIR [NAME ...]``: :func:`record_named` (default all; ``tag``
-    the printed prefix, default the module's last name)."""
-    if len(sys.argv) < 2:
-        print(f"usage: python -m {module} RUN_DIR [NAME ...]")
-        sys.exit(2)
-    record_named(sys.argv[1], records_, tuple(sys.argv[2:]) or tuple(records_),
-                 tag or module.rsplit(".", 1)[-1])
 
 
 def _free() -> None:

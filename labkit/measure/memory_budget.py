@@ -28,7 +28,7 @@ from labkit.checks import as_int, as_int_list, as_number
 from labkit.graphs import (POOL_MODES, CapturedGraph, CaptureOOMError, PoolMode,
                            capture_decode_graphs, pool_reserved_bytes)
 from labkit.measure.bench import (
-    Records, _free, _need_cuda, _pool_segments, record_cli, step_inputs,
+    _free, _need_cuda, _pool_segments, step_inputs,
 )
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure.serving_metrics import run_metrics
@@ -280,15 +280,3 @@ def measure_lazy(preset_name: str = "small", trace: str = "synthetic_requests_po
         del model, disp, run
         _free()
     return out
-
-
-#: what ``python -m labkit.measure.memory_budget RUN_DIR [NAME ...]`` records
-RECORDS: Records = {
-    "memory_budget_small": (measure_memory_budget, {"preset_name": "small"}),
-    "memory_budget_gpt2": (measure_memory_budget, {"preset_name": "gpt2"}),
-    "lazy_small": (measure_lazy, {"preset_name": "small"}),
-}
-
-
-if __name__ == "__main__":  # python -m labkit.measure.memory_budget RUN_DIR [NAME ...]
-    record_cli("labkit.measure.memory_budget", RECORDS)

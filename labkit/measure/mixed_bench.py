@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from labkit.dispatch import PaddingDispatcher
-from labkit.measure.bench import Records, _free, _need_cuda, record_cli, step_inputs, time_sizes
+from labkit.measure.bench import _free, _need_cuda, step_inputs, time_sizes
 from labkit.measure.serve import measure_chunked
 from labkit.mixed import FlatBatch, MixedRunner
 from labkit.model import TinyGPT, build_model, generate, preset
@@ -221,17 +221,3 @@ def measure_chunked_small(max_requests: int = 150, repeats: int = 3) -> dict[str
                           max_requests=max_requests)
     _free()
     return out
-
-
-#: what ``python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]`` records (``bench.record_named``)
-RECORDS: Records = {
-    "mixed_small": (measure_mixed, {"preset_name": "small"}),
-    "mixed_gpt2": (measure_mixed, {"preset_name": "gpt2"}),
-    "spec_verify_gpt2": (measure_verify, {"preset_name": "gpt2"}),
-    "spec_char": (measure_spec, {}),
-    "chunked_small": (measure_chunked_small, {}),
-}
-
-
-if __name__ == "__main__":  # python -m labkit.measure.mixed_bench RUN_DIR [NAME ...]
-    record_cli("labkit.measure.mixed_bench", RECORDS, "mixed")

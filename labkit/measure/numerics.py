@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.dispatch import PaddingDispatcher
 from labkit.graphs import GraphSet, capture_decode_graphs, pool_reserved_bytes
-from labkit.measure.bench import Records, _free, _need_cuda, record_cli, step_inputs
+from labkit.measure.bench import _free, _need_cuda, step_inputs
 from labkit.measure.opcount import gpu_op_profile
 from labkit.model import TinyGPT, build_model, preset
 from labkit.timing import Stats, time_cuda_interleaved, time_host
@@ -285,7 +285,7 @@ def _alignment(ptr: int) -> int:
 
 
 class _OperandLog(TorchDispatchMode):
-    """Records, for each GEMM and attention call, its operands' shapes and alignments."""
+    """for each GEMM and attention call, its operands' shapes and alignments."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -395,13 +395,3 @@ def measure_numerics_record(preset_name: str = "gpt2") -> dict[str, Any]:
     out = measure_numerics(preset_name)
     out["recaptures"] = measure_recaptures(preset_name)
     return out
-
-
-#: what ``python -m labkit.measure.numerics RUN_DIR [NAME ...]`` records (``bench.record_named``)
-RECORDS: Records = {
-    "numerics_gpt2": (measure_numerics_record, {"preset_name": "gpt2"}),
-}
-
-
-if __name__ == "__main__":  # python -m labkit.measure.numerics RUN_DIR [NAME ...]
-    record_cli("labkit.measure.numerics", RECORDS)

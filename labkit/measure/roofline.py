@@ -10,12 +10,10 @@ entry ``STEP_VARIANTS["name"] = builder`` (``builder(model, batch_sizes) -> Runn
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
@@ -31,7 +29,6 @@ from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, _pool_segments, make_model, \
     random_prompts, step_inputs, token_agreement, tokens_per_s_of
 from labkit.measure.opcount import gpu_busy_split, profile_call
-from labkit.measure.results import save_result
 from labkit.model import TinyGPT
 from labkit.roofline.multistep import capture_multistep, multistep_decode
 from labkit.timing import Stats, time_cuda, time_cuda_interleaved
@@ -486,41 +483,3 @@ def if_node_demo_isolated(timeout_s: float = 120.0) -> dict:
     return {"ok": False, "values": [],
             "error": f"the probe process exited with {proc.returncode}: "
                      f"{proc.stderr.strip()[-1000:]}"}
-
-
-#: the records :func:`record_all` writes, in order (the longest, with two gpt2 compiles, last)
-RECORDS = ("roofline_small", "multistep_small", "multistep_gpt2", "roofline_gpt2")
-
-
-def record_all(out_dir: str | os.PathLike[str], names: Sequence[str] = RECORDS) -> dict[str, str]:
-    """Measure every notebook-12 record with its defaults, each in a fresh Python process,
-    into ``<out_dir>/results/<name>.json``; returns name -> ``"ok"`` or the failure."""
-    out_dir = Path(out_dir)
-    unknown = [n for n in names if n not in RECORDS]
-    if unknown:
-        raise ValueError(f"unknown record(s) {unknown}; choose from {list(RECORDS)}")
-    status = {}
-    for name in names:
-        func, params = records.DEFAULTS[name]
-        kwargs = records.measure_kwargs(params)
-        print(f"[roofline] {name} ...", flush=True)
-        t0 = time.perf_counter()
-        code = subprocess.run([sys.executable, "-m", "labkit.measure.roofline", name, func,
-                               json.dumps(kwargs), str(out_dir)]).returncode
-        status[name] = "ok" if code == 0 else f"failed (exit {code})"
-        print(f"[roofline] {name}: {status[name]} in {time.perf_counter() - t0:.0f} s",
-              flush=True)
-    return status
-
-
-def _worker(name: str, func: str, kwargs: dict, out_dir: str) -> int:
-    fns: dict[str, Callable[..., dict]] = {"measure_roofline": measure_roofline,
-                                           "measure_multistep": measure_multistep}
-    fn = fns[func]
-    path = save_result(name, fn(**kwargs), records.DEFAULTS[name][1], out_dir)
-    print(f"[roofline] saved {path}", flush=True)
-    return 0
-
-
-if __name__ == "__main__":  # worker: python -m labkit.measure.roofline NAME FUNC KWARGS OUT_DIR
-    sys.exit(_worker(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]))

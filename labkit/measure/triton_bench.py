@@ -5,14 +5,13 @@ Correct before fast: float32 Triton tokens equal readable ones (slot and paged),
 agreement, graph tokens equal eager ones; then the three graphs replayed in turn per batch size
 at ``context`` positions (against the floor: :mod:`labkit.roofline.stepcost` at the copy
 bandwidth), and last (a profiler slows later launches) each step's GPU operations, the Triton
-count checked against its plan. ``python -m labkit.measure.triton_bench RUN_DIR`` records it.
+count checked against its plan.
+``python -m labkit.measure.recorder RUN_DIR triton_small triton_gpt2`` records it.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import torch
 
@@ -24,7 +23,6 @@ from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_tota
 from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
 from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
 from labkit.measure.opcount import gpu_op_profile, profile_call
-from labkit.measure.results import save_result
 from labkit.measure.roofline import copy_bandwidth, graph_step
 from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.timing import time_cuda_interleaved
@@ -32,11 +30,6 @@ from labkit.kernels.step import make_triton_step
 
 #: the steps of the record, in the order they are timed within each round
 STEPS: tuple[str, ...] = ("readable", "fused", "triton")
-#: the parameters ``triton_<preset>`` is measured with by default (the preset changes)
-DEFAULT_PARAMS = {"batch_sizes": [1, 8, 64], "dtype": "bfloat16", "context": 128,
-                  "max_seq": 256, "repeats": 30, "inner": 10, "new_tokens": 8}
-
-
 def derived(times: Mapping[str, Sequence[Mapping]], floors: Sequence[float]) -> dict:
     """Ratios of the medians: ``x_floor`` (median / floor), ``speedup_vs_fused`` and
     ``speedup_vs_readable`` (above 1: the Triton graph is the faster)."""
@@ -173,24 +166,3 @@ def _versions() -> dict:
 
     return {"torch": torch.__version__, "triton": triton.__version__,
             "cuda": torch.version.cuda}
-
-
-def record_triton(run_dir: str | Path, presets: Sequence[str] = ("small", "gpt2"),
-                  **overrides) -> list[Path]:
-    """Measure and save ``triton_<preset>`` per preset with :data:`DEFAULT_PARAMS` (and
-    ``overrides``) under ``run_dir/results``; the files."""
-    _need_cuda("record_triton")
-    paths = []
-    for name in presets:
-        params = {**DEFAULT_PARAMS, **overrides, "preset": name}
-        kwargs = {("preset_name" if k == "preset" else k): v for k, v in params.items()}
-        paths.append(save_result(f"triton_{name}", measure_triton(**kwargs), params, run_dir))
-    return paths
-
-
-if __name__ == "__main__":  # python -m labkit.measure.triton_bench RUN_DIR [PRESET ...]
-    if len(sys.argv) < 2:
-        print("usage: python -m labkit.measure.triton_bench RUN_DIR [PRESET ...]")
-        sys.exit(2)
-    for path in record_triton(sys.argv[1], tuple(sys.argv[2:]) or ("small", "gpt2")):
-        print(f"[triton] saved {path}", flush=True)

@@ -3,13 +3,12 @@ the notebooks read, saved into a new run folder with provenance."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 from labkit.support.env import contention_warning
-from labkit.measure import bench, records, roofline
-from labkit.measure.pitfalls import run_all_pitfalls
+from labkit.measure import records
+from labkit.measure.recorder import Job, record_each
 from labkit.measure.records import Bench, Compile, Decode, PoolMemory, view
 from labkit.measure.results import load_result, new_run_dir, provenance_line, save_result
 from labkit.teach.lessons.fairness import NOT_SCORED, fair_compile_size
@@ -115,35 +114,29 @@ def _mib(b: int) -> float:
     return b / 2**20
 
 
-#: records ``labkit bench --record`` adds, measured with their defaults
-#: (:data:`labkit.measure.records.DEFAULTS`)
+#: records ``labkit bench --record`` adds, measured with their recipes
+#: (:data:`labkit.measure.records.RECIPES`)
 RECORDED = ("launch_overhead", "timeline_small", "pool_memory_small", "dispatcher_small",
             "compile_small", "pitfalls")
 
 
-def _default_step(name: str) -> tuple[str, str, dict]:
-    func, params = records.DEFAULTS[name]
-    return name, func, records.measure_kwargs(params)
-
-
-def plan(quick: bool, record: bool) -> list[tuple[str, str, dict]]:
-    """The measurements ``labkit bench`` makes, as (record name, function, kwargs): the bench
-    table at :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``), the rest at their defaults."""
+def plan(quick: bool, record: bool) -> list[Job]:
+    """The measurements ``labkit bench`` makes (:class:`labkit.measure.recorder.Job`): the
+    bench table at :data:`BENCH_SIZES` (``[1, 8, 64]`` when ``quick``), its compile column saved
+    apart as ``compile_times_<preset>``, the rest by their recipes."""
     sizes = [1, 8, 64] if quick else list(BENCH_SIZES)
     repeats = 10 if quick else 30
-    steps = []
+    jobs = []
     for name in ("small", "gpt2"):
-        base = records.measure_kwargs(records.default_params(f"decode_{name}"))
-        steps.append((f"decode_{name}", "measure_decode",
-                      {**base, "batch_sizes": sizes, "methods": ["eager", "graph", "dispatcher"],
-                       "repeats": repeats}))
-        steps.append((f"compile_times_{name}", "measure_decode",
-                      {**base, "batch_sizes": sizes, "methods": ["compile"],
-                       "repeats": repeats}))
-    steps.append(_default_step("pool_memory_gpt2"))
+        jobs.append(Job(f"decode_{name}", {"batch_sizes": sizes, "repeats": repeats,
+                                           "methods": ["eager", "graph", "dispatcher"]}))
+        jobs.append(Job(f"decode_{name}", {"batch_sizes": sizes, "repeats": repeats,
+                                           "methods": ["compile"]},
+                        save_as=f"compile_times_{name}"))
+    jobs.append(Job("pool_memory_gpt2"))
     if record:
-        steps += [_default_step(name) for name in RECORDED]
-    return steps
+        jobs += [Job(name) for name in RECORDED]
+    return jobs
 
 
 def merge_compile(decode: dict, compile_rec: dict) -> dict:
@@ -165,13 +158,6 @@ def merge_compile(decode: dict, compile_rec: dict) -> dict:
             out[key] = compile_rec[key]
     out["compile_batch_sizes"] = comp.batch_sizes
     return out
-
-
-def run_worker(name: str, func: str, kwargs: dict) -> int:
-    """Measure one record in this process and save it into ``$LABKIT_RUN_DIR``."""
-    fn = run_all_pitfalls if func == "run_all_pitfalls" else getattr(bench, func)
-    save_result(name, fn(**kwargs), kwargs)
-    return 0
 
 
 def summarize_bench(run: Path, failed: list[str] | None = None,
@@ -230,9 +216,6 @@ def contention_lines(run: Path) -> list[str]:
 def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool = False) -> int:
     """Run the benchmark on the GPU; print and save the table; returns an exit code. Each
     measurement runs in a fresh process (no CUDA error or CUDA Graph Tree reaches the others)."""
-    import json
-    import subprocess
-
     import torch
 
     if not torch.cuda.is_available():
@@ -242,16 +225,9 @@ def run_bench(quick: bool = False, out_root: Path = Path("runs"), record: bool =
         return 2
 
     run = new_run_dir("bench", root=out_root)
-    env = {**os.environ, "LABKIT_RUN_DIR": str(run.resolve())}
-    os.environ["LABKIT_RUN_DIR"] = str(run.resolve())
-    failed = []
-    for name, func, kwargs in plan(quick, record):
-        print(f"[labkit bench] {name} ...", flush=True)
-        code = subprocess.run([sys.executable, "-m", "labkit.suite.bench_cli", name, func,
-                               json.dumps(kwargs)], env=env).returncode
-        if code != 0:
-            failed.append(name)
-            print(f"[labkit bench] {name} FAILED (exit {code}); going on", file=sys.stderr)
+    status = record_each(plan(quick, record), run,
+                         echo=lambda line: print(f"[labkit bench] {line}", flush=True))
+    failed = [name for name, state in status.items() if state != "ok"]
     path, gate = summarize_bench(run, failed, {"quick": quick, "record": record})
     result = load_result(path)
     rec = result.data  # printed as stored: format_rows shows the columns each row has
@@ -348,6 +324,10 @@ README_START = "<!-- bench:start (generated by scripts/update_readme.py; do not 
 README_END = "<!-- bench:end -->"
 
 
+#: the records of notebook 12, in order (the longest, with two gpt2 compiles, last)
+ROOFLINE_RECORDS = ("roofline_small", "multistep_small", "multistep_gpt2", "roofline_gpt2")
+
+
 def run_roofline(out_root: Path = Path("runs")) -> int:
     """``labkit bench --roofline``: the records of notebook 12, each in its own process, into a
     new run folder; returns an exit code."""
@@ -359,7 +339,7 @@ def run_roofline(out_root: Path = Path("runs")) -> int:
               "multistep_*.json).", file=sys.stderr)
         return 2
     run = new_run_dir("roofline", root=out_root)
-    status = roofline.record_all(run)
+    status = record_each(ROOFLINE_RECORDS, run)
     for name, state in status.items():
         print(f"{name}: {state}")
     print(f"\nsaved: {run}")
@@ -380,8 +360,3 @@ def update_readme(readme: Path, block: str) -> bool:
         return True
     return False
 
-
-if __name__ == "__main__":  # worker: python -m labkit.suite.bench_cli NAME FUNC KWARGS_JSON
-    import json
-
-    sys.exit(run_worker(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))

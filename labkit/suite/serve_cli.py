@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from labkit.measure import records
 from labkit.measure.results import new_run_dir, save_result
 from labkit.measure.serve import check_serving, measure_serving
-from labkit.measure.serve_record import measure_record
+from labkit.measure import recorder
 from labkit.serving.loop import StepMode
 from labkit.serving.traces import load_request_trace
 
@@ -91,10 +91,9 @@ def record_serving(out_root: str | os.PathLike[str], names: Sequence[str] | None
     run = new_run_dir("serve-record", root=out_root)
     failed = []
     for name in names:
-        params = records.default_params(name)
         start = time.perf_counter()
         try:
-            data = measure_record(name)
+            data, params = recorder.measure(name)
             save_result(name, data, params, run)
         except Exception as exc:
             failed.append(name)

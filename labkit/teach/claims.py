@@ -7,8 +7,7 @@ from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
 from labkit.measure import records as rk
-from labkit.measure.bench import measure_decode, measure_launch_overhead, measure_pool_memory
-from labkit.measure.pitfalls import run_all_pitfalls
+from labkit.measure import recorder
 from labkit.measure.records import Decode, LaunchOverhead, Pitfalls, PoolMemory, view
 from labkit.measure.results import default_run_dir, load_result
 from labkit.teach.notebook import measure_or_reference
@@ -219,17 +218,11 @@ def pool_record_from_mib(private_mib: Mapping[int, float], largest_first_mib: Se
 # ---------------------------------------------------------------------------- gathering records
 
 
-_MEASURES: dict[str, Callable[..., dict]] = {
-    "measure_decode": measure_decode, "measure_pool_memory": measure_pool_memory,
-    "measure_launch_overhead": measure_launch_overhead, "run_all_pitfalls": run_all_pitfalls}
-
-
 def record_specs() -> dict[str, tuple[Callable[[], dict], dict]]:
     """name -> (measure function, default params) of the records :data:`CLAIMS` read."""
 
     def spec(name: str) -> tuple[Callable[[], dict], dict]:
-        func, params = rk.DEFAULTS[name]
-        return (lambda: _MEASURES[func](**rk.measure_kwargs(params))), rk.default_params(name)
+        return (lambda: recorder.measure(name)[0]), rk.default_params(name)
 
     return {n: spec(n) for n in needed_records()}
 

@@ -13,6 +13,8 @@ from labkit import __version__
 
 from labkit.support import envvars
 from labkit.support.env import hardware_tier
+from labkit.measure import recorder
+from labkit.measure.records import default_params
 from labkit.measure.results import load_reference, load_result, provenance_line, save_result
 from labkit.teach import answers, statements
 from labkit.teach.plots import register_template
@@ -129,6 +131,15 @@ def measure_or_reference(ctx: NotebookContext, name: str, measure: Callable[[], 
     if show:
         _provenance_note(label, res)
     return res
+
+
+def record_or_reference(ctx: NotebookContext, name: str, *, show: bool = True,
+                        **overrides: Any) -> Any:
+    """Live: measure record ``name`` by its recipe (:mod:`labkit.measure.recorder`) with
+    ``overrides`` and save it; else the recorded reference."""
+    params = default_params(name, **overrides)  # a bad name or override fails here, not live
+    return measure_or_reference(ctx, name, lambda: recorder.measure(name, **overrides)[0],
+                                params, show=show)
 
 
 def _provenance_note(label: str, res: Any) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from labkit.roofline import stepcost
 from labkit.measure import triton_bench
 from labkit.measure import records as rk
 from labkit.measure.records import Multistep, Roofline, view
 from labkit.teach.lessons.fairness import compare
-from labkit.teach.notebook import measure_or_reference, reference_or_none
+from labkit.teach.notebook import record_or_reference, reference_or_none
 
 MB, MIB = 1e6, 2 ** 20
 #: display names of the step variants (a variant added later shows under its own name)
@@ -189,13 +189,7 @@ def triton_records(nb: Any, presets: Sequence[str], repeats: int) -> dict[str, A
         print(f"The Triton column is shown from the recorded references: {why}.")
         found = {p: reference_or_none(nb, f"triton_{p}") for p in presets}
         return {p: r for p, r in found.items() if r is not None}
-    params = {**triton_bench.DEFAULT_PARAMS, "repeats": repeats}
-
-    def measure(name: str) -> Callable[[], dict]:
-        return lambda: triton_bench.measure_triton(name, repeats=repeats)
-
-    return {p: measure_or_reference(nb, f"triton_{p}", measure(p), {**params, "preset": p})
-            for p in presets}
+    return {p: record_or_reference(nb, f"triton_{p}", repeats=repeats) for p in presets}
 
 
 def triton_kernel_rows(record: Any) -> list[dict]:
