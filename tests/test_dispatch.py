@@ -242,16 +242,22 @@ def test_host_metadata_gives_the_same_tokens_as_plain_decode():
 # ------------------------------------------------------------- the split: decide, stage, run
 
 def test_the_decision_is_a_pure_tuple_and_the_dispatcher_holds_no_tensors(model):
-    from labkit.dispatch import CudagraphDispatcher, Decision
+    from labkit.dispatch import Decision
+    from labkit.mixed import TokenDispatcher
 
     d = PaddingDispatcher(model, SIZES)
     dec = d.decide(3)
     assert isinstance(dec, Decision) and dec == ("FULL", 4) and tuple(dec) == ("FULL", 4)
     mode, padded = d.decide(9)
     assert (mode, padded) == ("NONE", 9)
-    pure = CudagraphDispatcher([1, 2, 4, 8], 16, "FULL_AND_PIECEWISE", 2)
-    assert [pure.dispatch(b) for b in (1, 3, 9)] == [("FULL", 1), ("PIECEWISE", 4), ("NONE", 9)]
+    pure = TokenDispatcher([1, 2, 4, 8], 2, "FULL_AND_PIECEWISE")  # the one decision
+    assert [(m, k.num_tokens) for m, k in (pure.dispatch(b, True) for b in (1, 3, 9))] == \
+        [("FULL", 1), ("PIECEWISE", 4), ("NONE", 9)]
     assert not any(isinstance(v, torch.Tensor) for v in vars(pure).values())
+    split = PaddingDispatcher(model, [1, 2, 4, 8], cudagraph_mode="FULL_AND_PIECEWISE",
+                              full_max_size=2)
+    assert [split.decide(b) for b in (1, 3, 9)] == [("FULL", 1), ("PIECEWISE", 4), ("NONE", 9)]
+    assert (split.full_sizes, split.piecewise_sizes) == ([1, 2], [4, 8])
     assert d.runner("NONE").static is False
 
 
@@ -364,7 +370,10 @@ def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max
     monkeypatch.setattr(G, "gc_frozen", contextlib.nullcontext)  # piecewise captures through it
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
+    import labkit.runner as R
+
     monkeypatch.setattr(D, "_check_capture_flag", lambda model, capture, mode: True)
+    monkeypatch.setattr(R, "check_capture_flag", lambda model, capture: True)
     m = build_model(preset("test", max_batch=8), seed=0)
     prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11], [3, 3], [9]]
     want = generate(m, prompts, 8)

@@ -9,7 +9,8 @@ from labkit.dispatch import PaddingDispatcher
 from labkit.measure import lesson_runs as runs
 from labkit.graphs import capture_decode_graphs
 from labkit.measure.bench import step_inputs
-from labkit.mixed import BatchDescriptor, MixedRunner
+from labkit.mixed import BatchDescriptor
+from labkit.runner import MixedRunner
 from labkit.model import build_model, generate, preset
 
 

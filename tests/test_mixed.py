@@ -8,8 +8,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from labkit.mixed import (
-    BatchDescriptor, FlatBatch, MixedRunner, TokenDispatcher, resolve_mode, spec_capture_sizes,
+    BatchDescriptor, FlatBatch, TokenDispatcher, resolve_mode, spec_capture_sizes,
 )
+from labkit.runner import MixedRunner
 from labkit.model import build_model, preset
 from labkit.teach.lessons.modes import vllm_runtime_mode
 
@@ -57,7 +58,7 @@ def test_mixed_step_equals_the_full_forward_pass(layout, mode):
     expected = {"NONE": "NONE", "PIECEWISE": "PIECEWISE", "FULL_AND_PIECEWISE": "PIECEWISE",
                 "FULL_DECODE_ONLY": "NONE"}[mode]
     assert runner.counters.mode_steps == {expected: 1}
-    assert runner.counters.padded_tokens == (0 if expected == "NONE" else 6)
+    assert runner.counters.padded_rows == (0 if expected == "NONE" else 6)
 
 
 @pytest.mark.parametrize("mode", ["PIECEWISE", "FULL_AND_PIECEWISE", "NONE"])
@@ -449,12 +450,63 @@ def test_an_eager_runner_allocates_no_budget_sized_buffer(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an eager runner allocated the graphs' static batch")
 
-    monkeypatch.setattr("labkit.mixed.new_batch", refuse)
+    monkeypatch.setattr("labkit.runner.new_batch", refuse)
     m = _model()
     _prefilled(m, [[5, 6, 7]])
     runner = MixedRunner(m, [1, 2, 4, 8, 16, 32, 64, 128], cudagraph_mode="PIECEWISE",
                          capture=False)
     out = runner.step(FlatBatch.of([(0, 3, [11, 12, 13])]))
     assert out.shape == (3, m.cfg.vocab_size)
-    assert runner.counters.mode_steps == {"PIECEWISE": 1} and runner.counters.padded_tokens == 1
+    assert runner.counters.mode_steps == {"PIECEWISE": 1} and runner.counters.padded_rows == 1
 
+
+
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("mode", ["PIECEWISE", "FULL_AND_PIECEWISE"])
+def test_the_one_runner_graph_paths_give_the_eager_tokens(monkeypatch, layout, mode):
+    """capture=True on the CPU with capture replaced by a recorder (tests/test_dispatch.py):
+    one runner serves a mixed step, decode steps (uniform, query length 1) and a verify step
+    from its graphs, each equal to the same runner without graphs."""
+    import contextlib
+
+    import labkit.graphs as G
+    import labkit.piecewise as P
+    import labkit.runner as R
+    from labkit.model import generate
+    from tests.test_dispatch import _fake_capture
+
+    for mod in (G, P, R):
+        monkeypatch.setattr(mod, "capture_unchecked", _fake_capture, raising=False)
+    monkeypatch.setattr(G, "gc_frozen", contextlib.nullcontext)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
+    monkeypatch.setattr(R, "check_capture_flag", lambda model, capture: bool(capture))
+    got = {}
+    for capture in (True, False):
+        m = _model(kv_layout=layout, block_size=8)
+        _prefilled(m, [PROMPTS[0], [0], PROMPTS[2]])
+        runner = MixedRunner(m, [1, 2, 4, 8, 16], cudagraph_mode=mode, capture=capture)
+        assert (runner.pieces is not None) is capture
+        assert (runner.graphs is not None) is (capture and mode == "FULL_AND_PIECEWISE")
+        mixed = runner.step(_mixed_batch())
+        m2 = _model(kv_layout=layout, block_size=8)
+        for i in range(3):
+            m2.cache.reserve(i, m2.cfg.max_seq)
+        r2 = MixedRunner(m2, [1, 2, 4, 8], cudagraph_mode=mode, capture=capture)
+        tokens = generate(m2, [[1, 2, 3], [4, 5], [6]], 5, step_fn=r2.decode)
+        m3 = _model(kv_layout=layout, block_size=8)
+        _prefilled(m3, [PROMPTS[0], [0], PROMPTS[2]])
+        r3 = MixedRunner(m3, [1, 2, 4, 8, 16], cudagraph_mode=mode, uniform_query_len=3,
+                         capture=capture)  # two rows of 1 + 2 verify tokens: a uniform key
+        verified = r3.verify(torch.tensor([11, 12, 13, 14, 15, 16]),
+                             torch.tensor([3, 4, 5, 5, 6, 7]), torch.tensor([0, 0, 0, 2, 2, 2]), 3)
+        got[capture] = (mixed, tokens, dict(runner.counters.mode_steps),
+                        dict(r2.counters.mode_steps), verified, dict(r3.counters.mode_steps))
+    assert torch.equal(got[True][4], got[False][4])
+    assert got[True][5] == {"FULL" if mode == "FULL_AND_PIECEWISE" else "PIECEWISE": 1}
+    assert torch.equal(got[True][0], got[False][0])
+    assert got[True][1] == got[False][1] == generate(
+        _model(kv_layout=layout, block_size=8), [[1, 2, 3], [4, 5], [6]], 5)
+    assert got[True][2:4] == got[False][2:4]
+    decode_mode = "FULL" if mode == "FULL_AND_PIECEWISE" else "PIECEWISE"
+    assert got[True][3] == {decode_mode: 4}  # 3 rows padded to 4, four decode steps

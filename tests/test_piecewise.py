@@ -46,7 +46,7 @@ def test_decide_picks_mode_and_padded_size_from_the_row_count():
     assert [d.decide(b) for b in (1, 2, 3, 5, 8, 9)] == [
         ("FULL", 1), ("FULL", 2), ("PIECEWISE", 4), ("PIECEWISE", 8), ("PIECEWISE", 8),
         ("NONE", 9)]
-    assert d.dispatcher.full_sizes == [1, 2] and d.dispatcher.piecewise_sizes == [4, 8]
+    assert d.full_sizes == [1, 2] and d.piecewise_sizes == [4, 8]
     none = PaddingDispatcher(m, [1, 2], cudagraph_mode="NONE")
     assert none.decide(1) == ("NONE", 1)
 

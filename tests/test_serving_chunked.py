@@ -232,8 +232,8 @@ def test_an_absurd_budget_is_refused_at_once_naming_the_option_and_its_bound(mon
     def refuse(*args, **kwargs):
         raise AssertionError("a buffer was allocated before the budget was checked")
 
-    monkeypatch.setattr("labkit.mixed.new_batch", refuse)
-    monkeypatch.setattr("labkit.mixed.MixedRunner.__init__", refuse)
+    monkeypatch.setattr("labkit.runner.new_batch", refuse)
+    monkeypatch.setattr("labkit.runner.MixedRunner.__init__", refuse)
     model = _model()
     bound = model.cfg.max_batch * model.cfg.max_seq
     for call in (lambda: ServingEngine(model, max_num_batched_tokens=10**8),

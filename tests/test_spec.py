@@ -176,7 +176,7 @@ def test_bad_arguments_are_named(model, kwargs, error, words):
 
 @pytest.mark.parametrize("layout", ["slot", "paged"])
 def test_a_verify_of_another_models_runner_is_refused_before_anything_is_written(layout):
-    from labkit.mixed import MixedRunner
+    from labkit.runner import MixedRunner
 
     model = build_model(preset("test", kv_layout=layout, block_size=8), seed=0)
     other = build_model(preset("test", kv_layout=layout, block_size=8), seed=1)

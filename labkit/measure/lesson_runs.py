@@ -12,7 +12,8 @@ import torch
 from labkit.graphs import Order, PoolMode, capture_decode_graphs
 from labkit.measure.bench import step_inputs
 from labkit.measure.opcount import count_dispatched_ops  # noqa: F401 - notebook 02 calls it here
-from labkit.mixed import FlatBatch, MixedRunner
+from labkit.mixed import FlatBatch
+from labkit.runner import MixedRunner
 from labkit.model import TinyGPT, generate
 from labkit.timing import Stats, time_any
 

@@ -19,7 +19,8 @@ import torch
 from labkit.dispatch import PaddingDispatcher
 from labkit.measure.bench import _free, _need_cuda, step_inputs, time_sizes
 from labkit.measure.serve import measure_chunked
-from labkit.mixed import FlatBatch, MixedRunner
+from labkit.mixed import FlatBatch
+from labkit.runner import MixedRunner
 from labkit.model import TinyGPT, build_model, generate, preset
 from labkit.serving.spec import generate_speculative
 from labkit.support.corpus import encode, load_corpus

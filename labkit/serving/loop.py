@@ -27,7 +27,8 @@ import torch
 from labkit.checks import as_int, as_number
 from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
-from labkit.mixed import FlatBatch, GraphMode, MixedRunner, max_step_tokens
+from labkit.mixed import FlatBatch, GraphMode, max_step_tokens
+from labkit.runner import MixedRunner
 from labkit.model import TinyGPT
 from labkit.serving.runs import RequestResult, ServeRun, StepRecord
 from labkit.serving.traces import TraceRequest

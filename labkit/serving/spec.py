@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from labkit.checks import as_int
-from labkit.mixed import MixedRunner
+from labkit.runner import ModelRunner
 from labkit.model import TinyGPT, _check_prompts
 
 #: ``verify(tokens, positions, slots, query_len) -> logits (R * query_len, vocab)``
@@ -100,7 +100,7 @@ def _check_verify_owner(model: TinyGPT, verify: VerifyFn, k: int) -> None:
                          f"({type(owner).__name__}.{getattr(verify, '__name__', 'verify')}): it "
                          "would run that model and its KV cache; build the runner on this "
                          "model, e.g. MixedRunner(model, sizes, uniform_query_len=1 + k)")
-    if isinstance(owner, MixedRunner) and owner.dispatcher.uniform_query_len != 1 + k:
+    if isinstance(owner, ModelRunner) and owner.dispatcher.uniform_query_len != 1 + k:
         raise ValueError(f"verify's runner was built with uniform_query_len="
                          f"{owner.dispatcher.uniform_query_len} but k={k} drafts make rows of "
                          f"{1 + k}; build MixedRunner(model, sizes, uniform_query_len={1 + k})")

@@ -120,7 +120,7 @@ class Timeline(Kind):
 @dataclass(frozen=True, kw_only=True)
 class Dispatcher(_Run):
     """``dispatcher_<preset>``: µs per step of eager, an exact graph and the padding
-    dispatcher; ``counters`` as :class:`labkit.dispatch.DispatchCounters` stores them."""
+    dispatcher; ``counters`` as :class:`labkit.runner.StepCounters` stores them."""
     RECORD = "dispatcher_<preset>"
     METHODS = ("eager", "dispatcher")
     PER_SIZE = ("times", "padded_to")

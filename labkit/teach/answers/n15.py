@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from labkit.mixed import FlatBatch, MixedRunner
+from labkit.mixed import FlatBatch
+from labkit.runner import MixedRunner
 from labkit.model import build_model, preset
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise

@@ -70,7 +70,7 @@ def padding_table_chart(table: Sequence[int], *, title: str = "Padding table",
 
 
 def hit_waste(results: Mapping[str, Any], *, title: str = "", subtitle: str = ""):
-    """Hit rate and waste (%) per size choice (``DispatchCounters.to_dict()`` or PaddingReport)."""
+    """Hit rate and waste (%) per size choice (``StepCounters.to_dict()`` or PaddingReport)."""
     go = plotly_go()
     vals = {n: (r["hit_rate"], r["waste"]) if isinstance(r, Mapping) else
             (r.graph_hit_rate, r.waste_fraction) for n, r in results.items()}
