@@ -221,6 +221,8 @@ class ModelRunner:
             "NONE": eager, "FULL": self.graphs or eager,
             "PIECEWISE": self.pieces or EagerRunner(self.batch, partial(piecewise_step, model))}
         self.counters = StepCounters()
+        #: (runtime mode, rows run) of the last step: what a caller records, decided once
+        self.last_step: tuple[RuntimeMode, int] | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -272,6 +274,7 @@ class ModelRunner:
                 runner = self._runners[mode]
                 out = runner.replay(rows)
             self.counters.count(mode, b, rows)
+            self.last_step = (mode, rows)
             out = out[:b]
             return out.clone() if runner.static and self.copy_outputs else out
 
@@ -367,6 +370,7 @@ class ModelRunner:
                 else:
                     out = m.forward_tokens(t, m.cache.mixed_meta(p, s, lens), max(lens))
             self.counters.count(mode, n, run)
+            self.last_step = (mode, run)
             return out[:n].clone() if static and self.copy_outputs else out[:n]
 
     def verify(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,

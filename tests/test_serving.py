@@ -9,8 +9,8 @@ import torch
 from labkit.kvcache import CacheFullError
 from labkit.model import build_model, generate, preset
 from labkit.serving.loop import (
-    STEP_MODES, CircuitBreaker, ServingEngine, SimClock, eager_step, make_step_fn,
-    prompt_tokens,
+    STEP_MODES, CircuitBreaker, ServingEngine, SimClock, eager_step, make_mixed_runner,
+    make_step_fn, prompt_tokens,
 )
 from labkit.serving.traces import TraceRequest
 
@@ -210,3 +210,38 @@ def test_max_running_caps_the_batch():
     assert max(s.batch for s in run.steps) == 2
     with pytest.raises(ValueError, match="max_running"):
         ServingEngine(_model(), max_running=5)
+
+
+@pytest.mark.parametrize("budget", [None, 6])
+def test_each_serving_step_is_decided_once_by_the_runner(monkeypatch, budget):
+    """The loop records the mode and rows the runner itself decided (``last_step``), so no
+    one decides a step a second time: asking ``decide`` would fail here."""
+    from labkit.dispatch import PaddingDispatcher
+    from labkit.mixed import TokenDispatcher
+    from labkit.runner import MixedRunner
+
+    model = _model()
+    step_fn = make_step_fn(model, "full", [1, 2])  # a batch of 3 or 4 runs eager
+    decided: list[int] = []
+    real = TokenDispatcher.dispatch
+    monkeypatch.setattr(TokenDispatcher, "dispatch",
+                        lambda self, n, u: decided.append(n) or real(self, n, u))
+
+    def refuse(self, *args):
+        raise AssertionError("the loop asked for a second decision")
+
+    monkeypatch.setattr(PaddingDispatcher, "decide", refuse)
+    monkeypatch.setattr(MixedRunner, "decide", refuse)
+    engine = (ServingEngine(model, step_fn, clock=SimClock(0.01), seed=3) if budget is None else
+              ServingEngine(model, clock=SimClock(0.01), seed=3, max_num_batched_tokens=budget,
+                            runner=make_mixed_runner(model, "full", budget)))
+    decided.clear()  # what building the runners decided (a decode step's table)
+    run = engine.run(TRACE)
+    modes = {s.runtime for s in run.steps}
+    assert modes <= {"FULL", "PIECEWISE", "NONE"} and len(modes) >= 2
+    if budget is None:  # decode steps: a table made once, no decision per step
+        assert decided == []
+        assert all((s.padded, s.runtime) == ((s.batch, "NONE") if s.batch > 2 else
+                                             (s.batch, "FULL")) for s in run.steps)
+    else:  # one decision per mixed step
+        assert len(decided) == len(run.steps)

@@ -54,6 +54,11 @@ class GpuBusy:
     def decide(self, bs: int) -> tuple[str, int]:
         return decide_of(self.fn, bs)
 
+    @property
+    def last_step(self) -> tuple[str, int] | None:
+        """The wrapped step function's last step (:func:`labkit.serving.loop.last_step_of`)."""
+        return getattr(self.fn, "last_step", None)
+
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor,
                  slots: torch.Tensor) -> torch.Tensor:
         if not self.cuda:

@@ -167,9 +167,18 @@ def make_mixed_runner(model: TinyGPT, mode: StepMode, max_num_batched_tokens: in
 
 
 def decide_of(step_fn: object, bs: int) -> tuple[str, int]:
-    """(runtime mode, padded rows) of the step function for ``bs`` rows (eager: NONE, bs)."""
+    """(runtime mode, padded rows) the step function would run ``bs`` rows in (eager: NONE,
+    bs); nothing run."""
     decide = getattr(step_fn, "decide", None)
     return decide(bs) if callable(decide) else ("NONE", bs)
+
+
+def last_step_of(step_fn: object, bs: int) -> tuple[str, int]:
+    """(runtime mode, rows run) of the step function's last step of ``bs`` rows, as it decided
+    it (a runner's ``last_step``, read after the step, so each step is decided once; a step
+    function without one: :func:`decide_of`)."""
+    last = getattr(step_fn, "last_step", None)
+    return last if last is not None else decide_of(step_fn, bs)
 
 
 def breaker_settings(window: int = 32, threshold: float = 0.5,
@@ -198,6 +207,8 @@ class CircuitBreaker:
                                                                         cooldown_s)
         self.graph_fn, self.eager_fn, self.clock = graph_fn, eager_fn, clock
         self.hits: deque[bool] = deque(maxlen=self.window)
+        #: (runtime mode, rows run) of the last step
+        self.last_step: tuple[str, int] | None = None
         self.opened_at: float | None = None
         self.trips: list[float] = []
 
@@ -219,11 +230,13 @@ class CircuitBreaker:
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor,
                  slots: torch.Tensor) -> torch.Tensor:
+        bs = tokens.shape[0]
         if self.is_open:
+            self.last_step = ("NONE", bs)
             return self.eager_fn(tokens, positions, slots)
-        mode, _ = decide_of(self.graph_fn, tokens.shape[0])
         out = self.graph_fn(tokens, positions, slots)
-        self.hits.append(mode != "NONE")
+        self.last_step = last_step_of(self.graph_fn, bs)
+        self.hits.append(self.last_step[0] != "NONE")
         rate = self.hit_rate
         if len(self.hits) == self.window and rate is not None and rate < self.threshold:
             self.opened_at = self.clock.now()
@@ -379,15 +392,15 @@ class ServingEngine:
                 plan.append((new, 0, prompts[new][:budget]))
                 budget -= len(plan[-1][2])
             batch = FlatBatch.of([(running[i], first, toks) for i, first, toks in plan])
-            mode, key = runner.decide(batch)
             start = clock.now() - t0
             picks = runner.step(batch)[batch.last_token()].argmax(-1).tolist()
+            mode, run = last_step_of(runner, batch.num_tokens)
             prefill = sum(len(toks) for i, _, toks in plan if done[i] < reqs[i].prompt_len)
             # prompt tokens cost as a prefill, decode rows and padding as a decode step
             if prefill:
                 clock.charge("prefill", prefill)
-            if key.num_tokens > prefill:
-                clock.charge("decode", key.num_tokens - prefill)
+            if run > prefill:
+                clock.charge("decode", run - prefill)
             end = clock.now() - t0
             for (i, _, toks), tok in zip(plan, picks):
                 if done[i] < reqs[i].prompt_len:
@@ -395,7 +408,7 @@ class ServingEngine:
                     if done[i] < reqs[i].prompt_len:
                         continue  # the prompt goes on in the next step: no token yet
                 emit(i, tok, end)
-            return StepRecord(start, end, batch.num_reqs, key.num_tokens, mode, mode != "NONE",
+            return StepRecord(start, end, batch.num_reqs, run, mode, mode != "NONE",
                               admitted, batch.num_tokens, prefill)
 
         try:
@@ -429,7 +442,6 @@ class ServingEngine:
                 # 3. one decode step for every running request, then 4. retire finished ones
                 batch = list(running)
                 bs = len(batch)
-                mode, padded = decide_of(self.step_fn, bs)
                 start = clock.now() - t0
                 # host-side batch (the dispatcher checks it and copies it in once)
                 tokens = torch.tensor([results[i].tokens[-1] for i in batch])
@@ -437,6 +449,7 @@ class ServingEngine:
                                           for i in batch])
                 slots = torch.tensor([running[i] for i in batch])
                 new = self.step_fn(tokens, positions, slots).argmax(-1).tolist()
+                mode, padded = last_step_of(self.step_fn, bs)
                 clock.charge("decode", padded)
                 end = clock.now() - t0
                 steps.append(StepRecord(start, end, bs, padded, mode, mode != "NONE", admitted,
