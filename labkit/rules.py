@@ -6,7 +6,7 @@ Each rule names the file and function it follows, read from the released source 
 rules change between releases (vLLM 0.11 capped the default capture size at
 ``min(2 * max_num_seqs, 512)`` without the speculative factor). Everything in labkit that
 decides a step's graph (:mod:`labkit.dispatch`, :mod:`labkit.mixed`), explains it
-(``labkit.teach.lessons.modes``) or reads an engine's settings (:mod:`labkit.sizes.engines`)
+(``labkit.teach.modes``) or reads an engine's settings (:mod:`labkit.sizes.engines`)
 calls these functions instead of restating them. Arguments are checked values (callers check
 at their edge), except where a function says it checks.
 

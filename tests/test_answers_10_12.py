@@ -13,8 +13,8 @@ from labkit.measure.results import load_reference
 from labkit.mixed import GRAPH_MODES, ROUTINES, resolve_mode
 from labkit.model import preset
 from labkit.teach.answers import n10, n12
-from labkit.teach.lessons import launch as ll
-from labkit.teach.lessons import roofline as lr
+from labkit.teach import launch as ll
+from labkit.teach import roofline as lr
 
 
 def runs(mode: str, support: str) -> str | None:

@@ -477,8 +477,8 @@ def test_measure_fused_samples_both_steps_in_turn_on_cpu(monkeypatch):
 
 
 def test_lessons_read_the_fused_record():
-    from labkit.teach.lessons import fairness
-    from labkit.teach.lessons import fused as lf
+    from labkit.teach import compile as fairness
+    from labkit.teach import compile as lf
 
     d = copy.deepcopy(FUSED_DATA)
     rows = lf.step_rows(d)
@@ -496,7 +496,7 @@ def test_lessons_read_the_fused_record():
 
 
 def test_time_groups_sort_a_steps_kernels_by_kind():
-    from labkit.teach.lessons import fused as lf
+    from labkit.teach import compile as lf
 
     d = copy.deepcopy(FUSED_DATA)
     assert lf.time_groups(d) == []  # no per-kernel times recorded

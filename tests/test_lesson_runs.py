@@ -78,7 +78,7 @@ def test_padding_isolation(dispatcher):
 
 @pytest.mark.gpu
 def test_live_pool_comparison_is_shaped_like_a_pool_memory_record_on_gpu():
-    from labkit.teach.lessons import memory as lm
+    from labkit.teach import memory as lm
 
     m = build_model(preset("test", max_batch=8, dtype="bfloat16"), "cuda")
     live = runs.live_pool_comparison(m, [4, 1, 2, 2])

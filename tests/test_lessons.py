@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from labkit.teach.lessons import launch, record_data, record_provenance, stat
-from labkit.teach.lessons import decode as ld
+from labkit.teach.lessons import record_data, record_provenance, stat
+from labkit.teach import launch
+from labkit.teach import decode as ld
 from labkit.model import build_model, preset
 from labkit.measure.results import Result
 from labkit.timing import Stats, WorkPoint

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from labkit.measure.results import load_reference
-from labkit.teach.lessons import mixed as lx
+from labkit.teach import mixed as lx
 
 
 def test_host_us_per_launch_only_from_a_launch_record_of_the_same_commit_and_gpu():

@@ -1,4 +1,4 @@
-"""labkit.teach.lessons.pitfalls: reading a ``pitfalls`` record, and the quiz (CPU)."""
+"""labkit.teach.pitfalls: reading a ``pitfalls`` record, and the quiz (CPU)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from labkit.measure.records import SchemaError
 
 from labkit.measure.pitfalls import RULES
-from labkit.teach.lessons import pitfalls
+from labkit.teach import pitfalls
 
 
 def test_quiz_answers_are_rule_keys():

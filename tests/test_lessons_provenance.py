@@ -1,5 +1,5 @@
-"""Where and when records were made (labkit.teach.lessons.provenance), and the choices a
-measured ratio defends (labkit.teach.lessons.choices.defensible_choices)."""
+"""Where and when records were made (labkit.teach.decode), and the choices a
+measured ratio defends (labkit.teach.exercises.defensible_choices)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from labkit.measure.results import load_reference
-from labkit.teach.lessons import choices, provenance
+from labkit.teach import exercises as choices
+from labkit.teach import decode as provenance
 
 
 def rec(**env):

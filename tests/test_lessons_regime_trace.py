@@ -2,7 +2,7 @@
 
 import pytest
 
-from labkit.teach.lessons import regime
+from labkit.teach import launch as regime
 
 
 def _st(m):
@@ -68,7 +68,8 @@ def test_regime_rows_on_the_h200_records():
 
 
 def test_choices_and_counts():
-    from labkit.teach.lessons import choices, counts
+    from labkit.teach import exercises as choices
+    from labkit.teach import launch as counts
 
     assert choices.closest_choice(1.02, {"a": 1, "b": 8, "c": 64}) == "a"
     assert choices.closest_choice(30.0, {"a": 1, "b": 8, "c": 64}) == "c"

@@ -1,12 +1,12 @@
-"""labkit.teach.lessons.sizing (cost models and rows from records, size lists), the cost-model
-math in labkit.sizes.fit, and labkit.teach.plots.sizes."""
+"""labkit.teach.sizing (cost models and rows from records, size lists), the cost-model
+math in labkit.sizes.fit, and labkit.teach.sizing."""
 
 from __future__ import annotations
 
 import pytest
 
 from labkit.sizes import Interpolated, isotonic, linear_fit
-from labkit.teach.lessons import sizing as ls
+from labkit.teach import sizing as ls
 
 MiB = 2**20
 
@@ -124,7 +124,7 @@ def test_size_set_rows():
 
 
 def test_plots_sizes():
-    from labkit.teach.plots import sizes as ps
+    from labkit.teach import sizing as ps
     from labkit.sizes import ParetoPoint
 
     fig = ps.trace_histogram({1: 0.25, 3: 0.75}, {"a": [1, 2, 4], "b": [3]})

@@ -15,8 +15,7 @@ from labkit.sizes.engines import (
     from_sglang, from_vllm, kv_plan, max_concurrent_requests, vllm_graph_estimate,
     vllm_sample_sizes,
 )
-from labkit.teach.lessons.budget import (budget_rows, estimate_errors, startup_inversions,
-                                         startup_rows)
+from labkit.teach.deploying import budget_rows, estimate_errors, startup_inversions, startup_rows
 
 MiB = 2**20
 #: gpt2 in bf16: K and V x 12 layers x 16 positions x 12 heads x 64 dims x 2 bytes

@@ -12,7 +12,7 @@ from labkit.mixed import (
 )
 from labkit.runner import MixedRunner
 from labkit.model import build_model, preset
-from labkit.teach.lessons.modes import vllm_runtime_mode
+from labkit.teach.modes import vllm_runtime_mode
 
 
 def _model(**kw):

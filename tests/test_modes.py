@@ -10,8 +10,8 @@ import torch
 
 from labkit.measure import records as R
 from labkit.mixed import BatchDescriptor, TokenDispatcher
-from labkit.teach.lessons import modes as lm
-from labkit.teach.plots import modes as pm
+from labkit.teach import modes as lm
+from labkit.teach import modes as pm
 
 MiB = 2 ** 20
 

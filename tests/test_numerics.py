@@ -1,4 +1,4 @@
-"""Numerics under graphs (labkit.measure.numerics, labkit.teach.lessons.numerics): the eager
+"""Numerics under graphs (labkit.measure.numerics, labkit.teach.deploying): the eager
 parts on CPU, the record, the baked-decision demonstration and its fixes, the flip-rate bins."""
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from labkit.measure import records
 from labkit.measure.results import load_result, save_result
 from labkit.measure.numerics import (SHORT_KEYS, attend_baked, attend_in_graph,
                                      baked_decision_demo, measure_numerics, measure_recaptures)
-from labkit.teach.lessons.numerics import (flip_rate_by_margin, flip_rows, flipped_steps,
-                                           kernel_diff_rows,
-                                           margins_and_flips, recapture_rows, size_rows)
+from labkit.teach.deploying import flip_rate_by_margin, flip_rows, flipped_steps, kernel_diff_rows, margins_and_flips, recapture_rows, size_rows
 from labkit.teach.simulated import graph_api
 
 STEPS = 12

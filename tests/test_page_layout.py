@@ -203,8 +203,9 @@ def page_items() -> list[tuple[str, Any]]:
     from labkit.measure.results import load_reference
     from labkit.model import preset
     from labkit.suite import images
-    from labkit.teach.lessons import roofline as lr
-    from labkit.teach.plots import bars, roofline as pr, table
+    from labkit.teach import roofline as lr
+    from labkit.teach.plots import bars, table
+    from labkit.teach import roofline as pr
 
     items: list[tuple[str, Any]] = [
         ("kernel table", table(
@@ -246,7 +247,13 @@ def page_items() -> list[tuple[str, Any]]:
     items.append(("floor rows", table(lr.floor_rows(rec, ["eager", "graph"]), title="floor")))
     # the other builders with a legend or a log axis
     from labkit.teach.claims import CLAIMED_SPEEDUP
-    from labkit.teach.plots import claims, compile as pc, dispatch, memory, modes, serving, sizes
+    from labkit.teach import claims
+    from labkit.teach import compile as pc
+    from labkit.teach import sizing as dispatch
+    from labkit.teach import memory
+    from labkit.teach import modes
+    from labkit.teach import serving
+    from labkit.teach import sizing as sizes
 
     decode = {n: load_reference(n) for n in ("decode_small", "decode_gpt2")}
     items.append(("claims", claims.speedup_vs_claim(decode, CLAIMED_SPEEDUP)))

@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 from labkit.kvcache import PAD_BLOCK, PagedKVCache
 from labkit.measure import records as R
 from labkit.measure.paged import LAYOUTS, measure_paged
-from labkit.teach.lessons import paged as lp
-from labkit.teach.plots import paged as pp
+from labkit.teach import paged as lp
+from labkit.teach import paged as pp
 from labkit.serving.traces import Request, request_lengths
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,10 +1,10 @@
-"""labkit.teach.plots.claims on hand-made records."""
+"""labkit.teach.claims on hand-made records."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.teach.plots import claims as pcl
+from labkit.teach import claims as pcl
 
 
 def _stats(us: float) -> dict:

@@ -1,4 +1,4 @@
-"""labkit.teach.plots.compile and labkit.teach.lessons.fairness on hand-made compile_<preset>
+"""labkit.teach.compile and labkit.teach.compile on hand-made compile_<preset>
 records, and measure_compile's interleaved timing on the CPU (the GPU parts stood in for)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from labkit.measure import records as R
-from labkit.teach.lessons import fairness
-from labkit.teach.plots import compile as pc
+from labkit.teach import compile as fairness
+from labkit.teach import compile as pc
 
 MiB = 2 ** 20
 
@@ -51,11 +51,11 @@ def test_a_verdict_needs_an_interleaved_record():
 
 
 def test_step_rows_say_shapes_spreads_and_verdicts():
-    rows = pc.step_rows(record(interleaved=True))
+    rows = pc.compile_rows(record(interleaved=True))
     assert [r["compile shapes"] for r in rows] == ["static", "dynamic recompile (or graphs skipped)"]
     assert rows[0]["compile µs (p10–p90)"] == "100.0 (99.0–101.0)"
     assert rows[0]["compile vs graph"] == "a lower" and rows[1]["compile vs dispatcher"] == "a lower"
-    assert pc.step_rows(record())[0]["compile vs dispatcher"] == "untested (not interleaved)"
+    assert pc.compile_rows(record())[0]["compile vs dispatcher"] == "untested (not interleaved)"
 
 
 def test_break_even_steps():

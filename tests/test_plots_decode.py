@@ -1,10 +1,10 @@
-"""labkit.teach.plots.decode: step time charts of decode records."""
+"""labkit.teach.decode: step time charts of decode records."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.teach.plots import decode as dp
+from labkit.teach import decode as dp
 from labkit.measure.results import Result
 from labkit.timing import Stats
 

@@ -1,11 +1,11 @@
-"""labkit.teach.plots.dispatch on a hand-made dispatcher record and padding tables."""
+"""labkit.teach.sizing on a hand-made dispatcher record and padding tables."""
 
 from __future__ import annotations
 
 import pytest
 
 from labkit.dispatch import build_padding_table
-from labkit.teach.plots import dispatch as pd
+from labkit.teach import sizing as pd
 
 
 def stats(m: float) -> dict:

@@ -1,12 +1,12 @@
-"""labkit.teach.plots.memory and labkit.teach.lessons.memory on a hand-made pool_memory record."""
+"""labkit.teach.memory and labkit.teach.memory on a hand-made pool_memory record."""
 
 from __future__ import annotations
 
 import pytest
 
 from labkit.model import preset
-from labkit.teach.lessons import memory as lm
-from labkit.teach.plots import memory as pm
+from labkit.teach import memory as lm
+from labkit.teach import memory as pm
 
 MiB = 2**20
 SIZES = [1, 2, 4, 8]

@@ -1,10 +1,10 @@
-"""labkit.teach.plots.timing: launch-cost bars, the work sweep chart, the CPU/GPU timeline."""
+"""labkit.teach.launch: launch-cost bars, the work sweep chart, the CPU/GPU timeline."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.teach.plots import timing as tp
+from labkit.teach import launch as tp
 from labkit.measure.results import Result
 from labkit.timing import Stats
 

@@ -15,12 +15,12 @@ from labkit.roofline import stepcost
 from labkit.roofline.conditional import conditional_support, if_node_demo
 from labkit.measure import records as R
 from labkit.measure import roofline as mr
-from labkit.teach.lessons import fairness
+from labkit.teach import compile as fairness
 from labkit.measure.results import SchemaError, load_reference, load_result, save_result
 from labkit.model import build_model, generate, preset
 from labkit.roofline.multistep import capture_multistep, multistep_decode, single_steps
-from labkit.teach.lessons import roofline as lr
-from labkit.teach.plots import roofline as pr
+from labkit.teach import roofline as lr
+from labkit.teach import roofline as pr
 
 # ------------------------------------------------------------------------------ arithmetic
 

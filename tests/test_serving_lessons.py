@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from labkit.measure.results import load_reference
-from labkit.teach.lessons import serving as ls
-from labkit.teach.plots import serving as ps
+from labkit.teach import serving as ls
+from labkit.teach import serving as ps
 from labkit.teach.verdicts import CANNOT
 
 

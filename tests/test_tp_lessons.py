@@ -1,4 +1,4 @@
-"""Notebook 14's pure helpers (labkit.teach.lessons.tp) and charts (labkit.teach.plots.tp) on
+"""Notebook 14's pure helpers (labkit.teach.tp) and charts (labkit.teach.tp) on
 hand-made tp_allreduce / tp_decode records, and the notebook set-up's two-GPU reference folder."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from labkit.measure.records import TPAllReduce, TPDecode
 from labkit.teach import notebook
-from labkit.teach.lessons import tp as lt
-from labkit.teach.plots import tp as tpp
+from labkit.teach import tp as lt
+from labkit.teach import tp as tpp
 
 
 def _st(us: float) -> dict:

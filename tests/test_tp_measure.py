@@ -266,7 +266,7 @@ def test_the_symm_mem_parts_run_end_to_end_on_one_rank(fake_symm_mem):
 
 def test_quick_and_full_sweeps_both_measure_the_12kb_message_the_lessons_quote():
     # notebook 14's live tier is quick; its statements read the 12 KB message
-    from labkit.teach.lessons.tp import DECODE_BYTES
+    from labkit.teach.tp import DECODE_BYTES
 
     assert DECODE_BYTES == TARGET_ALLREDUCE_BYTES == 8 * 768 * 2
     quick, full = default_spec(quick=True)["sizes_bytes"], default_spec()["sizes_bytes"]

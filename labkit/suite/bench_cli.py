@@ -11,7 +11,7 @@ from labkit.measure import records
 from labkit.measure.recorder import Job, record_each
 from labkit.measure.records import Bench, Compile, Decode, PoolMemory, view
 from labkit.measure.results import load_result, new_run_dir, provenance_line, save_result
-from labkit.teach.lessons.fairness import NOT_SCORED, fair_compile_size
+from labkit.teach.compile import NOT_SCORED, fair_compile_size
 
 BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 

@@ -83,15 +83,15 @@ class Chart:
         return func(res.record, subtitle=_provenance(res)) if self.takes_data else func(res)
 
 
-#: (stem, record, builder in labkit.teach.plots, takes_data, gpus) of the key charts, in
+#: (stem, record, builder in a labkit.teach topic module, takes_data, gpus) of the key charts, in
 #: notebook order; ``{p}`` stands for each preset
 _CHARTS = (
-    ("01_launch_overhead", "launch_overhead", "timing:launch_overhead_bars", False, 1),
-    ("01_launch_sweep", "launch_overhead", "timing:sweep_chart", False, 1),
+    ("01_launch_overhead", "launch_overhead", "launch:launch_overhead_bars", False, 1),
+    ("01_launch_sweep", "launch_overhead", "launch:sweep_chart", False, 1),
     ("02_decode_step_{p}", "decode_{p}", "decode:step_time_chart", False, 1),
-    ("03_timeline_{p}", "timeline_{p}", "timing:timeline_chart", False, 1),
+    ("03_timeline_{p}", "timeline_{p}", "launch:timeline_chart", False, 1),
     ("04_pool_memory_{p}", "pool_memory_{p}", "memory:pool_totals", True, 1),
-    ("05_dispatcher_{p}", "dispatcher_{p}", "dispatch:step_times", True, 1),
+    ("05_dispatcher_{p}", "dispatcher_{p}", "sizing:step_times", True, 1),
     ("08_compile_{p}", "compile_{p}", "compile:step_time_bars", False, 1),
     ("11_paged_gpt2", "paged_gpt2", "paged:speed_chart", True, 1),
     ("12_roofline_{p}", "roofline_{p}", "roofline:floor_chart", False, 1),
@@ -104,7 +104,7 @@ _CHARTS = (
 
 def key_charts(presets: Sequence[str] = ("small", "gpt2")) -> list[Chart]:
     """The suite's key charts, in notebook order."""
-    return [Chart(stem.format(p=p), record.format(p=p), f"labkit.teach.plots.{builder}",
+    return [Chart(stem.format(p=p), record.format(p=p), f"labkit.teach.{builder}",
                   takes_data, gpus)
             for stem, record, builder, takes_data, gpus in _CHARTS
             for p in (presets if "{p}" in stem else ("",))]

@@ -11,7 +11,7 @@ import torch
 
 from labkit.graphs import CaptureError, capture_callable
 
-# the rules the pitfalls break, by key; the quiz in labkit.teach.lessons.pitfalls uses the keys
+# the rules the pitfalls break, by key; the quiz in labkit.teach.pitfalls uses the keys
 RULES: dict[str, str] = {
     "host_sync": "no host synchronisation inside the captured code",
     "dynamic_shape": "every shape is fixed at capture; no data-dependent shapes",

@@ -8,8 +8,9 @@ from labkit.model import TinyGPT, preset
 from labkit.support.env import hardware_tier
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import choices, regime
-from labkit.teach.lessons.decode import kv_cache_bytes
+from labkit.teach import exercises as choices
+from labkit.teach import launch as regime
+from labkit.teach.decode import kv_cache_bytes
 
 KV_SIZES = {"a": 6e6, "b": 6e7, "c": 6e8, "d": 6e9}
 

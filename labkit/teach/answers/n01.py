@@ -7,7 +7,9 @@ from typing import Any
 
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import choices, launch, regime
+from labkit.teach import exercises as choices
+from labkit.teach import launch
+from labkit.teach import launch as regime
 
 
 @exercise("1.1", "predict the two clocks", "predict")

@@ -6,7 +6,8 @@ from typing import Any
 
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import choices, launch
+from labkit.teach import exercises as choices
+from labkit.teach import launch
 
 #: exercise 2.3's bins of the idle share, and the margin a share near a bin's edge gets
 IDLE_BINS = {"a": (0.0, 0.35), "b": (0.35, 0.65), "c": (0.65, 1.0)}

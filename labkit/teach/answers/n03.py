@@ -8,7 +8,7 @@ from typing import Any
 from labkit.model import TinyGPT, generate
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import launch
+from labkit.teach import launch
 
 #: speed-ups closer than this (relative) may be ranked either way in exercise 3.2
 RANK_TIE = 0.05

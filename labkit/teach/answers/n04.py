@@ -8,7 +8,8 @@ import torch
 
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import choices, memory as lm
+from labkit.teach import exercises as choices
+from labkit.teach import memory as lm
 
 
 def _letters(answer: Any) -> Any:

@@ -11,7 +11,7 @@ from labkit.sizes import padded_size, vllm_default_sizes
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
 from labkit.teach.lessons import record_data, stat
-from labkit.teach.lessons import sizing as ls
+from labkit.teach import sizing as ls
 
 #: how close (relative) two of exercise 5.2's options may lie and both be right
 CLOSE = 0.1

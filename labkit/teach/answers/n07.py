@@ -9,7 +9,7 @@ import torch
 
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import pitfalls
+from labkit.teach import pitfalls
 
 #: snippets of exercise 7.3 that break a second rule as well as their own: ``x[x != 0]`` has a
 #: data-dependent shape, and PyTorch reads its size back to the host (a sync) to allocate it

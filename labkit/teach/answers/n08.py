@@ -7,12 +7,13 @@ from typing import Any
 from labkit.measure.records import Compile, view
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import fairness, record_data
-from labkit.teach.lessons import fused as lf
-from labkit.teach.plots import compile as pc
+from labkit.teach.lessons import record_data
+from labkit.teach import compile as fairness
+from labkit.teach import compile as lf
+from labkit.teach import compile as pc
 from labkit.teach.verdicts import compare_stats
 
-#: the letters of exercise 8.1 and their groups (:func:`labkit.teach.lessons.fused.time_groups`)
+#: the letters of exercise 8.1 and their groups (:func:`labkit.teach.compile.time_groups`)
 KERNEL_KINDS = {"a": "attention", "b": "GEMM (cuBLAS) and split-K reduction", "c": "LayerNorm",
                 "d": "cache write"}
 #: two groups whose shares of the step lie this close (fraction points) are both right

@@ -9,7 +9,7 @@ from labkit.measure import lesson_runs
 from labkit.measure.records import Modes, view
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import modes as lm
+from labkit.teach import modes as lm
 
 #: 10.4: every ``cudagraph_mode`` that does what each situation needs, so each is right.
 #: a (attention never capturable): PIECEWISE, or the default FULL_AND_PIECEWISE, which vLLM

@@ -8,7 +8,7 @@ import torch
 
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import paged as lp
+from labkit.teach import paged as lp
 from labkit.kvcache import PagedKVCache
 
 

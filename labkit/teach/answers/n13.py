@@ -9,7 +9,7 @@ from typing import Any
 from labkit.sizes import engines as es
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import serving as ls
+from labkit.teach import serving as ls
 from labkit.teach.verdicts import compare_runs
 
 #: the words a comparison of two series can end in (``Difference.word``)

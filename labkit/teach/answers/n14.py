@@ -9,7 +9,7 @@ from labkit.measure.records import TPDecode, view
 from labkit.model import preset
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import tp as lt
+from labkit.teach import tp as lt
 
 
 def band(ratio: float) -> str:

@@ -11,7 +11,7 @@ from labkit.runner import MixedRunner
 from labkit.model import build_model, preset
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import mixed as lx
+from labkit.teach import mixed as lx
 
 #: exercise 15.1's runner: capture sizes, and the steps whose mode and descriptor to predict
 SIZES_15_1 = [1, 2, 4, 8, 16, 32]

@@ -8,7 +8,7 @@ from labkit.measure import numerics as mn
 from labkit.measure.records import MemoryBudget, Numerics, view
 from labkit.teach.answers.registry import exercise
 from labkit.teach.exercises import Exercise
-from labkit.teach.lessons import budget as lb
+from labkit.teach import deploying as lb
 from labkit.teach.simulated import graph_api
 
 #: the bands exercise 16.1 predicts vLLM's estimate over the measured graph memory in

@@ -1,4 +1,4 @@
-"""Pure helpers that turn records into numbers and rows, a submodule per topic; here the shared."""
+"""Helpers every topic module shares: a record's data, its provenance line, one field of Stats."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Mixed batches, chunked prefill and speculative decoding (notebook 15): tables from the
-``mixed_<preset>``, ``spec_verify_<preset>``, ``spec_<name>`` and ``chunked_<preset>`` records,
-and the break-even acceptance rate of speculation."""
+"""Notebook 15: mixed batches, chunked prefill and speculative decoding, as rows.
+
+One module per notebook topic: its lessons (pure: records and numbers to rows) and its
+charts (plotly figures from records).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from typing import Any
 
 from labkit.measure.records import Chunked, LaunchOverhead, Mixed, Spec, SpecVerify, view
 
+
+# ---------------------------------------------------------------------- lessons mixed
+# Mixed batches, chunked prefill and speculative decoding (notebook 15): tables from the ...
 
 def uniform_rows(record: Any) -> list[dict[str, Any]]:
     """Per batch size: today's FULL step and the token-flattened runner's, each over its own

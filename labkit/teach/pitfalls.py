@@ -1,4 +1,8 @@
-"""The ``pitfalls`` record as lookups and table rows (notebooks 07-09), and notebook 07's quiz."""
+"""Notebook 07: the capture pitfalls, as rows.
+
+One module per notebook topic: its lessons (pure: records and numbers to rows) and its
+charts (plotly figures from records).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ from typing import Any
 
 from labkit.measure.records import Pitfalls, view
 
+
+# ---------------------------------------------------------------------- lessons pitfalls
+# The ``pitfalls`` record as lookups and table rows (notebooks 07-09), and notebook 07's quiz.
 
 def _entries(record: Any) -> list[dict]:
     """The record's pitfall entries, checked against its kind (``SchemaError`` names a field)."""
