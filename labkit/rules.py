@@ -5,7 +5,7 @@ Each rule names the file and function it follows, read from the released source 
 **vLLM 0.13.0** (:data:`VLLM_VERSION`) and **SGLang 0.5.6** (:data:`SGLANG_VERSION`); the
 rules change between releases (vLLM 0.11 capped the default capture size at
 ``min(2 * max_num_seqs, 512)`` without the speculative factor). Everything in labkit that
-decides a step's graph (:mod:`labkit.dispatch`, :mod:`labkit.mixed`), explains it
+decides a step's graph (:mod:`labkit.runner`, :mod:`labkit.mixed`), explains it
 (``labkit.teach.modes``) or reads an engine's settings (:mod:`labkit.sizes.engines`)
 calls these functions instead of restating them. Arguments are checked values (callers check
 at their edge), except where a function says it checks.

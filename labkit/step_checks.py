@@ -3,7 +3,7 @@ devices and shapes, safe during capture; then values, read on the host), the cap
 the named choices. What the edge calls inside takes checked values.
 
 ``check`` means one thing wherever a step takes it (:meth:`labkit.model.TinyGPT.decode_step`,
-:meth:`labkit.dispatch.PaddingDispatcher.step`): kinds and shapes are always checked; values
+:meth:`labkit.runner.PaddingDispatcher.step`): kinds and shapes are always checked; values
 with ``True`` (read on the host: a sync for device tensors, refused during capture), with
 ``None`` only when they are on the host already (no sync), never with ``False`` (the caller
 vouches for the batch, as graph capture and benchmarks of the replay path do).

@@ -70,7 +70,7 @@ def test_the_wings_exist_and_the_core_is_at_the_top():
     assert {"labkit.measure", "labkit.teach", "labkit.suite"} <= set(SOURCES)
     core = {m for m in SOURCES if _wing(m) == "core" and m.count(".") == 1}
     assert {"labkit.model", "labkit.kvcache", "labkit.batch", "labkit.timing", "labkit.graphs",
-            "labkit.piecewise", "labkit.dispatch", "labkit.mixed", "labkit.runner", "labkit.fused", "labkit.sizes",
+            "labkit.piecewise", "labkit.mixed", "labkit.runner", "labkit.fused", "labkit.sizes",
             "labkit.kernels"} <= core
     rooms = {m for m in SOURCES if m.count(".") == 1} - core
     assert rooms == {"labkit.measure", "labkit.teach", "labkit.suite", "labkit.support",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from labkit.dispatch import PaddingDispatcher, build_padding_table
+from labkit.runner import PaddingDispatcher, build_padding_table
 from labkit.model import build_model, generate, preset
 
 SIZES = [1, 2, 4, 8]
@@ -242,7 +242,7 @@ def test_host_metadata_gives_the_same_tokens_as_plain_decode():
 # ------------------------------------------------------------- the split: decide, stage, run
 
 def test_the_decision_is_a_pure_tuple_and_the_dispatcher_holds_no_tensors(model):
-    from labkit.dispatch import Decision
+    from labkit.runner import Decision
     from labkit.mixed import TokenDispatcher
 
     d = PaddingDispatcher(model, SIZES)
@@ -361,7 +361,7 @@ def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max
     metadata, and a graph step's output is the static logits only with copy_outputs=False."""
     import contextlib
 
-    import labkit.dispatch as D
+    import labkit.runner as D
     import labkit.graphs as G
     import labkit.piecewise as P
 
@@ -412,3 +412,39 @@ def test_lazy_capture_captures_each_size_once_on_first_use_on_gpu():
     assert all(v > 0 for v in d.lazy_capture_s.values())
     assert len({g.pool for g in d.graphs.graphs.values()}) == 1  # one shared pool
     d.release()
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_one_decode_step_is_read_end_to_end_in_at_most_six_files(monkeypatch, capture):
+    """From the notebook's call (``dispatcher.step``) to the model's kernels, a decode step runs
+    code in at most six labkit files (the graph path through a capture recorder on the CPU)."""
+    import contextlib
+    import sys
+
+    import labkit.graphs as G
+    import labkit.runner as R
+
+    if capture:
+        monkeypatch.setattr(G, "capture_unchecked", _fake_capture)
+        monkeypatch.setattr(G, "gc_frozen", contextlib.nullcontext)
+        monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+        monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
+        monkeypatch.setattr(R, "_check_capture_flag", lambda model, capture, mode: True)
+        monkeypatch.setattr(R, "check_capture_flag", lambda model, capture: True)
+    m = build_model(preset("test", max_batch=8), seed=0)
+    d = PaddingDispatcher(m, [1, 2, 4, 8])
+    assert (d.graphs is not None) is capture
+    files: set[str] = set()
+
+    def trace(frame, event, arg):
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if "/labkit/" in name:
+            files.add(name.rsplit("/labkit/", 1)[1])
+
+    sys.settrace(trace)
+    try:
+        d.step(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), torch.arange(3))
+    finally:
+        sys.settrace(None)
+    want = {"runner.py", "step_checks.py", "batch.py", "model.py", "kvcache.py"}
+    assert files == (want | {"graphs.py"} if capture else want), sorted(files)

@@ -9,7 +9,7 @@ import inspect
 import pytest
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.fused import ATTENTION, FLASH_MAX_ROW_HEADS, agreement, make_fused_step
 from labkit.kvcache import SlotKVCache
 from labkit.measure import records as R

@@ -13,7 +13,7 @@ import torch
 
 from labkit.measure import records
 from labkit.measure.bench import measure_pool_memory, tokens_match
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.graphs import (CaptureAllocationError, CaptureError, CaptureSyncError,
                            capture_callable, capture_decode_graphs, pool_reserved_bytes)
 from labkit.model import build_model, generate, preset

@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.graphs import capture_callable
 from labkit.model import build_model, preset
 

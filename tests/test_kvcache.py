@@ -173,7 +173,7 @@ def test_in_place_attention_equals_gathered_reference_on_gpu(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["slot", "paged"])
 def test_graph_equals_eager_in_both_layouts_on_gpu(layout):
-    from labkit.dispatch import PaddingDispatcher
+    from labkit.runner import PaddingDispatcher
     from labkit.measure.bench import tokens_match
 
     m = build_model(preset("small", max_batch=24, max_seq=64, vocab_size=4096,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.measure import lesson_runs as runs
 from labkit.graphs import capture_decode_graphs
 from labkit.measure.bench import step_inputs

@@ -17,7 +17,7 @@ MEASURE = sorted((PKG / "measure").glob("*.py"))
 
 # what runs, times, profiles or captures: the lessons may not use it
 NOT_IN_LESSONS = ("labkit.measure.bench", "labkit.measure.lesson_runs", "labkit.measure.pitfalls",
-                  "labkit.graphs", "labkit.timing", "labkit.dispatch", "torch.cuda",
+                  "labkit.graphs", "labkit.timing", "labkit.runner", "torch.cuda",
                   "torch.profiler", "torch.utils._python_dispatch", "time")
 # names whose use in a lesson means it runs or times something
 RUNNING_CALLS = ("capture_decode_graphs", "time_any", "time_cuda", "perf_counter",

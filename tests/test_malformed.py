@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labkit import graphs, sizes, timing
-from labkit.dispatch import PaddingDispatcher, build_padding_table
+from labkit.runner import PaddingDispatcher, build_padding_table
 from labkit.model import GPTConfig, TinyGPT, build_model, generate, generate_text, preset
 
 SETTINGS = settings(max_examples=40, deadline=None,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.model import build_model, generate, preset
 from labkit.piecewise import piecewise_step
 

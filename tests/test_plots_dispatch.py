@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.dispatch import build_padding_table
+from labkit.runner import build_padding_table
 from labkit.teach import sizing as pd
 
 

@@ -216,7 +216,7 @@ def test_max_running_caps_the_batch():
 def test_each_serving_step_is_decided_once_by_the_runner(monkeypatch, budget):
     """The loop records the mode and rows the runner itself decided (``last_step``), so no
     one decides a step a second time: asking ``decide`` would fail here."""
-    from labkit.dispatch import PaddingDispatcher
+    from labkit.runner import PaddingDispatcher
     from labkit.mixed import TokenDispatcher
     from labkit.runner import MixedRunner
 

@@ -144,7 +144,7 @@ def test_float32_greedy_tokens_equal_the_readable_step(layout, sizes):
 def test_the_dispatcher_runs_the_triton_step_and_pads_it():
     """``PaddingDispatcher(step="triton")`` (eager bucketing on the CPU): a batch of 3 runs in
     the bucket of 4 and gives the readable step's greedy tokens."""
-    from labkit.dispatch import PaddingDispatcher
+    from labkit.runner import PaddingDispatcher
 
     m = _model("slot")
     disp = PaddingDispatcher(m, [1, 4], step="triton")

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.checks import as_int
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.kvcache import cache_for_config
 from labkit.model import Block, GPTConfig, TinyGPT, as_device, build_model, generate
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.measure import records
 from labkit.measure.opcount import op_counts, profiled_events
 from labkit.graphs import capture_decode_graphs, pool_reserved_bytes

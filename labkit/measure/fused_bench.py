@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from labkit.checks import as_int, as_size_list
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.fused import agreement, make_fused_step
 from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs

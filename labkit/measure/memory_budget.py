@@ -30,7 +30,7 @@ from labkit.graphs import (POOL_MODES, CapturedGraph, CaptureOOMError, PoolMode,
 from labkit.measure.bench import (
     _free, _need_cuda, _pool_segments, step_inputs,
 )
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.measure.serving_metrics import run_metrics
 from labkit.model import TinyGPT, build_model, preset
 from labkit.serving.loop import RealClock, ServingEngine

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.measure.bench import _free, _need_cuda, step_inputs, time_sizes
 from labkit.measure.serve import measure_chunked
 from labkit.mixed import FlatBatch

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from labkit.dispatch import CudagraphMode, PaddingDispatcher
+from labkit.runner import CudagraphMode, PaddingDispatcher
 from labkit.graphs import CapturedGraph, capture_callable, gc_frozen, pool_reserved_bytes
 from labkit.kvcache import StepMeta
 from labkit.measure import records

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.graphs import GraphSet, capture_decode_graphs, pool_reserved_bytes
 from labkit.measure.bench import _free, _need_cuda, step_inputs
 from labkit.measure.opcount import gpu_op_profile

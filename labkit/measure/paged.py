@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from labkit.checks import as_int, as_int_list
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.kvcache import PagedKVCache, SlotKVCache
 from labkit.measure.bench import _free, _need_cuda, random_prompts, step_inputs, tokens_match
 from labkit.model import TinyGPT, build_model, generate, preset

@@ -25,10 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from labkit.checks import as_int, as_number
-from labkit.dispatch import CudagraphMode, PaddingDispatcher
 from labkit.kvcache import CacheFullError
 from labkit.mixed import FlatBatch, GraphMode, max_step_tokens
-from labkit.runner import MixedRunner
+from labkit.runner import CudagraphMode, MixedRunner, PaddingDispatcher
 from labkit.model import TinyGPT
 from labkit.serving.runs import RequestResult, ServeRun, StepRecord
 from labkit.serving.traces import TraceRequest
@@ -202,7 +201,7 @@ class CircuitBreaker:
                  threshold: float = 0.5, cooldown_s: float = 1.0) -> None:
         if not callable(getattr(graph_fn, "decide", None)):
             raise TypeError("graph_fn must have decide(bs) -> (mode, padded), e.g. a "
-                            "labkit.dispatch.PaddingDispatcher")
+                            "labkit.runner.PaddingDispatcher")
         self.window, self.threshold, self.cooldown_s = breaker_settings(window, threshold,
                                                                         cooldown_s)
         self.graph_fn, self.eager_fn, self.clock = graph_fn, eager_fn, clock

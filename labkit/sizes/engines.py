@@ -51,7 +51,7 @@ class LabkitSettings:
         return rules.padded_size(self.capture_sizes, n)
 
     def dispatcher_kwargs(self, max_batch: int) -> dict | None:
-        """:class:`labkit.dispatch.PaddingDispatcher` arguments decoding as this engine would
+        """:class:`labkit.runner.PaddingDispatcher` arguments decoding as this engine would
         with ``max_batch`` slots (labkit's steps are pure decode batches); ``None``: eager."""
         max_batch = as_int(max_batch, "max_batch", minimum=1)
         sizes = [s for s in self.capture_sizes if s <= max_batch]

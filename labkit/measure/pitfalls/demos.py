@@ -6,7 +6,7 @@ import gc
 from typing import Any
 
 import torch
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.graphs import capture_callable
 from labkit.measure.pitfalls.common import (_cleanup, _device_ok, _err_text, _require_cuda,
                                             _result, labkit_capture_error, raw_capture_error)

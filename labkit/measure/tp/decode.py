@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.dispatch import PaddingDispatcher
+from labkit.runner import PaddingDispatcher
 from labkit.graphs import capture_decode_graphs
 from labkit.measure.bench import random_prompts, step_inputs
 from labkit.measure.tp.rank import _noop, _Rank, _say, _time
