@@ -108,7 +108,7 @@ class EagerRunner:
         self.batch, self.step = batch, step
 
     def replay(self, rows: int) -> torch.Tensor:
-        return self.step(*self.batch.view(rows))  # type: ignore[no-any-return]
+        return self.step(*self.batch.view(rows))
 
 
 def check_capture_flag(model: TinyGPT, capture: object) -> bool:

@@ -530,3 +530,12 @@ def test_triton_kernel_rows_add_up_to_the_step_and_its_plan():
     assert total["µs"] == pytest.approx(sum(rec.data["op_us"]["triton"].values()), abs=0.5)
     assert all(r["GB/s"] > 0 for r in rows)
     assert [r["µs"] for r in kinds] == sorted((r["µs"] for r in kinds), reverse=True)
+
+
+def test_multistep_cause_reads_the_controls_and_the_split():
+    from labkit.measure.results import load_reference
+
+    cause = lr.multistep_cause(load_reference("multistep_gpt2"))
+    assert cause is not None and cause["fewer_gaps"] is True
+    assert 0.10 < cause["gap"] < 0.20 and cause["control"] < 0.02 and cause["kernels"] < 0.01
+    assert lr.multistep_cause(multistep_record()) is None  # a record without controls

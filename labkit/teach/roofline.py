@@ -192,6 +192,28 @@ def multistep_split_rows(record: Any) -> list[dict]:
     return rows
 
 
+def multistep_cause(record: Any) -> dict[str, float | bool] | None:
+    """What the controls and the split say about the N-step graph's gap (None without them):
+    ``gap`` the largest N-step / one-step ratio less 1; ``control`` the largest |ratio - 1| of a
+    control against the way it differs from in one thing; ``kernels`` the largest |ratio - 1|
+    of the N-step graph's kernel time per step to the one-step graphs'; ``fewer_gaps``: whether
+    the profiler sees less time between the N-step graph's kernels at every batch size."""
+    m = view(record, Multistep)
+    controls = [r["ratio"] for r in multistep_control_rows(record) if r["ratio"] is not None]
+    split = m.gpu_split
+    if not controls or "multistep" not in split or "one_step_graphs" not in split:
+        return None
+    many, one = split["multistep"], split["one_step_graphs"]
+    pairs = [(m.at("multistep", b), m.at("one_step_graphs", b)) for b in m.batch_sizes]
+    gaps = [a / b - 1 for a, b in pairs if a is not None and b]
+    if not gaps:
+        return None
+    return {"gap": max(gaps), "control": max(abs(r - 1) for r in controls),
+            "kernels": max(abs(a["kernel_us"] / b["kernel_us"] - 1) for a, b in zip(many, one)),
+            "fewer_gaps": all(a["span_us"] - a["kernel_us"] < b["span_us"] - b["kernel_us"]
+                              for a, b in zip(many, one))}
+
+
 def triton_records(nb: Any, presets: Sequence[str], repeats: int) -> dict[str, Any]:
     """``triton_<preset>`` per preset: measured live (``repeats`` samples) on a GPU where the
     Triton kernels compile, else the recorded references (with the reason printed)."""
