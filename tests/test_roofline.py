@@ -320,7 +320,7 @@ def test_multistep_controls_and_split_rows():
     assert held["verdict"] == "a lower"                  # ±10% spreads, 400 vs 620: apart
     assert rows[0]["verdict"] == "no difference measured"
     split_rows = lr.multistep_split_rows(rec)
-    assert split_rows[0] == {"batch": 1, "way": "multistep", "in kernels (µs/step)": 70.0,
+    assert split_rows[0] == {"model": "gpt2", "batch": 1, "way": "multistep", "in kernels (µs/step)": 70.0,
                              "between kernels (µs/step)": 10.0, "kernels per step": 20.0}
 
 

@@ -170,7 +170,8 @@ def multistep_control_rows(record: Any) -> list[dict]:
             continue
         for b in m.batch_sizes:
             c, o = m.at(control, b), m.at(base, b)
-            rows.append({"batch": b, "control": control, "differs from": base,
+            rows.append({"model": m.preset, "batch": b, "control": control,
+                         "differs from": base,
                          "in": what, "control (µs/step)": _r(c), "other (µs/step)": _r(o),
                          "ratio": None if c is None or not o else round(c / o, 3),
                          "verdict": compare(record, control, base, b,
@@ -186,7 +187,8 @@ def multistep_split_rows(record: Any) -> list[dict]:
     rows = []
     for way, per_size in m.gpu_split.items():
         for b, d in zip(m.batch_sizes, per_size):
-            rows.append({"batch": b, "way": way, "in kernels (µs/step)": _r(d["kernel_us"]),
+            rows.append({"model": m.preset, "batch": b, "way": way,
+                         "in kernels (µs/step)": _r(d["kernel_us"]),
                          "between kernels (µs/step)": _r(d["span_us"] - d["kernel_us"]),
                          "kernels per step": _r(d["kernels"])})
     return rows
