@@ -140,9 +140,11 @@ class ModelRunner:
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
         self.decode_only = as_bool(decode_only, "decode_only")
-        sizes = (check_capture(model, capture_sizes, pool, order, warmup, progress, True)
-                 if self.decode_only else check_capture_sizes(capture_sizes))
-        check_capture(model, [1], pool, order, warmup, progress, True)  # the other arguments
+        if self.decode_only:  # decode rows: sizes up to max_batch
+            sizes = check_capture(model, capture_sizes, pool, order, warmup, progress, True)
+        else:  # token sizes may pass max_batch; the other arguments checked alike
+            sizes = check_capture_sizes(capture_sizes)
+            check_capture(model, [1], pool, order, warmup, progress, True)
         self.model, cfg = model, model.cfg
         self.copy_outputs = as_bool(copy_outputs, "copy_outputs")
         self.lazy = as_bool(lazy, "lazy")
@@ -182,8 +184,6 @@ class ModelRunner:
             if graphs.sizes != self.full_sizes:
                 raise ValueError(f"graphs were captured for {graphs.sizes}, not "
                                  f"{self.full_sizes}; pass the same capture sizes")
-        if self.lazy and graphs is not None:
-            raise ValueError("lazy=True captures FULL graphs on first use: give no graphs=")
         self.step_name = step
         #: a decode step's eager function (the chosen step; checks nothing)
         self._decode: Decode = (model.decode if step == "readable" else
@@ -262,9 +262,8 @@ class ModelRunner:
                 self._claim()
             b = self.model.check_step(tokens, positions, slots, check, who="the runner",
                                       host_ok=True)
-            mode, run = self._decode_table[b]
+            mode, rows = self._decode_table[b]  # NONE: the batch's own rows
             self.batch.load(tokens, positions, slots)
-            rows = run if mode != "NONE" else b
             if mode == "FULL" and self.lazy and self.graphs is not None and \
                     rows not in self.graphs.graphs:
                 self._capture_lazily(rows)
@@ -534,7 +533,8 @@ class PaddingDispatcher(ModelRunner):
 
 
 def _check_capture_flag(model: TinyGPT, capture: object, mode: object) -> bool:
-    """``capture`` from ``capture`` or the deprecated ``mode`` (``None``: on CUDA)."""
+    """``capture`` from ``capture`` or the deprecated ``mode`` (``mode='graph'`` is
+    ``capture=True``), checked by :func:`check_capture_flag`."""
     if mode is not None:
         check_choice(mode, "mode", ("graph", "eager"))
         warnings.warn(f"PaddingDispatcher(mode={mode!r}) is the older spelling of "
@@ -543,11 +543,4 @@ def _check_capture_flag(model: TinyGPT, capture: object, mode: object) -> bool:
         if capture is not None:
             raise ValueError("give capture=... or the older mode=..., not both")
         capture = mode == "graph"
-    if capture is None:
-        return model.device.type == "cuda"
-    as_bool(capture, "capture")
-    if capture and model.device.type != "cuda":
-        raise RuntimeError(f"capture=True (mode='graph') needs the model on a CUDA GPU (it is "
-                           f"on {model.device}); use capture=False (mode='eager') to run the "
-                           "same bucketing")
-    return bool(capture)
+    return check_capture_flag(model, capture)
