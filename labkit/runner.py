@@ -38,15 +38,24 @@ from labkit.graphs import (
     GraphSet, Order, PoolMode, capture_full, capture_unchecked, capturing, check_capture,
     new_batch,
 )
-from labkit.kernels.step import make_triton_step
+from labkit.kernels.step import Schedule, make_triton_step
 from labkit.mixed import FlatBatch, TokenDispatcher, check_flat
 from labkit.model import Decode, TinyGPT
 from labkit.piecewise import PiecewiseGraphs, capture_pieces, piecewise_step
 from labkit.rules import BatchDescriptor, GraphMode, RuntimeMode, padded_size, padding_table
 from labkit.step_checks import Check, check_capture_sizes, check_choice, check_id_tensor
 
-StepName = Literal["readable", "fused", "triton"]
-STEP_NAMES: tuple[StepName, ...] = ("readable", "fused", "triton")
+StepName = Literal["readable", "fused", "triton", "triton_pdl", "triton_persistent"]
+#: the decode steps a runner can run: the readable one, PyTorch's fused one, and the Triton
+#: step's three schedules (``triton``: one kernel after another; ``_pdl``: programmatic
+#: dependent launch; ``_persistent``: one launch per layer), all FULL-graph choices
+STEP_NAMES: tuple[StepName, ...] = ("readable", "fused", "triton", "triton_pdl",
+                                    "triton_persistent")
+
+
+def triton_schedule(step: StepName) -> Schedule:
+    """The :data:`labkit.kernels.step.SCHEDULES` entry of a Triton step name."""
+    return "kernels" if step == "triton" else step.removeprefix("triton_")  # type: ignore
 
 
 @dataclass
@@ -188,7 +197,7 @@ class ModelRunner:
         #: a decode step's eager function (the chosen step; checks nothing)
         self._decode: Decode = (model.decode if step == "readable" else
                                 make_fused_step(model).decode if step == "fused" else
-                                make_triton_step(model).decode)
+                                make_triton_step(model, schedule=triton_schedule(step)).decode)
 
         def uniform(t: torch.Tensor, p: torch.Tensor, s: torch.Tensor,
                     out: torch.Tensor | None = None) -> torch.Tensor:

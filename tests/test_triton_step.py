@@ -141,6 +141,56 @@ def test_float32_greedy_tokens_equal_the_readable_step(layout, sizes):
 
 
 @cpu
+@pytest.mark.parametrize("schedule", ["pdl", "persistent"])
+@pytest.mark.parametrize("layout,sizes", [("slot", (1, 4)), ("paged", (3,))])
+def test_every_schedule_gives_the_readable_steps_float32_tokens(schedule, layout, sizes):
+    """PDL's order (weights first) and the persistent layer launch (one program in the
+    interpreter, reaching its barriers alone) compute the same tokens and cache."""
+    m = _model(layout)
+    step = make_triton_step(m, schedule=schedule)
+    for bs in sizes:
+        prompts = PROMPTS[:bs]
+        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
+    t, p, sl = _prefill(m, PROMPTS[:3])
+    _assert_step_matches_readable(m, step, t, p, sl)
+
+
+@cpu
+def test_a_persistent_step_launches_once_per_layer_and_its_counters_only_grow(monkeypatch):
+    """``L + 1`` launches; each layer's barrier counter grows by 4 P per step (never reset)."""
+    from labkit.kernels.step import Launch
+
+    m = _model("slot")
+    step = make_triton_step(m, schedule="persistent")
+    names = []
+    real = Launch.run
+    monkeypatch.setattr(Launch, "run", lambda self: (names.append(self.name), real(self))[1])
+    t, p, sl = _prefill(m, PROMPTS[:2])
+    step(t, p, sl)
+    step(t, p + 1, sl)
+    assert names == (["layer_kernel"] * m.cfg.n_layer + ["ln_linear_kernel"]) * 2
+    assert len(names) == 2 * kernels_per_step(m.cfg.n_layer, "persistent")
+    ready = step._workspaces[2].ready
+    assert ready.tolist() == [2 * 4 * step.programs] * m.cfg.n_layer
+
+
+@needs_triton
+def test_schedule_options_are_checked():
+    m = _model("slot")
+    with pytest.raises(ValueError, match="schedule"):
+        make_triton_step(m, schedule="megakernel")
+    with pytest.raises(ValueError, match="'persistent' only"):
+        make_triton_step(m, programs=8)
+    with pytest.raises(ValueError, match="programs"):
+        make_triton_step(m, schedule="persistent", programs=0)
+    with pytest.raises(TypeError, match="cooperative"):
+        make_triton_step(m, schedule="persistent", cooperative="yes")
+    if INTERPRETED:
+        with pytest.raises(ValueError, match="one after another"):
+            make_triton_step(m, schedule="persistent", programs=4)
+
+
+@cpu
 def test_the_dispatcher_runs_the_triton_step_and_pads_it():
     """``PaddingDispatcher(step="triton")`` (eager bucketing on the CPU): a batch of 3 runs in
     the bucket of 4 and gives the readable step's greedy tokens."""
@@ -486,6 +536,41 @@ def test_gpu_float32_tokens_equal_the_readable_step(layout, bs):
     m = _cuda_model(kv_layout=layout, block_size=8)
     prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
     assert generate(m, prompts, 10, step_fn=make_triton_step(m)) == generate(m, prompts, 10)
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("schedule", ["pdl", "persistent"])
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_gpu_every_schedule_gives_the_readable_steps_float32_tokens(schedule, layout):
+    m = _cuda_model(kv_layout=layout, block_size=8)
+    step = make_triton_step(m, schedule=schedule)
+    for bs in (1, 5, 8):
+        prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
+        assert generate(m, prompts, 10, step_fn=step) == generate(m, prompts, 10), bs
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("schedule", ["kernels", "pdl", "persistent"])
+def test_gpu_graphs_of_every_schedule_replay_what_eager_computes(schedule):
+    """A graph of each schedule (PDL edges, cooperative launches) gives the eager step's
+    logits, replay after replay (the persistent counters keep growing inside the graph)."""
+    from labkit.graphs import capture_decode_graphs
+
+    m = _cuda_model("small", dtype="bfloat16")
+    step = make_triton_step(m, schedule=schedule)
+    gs = capture_decode_graphs(m, [1, 4], step=step, progress=False)
+    try:
+        t = torch.tensor([5, 6, 7, 8], device="cuda")
+        p = torch.tensor([3, 9, 1, 200], device="cuda")
+        s = torch.arange(4, device="cuda")
+        want = step(t, p, s, check=False).clone()
+        for _ in range(3):
+            gs.copy_inputs(t, p, s)
+            assert torch.equal(gs.replay(4)[:4].clone(), want)
+    finally:
+        gs.release()
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ import importlib
 import types
 
 #: the kernel modules :func:`load` imports, in order
-KERNEL_MODULES = ("common", "matvec", "attention")
+KERNEL_MODULES = ("common", "matvec", "attention", "persistent")
 
 
 def unavailable_reason() -> str | None:

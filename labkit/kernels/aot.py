@@ -19,7 +19,7 @@ import torch
 
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
-from labkit.kernels.step import Blocks, gpu_launches
+from labkit.kernels.step import Blocks, Schedule, gpu_launches
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
           torch.int64: "i64", torch.int32: "i32"}
@@ -67,8 +67,10 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
 
 
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
-                 blocks: Blocks | Mapping[str, int] | None = None) -> list[dict]:
-    """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``: per
+                 blocks: Blocks | Mapping[str, int] | None = None,
+                 schedule: Schedule = "kernels") -> list[dict]:
+    """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
+    (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
     ``spill_loads`` and ``shared_bytes``; ``RuntimeError`` under the interpreter."""
     import triton
@@ -79,7 +81,8 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
         raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
                            "compile them in a process without it")
     rows: dict[tuple, dict] = {}
-    for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks):
+    for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
+                               schedule=schedule):
         sig = _signature(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
                launch.num_warps)
@@ -97,13 +100,14 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (3, 4):
-        print("usage: python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT]")
+    if len(argv) not in (3, 4, 5):
+        print("usage: python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT [SCHEDULE]]")
         return 2
     name, dtype, batch = argv[0], argv[1], int(argv[2])
-    layout = argv[3] if len(argv) == 4 else "slot"
+    layout = argv[3] if len(argv) >= 4 else "slot"
+    schedule = argv[4] if len(argv) == 5 else "kernels"
     model = build_model(preset(name, max_batch=batch, dtype=dtype, kv_layout=layout))
-    for row in compile_step(model, batch):
+    for row in compile_step(model, batch, schedule=schedule):  # type: ignore[arg-type]
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return 0
 

@@ -17,17 +17,17 @@ row's last position loads nothing and writes ``m = -inf, l = 0``.
 import triton
 import triton.language as tl
 
-from .common import cache_index
+from .common import cache_index, wait_inputs
 
 
 @triton.jit
 def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, table_ptr,
-                           m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale, H: tl.constexpr,
-                           HD: tl.constexpr, D: tl.constexpr, MAX_SEQ: tl.constexpr,
-                           PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                           MAX_BLOCKS: tl.constexpr, NSPLIT: tl.constexpr,
-                           SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
-                           BLOCK_HD: tl.constexpr):
+                           m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale,
+                           WAIT: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
+                           D: tl.constexpr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr,
+                           BLOCK_SIZE: tl.constexpr, MAX_BLOCKS: tl.constexpr,
+                           NSPLIT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_T: tl.constexpr,
+                           BLOCK_S: tl.constexpr, BLOCK_HD: tl.constexpr):
     """Partial softmax attention of one (row, head, split) over positions
     ``[s * SPLIT, min((s + 1) * SPLIT, pos + 1))`` of the row's slot, read in place; the last
     split of the (row, head) to finish writes the combined output ``y``.
@@ -38,9 +38,22 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
     grow with the context ``c``); writes the partials (``B NSPLIT (D + 2 H)`` float32, read
     back from L2 by the last split) and ``y`` (``B D e``). ``count`` (``(B, H)`` int32, zero)
     counts the splits done and is zero again when the step ends."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.program_id(2)
+    attention_tile(tl.program_id(0), tl.program_id(1), tl.program_id(2), q_ptr, k_cache_ptr,
+                   v_cache_ptr, pos_ptr, slot_ptr, table_ptr, m_ptr, l_ptr, acc_ptr, count_ptr,
+                   y_ptr, scale, q_ptr, 0, WAIT, H, HD, D, MAX_SEQ, PAGED, BLOCK_SIZE,
+                   MAX_BLOCKS, NSPLIT, SPLIT, BLOCK_T, BLOCK_S, BLOCK_HD)
+
+
+@triton.jit
+def attention_tile(b, h, s, q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, table_ptr,
+                   m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale, ready_ptr, target,
+                   WAIT: tl.constexpr, H: tl.constexpr, HD: tl.constexpr, D: tl.constexpr,
+                   MAX_SEQ: tl.constexpr, PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                   MAX_BLOCKS: tl.constexpr, NSPLIT: tl.constexpr, SPLIT: tl.constexpr,
+                   BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_HD: tl.constexpr):
+    """Split ``s`` of row ``b``, head ``h`` of :func:`attention_split_kernel` (no weights to
+    load first: it waits before its first load)."""
+    wait_inputs(ready_ptr, target, WAIT)
     slot = tl.load(slot_ptr + b).to(tl.int64)
     pos = tl.load(pos_ptr + b).to(tl.int64)
     d = tl.arange(0, BLOCK_HD)

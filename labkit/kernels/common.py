@@ -48,9 +48,50 @@ def gelu_tanh(z):
 
 
 @triton.jit
-def tile(B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
-    """This program's tile of a ``(B, N)`` output on the grid ``(N tiles, B tiles)``: its rows
-    and output columns, with their masks."""
-    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
-    ns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+def tile(pid_n, pid_b, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Tile ``(pid_n, pid_b)`` of a ``(B, N)`` output cut into ``(N tiles, B tiles)``: its rows
+    and output columns, with their masks (a kernel's program ids, or a persistent program's
+    work item)."""
+    rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     return rows, rows < B, ns, ns < N
+
+
+#: how a tile waits for what it reads (``WAIT``): nothing to wait for (the stream runs the
+#: kernels one after another), programmatic dependent launch, a ready counter, or PDL's order
+#: without its instructions (Triton's interpreter, which runs kernels one by one and has no
+#: ``griddepcontrol``)
+STREAM, PDL, READY, PDL_ORDER = 0, 1, 2, 3
+
+
+@triton.jit
+def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
+    """Wait until what the tile reads next has been written; everything before this call may
+    read only what no earlier work writes (the weights).
+
+    ``STREAM``: nothing to do. ``PDL``: ``griddepcontrol.wait`` returns once the previous
+    kernel has finished and its stores are visible; then ``griddepcontrol.launch_dependents``
+    lets the next kernel start its own programs, which run up to their own wait (Triton's
+    tutorial ``11-programmatic-dependent-launch.py``). ``READY``: spin on the ready counter
+    until it reaches ``target`` (plain loads from L2), then one acquire, which orders this
+    program's later loads after the stores the counter's releases published; the CTA barrier
+    holds every thread until then. ``PDL_ORDER``: nothing (the interpreter's stand-in)."""
+    if WAIT == 1:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    if WAIT == 2:
+        seen = tl.load(ready_ptr, volatile=True)
+        while seen < target:
+            seen = tl.load(ready_ptr, volatile=True)
+        tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+
+
+@triton.jit
+def arrive(ready_ptr):
+    """Count this program's work as written: the CTA barrier holds until every thread's stores
+    are issued, then one thread adds 1 with release semantics at GPU scope (the pattern of
+    CUTLASS's semaphore, ``include/cutlass/semaphore.h``). The counter only grows: a step
+    never resets it, so nothing inside a graph must."""
+    tl.debug_barrier()
+    tl.atomic_add(ready_ptr, 1, sem="release", scope="gpu")

@@ -19,30 +19,54 @@ attention splits depend on the batch size alone, so the grid does too. Capture-s
 sync; the buffers between kernels are made once per batch size outside capture and kept, so
 the step must outlive its graphs and two calls must not run concurrently. On CPU the kernels
 run in Triton's interpreter (:mod:`labkit.kernels`); float32 tokens equal the readable step's.
+
+Three schedules of the same tiles (``schedule=``, :data:`SCHEDULES`):
+
+- ``"kernels"``: the kernels above, one after another in the stream.
+- ``"pdl"``: the same kernels with programmatic dependent launch: each is launched with
+  ``launch_pdl=True``, loads its first weight chunk, then waits for the previous kernel
+  (``griddepcontrol.wait``) and lets the next one start (``griddepcontrol.launch_dependents``),
+  so a kernel's start and its first weight bytes overlap the previous kernel's tail.
+- ``"persistent"``: one launch per layer of :func:`labkit.kernels.persistent.layer_kernel`,
+  one program per SM running the layer's five stages with a counter barrier between them,
+  and the LM head kernel: ``L + 1`` launches (gpt2: 13); the barrier is the grid-wide
+  dependency the kernel boundaries were.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
 
 import torch
 
 from labkit import kernels
 from labkit.checks import as_int
+from labkit.step_checks import check_choice
 from labkit.model import TinyGPT
 
-__all__ = ["Blocks", "Launch", "TritonStep", "choose_blocks", "gpu_launches",
-           "kernels_per_step", "make_triton_step", "unavailable_reason"]
+__all__ = ["SCHEDULES", "Blocks", "Launch", "Schedule", "TritonStep", "choose_blocks",
+           "gpu_launches", "kernels_per_step", "make_triton_step", "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
 
 
-def kernels_per_step(n_layer: int) -> int:
-    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``)."""
-    return 5 * as_int(n_layer, "n_layer", minimum=1) + 1
+Schedule = Literal["kernels", "pdl", "persistent"]
+#: how a Triton step orders its tiles (the module docstring)
+SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
+#: how each schedule's kernels wait for their inputs (``labkit.kernels.common``: STREAM,
+#: PDL; PDL_ORDER in the interpreter)
+_WAIT = {"kernels": 0, "pdl": 1, "persistent": 0}
+_WAIT_INTERPRETED = {"kernels": 0, "pdl": 3, "persistent": 0}
+
+
+def kernels_per_step(n_layer: int, schedule: Schedule = "kernels") -> int:
+    """Kernels one Triton step launches: five per layer and the LM head (``5 L + 1``), or
+    one per layer and the LM head (``L + 1``) when persistent."""
+    n_layer = as_int(n_layer, "n_layer", minimum=1)
+    return (n_layer if schedule == "persistent" else 5 * n_layer) + 1
 
 
 def _pow2(n: int) -> int:
@@ -168,6 +192,7 @@ class _Workspace:
     acc: torch.Tensor      # (B, splits, D) float32: unnormalised output, heads side by side
     count: torch.Tensor    # (B, H) int32: splits done this step (zero between steps)
     y: torch.Tensor        # (B, D) the attention output, heads side by side
+    ready: torch.Tensor    # (L,) int64: the persistent layers' barrier counters (only grow)
 
 
 @dataclass
@@ -181,22 +206,40 @@ class Launch:
     #: the ``tl.constexpr`` arguments (each distinct set is one compiled kernel)
     constants: dict
     num_warps: int
+    #: launch options: ``launch_pdl``, ``launch_cooperative_grid``
+    options: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.kernel.__name__
 
     def run(self) -> None:
-        self.kernel[self.grid](*self.args, **self.constants, num_warps=self.num_warps)
+        self.kernel[self.grid](*self.args, **self.constants, num_warps=self.num_warps,
+                               **self.options)
 
 
 class TritonStep:
     """The Triton decode step of one model (the module docstring), called like
     ``model.decode_step``. ``blocks``: a :class:`Blocks` for every batch size, or a mapping of
-    the fields to change from :func:`choose_blocks`'s choice (``None``: the heuristic)."""
+    the fields to change from :func:`choose_blocks`'s choice (``None``: the heuristic).
+    ``schedule``: one of :data:`SCHEDULES`. Persistent only: ``programs``, the programs of a
+    layer launch (default one per SM; 1 in the interpreter), and ``cooperative``, whether it
+    is launched cooperatively (a grid the GPU cannot hold at once then fails at launch)."""
 
     def __init__(self, model: TinyGPT, *,
-                 blocks: Blocks | Mapping[str, int] | None = None) -> None:
+                 blocks: Blocks | Mapping[str, int] | None = None,
+                 schedule: Schedule = "kernels", programs: int | None = None,
+                 cooperative: bool = True) -> None:
+        check_choice(schedule, "schedule", SCHEDULES)
+        if programs is not None:
+            programs = as_int(programs, "programs", minimum=1,
+                              fix="give the programs of a persistent layer launch, such as "
+                                  "the GPU's SM count")
+        if (programs is not None or cooperative is not True) and schedule != "persistent":
+            raise ValueError("programs= and cooperative= apply to schedule='persistent' only; "
+                             f"this step's schedule is {schedule!r}")
+        if not isinstance(cooperative, bool):
+            raise TypeError(f"cooperative must be True or False, got {cooperative!r}")
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -216,6 +259,14 @@ class TritonStep:
         self.interpret = kernels.interpreted()
         self.model = model
         self.blocks = blocks
+        self.schedule: Schedule = schedule
+        self.cooperative = cooperative
+        if self.interpret and programs not in (None, 1):
+            raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
+                             "after another, so a program waiting for another never returns; "
+                             "the interpreter runs one (leave programs out)")
+        #: programs of a persistent layer launch
+        self.programs = 1 if self.interpret else (programs or _sm_count(model.device))
         cfg = model.cfg
         self._device, self._dtype = model.device, cfg.torch_dtype
         # float32 operands (a float32 model, or any model in the interpreter) multiply in
@@ -282,7 +333,9 @@ class TritonStep:
         bl = self.blocks_for(batch)
         split, nsplit = self._splits(bl)
         return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
-                "kernels": kernels_per_step(self.model.cfg.n_layer)}
+                "schedule": self.schedule,
+                "programs": self.programs if self.schedule == "persistent" else None,
+                "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
         max_seq = self.model.cfg.max_seq
@@ -308,7 +361,8 @@ class TritonStep:
             l=torch.empty((b, nsplit, h), dtype=f32, device=dev),
             acc=torch.empty((b, nsplit, d), dtype=f32, device=dev),
             count=torch.zeros((b, h), dtype=torch.int32, device=dev),
-            y=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev))
+            y=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
+            ready=torch.zeros(cfg.n_layer, dtype=torch.int64, device=dev))
         if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._workspaces[b] = ws
         return ws
@@ -347,45 +401,79 @@ class TritonStep:
         tiles = {"BLOCK_B": bl.rows, "DOT": bl.dot, "UNROLL": 1 if bl.dot else UNROLL_ALL,
                  "UPCAST": self.interpret, "PRECISION": self._precision}
         out: list[Launch] = []
+        wait = (_WAIT_INTERPRETED if self.interpret else _WAIT)[self.schedule]
+        options = {"launch_pdl": True} if self.schedule == "pdl" else {}
 
         def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **constants: Any) -> None:
-            out.append(Launch(kernel, grid, args, constants, bl.warps))
+            out.append(Launch(kernel, grid, args, constants, bl.warps, dict(options)))
 
         for i, blk in enumerate(m.layers):
             k_cache, v_cache = cache.kv[0, i], cache.kv[1, i]
+            if self.schedule == "persistent":
+                out.append(self._layer_launch(i, blk, ws, tokens, positions, slots,
+                                              table, k_cache, v_cache, where, tiles, rows))
+                continue
             launch(matvec.ln_qkv_kernel, (_cdiv(3 * d, bl.n), rows),
                    ws.x, tokens, positions, slots, m.tok_emb.weight, m.pos_emb.weight,
                    blk.ln1.weight, blk.ln1.bias, blk.qkv.weight, blk.qkv.bias, ws.q, k_cache,
-                   v_cache, table, b, blk.ln1.eps, D=d, EMBED=i == 0, BLOCK_N=bl.n,
-                   BLOCK_K=bl.k, **where, **tiles)
+                   v_cache, table, b, blk.ln1.eps, WAIT=wait, D=d, EMBED=i == 0,
+                   BLOCK_N=bl.n, BLOCK_K=bl.k, **where, **tiles)
             launch(attention.attention_split_kernel, (b, h, ws.nsplit),
                    ws.q, k_cache, v_cache, positions, slots, table, ws.m, ws.l, ws.acc,
-                   ws.count, ws.y, self._scale, H=h, HD=cfg.head_dim, D=d, NSPLIT=ws.nsplit,
-                   SPLIT=ws.split, BLOCK_T=bl.t, BLOCK_S=_pow2(ws.nsplit),
+                   ws.count, ws.y, self._scale, WAIT=wait, H=h, HD=cfg.head_dim, D=d,
+                   NSPLIT=ws.nsplit, SPLIT=ws.split, BLOCK_T=bl.t, BLOCK_S=_pow2(ws.nsplit),
                    BLOCK_HD=self._block_hd, **where)
             launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n_out), rows),
-                   ws.y, blk.proj.weight, blk.proj.bias, ws.x, b, K=d, N=d,
+                   ws.y, blk.proj.weight, blk.proj.bias, ws.x, b, WAIT=wait, K=d, N=d,
                    BLOCK_N=bl.n_out, BLOCK_K=bl.k, **tiles)
             launch(matvec.ln_linear_kernel, (_cdiv(4 * d, bl.n), rows),
                    ws.x, blk.ln2.weight, blk.ln2.bias, blk.fc.weight, blk.fc.bias, ws.hidden,
-                   4 * d, b, blk.ln2.eps, D=d, N=4 * d, HAS_BIAS=True, GELU=True,
+                   4 * d, b, blk.ln2.eps, WAIT=wait, D=d, N=4 * d, HAS_BIAS=True, GELU=True,
                    BLOCK_N=bl.n, BLOCK_K=bl.k, **tiles)
             launch(matvec.linear_residual_kernel, (_cdiv(d, bl.n_out), rows),
-                   ws.hidden, blk.fc_out.weight, blk.fc_out.bias, ws.x, b, K=4 * d, N=d,
-                   BLOCK_N=bl.n_out, BLOCK_K=bl.k, **tiles)
+                   ws.hidden, blk.fc_out.weight, blk.fc_out.bias, ws.x, b, WAIT=wait,
+                   K=4 * d, N=d, BLOCK_N=bl.n_out, BLOCK_K=bl.k, **tiles)
         w_head = m.lm_head.weight
         launch(matvec.ln_linear_kernel, (_cdiv(v, bl.head_n), rows),
                ws.x, m.ln_f.weight, m.ln_f.bias, w_head, w_head, logits, logits.stride(0), b,
-               m.ln_f.eps, D=d, N=v, HAS_BIAS=False, GELU=False, BLOCK_N=bl.head_n,
-               BLOCK_K=bl.k, **tiles)
+               m.ln_f.eps, WAIT=wait, D=d, N=v, HAS_BIAS=False, GELU=False,
+               BLOCK_N=bl.head_n, BLOCK_K=bl.k, **tiles)
         return out
+
+    def _layer_launch(self, i: int, blk: Any, ws: _Workspace, tokens: torch.Tensor,
+                      positions: torch.Tensor, slots: torch.Tensor, table: Any,
+                      k_cache: torch.Tensor, v_cache: torch.Tensor, where: dict, tiles: dict,
+                      rows: int) -> Launch:
+        """Layer ``i``'s persistent launch: its five stages in one kernel of
+        :attr:`programs` programs, barrier counter ``ws.ready[i]``."""
+        m, bl = self.model, ws.blocks
+        cfg = m.cfg
+        d = cfg.d_model
+        options = {"launch_cooperative_grid": True} if self.cooperative else {}
+        return Launch(
+            self._kernels.persistent.layer_kernel, (self.programs,),
+            (ws.x, tokens, positions, slots, m.tok_emb.weight, m.pos_emb.weight,
+             blk.ln1.weight, blk.ln1.bias, blk.qkv.weight, blk.qkv.bias, ws.q, k_cache,
+             v_cache, table, tokens.shape[0], blk.ln1.eps, ws.m, ws.l, ws.acc, ws.count,
+             ws.y, self._scale, blk.proj.weight, blk.proj.bias, blk.ln2.weight,
+             blk.ln2.bias, blk.ln2.eps, blk.fc.weight, blk.fc.bias, ws.hidden,
+             blk.fc_out.weight, blk.fc_out.bias, ws.ready[i:i + 1]),
+            {"P": self.programs, "D": d, "H": cfg.n_head, "HD": cfg.head_dim, **where,
+             "EMBED": i == 0, "ROW_TILES": rows, "QKV_COLS": _cdiv(3 * d, bl.n),
+             "OUT_COLS": _cdiv(d, bl.n_out), "UP_COLS": _cdiv(4 * d, bl.n),
+             "BLOCK_N": bl.n, "BLOCK_N_OUT": bl.n_out, "BLOCK_K": bl.k, **tiles,
+             "NSPLIT": ws.nsplit, "SPLIT": ws.split, "BLOCK_T": bl.t,
+             "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd},
+            bl.warps, options)
 
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
-                 blocks: Blocks | Mapping[str, int] | None = None) -> list[Launch]:
+                 blocks: Blocks | Mapping[str, int] | None = None,
+                 schedule: Schedule = "kernels") -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
-    step = TritonStep(model, blocks=blocks)
-    step.interpret = False  # plan the GPU's launches, whatever mode the kernels were loaded in
+    step = TritonStep(model, blocks=blocks, schedule=schedule)
+    step.interpret = False
+    step.programs = sm_count  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
     if not isinstance(blocks, Blocks):
         step.blocks = replace(choose_blocks(model, batch, sm_count=sm_count), **(blocks or {}))
@@ -397,6 +485,10 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
 
 
 def make_triton_step(model: TinyGPT, *,
-                     blocks: Blocks | Mapping[str, int] | None = None) -> TritonStep:
-    """The Triton decode step of ``model`` (``RuntimeError`` without Triton)."""
-    return TritonStep(model, blocks=blocks)
+                     blocks: Blocks | Mapping[str, int] | None = None,
+                     schedule: Schedule = "kernels", programs: int | None = None,
+                     cooperative: bool = True) -> TritonStep:
+    """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
+    one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
+    return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
+                      cooperative=cooperative)

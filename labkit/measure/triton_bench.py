@@ -78,8 +78,10 @@ def float32_checks(preset_name: str, batch_sizes: Sequence[int], new_tokens: int
 
 def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
                    dtype: str = "bfloat16", context: int = 128, max_seq: int = 256,
-                   repeats: int = 30, inner: int = 10, new_tokens: int = 8) -> dict:
-    """Record ``triton_<preset>`` (see the module docstring)."""
+                   repeats: int = 30, inner: int = 10, new_tokens: int = 8,
+                   kv_layout: str = "slot") -> dict:
+    """Record ``triton_<preset>`` (see the module docstring); ``kv_layout="paged"`` times the
+    three steps over the paged cache (``triton_<preset>_paged``)."""
     sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner, new_tokens)
     max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give the cache's positions per slot")
     context = as_int(context, "context", minimum=1, maximum=max_seq,
@@ -88,7 +90,8 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
     _need_compiled()
     bandwidth = copy_bandwidth()
     checks: dict[str, bool | float] = {**float32_checks(preset_name, sizes, new_tokens, max_seq)}
-    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq)
+    model = make_model(preset_name, max_batch=max(sizes), dtype=dtype, max_seq=max_seq,
+                       kv_layout=kv_layout)
     cfg = model.cfg
     triton_step = make_triton_step(model)
     agree = agreement(model, random_prompts(model, max(sizes)), new_tokens, step=triton_step)
@@ -106,6 +109,9 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
                 for b in sizes)
         checks["graph_tokens_equal_eager"] = all(checks[f"graph_tokens_equal_eager.{s}"]
                                                  for s in STEPS)
+        if kv_layout == "paged":  # blocks for the positions read (else the pad block)
+            for i in range(max(sizes)):
+                model.cache.reserve(i, context)
         for b in sizes:
             inputs = step_inputs(model, b, context=context)
             for gs in graphs.values():
@@ -145,7 +151,7 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
     floors = [floor_us(sb.total, bandwidth["gbps"]) for sb in nbytes]
     data = {
         "preset": preset_name, "dtype": dtype, "config": cfg.to_dict(), "context": context,
-        "batch_sizes": sizes, "steps": list(STEPS), "interleaved": True,
+        "kv_layout": kv_layout, "batch_sizes": sizes, "steps": list(STEPS), "interleaved": True,
         "repeats": repeats, "inner": inner, "times": times, "bandwidth": bandwidth,
         "step_bytes": [sb.to_dict() for sb in nbytes], "floor_us": floors,
         **derived(times, floors),

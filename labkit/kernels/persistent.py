@@ -1,0 +1,115 @@
+"""The persistent layer kernel of the Triton decode step (:mod:`labkit.kernels.step`,
+``launch="persistent"``): one launch runs a whole transformer layer.
+
+The five kernels of a layer become five *stages* of one kernel. The grid is one program per
+SM (``P`` programs); in each stage a program takes the stage's tiles ``pid, pid + P, ...``
+(the same tile functions the five kernels run, so the same arithmetic) and, between stages,
+meets the others at a barrier made of one counter per layer that only grows::
+
+    stage 1  LN1 + QKV + cache write   (tiles of ln_qkv_kernel)
+    ---- barrier: every q, k, v of this step is written ----
+    stage 2  split attention          (tiles of attention_split_kernel)
+    ---- barrier: every attention output y is written ----
+    stage 3  out-projection + residual (tiles of linear_residual_kernel)
+    ---- barrier: the residual x is updated ----
+    stage 4  LN2 + up-projection + GELU (tiles of ln_linear_kernel)
+    ---- barrier: the GELU rows are written ----
+    stage 5  down-projection + residual
+
+At a barrier a program *arrives* (CTA barrier, then one release add of 1), then its first tile
+of the next stage loads its weights -- written by no stage -- and only then *waits* for the
+counter to reach the barrier's target (plain loads, then one acquire): the weight bytes
+stream in while the slowest program finishes. A program with no tile in a stage still waits,
+so no program arrives twice before every program arrived once.
+
+The counter is never reset (nothing inside a graph must reset it): each launch adds ``4 P``.
+A program reads it before it first arrives, when it holds ``n * 4 P`` plus fewer than ``P``
+arrivals of this launch, so ``base = c - c % 4P`` is this launch's start and the barriers'
+targets are ``base + P, base + 2P, ...`` (an int64 counter: it cannot wrap). Every program
+must be resident at once, or a waiting program holds the SM a missing one needs: launched
+cooperatively (``launch_cooperative_grid``), a grid the GPU cannot hold at once fails instead
+of hanging. In Triton's interpreter programs run one after another, so the step runs one
+program there (``P = 1``), whose barriers it reaches alone: the same code and tile order, the
+waiting untested (see notebook 17 for what a missing acquire does).
+"""
+
+import triton
+import triton.language as tl
+
+from .attention import attention_tile
+from .common import arrive, wait_inputs
+from .matvec import linear_residual_tile, ln_linear_tile, ln_qkv_tile
+
+#: the barriers between the five stages of a layer launch
+BARRIERS = tl.constexpr(4)
+
+
+@triton.jit
+def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
+                 ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+                 table_ptr, B, eps1, m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale,
+                 proj_w_ptr, proj_b_ptr, ln2_w_ptr, ln2_b_ptr, eps2, fc_w_ptr, fc_b_ptr,
+                 hidden_ptr, out_w_ptr, out_b_ptr, ready_ptr,
+                 P: tl.constexpr, D: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
+                 MAX_SEQ: tl.constexpr, PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr, ROW_TILES: tl.constexpr,
+                 QKV_COLS: tl.constexpr, OUT_COLS: tl.constexpr, UP_COLS: tl.constexpr,
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N_OUT: tl.constexpr,
+                 BLOCK_K: tl.constexpr, DOT: tl.constexpr, UNROLL: tl.constexpr,
+                 UPCAST: tl.constexpr, PRECISION: tl.constexpr, NSPLIT: tl.constexpr,
+                 SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
+                 BLOCK_HD: tl.constexpr):
+    """One layer of a decode step in one launch of ``P`` programs (the module docstring);
+    ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections,
+    ``ROW_TILES`` the row tiles.
+    Reads and writes what the layer's five kernels do, plus ``4`` atomic adds and a few
+    counter loads per program."""
+    pid = tl.program_id(0)
+    # before this program's first arrival: this launch's start, a multiple of 4 P
+    seen = tl.load(ready_ptr, volatile=True)
+    base = seen - seen % (BARRIERS * P)
+    # stage 1: LN1 + QKV + bias + k, v into the cache (layer 0: + the embeddings). It reads
+    # what the previous launch wrote: the stream ordered that, nothing to wait for here
+    for t in tl.range(pid, QKV_COLS * ROW_TILES, P):
+        ln_qkv_tile(t % QKV_COLS, t // QKV_COLS, x_ptr, tok_ptr, pos_ptr, slot_ptr,
+                    tok_emb_ptr, pos_emb_ptr, ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr,
+                    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, B, eps1, ready_ptr, 0, 0, D,
+                    MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, EMBED, BLOCK_B, BLOCK_N, BLOCK_K,
+                    DOT, UNROLL, UPCAST, PRECISION)
+    arrive(ready_ptr)
+    # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
+    target = base + P
+    wait_inputs(ready_ptr, target, 2)
+    for t in tl.range(pid, B * H * NSPLIT, P):
+        attention_tile(t // (H * NSPLIT), (t // NSPLIT) % H, t % NSPLIT, q_ptr, k_cache_ptr,
+                       v_cache_ptr, pos_ptr, slot_ptr, table_ptr, m_ptr, l_ptr, acc_ptr,
+                       count_ptr, y_ptr, scale, ready_ptr, target, 0, H, HD, D, MAX_SEQ,
+                       PAGED, BLOCK_SIZE, MAX_BLOCKS, NSPLIT, SPLIT, BLOCK_T, BLOCK_S,
+                       BLOCK_HD)
+    arrive(ready_ptr)
+    # stage 3: out-projection + residual; loads W_proj, then waits for every y
+    target = base + 2 * P
+    for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
+        linear_residual_tile(t % OUT_COLS, t // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr, x_ptr,
+                             B, ready_ptr, target, 2, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
+                             DOT, UNROLL, UPCAST, PRECISION)
+    if pid >= OUT_COLS * ROW_TILES:
+        wait_inputs(ready_ptr, target, 2)
+    arrive(ready_ptr)
+    # stage 4: LN2 + up-projection + GELU; loads W_fc, then waits for the whole residual
+    target = base + 3 * P
+    for t in tl.range(pid, UP_COLS * ROW_TILES, P):
+        ln_linear_tile(t % UP_COLS, t // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
+                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, 2, D, 4 * D,
+                       True, True, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
+    if pid >= UP_COLS * ROW_TILES:
+        wait_inputs(ready_ptr, target, 2)
+    arrive(ready_ptr)
+    # stage 5: down-projection + residual; loads W_out, then waits for every GELU row
+    target = base + 4 * P
+    for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
+        linear_residual_tile(t % OUT_COLS, t // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
+                             x_ptr, B, ready_ptr, target, 2, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
+                             BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
+    # no arrival, and nothing for a program without a tile here to wait for: the launch's
+    # end orders this layer before the next launch
