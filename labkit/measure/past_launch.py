@@ -106,6 +106,13 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
     assert model is not None
     cfg = model.cfg
     sm = torch.cuda.get_device_properties(model.device).multi_processor_count
+    cooperative_error = None
+    if cooperative:  # can a graph hold a cooperative launch here? else launch plainly
+        try:
+            probe = _steps(model, ["triton_persistent"])["triton_persistent"]
+            capture_decode_graphs(model, sizes[:1], step=probe, progress=False).release()
+        except RuntimeError as exc:
+            cooperative, cooperative_error = False, f"{type(exc).__name__}: {exc}"[:400]
     fidelity = step_fidelity(model, _steps(model, FIDELITY_STEPS, cooperative=cooperative),
                              random_prompts(model, max(sizes)), fidelity_tokens,
                              float32_equal=f32)
@@ -164,7 +171,7 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
         "repeats": repeats, "inner": inner, "times": times, "bandwidth": bandwidth,
         "step_bytes": [sb.to_dict() for sb in nbytes], "floor_us": floors,
         "sm_count": sm, "programs_per_sm": per_sm, "cooperative": cooperative,
-        "refused": refused,
+        "cooperative_error": cooperative_error, "refused": refused,
         "kernels": kernels, "kernel_us": kernel_us, "launch": launch,
         "fidelity": fidelity, "fidelity_tokens": fidelity_tokens, "checks": checks,
         "device": torch.cuda.get_device_name(), "versions": _versions(),
