@@ -513,6 +513,47 @@ def test_measure_triton_assembles_its_record_on_cpu(monkeypatch):
     json.dumps(data)  # a plain, JSON-able dict
 
 
+@cpu
+def test_measure_past_launch_assembles_its_record_on_cpu(monkeypatch):
+    """The past_launch record's assembly on CPU (GPU parts replaced by stand-ins, the token
+    and fidelity checks run for real in the interpreter): every schedule passes the gate and is
+    timed, the persistent step launches L + 1 kernels."""
+    import types
+
+    from labkit.measure import past_launch as pl
+    from labkit.model import build_model as build
+    from labkit.timing import Stats
+
+    monkeypatch.setattr(pl, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(pl, "_need_compiled", lambda: None)
+    monkeypatch.setattr(pl, "_free", lambda: None)
+    monkeypatch.setattr(pl, "copy_bandwidth", lambda: {"gbps": 4000.0})
+    monkeypatch.setattr(pl, "make_model", lambda name, max_batch, dtype, **kw: _randomise(
+        build(preset(name, max_batch=max_batch, dtype=dtype, **kw), seed=1)))
+    monkeypatch.setattr(pl, "capture_decode_graphs",
+                        lambda model, sizes, step, progress: _EagerGraphs(model, sizes, step))
+    monkeypatch.setattr(pl, "time_cuda_interleaved", lambda fns, **kw: {
+        name: (fn(), Stats.from_samples([100.0 + i, 110.0 + i]))[1]
+        for i, (name, fn) in enumerate(fns.items())})
+    counts = {"triton": 11, "triton_pdl": 11, "triton_persistent": 3}
+    calls = iter(n for s in counts for n in [counts[s]] * 2)
+    monkeypatch.setattr(pl, "gpu_op_profile",
+                        lambda fn: (fn(), {"k": {"count": next(calls), "us": 2.0}})[1])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "cpu (stand-ins)")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda dev: types.SimpleNamespace(multi_processor_count=1))
+    data = pl.measure_past_launch("test", batch_sizes=[2, 1], dtype="bfloat16", context=8,
+                                  max_seq=32, repeats=2, inner=1, new_tokens=2,
+                                  fidelity_tokens=3, programs_per_sm=[1])
+    assert data["timed"] == list(pl.STEPS) and data["cooperative"] is True
+    assert all(v is True for v in data["checks"].values()), data["checks"]
+    assert set(data["fidelity"]) == set(pl.FIDELITY_STEPS)
+    assert all(r["passes"] and r["float32_tokens_equal"] for r in data["fidelity"].values())
+    assert data["kernels"]["triton_persistent"] == [3, 3]
+    assert set(data["times"]) == {*pl.STEPS, "triton_persistent@1"}
+    json.dumps(data)
+
+
 def test_triton_bench_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
