@@ -23,7 +23,6 @@ names the notebooks use.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -481,10 +480,10 @@ def build_padding_table(sizes: Sequence[int], max_bs: int) -> list[int]:
 class PaddingDispatcher(ModelRunner):
     """Route each decode step to the smallest captured graph that fits, padding the rest.
 
-    ``capture`` (``None``: on CUDA; ``mode='graph'``/``'eager'`` is its deprecated spelling)
-    captures the graphs; ``False`` runs the same padded batches eagerly. Every batch is checked
-    (``check`` as in :mod:`labkit.step_checks`, ``True`` by default) before anything is copied.
-    ``step``: the readable, fused or Triton step in FULL graphs. ``lazy=True`` (FULL graphs):
+    ``capture`` (``None``: on CUDA) captures the graphs; ``False`` runs the same padded
+    batches eagerly. Every batch is checked (``check`` as in :mod:`labkit.step_checks`,
+    ``True`` by default) before anything is copied. ``step``: one of :data:`STEP_NAMES` in
+    FULL graphs. ``lazy=True`` (FULL graphs):
     capture each size the first time a batch needs it (:attr:`lazy_capture_s`). The rest as
     :class:`labkit.runner.ModelRunner`, with ``decode_only``: only the graphs a decode step
     reaches are captured.
@@ -495,12 +494,11 @@ class PaddingDispatcher(ModelRunner):
                  order: Order = "largest_first", copy_outputs: bool = True, warmup: int = 3,
                  progress: bool | None = None, graphs: GraphSet | None = None,
                  cudagraph_mode: CudagraphMode = "FULL", full_max_size: int | None = None,
-                 step: StepName = "readable", mode: Literal["graph", "eager"] | None = None,
-                 lazy: bool = False) -> None:
+                 step: StepName = "readable", lazy: bool = False) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
-        capture = _check_capture_flag(model, capture, mode)
+        capture = check_capture_flag(model, capture)
         check_choice(cudagraph_mode, "cudagraph_mode", CUDAGRAPH_MODES)
         if cudagraph_mode == "FULL_AND_PIECEWISE":
             if full_max_size is None:
@@ -539,17 +537,3 @@ class PaddingDispatcher(ModelRunner):
 
     step = ModelRunner.decode
     __call__ = ModelRunner.decode
-
-
-def _check_capture_flag(model: TinyGPT, capture: object, mode: object) -> bool:
-    """``capture`` from ``capture`` or the deprecated ``mode`` (``mode='graph'`` is
-    ``capture=True``), checked by :func:`check_capture_flag`."""
-    if mode is not None:
-        check_choice(mode, "mode", ("graph", "eager"))
-        warnings.warn(f"PaddingDispatcher(mode={mode!r}) is the older spelling of "
-                      f"capture={mode == 'graph'}; pass capture=... instead",
-                      DeprecationWarning, stacklevel=3)
-        if capture is not None:
-            raise ValueError("give capture=... or the older mode=..., not both")
-        capture = mode == "graph"
-    return check_capture_flag(model, capture)

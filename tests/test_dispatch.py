@@ -89,7 +89,7 @@ def test_bad_input_errors_name_the_fix(model):
         d.step(*(torch.zeros(0, dtype=torch.long),) * 3)
     with pytest.raises(ValueError, match="max_batch"):
         PaddingDispatcher(model, [1, 32])
-    with pytest.raises(RuntimeError, match="eager"), pytest.warns(DeprecationWarning):
+    with pytest.raises(TypeError, match="mode"):  # the older spelling of capture= is gone
         PaddingDispatcher(model, SIZES, mode="graph")
     assert d.counters.steps == 0  # rejected steps are not counted
 
@@ -261,16 +261,9 @@ def test_the_decision_is_a_pure_tuple_and_the_dispatcher_holds_no_tensors(model)
     assert d.runner("NONE").static is False
 
 
-@pytest.mark.parametrize("capture, mode", [(False, None), (None, "eager")])
-def test_capture_flag_and_its_deprecated_mode_spelling(model, capture, mode):
-    if mode is None:
-        d = PaddingDispatcher(model, SIZES, capture=capture)
-    else:  # the older spelling still works (notebooks use it), with a warning naming the new
-        with pytest.warns(DeprecationWarning, match="capture=False"):
-            d = PaddingDispatcher(model, SIZES, capture=capture, mode=mode)
+def test_the_capture_flag_is_checked(model):
+    d = PaddingDispatcher(model, SIZES, capture=False)
     assert d.capture is False and d.graphs is None
-    with pytest.raises(ValueError, match="not both"), pytest.warns(DeprecationWarning):
-        PaddingDispatcher(model, SIZES, capture=False, mode="eager")
     with pytest.raises(RuntimeError, match="capture=False"):
         PaddingDispatcher(model, SIZES, capture=True)
 
@@ -361,7 +354,6 @@ def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max
     metadata, and a graph step's output is the static logits only with copy_outputs=False."""
     import contextlib
 
-    import labkit.runner as D
     import labkit.graphs as G
     import labkit.piecewise as P
 
@@ -372,7 +364,6 @@ def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
     import labkit.runner as R
 
-    monkeypatch.setattr(D, "_check_capture_flag", lambda model, capture, mode: True)
     monkeypatch.setattr(R, "check_capture_flag", lambda model, capture: True)
     m = build_model(preset("test", max_batch=8), seed=0)
     prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11], [3, 3], [9]]
@@ -429,7 +420,6 @@ def test_one_decode_step_is_read_end_to_end_in_at_most_six_files(monkeypatch, ca
         monkeypatch.setattr(G, "gc_frozen", contextlib.nullcontext)
         monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
         monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
-        monkeypatch.setattr(R, "_check_capture_flag", lambda model, capture, mode: True)
         monkeypatch.setattr(R, "check_capture_flag", lambda model, capture: True)
     m = build_model(preset("test", max_batch=8), seed=0)
     d = PaddingDispatcher(m, [1, 2, 4, 8])
