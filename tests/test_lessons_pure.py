@@ -11,7 +11,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "labkit"
 TOPICS = ("lessons", "launch", "decode", "memory", "sizing", "pitfalls", "compile", "modes",
-          "paged", "roofline", "serving", "tp", "mixed", "deploying")
+          "paged", "roofline", "serving", "tp", "mixed", "deploying", "past_launch")
 LESSONS = [PKG / "teach" / f"{name}.py" for name in TOPICS]
 MEASURE = sorted((PKG / "measure").glob("*.py"))
 

@@ -394,13 +394,13 @@ def test_dispatcher_refuses_bad_capture_sizes(bad):
 
 
 @SETTINGS
-@given(st.sampled_from(["mode", "pool", "order", "copy_outputs", "warmup", "progress",
-                        "graphs", "model", "too_big"]), bad_int(0), NOT_BOOL)
+@given(st.sampled_from(["cudagraph_mode", "step", "pool", "order", "copy_outputs", "warmup",
+                        "progress", "graphs", "model", "too_big"]), bad_int(0), NOT_BOOL)
 def test_dispatcher_refuses_bad_options(option, bad_count, not_bool):
     m = model()
     kw: dict = {}
     args = [m, [1, 2]]
-    if option in ("mode", "pool", "order"):
+    if option in ("cudagraph_mode", "step", "pool", "order"):
         kw[option] = "fast"
     elif option in ("copy_outputs", "progress"):
         kw[option] = not_bool

@@ -99,6 +99,7 @@ _CHARTS = (
     ("14_tp_allreduce", "tp_allreduce", "tp:allreduce_chart", True, 2),
     ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp:tp_step_chart", True, 2),
     ("14_tp_comm_gpt2", "tp_decode_gpt2", "tp:comm_split_chart", True, 2),
+    ("17_past_launch_{p}", "past_launch_{p}", "past_launch:ways_chart", False, 1),
 )
 
 

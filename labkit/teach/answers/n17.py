@@ -1,0 +1,88 @@
+"""Exercise checks of notebook 17 (registered by number; see :mod:`labkit.teach.answers`)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from labkit.teach import past_launch as pl
+from labkit.teach.answers.registry import exercise
+from labkit.teach.exercises import Exercise
+
+#: exercise 17.1's bands for the plain Triton step's median over the PDL step's at batch 1
+GAIN_BANDS = (("a", 0.98), ("b", 1.02), ("c", 1.10), ("d", float("inf")))
+#: the counter values, program counts and barriers 17.2's function is tried on (hidden)
+TARGET_CASES = ((0, 4, 4), (3, 4, 4), (16, 4, 4), (19, 4, 4), (32, 4, 4), (35, 4, 4),
+                (1, 132, 4), (132 * 4 * 1000 + 131, 132, 4), (7, 3, 2), (12, 3, 2))
+#: the scheduler orders 17.3's wait is run under
+SEEDS = tuple(range(8))
+
+
+def gain_band(gain: float) -> str:
+    """The letter of :data:`GAIN_BANDS` a gain falls in."""
+    return next(letter for letter, top in GAIN_BANDS if gain < top)
+
+
+@exercise("17.1", "what PDL buys at batch 1", "predict")
+def _pdl_gain(ex: Exercise, pdl_band: Any, *, rec: Any) -> None:
+    gain = None if rec is None else pl.pdl_gain(rec, 1)
+    if gain is None:
+        print("note: no past_launch_gpt2 record here yet, so any band is accepted; the record "
+              "will grade this once it is filed")
+        ex.check_one_of("a band", pdl_band, [letter for letter, _ in GAIN_BANDS],
+                        hint='one of "a", "b", "c" or "d"')
+        return
+    # a gain within 1% of a band's edge: either side is defensible
+    ex.check_one_of("plain step over PDL step at batch 1", pdl_band,
+                    sorted({gain_band(gain * f) for f in (0.99, 1.0, 1.01)}),
+                    hint="what can overlap with the previous kernel: a launch, the first "
+                         "weight bytes, and what else? 61 boundaries of how long each?")
+
+
+@exercise("17.2", "the barrier's targets", "write")
+def _targets(ex: Exercise, targets: Any) -> None:
+    if not callable(targets):
+        ex.check("a function of (seen, programs, barriers)", targets, "a function")
+        return
+    for seen, P, n in TARGET_CASES:
+        try:
+            got = targets(seen, P, n)
+            got = (int(got[0]), [int(t) for t in got[1]])
+        except Exception as exc:  # an unwritten body returns None
+            got = f"{type(exc).__name__}"
+        ex.check(f"counter {seen}, {P} programs, {n} barriers", got,
+                 pl.barrier_targets(seen, P, n),
+                 hint="whole launches add barriers * programs each; this launch has added "
+                      "fewer than programs so far")
+    try:
+        run = pl.simulate(4, 3, targets=lambda seen, P: targets(seen, P, pl.BARRIERS))
+        ok, msg = run.ok, run.message
+    except Exception as exc:  # an unwritten body returns None
+        ok, msg = False, f"it raised {type(exc).__name__}: {exc}"
+    ex.check_true("three launches in the simulator end right", ok,
+                  hint=msg or "the residual must equal the reference")
+
+
+@exercise("17.3", "a barrier that reads old data", "debug")
+def _wait(ex: Exercise, wait: Any, why: Any) -> None:
+    if not inspect.isgeneratorfunction(wait):
+        ex.check("wait is a generator function (it yields operations)", wait, "a generator")
+        return
+    try:
+        runs = [pl.simulate(4, 2, wait=wait, seed=s) for s in SEEDS]
+    except Exception as exc:
+        ex.check_true("wait runs in the simulator", False,
+                      hint=f"it raised {type(exc).__name__}: {exc}; yield p.load_volatile(...), "
+                           "p.acquire() and the like, and keep what a load sends back")
+        return
+    hung = [r for r in runs if r.status == "deadlock"]
+    wrong = [r for r in runs if r.status == "wrong"]
+    ex.check_true(f"no deadlock in {len(SEEDS)} scheduler orders", not hung,
+                  hint="a plain load may return this program's own L1 copy of the counter, "
+                       "forever" if hung else "")
+    ex.check_true(f"the right residual in {len(SEEDS)} scheduler orders", not hung and not wrong,
+                  hint=(wrong[0].message if wrong else "fix the deadlock first")
+                  + " | what drops the L1 copies a program made before the barrier?")
+    ex.check_true("a reason in a few words", ... if why is ... else
+                  isinstance(why, str) and bool(why.strip()),
+                  hint="which value did a program read, and from where?")

@@ -1,0 +1,509 @@
+"""Notebook 17: past the launch -- PDL and a persistent decode step: the record's rows and
+chart, and a small simulator of programs meeting at a counter barrier.
+
+One module per notebook topic: its lessons (pure: records and numbers to rows), its chart,
+and :func:`simulate`, a deterministic model of ``P`` programs running the five stages of
+``labkit.kernels.persistent.layer_kernel`` (plain Python, nothing runs on a GPU). The model
+keeps what the barrier is about and nothing else: a shared memory (the GPU's L2), one cache
+per program (its SM's L1, not coherent: a plain load may return a copy made earlier), loads
+that bypass it (``volatile``), an acquire that drops it, a ready counter that only grows,
+and a limit on how many programs are resident at once.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.kernels.step import kernels_per_step
+from labkit.measure.fidelity import KL_FACTOR, KL_FLOOR
+from labkit.teach.lessons import record_data, stat
+from labkit.teach.plots import finish, plotly_go, stats_bar
+from labkit.teach.verdicts import Difference, compare_stats
+
+# ---------------------------------------------------------------------- the record
+# Rows and verdicts of a ``past_launch_<preset>`` record (labkit.measure.past_launch).
+
+#: the three schedules of the Triton step, as the record names them, and their labels
+WAYS = {"triton": "kernels (5L + 1)", "triton_pdl": "PDL (5L + 1)",
+        "triton_persistent": "persistent (L + 1)"}
+#: colours of the chart's series
+COLORS = {"triton": "#1f77b4", "triton_pdl": "#ff7f0e", "triton_persistent": "#2ca02c"}
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def n_layer(record: Any) -> int:
+    """The record's model depth."""
+    return int(record_data(record)["config"]["n_layer"])
+
+
+def step_stats(record: Any, step: str, batch: int) -> Mapping | None:
+    """The timing Stats dict of ``step`` at ``batch`` rows (``None``: not timed)."""
+    d = record_data(record)
+    series = d.get("times", {}).get(step)
+    if series is None or batch not in d["batch_sizes"]:
+        return None
+    value = series[d["batch_sizes"].index(batch)]
+    return value if isinstance(value, Mapping) else None
+
+
+def batch_sizes(record: Any) -> list[int]:
+    """The record's batch sizes."""
+    return [int(b) for b in record_data(record)["batch_sizes"]]
+
+
+def median_us(record: Any, step: str, batch: int) -> float | None:
+    """The replay median of ``step`` at ``batch`` rows (``None``: not timed)."""
+    return stat(step_stats(record, step, batch))
+
+
+def floor_at(record: Any, batch: int) -> float:
+    """The floor at ``batch`` rows: the step's bytes at the measured copy bandwidth (µs)."""
+    d = record_data(record)
+    return float(d["floor_us"][d["batch_sizes"].index(batch)])
+
+
+def launches_at(record: Any, step: str, batch: int) -> int | None:
+    """GPU kernels the profiler counted in one ``step`` at ``batch`` rows."""
+    d = record_data(record)
+    counts = d.get("kernels", {}).get(step)
+    return None if not counts else int(counts[d["batch_sizes"].index(batch)])
+
+
+def cooperative_notes(record: Any) -> list[str]:
+    """Whether the record's persistent step was launched cooperatively (and why not), and
+    each variant whose cooperative launch the GPU refused, with its error."""
+    d = record_data(record)
+    notes = [f"cooperative launch {'on' if d.get('cooperative') else 'off'}"
+             + (f" ({d['cooperative_error']})" if d.get("cooperative_error") else "")]
+    return notes + [f"{name}: refused on the GPU: {why}"
+                    for name, why in (d.get("refused") or {}).items()]
+
+
+def compare(record: Any, step: str, batch: int, against: str = "triton") -> Difference | None:
+    """``step`` against ``against`` at ``batch`` rows (interleaved samples, p10–p90)."""
+    a, b = step_stats(record, step, batch), step_stats(record, against, batch)
+    if a is None or b is None:
+        return None
+    return compare_stats(a, b, interleaved=bool(record_data(record).get("interleaved", True)))
+
+
+def verdict_word(d: Difference | None) -> str:
+    """``faster``, ``slower``, ``no faster or slower`` or the untested reason."""
+    if d is None:
+        return "not timed"
+    return {"a lower": "faster", "a higher": "slower",
+            "no difference measured": "no faster or slower"}.get(d.word, d.word)
+
+
+def spread_agrees(d: Difference) -> bool:
+    """The raw condition behind :func:`verdict_word`: faster only if the step's p90 lies below
+    the other's p10, slower only if its p10 lies above the other's p90, else they overlap."""
+    if d.runs < 2 or not d.interleaved:
+        return False
+    word = verdict_word(d)
+    if word == "faster":
+        return d.a_range[1] < d.b_range[0]
+    if word == "slower":
+        return d.a_range[0] > d.b_range[1]
+    return not (d.a_range[1] < d.b_range[0] or d.a_range[0] > d.b_range[1])
+
+
+def gate_rows(record: Any) -> list[dict[str, Any]]:
+    """The fidelity gate per step: agreement, KL mean and max against the float32 twin, the
+    gate's limit, float32 tokens equal, and whether it passes."""
+    fid = record_data(record)["fidelity"]
+    limit = KL_FACTOR * fid["readable"]["kl"]["mean"] + KL_FLOOR
+    return [{"step": name, "agreement": _r(row["agreement"], 3),
+             "KL mean": float(f"{row['kl']['mean']:.3g}"),
+             "KL max": float(f"{row['kl']['max']:.3g}"),
+             "KL limit": float(f"{limit:.3g}"),
+             "float32 tokens equal": row.get("float32_tokens_equal"),
+             "passes": bool(row["passes"])} for name, row in fid.items()]
+
+
+def gate_passes(record: Any) -> bool:
+    """Every step of the record passes the gate, and every timed step was gated."""
+    d = record_data(record)
+    return all(row["passes"] for row in d["fidelity"].values()) and \
+        set(d.get("timed", ())) <= {s for s, r in d["fidelity"].items() if r["passes"]}
+
+
+def ways_rows(record: Any) -> list[dict[str, Any]]:
+    """Per batch size: each schedule's replay median (µs), the floor, the verdicts of PDL and
+    the persistent step against the plain kernels, and each one's kernels per step."""
+    d = record_data(record)
+    rows = []
+    for i, b in enumerate(d["batch_sizes"]):
+        row: dict[str, Any] = {"model": d["preset"], "batch": b}
+        for s, label in WAYS.items():
+            row[f"{label} µs"] = _r(stat(step_stats(record, s, b)))
+        row["floor µs"] = _r(d["floor_us"][i])
+        for s in ("triton_pdl", "triton_persistent"):
+            row[f"{WAYS[s].split(' ')[0]} vs kernels"] = verdict_word(compare(record, s, b))
+        for s in WAYS:
+            counts = d.get("kernels", {}).get(s)
+            row[f"launches ({s.replace('triton_', '') if s != 'triton' else 'kernels'})"] = \
+                None if not counts else counts[i]
+        rows.append(row)
+    return rows
+
+
+def pdl_gain(record: Any, batch: int = 1) -> float | None:
+    """The plain step's median over the PDL step's at ``batch`` (above 1: PDL is faster)."""
+    a, b = step_stats(record, "triton_pdl", batch), step_stats(record, "triton", batch)
+    return None if a is None or b is None else float(b["median"]) / float(a["median"])
+
+
+def launches_match(record: Any, step: str = "triton_persistent") -> bool:
+    """The GPU kernels counted per step of ``step`` equal its plan at every batch size."""
+    d = record_data(record)
+    counts = d.get("kernels", {}).get(step)
+    schedule = {"triton": "kernels", "triton_pdl": "pdl", "triton_persistent": "persistent"}
+    want = kernels_per_step(n_layer(record), schedule[step])  # type: ignore[arg-type]
+    return bool(counts) and all(n == want for n in counts)
+
+
+def variant_rows(record: Any) -> list[dict[str, Any]]:
+    """The persistent step at each number of programs per SM: its median per batch size, or
+    the error its cooperative launch was refused with."""
+    d = record_data(record)
+    rows = []
+    for k in d.get("programs_per_sm", []):
+        name = f"triton_persistent@{k}"
+        row: dict[str, Any] = {"programs per SM": k, "programs": k * d["sm_count"]}
+        for b in d["batch_sizes"]:
+            row[f"batch {b} µs"] = _r(stat(step_stats(record, name, b)))
+        row["refused"] = d.get("refused", {}).get(name, "")
+        rows.append(row)
+    return rows
+
+
+def ways_chart(record: Any, *, subtitle: str | None = None):
+    """µs per step at each batch size for the three schedules (p10–p90 whiskers), and the
+    floor."""
+    go = plotly_go()
+    d = record_data(record)
+    sizes = d["batch_sizes"]
+    fig = go.Figure([stats_bar(sizes, [step_stats(record, s, b) for b in sizes], label,
+                               COLORS[s]) for s, label in WAYS.items() if s in d["times"]])
+    fig.add_trace(go.Scatter(x=[str(b) for b in sizes], y=d["floor_us"], mode="lines+markers",
+                             name="floor (bytes / copy bandwidth)",
+                             line=dict(color="#444444", dash="dash")))
+    fig.update_layout(barmode="group")
+    return finish(fig, f"The Triton step three ways ({d['preset']}, {n_layer(record)} layers)",
+                  "batch size", "µs per step (median)", subtitle=subtitle, record=record)
+
+
+def triton_split(record: Any) -> dict[str, float]:
+    """Where a ``triton_<preset>`` record's step goes at its first batch size: the replay,
+    the floor (its bytes at the copy bandwidth), the kernels' own GPU time beyond the floor,
+    the time between kernels, the kernels per step, and per kernel what lies beyond the
+    floor."""
+    d = record_data(record)
+    replay = float(d["times"]["triton"][0]["median"])
+    kernels = float(d["kernel_us"]["triton"][0])
+    floor = float(d["floor_us"][0])
+    n = int(d["graph_ops"]["triton"][0])
+    return {"batch": d["batch_sizes"][0], "replay_us": replay, "floor_us": floor,
+            "kernels_beyond_floor_us": kernels - floor, "gaps_us": replay - kernels,
+            "kernels": n, "per_kernel_us": (replay - floor) / n,
+            "n_layer": int(d["config"]["n_layer"])}
+
+
+# ---------------------------------------------------------------------- the simulator
+# P programs, five stages, four counter barriers per launch: labkit.kernels.persistent.
+
+READY = "ready"
+#: barriers per launch (between the five stages)
+BARRIERS = 4
+
+
+class LaunchRefused(RuntimeError):
+    """A cooperative launch of more programs than can be resident at once (CUDA refuses it
+    with ``cudaErrorCooperativeLaunchTooLarge``)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One memory operation a program hands to the scheduler (``value = yield p.load(x)``)."""
+
+    kind: str   # "load", "load_volatile", "store", "release_add", "acquire"
+    name: str = ""
+    value: int = 0
+
+
+@dataclass
+class Program:
+    """What a program's code calls to make its operations: ``pid``, ``P`` and the ops."""
+
+    pid: int
+    P: int
+
+    def load(self, name: str) -> Op:
+        """A plain load: from this program's L1 copy if it has one, else from L2 (kept)."""
+        return Op("load", name)
+
+    def load_volatile(self, name: str) -> Op:
+        """A load that bypasses L1 and reads L2 (``tl.load(..., volatile=True)``)."""
+        return Op("load_volatile", name)
+
+    def store(self, name: str, value: int) -> Op:
+        """A store, written through to L2 (and to this program's own L1 copy)."""
+        return Op("store", name, int(value))
+
+    def release_add(self, name: str, n: int = 1) -> Op:
+        """An atomic add at L2, ordered after this program's earlier stores (release)."""
+        return Op("release_add", name, int(n))
+
+    def acquire(self) -> Op:
+        """An acquire: this program's L1 copies are dropped, so later loads read L2."""
+        return Op("acquire")
+
+
+ProgramCode = Generator[Op, int, None]
+WaitFn = Callable[[Program, int], Generator[Op, int, None]]
+TargetsFn = Callable[[int, int], tuple[int, list[int]]]
+
+
+def barrier_targets(seen: int, programs: int, barriers: int = BARRIERS) -> tuple[int, list[int]]:
+    """This launch's start ``base`` and its barriers' targets from ``seen``, the counter read
+    before this program's first arrival: the counter holds whole launches (``barriers *
+    programs`` each) plus fewer than ``programs`` arrivals of this one."""
+    per_launch = barriers * programs
+    base = seen - seen % per_launch
+    return base, [base + k * programs for k in range(1, barriers + 1)]
+
+
+def targets_without_base(seen: int, programs: int,
+                         barriers: int = BARRIERS) -> tuple[int, list[int]]:
+    """The bug of a counter reused without a base: targets as if it started at zero."""
+    return 0, [k * programs for k in range(1, barriers + 1)]
+
+
+def wait_acquire(p: Program, target: int) -> Generator[Op, int, None]:
+    """labkit's wait (``labkit.kernels.common.wait_inputs``): spin on volatile loads, then
+    one acquire."""
+    seen = yield p.load_volatile(READY)
+    while seen < target:
+        seen = yield p.load_volatile(READY)
+    yield p.acquire()
+
+
+def wait_no_acquire(p: Program, target: int) -> Generator[Op, int, None]:
+    """The wait without its acquire: the counter is seen, the data may be an old copy."""
+    seen = yield p.load_volatile(READY)
+    while seen < target:
+        seen = yield p.load_volatile(READY)
+
+
+def wait_plain_load(p: Program, target: int) -> Generator[Op, int, None]:
+    """The wait that spins on a plain load: it may read its own L1 copy of the counter
+    forever, and it has no acquire."""
+    seen = yield p.load(READY)
+    while seen < target:
+        seen = yield p.load(READY)
+
+
+def _read_row(p: Program, name: str) -> Generator[Op, int, int]:
+    """Sum of every program's tile of buffer ``name`` (a LayerNorm or a matrix product reads
+    the whole row)."""
+    total = 0
+    for j in range(p.P):
+        total += yield p.load(f"{name}{j}")
+    return total
+
+
+def layer_program(p: Program, wait: WaitFn, targets: TargetsFn) -> ProgramCode:
+    """One program of a layer launch: the five stages of ``layer_kernel`` as integer
+    arithmetic on one tile per program (``x`` the residual, updated in place in stages 3 and
+    5, read whole in stages 1 and 4, as LN1 and LN2 read it)."""
+    t = p.pid
+    seen = yield p.load_volatile(READY)             # before this program's first arrival
+    _, target = targets(seen, p.P)
+    x_row = yield from _read_row(p, "x")            # stage 1: LN1 + QKV
+    yield p.store(f"a{t}", x_row + t)
+    yield p.release_add(READY)
+    yield from wait(p, target[0])                   # stage 2: attention over every a
+    a_row = yield from _read_row(p, "a")
+    yield p.store(f"b{t}", a_row * (t + 1))
+    yield p.release_add(READY)
+    yield from wait(p, target[1])                   # stage 3: out-projection + residual
+    b_row = yield from _read_row(p, "b")
+    x_t = yield p.load(f"x{t}")
+    yield p.store(f"x{t}", x_t + b_row % 97)
+    yield p.release_add(READY)
+    yield from wait(p, target[2])                   # stage 4: LN2 + up-projection
+    x_row = yield from _read_row(p, "x")
+    yield p.store(f"c{t}", x_row - t)
+    yield p.release_add(READY)
+    yield from wait(p, target[3])                   # stage 5: down-projection + residual
+    c_row = yield from _read_row(p, "c")
+    x_t = yield p.load(f"x{t}")
+    yield p.store(f"x{t}", x_t + c_row % 89)
+
+
+def reference_layers(x: Sequence[int], launches: int) -> list[int]:
+    """The residual after ``launches`` layer launches, computed one stage after another."""
+    xs, P = list(x), len(x)
+    for _ in range(launches):
+        a = [sum(xs) + t for t in range(P)]
+        b = [sum(a) * (t + 1) for t in range(P)]
+        xs = [xs[t] + sum(b) % 97 for t in range(P)]
+        c = [sum(xs) - t for t in range(P)]
+        xs = [xs[t] + sum(c) % 89 for t in range(P)]
+    return xs
+
+
+@dataclass
+class SimResult:
+    """What a simulated run did: ``status`` is ``ok`` (the residual equals the reference),
+    ``wrong`` (it does not), ``deadlock`` (no program could go on) or ``refused``."""
+
+    status: str
+    x: list[int]
+    expected: list[int]
+    ops: int
+    counter: int
+    #: plain loads that returned an L1 copy older than L2: (launch, pid, name, got, in L2)
+    stale_reads: list[tuple[int, int, str, int, int]] = field(default_factory=list)
+    #: loads of a buffer this launch had not yet written (the previous launch's value):
+    #: (launch, pid, name, got)
+    early_reads: list[tuple[int, int, str, int]] = field(default_factory=list)
+    #: for a deadlock: the launch, the programs spinning, those never made resident
+    stuck: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def row(self) -> dict[str, Any]:
+        """One table row: status, residual against the reference, stale and early reads, the
+        counter and the operations run (:attr:`message` says what went wrong)."""
+        return {"status": self.status, "x": str(self.x), "expected": str(self.expected),
+                "stale reads": len(self.stale_reads), "early reads": len(self.early_reads),
+                "counter": self.counter, "scheduler ops": self.ops}
+
+
+def simulate(programs: int = 4, launches: int = 2, *, resident: int | None = None,
+             cooperative: bool = False, wait: WaitFn = wait_acquire,
+             targets: TargetsFn = barrier_targets, seed: int = 0,
+             max_ops: int = 200_000) -> SimResult:
+    """Run ``launches`` layer launches of ``programs`` programs each, one launch after another
+    (stream order: each launch starts with empty L1 copies), the programs' operations
+    interleaved by a seeded random scheduler. At most ``resident`` programs run at once (the
+    others start as resident ones finish, as a GPU's block scheduler does); ``cooperative``
+    refuses a launch that cannot be resident at once (:class:`LaunchRefused`). A run in which
+    no program can go on ends as ``deadlock``; none runs past ``max_ops`` operations."""
+    if isinstance(programs, bool) or not isinstance(programs, int) or programs < 1:
+        raise ValueError(f"programs must be an int >= 1, got {programs!r}")
+    if isinstance(launches, bool) or not isinstance(launches, int) or launches < 1:
+        raise ValueError(f"launches must be an int >= 1, got {launches!r}")
+    resident = programs if resident is None else resident
+    if isinstance(resident, bool) or not isinstance(resident, int) or resident < 1:
+        raise ValueError(f"resident must be an int >= 1, got {resident!r}")
+    if cooperative and programs > resident:
+        raise LaunchRefused(
+            f"cooperative launch of {programs} programs refused: at most {resident} can be "
+            "resident at once (CUDA: cudaErrorCooperativeLaunchTooLarge, 'too many blocks in "
+            "cooperative launch'); launch at most that many programs")
+    rng = random.Random(seed)
+    x0 = [t + 1 for t in range(programs)]
+    l2: dict[str, int] = {READY: 0, **{f"x{t}": v for t, v in enumerate(x0)}}
+    expected = reference_layers(x0, launches)
+    stale: list[tuple[int, int, str, int, int]] = []
+    early: list[tuple[int, int, str, int]] = []
+    ops = 0
+    # a deadlock: no store, add or finished program for this many operations in a row
+    quiet_limit = 64 * resident * (2 * programs + 8)
+    for launch in range(launches):
+        codes = {pid: layer_program(Program(pid, programs), wait, targets)
+                 for pid in range(programs)}
+        l1: dict[int, dict[str, int]] = {pid: {} for pid in range(programs)}
+        sent: dict[int, int | None] = dict.fromkeys(codes)
+        last: dict[int, Op] = {}
+        pending = list(range(programs))
+        running: list[int] = []
+        written: set[str] = set()
+        quiet = 0
+        while pending or running:
+            while pending and len(running) < resident:
+                running.append(pending.pop(0))
+            pid = rng.choice(running)
+            try:
+                op = codes[pid].send(sent[pid])  # type: ignore[arg-type]
+            except StopIteration:
+                running.remove(pid)
+                quiet = 0
+                continue
+            ops += 1
+            last[pid] = op
+            sent[pid] = None
+            if op.kind in ("load", "load_volatile") and op.name[0] in "abc" \
+                    and op.name not in written:
+                early.append((launch, pid, op.name, l2.get(op.name, 0)))
+            if op.kind == "load":
+                if op.name in l1[pid]:
+                    got = l1[pid][op.name]
+                    if got != l2.get(op.name, 0):
+                        stale.append((launch, pid, op.name, got, l2.get(op.name, 0)))
+                else:
+                    got = l1[pid][op.name] = l2.get(op.name, 0)
+                sent[pid] = got
+                quiet += 1
+            elif op.kind == "load_volatile":
+                sent[pid] = l2.get(op.name, 0)
+                quiet += 1
+            elif op.kind == "acquire":
+                l1[pid].clear()
+                quiet += 1
+            elif op.kind == "store":
+                l2[op.name] = l1[pid][op.name] = op.value
+                written.add(op.name)
+                quiet = 0
+            elif op.kind == "release_add":
+                l2[op.name] = l2.get(op.name, 0) + op.value
+                l1[pid].pop(op.name, None)
+                quiet = 0
+            else:
+                raise ValueError(f"program {pid} yielded {op!r}: use the operations of Program")
+            if quiet > quiet_limit or ops > max_ops:
+                spinning = sorted(p for p in running if last.get(p) is not None
+                                  and last[p].name == READY)
+                return SimResult(
+                    "deadlock", [l2[f"x{t}"] for t in range(programs)], expected, ops,
+                    l2[READY], stale, early,
+                    {"launch": launch, "spinning": spinning, "never_resident": pending},
+                    f"launch {launch}: programs {spinning} spin on the ready counter "
+                    f"({l2[READY]}) and nothing can raise it"
+                    + (f"; programs {pending} never became resident" if pending else ""))
+    x = [l2[f"x{t}"] for t in range(programs)]
+    status = "ok" if x == expected else "wrong"
+    msg = "" if status == "ok" else (
+        f"residual {x}, expected {expected}"
+        + (f"; first stale read: launch {stale[0][0]}, program {stale[0][1]} read "
+           f"{stale[0][2]} = {stale[0][3]} from its L1 while L2 held {stale[0][4]}"
+           if stale else "")
+        + (f"; first early read: launch {early[0][0]}, program {early[0][1]} read "
+           f"{early[0][2]} = {early[0][3]} before this launch wrote it (the previous launch's "
+           "value)" if early else ""))
+    return SimResult(status, x, expected, ops, l2[READY], stale, early, {}, msg)
+
+
+def seeds_status(seeds: Sequence[int], **kw: Any) -> dict[str, int]:
+    """How many of ``seeds`` (scheduler orders) end in each status for :func:`simulate`
+    (``kw``); a refused launch counts as ``refused``."""
+    out: dict[str, int] = {}
+    for s in seeds:
+        try:
+            status = simulate(seed=s, **kw).status
+        except LaunchRefused:
+            status = "refused"
+        out[status] = out.get(status, 0) + 1
+    return out

@@ -1,0 +1,254 @@
+"""Notebook 17's topic code (labkit.teach.past_launch) and exercise checks: the barrier
+simulator shows each bug it models and none with labkit's barrier, the rows and verdicts of a
+past_launch record, the graders; and the notebook run on a stand-in record."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit.teach import past_launch as lp
+from labkit.teach.answers import n17
+from labkit.teach.answers.registry import run
+from labkit.teach.exercises import STRICT_ENV, StrictExerciseError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------- the simulator
+
+
+def test_labkit_barrier_is_right_in_every_order_and_over_launches():
+    for seed in range(10):
+        r = lp.simulate(4, launches=3, seed=seed)
+        assert r.status == "ok" and r.x == r.expected == lp.reference_layers([1, 2, 3, 4], 3)
+        assert not r.stale_reads and not r.early_reads
+        assert r.counter == 3 * lp.BARRIERS * 4  # every launch adds 4 P, nothing resets it
+
+
+def test_a_single_program_needs_no_other_to_arrive():
+    r = lp.simulate(1, launches=2)
+    assert r.ok and r.counter == 2 * lp.BARRIERS
+
+
+def test_a_missing_acquire_reads_the_residual_from_stage_1s_l1_copies():
+    bug = lp.simulate(4, launches=1, wait=lp.wait_no_acquire, seed=0)
+    assert bug.status == "wrong" and bug.x != bug.expected
+    # every stale read is of the residual x, of another program's tile, older than L2
+    assert bug.stale_reads and all(name.startswith("x") and int(name[1:]) != pid and got != l2
+                                   for _, pid, name, got, l2 in bug.stale_reads)
+    assert lp.seeds_status(range(10), programs=4, launches=1, wait=lp.wait_no_acquire) == \
+        {"wrong": 10}
+
+
+def test_a_counter_reused_without_a_base_passes_later_barriers_early():
+    once = lp.simulate(4, launches=1, targets=lp.targets_without_base, seed=0)
+    assert once.ok  # right the first time: the counter starts at 0
+    again = lp.simulate(4, launches=3, targets=lp.targets_without_base, seed=0)
+    assert again.status == "wrong" and again.early_reads and not again.stale_reads
+    assert all(launch >= 1 for launch, *_ in again.early_reads)
+    assert lp.seeds_status(range(10), programs=4, launches=2,
+                           targets=lp.targets_without_base) == {"wrong": 10}
+
+
+def test_a_plain_load_spin_hangs_and_is_reported_not_hung():
+    r = lp.simulate(4, launches=2, wait=lp.wait_plain_load, seed=0, max_ops=50_000)
+    assert r.status == "deadlock" and r.stuck["spinning"] and r.ops <= 50_001
+
+
+def test_an_oversubscribed_grid_deadlocks_and_a_cooperative_launch_is_refused():
+    r = lp.simulate(6, launches=1, resident=4, seed=3)
+    assert r.status == "deadlock"
+    assert r.stuck == {"launch": 0, "spinning": [0, 1, 2, 3], "never_resident": [4, 5]}
+    assert r.counter == 4  # the four resident programs arrived at the first barrier
+    with pytest.raises(lp.LaunchRefused, match=r"6 programs.*at most 4"):
+        lp.simulate(6, launches=1, resident=4, cooperative=True)
+    assert lp.simulate(4, launches=2, resident=4, cooperative=True).ok
+    # fewer resident slots but no barrier to wait at would be fine; with barriers it is not
+    assert lp.seeds_status(range(5), programs=6, launches=1, resident=4, cooperative=True) == \
+        {"refused": 5}
+
+
+def test_barrier_targets_start_at_this_launchs_base():
+    assert lp.barrier_targets(0, 4) == (0, [4, 8, 12, 16])
+    assert lp.barrier_targets(19, 4) == (16, [20, 24, 28, 32])
+    assert lp.barrier_targets(7, 3, 2) == (6, [9, 12])
+    assert lp.targets_without_base(19, 4) == (0, [4, 8, 12, 16])
+
+
+def test_simulate_checks_its_arguments_and_refuses_a_foreign_op():
+    with pytest.raises(ValueError, match="programs"):
+        lp.simulate(0)
+    with pytest.raises(ValueError, match="resident"):
+        lp.simulate(2, resident=0)
+
+    def odd(p, target):
+        yield lp.Op("teleport")
+
+    with pytest.raises(ValueError, match="teleport"):
+        lp.simulate(2, launches=1, wait=odd)
+
+
+# ---------------------------------------------------------------------------- a stand-in record
+
+
+def _stats(median: float, spread: float = 1.0, n: int = 30) -> dict:
+    return {"median": median, "p10": median - spread, "p90": median + spread,
+            "mean": median, "n": n, "unit": "us"}
+
+
+def fake_data(preset: str = "gpt2", n_layer: int = 12, *, pdl: float = 270.0,
+              passes: bool = True) -> dict:
+    """A past_launch record's data as measure_past_launch returns it (made-up numbers)."""
+    sizes = [1, 8, 64]
+    times = {"triton": [_stats(288.0), _stats(450.0), _stats(865.0)],
+             "triton_pdl": [_stats(pdl), _stats(440.0), _stats(864.5)],
+             "triton_persistent": [_stats(250.0), _stats(430.0), _stats(900.0)],
+             "triton_persistent@1": [_stats(250.0), _stats(430.0), _stats(900.0)]}
+    fid = {name: {"agreement": 1.0, "kl": {"mean": 1e-4, "max": 1e-3},
+                  "float32_tokens_equal": True, "passes": True}
+           for name in ("readable", "fused", "triton", "triton_pdl", "triton_persistent")}
+    fid["triton_pdl"]["passes"] = passes
+    return {"preset": preset, "dtype": "bfloat16", "config": {"n_layer": n_layer},
+            "context": 128, "batch_sizes": sizes, "steps": list(lp.WAYS),
+            "timed": list(lp.WAYS), "interleaved": True, "times": times,
+            "floor_us": [60.0, 68.0, 132.0], "sm_count": 132, "programs_per_sm": [1, 2],
+            "cooperative": True, "cooperative_error": None,
+            "refused": {"triton_persistent@2": "RuntimeError: too many blocks"},
+            "kernels": {"triton": [5 * n_layer + 1] * 3, "triton_pdl": [5 * n_layer + 1] * 3,
+                        "triton_persistent": [n_layer + 1] * 3},
+            "fidelity": fid}
+
+
+def test_rows_and_verdicts_of_a_record():
+    d = fake_data()
+    rows = lp.ways_rows(d)
+    assert [r["batch"] for r in rows] == [1, 8, 64]
+    assert rows[0]["PDL vs kernels"] == "faster" and rows[1]["PDL vs kernels"] == "faster"
+    assert rows[2]["PDL vs kernels"] == "no faster or slower"
+    assert rows[2]["persistent vs kernels"] == "slower"
+    assert rows[0]["launches (persistent)"] == 13 and rows[0]["launches (kernels)"] == 61
+    assert lp.pdl_gain(d) == pytest.approx(288 / 270)
+    assert lp.launches_match(d) and lp.gate_passes(d)
+    assert lp.median_us(d, "triton_pdl", 8) == 440.0 and lp.floor_at(d, 64) == 132.0
+    v = lp.variant_rows(d)
+    assert v[0]["programs"] == 132 and v[1]["refused"].startswith("RuntimeError")
+    assert v[1]["batch 1 µs"] is None
+    gate = lp.gate_rows(d)
+    assert gate[0]["KL limit"] == pytest.approx(2e-4 + 1e-6, rel=1e-2)
+    assert lp.cooperative_notes(d)[0] == "cooperative launch on" and len(lp.cooperative_notes(d)) == 2
+    fig = lp.ways_chart(d, subtitle="")
+    assert len(fig.data) == 4 and fig.data[-1].y == (60.0, 68.0, 132.0)
+
+
+def test_a_verdict_agrees_with_the_spreads_only():
+    d = fake_data()
+    assert lp.spread_agrees(lp.compare(d, "triton_pdl", 1))          # 269-271 vs 287-289
+    assert lp.spread_agrees(lp.compare(d, "triton_pdl", 64))         # overlap: no verdict
+    one = fake_data()
+    one["times"]["triton_pdl"][0]["n"] = 1
+    assert lp.verdict_word(lp.compare(one, "triton_pdl", 1)) == "untested (1 run)"
+    assert not lp.spread_agrees(lp.compare(one, "triton_pdl", 1))
+    assert lp.compare(d, "absent", 1) is None and lp.verdict_word(None) == "not timed"
+
+
+def test_a_failed_gate_and_a_wrong_launch_count_are_seen():
+    assert not lp.gate_passes(fake_data(passes=False))
+    d = fake_data()
+    d["kernels"]["triton_persistent"][1] = 61
+    assert not lp.launches_match(d)
+
+
+def test_the_split_of_a_triton_record():
+    from labkit.measure.results import load_reference
+
+    s = lp.triton_split(load_reference("triton_gpt2"))
+    assert s["kernels"] == 61 and s["n_layer"] == 12
+    assert s["replay_us"] == pytest.approx(s["floor_us"] + s["kernels_beyond_floor_us"]
+                                           + s["gaps_us"])
+
+
+# ---------------------------------------------------------------------------- the graders
+
+
+@pytest.fixture
+def strict(monkeypatch):
+    monkeypatch.setenv(STRICT_ENV, "1")
+
+
+def test_17_1_is_graded_by_the_record_and_open_without_one(strict, capsys):
+    assert run("17.1", 17, pdl_band="d", rec=None).passed
+    assert "no past_launch_gpt2 record" in capsys.readouterr().out
+    with pytest.raises(StrictExerciseError):
+        run("17.1", 17, pdl_band="e", rec=None)
+    d = fake_data(pdl=270.0)  # 288 / 270 = 1.067
+    assert n17.gain_band(lp.pdl_gain(d)) == "c"
+    assert run("17.1", 17, pdl_band="c", rec=d).passed
+    with pytest.raises(StrictExerciseError):
+        run("17.1", 17, pdl_band="b", rec=d)
+    edge = fake_data(pdl=288.0 / 1.019)  # within 1% of the edge at 1.02: both sides accepted
+    assert run("17.1", 17, pdl_band="b", rec=edge).passed
+    assert run("17.1", 17, pdl_band="c", rec=edge).passed
+
+
+def test_17_2_accepts_the_targets_and_refuses_a_fixed_target(strict):
+    assert run("17.2", 17, targets=lambda s, p, n: lp.barrier_targets(s, p, n)).passed
+    with pytest.raises(StrictExerciseError):
+        run("17.2", 17, targets=lambda s, p, n: lp.targets_without_base(s, p, n))
+    with pytest.raises(StrictExerciseError):   # off by one launch
+        run("17.2", 17, targets=lambda s, p, n: (s - s % (n * p) + n * p,
+                                                 [s - s % (n * p) + k * p
+                                                  for k in range(1, n + 1)]))
+
+
+def test_17_3_accepts_labkits_wait_and_refuses_each_bug(monkeypatch):
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+    assert run("17.3", 17, wait=lp.wait_acquire, why="L1 copies").passed
+    for bug in (lp.wait_plain_load, lp.wait_no_acquire):
+        assert not run("17.3", 17, wait=bug, why="x").passed
+    assert not run("17.3", 17, wait=lambda p, t: None, why="x").passed
+
+    def raises(p, target):
+        yield p.load_volatile(lp.READY)
+        raise RuntimeError("boom")
+
+    assert not run("17.3", 17, wait=raises, why="x").passed  # reported, not raised
+
+
+# ---------------------------------------------------------------------------- the notebook
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
+    """Notebook 17's solution, on a data folder that holds stand-in past_launch records
+    (reference files): every record cell and statement runs; a PDL verdict the record
+    contradicts would fail it."""
+    from nbclient import NotebookClient
+
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "data" / "reference", data / "reference")
+    for preset, layers in (("small", 4), ("gpt2", 12)):
+        rec = {"schema": json.loads((ROOT / "data" / "reference" / "h200" /
+                                     "triton_gpt2.json").read_text())["schema"],
+               "name": f"past_launch_{preset}", "created": "2026-01-01T00:00:00+00:00",
+               "params": {}, "env": {"gpu_name": "stand-in", "tier": "gpu"},
+               "data": fake_data(preset, layers)}
+        (data / "reference" / "h200" / f"past_launch_{preset}.json").write_text(json.dumps(rec))
+    monkeypatch.setenv("LABKIT_DATA", str(data))
+    monkeypatch.setenv(STRICT_ENV, "1")
+    monkeypatch.setenv("LABKIT_FORCE_TIER", "cpu")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    nb = nbformat.read(ROOT / "notebooks" / "solutions" / "17_past_launch.ipynb", as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=600,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.outputs if o.get("output_type") == "stream")
+    assert "no H200 reference recorded yet for past_launch" not in text
+    assert "checked: gpt2: at batch 1 the PDL step is faster than the plain Triton step" in text
+    assert "[TODO]" not in text and "[PASS] 17.1" in text
