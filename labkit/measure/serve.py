@@ -19,7 +19,8 @@ from labkit.measure.serving_metrics import gpu_busy, run_metrics, step_windows
 from labkit.model import GPTConfig, TinyGPT, build_model, preset
 from labkit.serving.loop import (
     STEP_MODES, CircuitBreaker, Clock, RealClock, ServingEngine, SimClock, StepMode,
-    breaker_settings, check_budget, decide_of, eager_step, make_mixed_runner, make_step_fn,
+    breaker_settings, check_budget, check_step_mode, decide_of, eager_step, make_mixed_runner,
+    make_step_fn,
 )
 from labkit.serving.traces import TraceRequest, load_request_trace
 
@@ -30,8 +31,7 @@ def check_serving(preset_name: str, mode: str, *, clock: str = "real", dtype: st
                   max_batch: int = 16, kv_layout: str = "slot", num_blocks: int | None = None,
                   breaker: dict | None = None) -> GPTConfig:
     """Check the settings of :func:`measure_serving` before anything runs; the model's config."""
-    if mode not in STEP_MODES:
-        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    check_step_mode(mode)
     if clock not in CLOCKS:
         raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
     if breaker is not None:
@@ -306,9 +306,11 @@ def measure_chunked(model: TinyGPT, trace: str | os.PathLike[str] | Sequence[
     step's tokens (``latency``), every run's metrics and their ``spread``."""
     if not isinstance(model, TinyGPT):
         raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
-    if isinstance(modes, str) or not modes or any(m not in STEP_MODES for m in modes):
+    if isinstance(modes, str) or not modes:
         raise ValueError(f"modes must be a list of step modes of {list(STEP_MODES)}, such as "
                          f"['eager', 'full'], got {modes!r}")
+    for m in modes:
+        check_step_mode(m)
     if clock not in CLOCKS:
         raise ValueError(f"clock {clock!r} is not known; use one of {list(CLOCKS)}")
     if isinstance(budgets, (str, int)) or not budgets:

@@ -107,13 +107,19 @@ _CUDAGRAPH_MODE: dict[str, CudagraphMode] = {"full": "FULL", "piecewise": "PIECE
                                              "none": "NONE", "exact": "FULL"}
 
 
+def check_step_mode(mode: object) -> StepMode:
+    """``mode`` if it is one of :data:`STEP_MODES`; else ``ValueError`` naming them."""
+    if not isinstance(mode, str) or mode not in STEP_MODES:
+        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    return mode  # type: ignore[return-value]
+
+
 def make_step_fn(model: TinyGPT, mode: StepMode, sizes: Sequence[int] | None = None,
                  **dispatcher_kwargs) -> StepFn:
     """The step function of ``mode``: ``eager`` (``model.decode_step``), ``full`` /
     ``piecewise`` / ``none`` (a :class:`PaddingDispatcher` over ``sizes``, default powers of
     two, in that ``cudagraph_mode``) or ``exact`` (FULL graphs of every size: no padding)."""
-    if mode not in STEP_MODES:
-        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    check_step_mode(mode)
     cap = model.cfg.max_batch
     if mode == "eager":
         return eager_step(model)
@@ -155,8 +161,7 @@ def make_mixed_runner(model: TinyGPT, mode: StepMode, max_num_batched_tokens: in
     every size up to the budget), graph mode :data:`MIXED_MODES`."""
     if not isinstance(model, TinyGPT):
         raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}")
-    if mode not in STEP_MODES:
-        raise ValueError(f"mode {mode!r} is not a step mode; use one of {list(STEP_MODES)}")
+    check_step_mode(mode)
     top = check_budget(max_num_batched_tokens, model)
     if mode == "exact":
         sizes = range(1, top + 1)
