@@ -479,25 +479,33 @@ class _EagerGraphs:
         pass
 
 
+def _stand_ins(monkeypatch, module):
+    """A record module's GPU parts replaced by CPU stand-ins: no CUDA or compile check, a
+    4000 GB/s copy, models built on CPU, graphs that run the step eagerly, and timings of
+    [100 + i, 110 + i] us for the i-th function of a round (the timing loop is
+    ``triton_bench.time_replays``'s)."""
+    from labkit.model import build_model as build
+    from labkit.timing import Stats
+
+    monkeypatch.setattr(module, "_need_cuda", lambda what: None)
+    monkeypatch.setattr(module, "_need_compiled", lambda: None)
+    monkeypatch.setattr(module, "_free", lambda: None)
+    monkeypatch.setattr(module, "copy_bandwidth", lambda: {"gbps": 4000.0})
+    monkeypatch.setattr(module, "make_model", lambda name, max_batch, dtype, **kw: _randomise(
+        build(preset(name, max_batch=max_batch, dtype=dtype, **kw), seed=1)))
+    monkeypatch.setattr(module, "capture_decode_graphs",
+                        lambda model, sizes, step, progress: _EagerGraphs(model, sizes, step))
+    monkeypatch.setattr(triton_bench, "time_cuda_interleaved", lambda fns, **kw: {
+        name: (fn(), Stats.from_samples([100.0 + i, 110.0 + i]))[1]
+        for i, (name, fn) in enumerate(fns.items())})
+
+
 @cpu
 def test_measure_triton_assembles_its_record_on_cpu(monkeypatch):
     """The record's assembly, on CPU: the GPU parts (bandwidth, capture, CUDA-event timing,
     profiler) replaced by stand-ins, the token checks run for real (interpreter)."""
-    from labkit.model import build_model as build
-    from labkit.timing import Stats
-
     tb = triton_bench
-    monkeypatch.setattr(tb, "_need_cuda", lambda what: None)
-    monkeypatch.setattr(tb, "_need_compiled", lambda: None)
-    monkeypatch.setattr(tb, "_free", lambda: None)
-    monkeypatch.setattr(tb, "copy_bandwidth", lambda: {"gbps": 4000.0})
-    monkeypatch.setattr(tb, "make_model", lambda name, max_batch, dtype, **kw: _randomise(
-        build(preset(name, max_batch=max_batch, dtype=dtype, **kw), seed=1)))
-    monkeypatch.setattr(tb, "capture_decode_graphs",
-                        lambda model, sizes, step, progress: _EagerGraphs(model, sizes, step))
-    monkeypatch.setattr(tb, "time_cuda_interleaved", lambda fns, **kw: {
-        name: (fn(), Stats.from_samples([100.0 + i, 110.0 + i]))[1]
-        for i, (name, fn) in enumerate(fns.items())})
+    _stand_ins(monkeypatch, tb)
     monkeypatch.setattr(tb, "gpu_op_profile", lambda fn: (fn(), {"k": {"count": 11, "us": 2.0}})[1])
     monkeypatch.setattr(tb, "profile_call", lambda fn: (fn(), {"gpu_ops": 11})[1])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "cpu (stand-ins)")
@@ -521,20 +529,8 @@ def test_measure_past_launch_assembles_its_record_on_cpu(monkeypatch):
     import types
 
     from labkit.measure import past_launch as pl
-    from labkit.model import build_model as build
-    from labkit.timing import Stats
 
-    monkeypatch.setattr(pl, "_need_cuda", lambda what: None)
-    monkeypatch.setattr(pl, "_need_compiled", lambda: None)
-    monkeypatch.setattr(pl, "_free", lambda: None)
-    monkeypatch.setattr(pl, "copy_bandwidth", lambda: {"gbps": 4000.0})
-    monkeypatch.setattr(pl, "make_model", lambda name, max_batch, dtype, **kw: _randomise(
-        build(preset(name, max_batch=max_batch, dtype=dtype, **kw), seed=1)))
-    monkeypatch.setattr(pl, "capture_decode_graphs",
-                        lambda model, sizes, step, progress: _EagerGraphs(model, sizes, step))
-    monkeypatch.setattr(pl, "time_cuda_interleaved", lambda fns, **kw: {
-        name: (fn(), Stats.from_samples([100.0 + i, 110.0 + i]))[1]
-        for i, (name, fn) in enumerate(fns.items())})
+    _stand_ins(monkeypatch, pl)
     counts = {"triton": 11, "triton_pdl": 11, "triton_persistent": 3}
     calls = iter(n for s in counts for n in [counts[s]] * 2)
     monkeypatch.setattr(pl, "gpu_op_profile",

@@ -12,7 +12,7 @@ the rounding of the weights):
 A step **passes** when its mean KL is at most :data:`KL_FACTOR` times the readable step's in
 the same dtype (the rounding the model already has) plus :data:`KL_FLOOR`, and, where a
 float32 check was made, its float32 tokens equal the readable step's. A step that fails shows
-no speed (:func:`gate`).
+no speed (:mod:`labkit.measure.past_launch` times only the steps that pass).
 """
 
 from __future__ import annotations
@@ -83,34 +83,28 @@ def step_fidelity(model: TinyGPT, steps: Mapping[str, StepFn],
     (:func:`passes`); ``steps`` must hold ``"readable"`` (the yardstick)."""
     if "readable" not in steps:
         raise ValueError("steps must include 'readable', the yardstick of the KL gate")
-    reference: TinyGPT | None = float32_twin(model)
-    assert reference is not None
-    try:
-        ref_tokens = generate(reference, prompts, new_tokens)
-        out: dict[str, dict] = {}
-        for name, step in steps.items():
-            got = generate(model, prompts, new_tokens, step_fn=step)
-            pairs = [(a, b) for r, g in zip(ref_tokens, got) for a, b in zip(r, g)]
-            out[name] = {"agreement": sum(a == b for a, b in pairs) / len(pairs),
-                         "kl": teacher_forced_kl(model, step, reference, prompts,
-                                                 new_tokens)}
-            if float32_equal is not None and name in float32_equal:
-                out[name]["float32_tokens_equal"] = bool(float32_equal[name])
-    finally:
-        reference = None
+    reference = float32_twin(model)
+    ref_tokens = generate(reference, prompts, new_tokens)
+    out: dict[str, dict] = {}
+    for name, step in steps.items():
+        got = generate(model, prompts, new_tokens, step_fn=step)
+        pairs = [(a, b) for r, g in zip(ref_tokens, got) for a, b in zip(r, g)]
+        out[name] = {"agreement": sum(a == b for a, b in pairs) / len(pairs),
+                     "kl": teacher_forced_kl(model, step, reference, prompts, new_tokens)}
+        if float32_equal is not None and name in float32_equal:
+            out[name]["float32_tokens_equal"] = bool(float32_equal[name])
     yardstick = out["readable"]["kl"]["mean"]
     for row in out.values():
         row["passes"] = passes(row, yardstick)
     return out
 
 
+def kl_limit(readable_kl: float) -> float:
+    """The largest mean KL that passes, given the readable step's in the same dtype."""
+    return KL_FACTOR * readable_kl + KL_FLOOR
+
+
 def passes(row: Mapping, readable_kl: float) -> bool:
     """The gate (the module docstring) for one step's fidelity ``row``."""
     return (row.get("float32_tokens_equal", True) is True
-            and row["kl"]["mean"] <= KL_FACTOR * readable_kl + KL_FLOOR)
-
-
-def gate(times: Mapping[str, object], fidelity: Mapping[str, Mapping]) -> dict[str, object]:
-    """``times`` with every step that failed the gate removed (it shows no speed)."""
-    return {name: t for name, t in times.items()
-            if fidelity.get(name, {}).get("passes", False)}
+            and row["kl"]["mean"] <= kl_limit(readable_kl))

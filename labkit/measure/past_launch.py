@@ -28,11 +28,10 @@ from labkit.measure.fidelity import step_fidelity
 from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
 from labkit.measure.opcount import gpu_op_profile
 from labkit.measure.roofline import copy_bandwidth, graph_step
-from labkit.measure.triton_bench import _need_compiled, _versions
+from labkit.measure.triton_bench import _need_compiled, _versions, time_replays
 from labkit.model import TinyGPT
 from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.runner import triton_schedule
-from labkit.timing import time_cuda_interleaved
 
 #: the timed steps, in the order they are replayed within each round
 STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent")
@@ -113,17 +112,16 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
             capture_decode_graphs(model, sizes[:1], step=probe, progress=False).release()
         except RuntimeError as exc:
             cooperative, cooperative_error = False, f"{type(exc).__name__}: {exc}"[:400]
-    fidelity = step_fidelity(model, _steps(model, FIDELITY_STEPS, cooperative=cooperative),
-                             random_prompts(model, max(sizes)), fidelity_tokens,
+    steps = _steps(model, FIDELITY_STEPS, cooperative=cooperative)
+    fidelity = step_fidelity(model, steps, random_prompts(model, max(sizes)), fidelity_tokens,
                              float32_equal=f32)
     timed = [s for s in STEPS if fidelity[s]["passes"]]
-    eager = _steps(model, timed, cooperative=cooperative)
+    eager = {s: steps[s] for s in timed}
     variants = {f"triton_persistent@{k}": _steps(model, ["triton_persistent"], programs=k * sm,
                                                  cooperative=cooperative)["triton_persistent"]
                 for k in per_sm} if "triton_persistent" in timed else {}
     graphs: dict[str, GraphSet] = {}
     refused: dict[str, str] = {}
-    times: dict[str, list] = {}
     try:
         for name, step in {**eager, **variants}.items():
             try:
@@ -136,14 +134,7 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
             checks[f"graph_tokens_equal_eager.{name}"] = all(
                 same_tokens(model, step, graph_step(graphs[name]), b, new_tokens)
                 for b in sizes)
-        for b in sizes:
-            inputs = step_inputs(model, b, context=context)
-            for gs in graphs.values():
-                gs.copy_inputs(*inputs)
-            fns = {s: (lambda gs=graphs[s], b=b: gs.replay(b)) for s in graphs}
-            stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-            for s in graphs:
-                times.setdefault(s, []).append(stats[s].to_dict())
+        times = time_replays(model, graphs, sizes, context, repeats, inner)
         kernels: dict[str, list[int]] = {s: [] for s in timed}
         kernel_us: dict[str, list[float]] = {s: [] for s in timed}
         for s in timed:
@@ -177,7 +168,7 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
         "device": torch.cuda.get_device_name(), "versions": _versions(),
     }
     model = None
-    eager.clear()
-    variants.clear()
+    for held in (steps, eager, variants):
+        held.clear()
     _free()
     return data

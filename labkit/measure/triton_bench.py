@@ -27,6 +27,7 @@ from labkit.measure.roofline import copy_bandwidth, graph_step
 from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.timing import time_cuda_interleaved
 from labkit.kernels.step import make_triton_step
+from labkit.model import TinyGPT
 
 #: the steps of the record, in the order they are timed within each round
 STEPS: tuple[str, ...] = ("readable", "fused", "triton")
@@ -38,6 +39,22 @@ def derived(times: Mapping[str, Sequence[Mapping]], floors: Sequence[float]) -> 
                         for s, ms in med.items()},
             "speedup_vs_fused": [f / t for f, t in zip(med["fused"], med["triton"])],
             "speedup_vs_readable": [r / t for r, t in zip(med["readable"], med["triton"])]}
+
+
+def time_replays(model: TinyGPT, graphs: Mapping[str, GraphSet], sizes: Sequence[int],
+                 context: int, repeats: int, inner: int) -> dict[str, list[dict]]:
+    """Per graph set, per batch size: the replay's timing (:meth:`Stats.to_dict`), every set
+    replayed in turn round after round on the same inputs at ``context`` positions."""
+    times: dict[str, list[dict]] = {name: [] for name in graphs}
+    for b in sizes:
+        inputs = step_inputs(model, b, context=context)
+        for gs in graphs.values():
+            gs.copy_inputs(*inputs)
+        fns = {name: (lambda gs=gs, b=b: gs.replay(b)) for name, gs in graphs.items()}
+        stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
+        for name in graphs:
+            times[name].append(stats[name].to_dict())
+    return times
 
 
 def uncompiled_reason() -> str | None:
@@ -99,7 +116,6 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
     eager: dict[str, Callable[..., torch.Tensor]] = {
         "readable": model.decode_step, "fused": make_fused_step(model), "triton": triton_step}
     graphs: dict[str, GraphSet] = {}
-    times: dict[str, list] = {s: [] for s in STEPS}
     try:
         for name in STEPS:
             graphs[name] = capture_decode_graphs(model, sizes, step=eager[name],
@@ -112,14 +128,7 @@ def measure_triton(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8
         if kv_layout == "paged":  # blocks for the positions read (else the pad block)
             for i in range(max(sizes)):
                 model.cache.reserve(i, context)
-        for b in sizes:
-            inputs = step_inputs(model, b, context=context)
-            for gs in graphs.values():
-                gs.copy_inputs(*inputs)
-            fns = {s: (lambda gs=graphs[s], b=b: gs.replay(b)) for s in STEPS}
-            stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-            for s in STEPS:
-                times[s].append(stats[s].to_dict())
+        times = time_replays(model, graphs, sizes, context, repeats, inner)
         count_batch = sizes[0]
         ops, op_us = {}, {}
         ops_total: dict[str, list[int]] = {s: [] for s in STEPS}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.kernels.step import kernels_per_step
-from labkit.measure.fidelity import KL_FACTOR, KL_FLOOR
+from labkit.measure.fidelity import kl_limit
 from labkit.teach.lessons import record_data, stat
 from labkit.teach.plots import finish, plotly_go, stats_bar
 from labkit.teach.verdicts import Difference, compare_stats
@@ -118,7 +118,7 @@ def gate_rows(record: Any) -> list[dict[str, Any]]:
     """The fidelity gate per step: agreement, KL mean and max against the float32 twin, the
     gate's limit, float32 tokens equal, and whether it passes."""
     fid = record_data(record)["fidelity"]
-    limit = KL_FACTOR * fid["readable"]["kl"]["mean"] + KL_FLOOR
+    limit = kl_limit(fid["readable"]["kl"]["mean"])
     return [{"step": name, "agreement": _r(row["agreement"], 3),
              "KL mean": float(f"{row['kl']['mean']:.3g}"),
              "KL max": float(f"{row['kl']['max']:.3g}"),
