@@ -71,6 +71,11 @@ RECIPES: dict[str, Recipe] = {
     "triton_gpt2_paged": Recipe("triton_bench:measure_triton", {"kv_layout": "paged"}),
     "past_launch_small": Recipe("past_launch:measure_past_launch", {"preset": "small"}),
     "past_launch_gpt2": Recipe("past_launch:measure_past_launch"),
+    # notebook 18: what the engines shipped in 2026
+    "lora_graphs_small": Recipe("lora_graphs:measure_lora_graphs"),
+    "lora_graphs_gpt2": Recipe("lora_graphs:measure_lora_graphs", {"preset": "gpt2"}),
+    "graph_memory_small": Recipe("graph_memory:measure_graph_memory", {"preset": "small"}),
+    "graph_memory_gpt2": Recipe("graph_memory:measure_graph_memory", {"preset": "gpt2"}),
     "mixed_small": Recipe("mixed_bench:measure_mixed", {"preset": "small"}),
     "mixed_gpt2": Recipe("mixed_bench:measure_mixed", {"preset": "gpt2"}),
     "spec_verify_gpt2": Recipe("mixed_bench:measure_verify"),
