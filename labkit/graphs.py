@@ -318,11 +318,12 @@ def progress_bar(items: Sequence[T], enabled: bool | None, desc: str) -> Iterabl
 
 
 @contextmanager
-def capturing(captured: dict[Any, Any], what: str) -> Iterator[None]:
-    """The garbage collector frozen; on any error everything ``captured`` (size -> graphs) is
-    released and the error raised again (out of memory says which sizes were released)."""
+def capturing(captured: dict[Any, Any], what: str, freeze_gc: bool = True) -> Iterator[None]:
+    """The garbage collector frozen (``freeze_gc=False``: left as it is); on any error
+    everything ``captured`` (size -> graphs) is released and the error raised again (out of
+    memory says which sizes were released)."""
     try:
-        with gc_frozen():
+        with gc_frozen() if freeze_gc else nullcontext():
             yield
     except BaseException as exc:
         done = sorted(captured)

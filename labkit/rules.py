@@ -10,7 +10,8 @@ decides a step's graph (:mod:`labkit.runner`, :mod:`labkit.mixed`), explains it
 calls these functions instead of restating them. Arguments are checked values (callers check
 at their edge), except where a function says it checks.
 
-Simplified: no LoRA (``has_lora`` is always False here), no sequence parallelism (vLLM then
+Simplified: LoRA only in :mod:`labkit.lora` (keyed
+by ``has_lora``, not by ``num_active_loras``), no sequence parallelism (vLLM then
 rounds to ``max(1 + k, tp)``), no cascade attention, no data parallelism.
 """
 
@@ -84,7 +85,9 @@ class BatchDescriptor:
     """vLLM's graph key (``BatchDescriptor``, ``vllm/forward_context.py``): the tokens run
     (padded), and for a uniform batch (every request ``uniform_query_len`` tokens) the
     requests ``num_tokens // uniform_query_len``; a mixed batch's key is ``num_tokens`` alone
-    (``relax_for_mixed_batch_cudagraphs``). ``has_lora``: always False in labkit."""
+    (``relax_for_mixed_batch_cudagraphs``). ``has_lora``: whether any request runs a LoRA adapter;
+    :class:`labkit.lora.LoRAGraphs` keys its graphs by it (vLLM PR #25914,
+    ``cudagraph_specialize_lora``); the other runners leave it False."""
 
     num_tokens: int
     num_reqs: int | None = None

@@ -12,8 +12,10 @@ rows of ``1 + k``. FULL graphs are captured for the uniform keys (the readable s
 fused or Triton step when ``uniform_query_len`` is 1), PIECEWISE graphs
 (:mod:`labkit.piecewise`) for the others, all in one pool; ``decode_only`` captures only what a
 decode step can reach (vLLM captures every key). ``lazy=True`` captures each FULL size the first
-time a step needs it (vLLM RFC #20098). Without CUDA (``capture=False``) the same decisions run
-eagerly on the same padded inputs: the CPU stand-in.
+time a step needs it (vLLM RFC #20098). ``breaks_at`` (decode only) makes the PIECEWISE
+graphs breakable ones (:mod:`labkit.breakable`), broken at those layers' attention. Without
+CUDA (``capture=False``) the same decisions run eagerly on the same padded inputs: the CPU
+stand-in.
 
 :class:`PaddingDispatcher` (decode steps: the padding table, ``decide(bs)`` as a
 :class:`Decision`) and :class:`MixedRunner` (mixed and verify steps) are this runner under the
@@ -31,6 +33,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import torch
 
 from labkit.batch import StaticBatch
+from labkit.breakable import BreakableGraphs, breakable_step, capture_breakable_set, check_breaks
 from labkit.checks import as_bool, as_int
 from labkit.fused import make_fused_step
 from labkit.graphs import (
@@ -135,7 +138,9 @@ class ModelRunner:
     graphs; ``copy_outputs=False``: a graph step returns a view of the static logits that the
     next step overwrites, and the first thread that steps it owns it. One lock serialises each
     step; on CUDA, threads sharing a runner must use the same stream. ``graphs=``: FULL graphs
-    of the reachable sizes, captured before (a tensor-parallel shard captures its own)."""
+    of the reachable sizes, captured before (a tensor-parallel shard captures its own).
+    ``breaks_at``: the PIECEWISE graphs of a ``decode_only`` runner are breakable graphs broken
+    at these layers' attention (every layer: the hand cut's shape; ``None``: the hand cut)."""
 
     def __init__(self, model: TinyGPT, capture_sizes: Sequence[int], *,
                  cudagraph_mode: GraphMode = "FULL_AND_PIECEWISE", uniform_query_len: int = 1,
@@ -143,7 +148,8 @@ class ModelRunner:
                  step: StepName = "readable", capture: bool | None = None, lazy: bool = False,
                  copy_outputs: bool = True, pool: PoolMode = "shared",
                  order: Order = "largest_first", warmup: int = 3, progress: bool | None = None,
-                 graphs: GraphSet | None = None) -> None:
+                 graphs: GraphSet | None = None,
+                 breaks_at: Sequence[int] | None = None) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -182,6 +188,13 @@ class ModelRunner:
                              "piece; piecewise capture cuts the readable step at attention. Use "
                              "it with cudagraph_mode='FULL' (or 'NONE') and decode_only, or "
                              "step='readable' for piecewise graphs and verify rows")
+        if breaks_at is not None and not (self.decode_only and self.piecewise_sizes):
+            raise ValueError("breaks_at makes the PIECEWISE graphs of decode steps breakable: "
+                             "use it with decode_only=True and a cudagraph_mode that captures "
+                             "PIECEWISE sizes ('PIECEWISE', or 'FULL_AND_PIECEWISE' with "
+                             "max_num_seqs below the largest size), or leave it None")
+        #: layers whose attention breaks the PIECEWISE graphs (None: the hand cut at attention)
+        self.breaks_at = None if breaks_at is None else check_breaks(breaks_at, cfg.n_layer)
         if graphs is not None:
             if not isinstance(graphs, GraphSet):
                 raise TypeError(f"graphs must be a GraphSet from capture_decode_graphs, got "
@@ -213,6 +226,7 @@ class ModelRunner:
             else StaticBatch(model))
         self.graphs: GraphSet | None = graphs
         self.pieces: PiecewiseGraphs | None = None
+        self.breakable: BreakableGraphs | None = None
         #: lazy capture: seconds each size's first step waited for its warm-up and capture
         self.lazy_capture_s: dict[int, float] = {}
         self._lazy = (pool, warmup)
@@ -224,12 +238,18 @@ class ModelRunner:
         if self.capture and self.piecewise_sizes:
             shared = (next(iter(self.graphs.graphs.values())).pool
                       if self.graphs is not None and self.graphs.graphs else None)
-            self.pieces = capture_pieces(model, self.piecewise_sizes, self.batch, pool=shared,
-                                         with_meta=self.decode_only, **kw)
+            if self.breaks_at is None:
+                self.pieces = capture_pieces(model, self.piecewise_sizes, self.batch,
+                                             pool=shared, with_meta=self.decode_only, **kw)
+            else:
+                self.breakable = capture_breakable_set(model, self.piecewise_sizes, self.batch,
+                                                       self.breaks_at, pool=shared, **kw)
         eager = EagerRunner(self.batch, self._decode)
+        pieces = (partial(piecewise_step, model) if self.breaks_at is None
+                  else breakable_step(model, self.breaks_at))
         self._runners: dict[RuntimeMode, Runner] = {
             "NONE": eager, "FULL": self.graphs or eager,
-            "PIECEWISE": self.pieces or EagerRunner(self.batch, partial(piecewise_step, model))}
+            "PIECEWISE": self.pieces or self.breakable or EagerRunner(self.batch, pieces)}
         self.counters = StepCounters()
         #: (runtime mode, rows run) of the last step: what a caller records, decided once
         self.last_step: tuple[RuntimeMode, int] | None = None
@@ -425,7 +445,7 @@ class ModelRunner:
     def release(self) -> None:
         """Free the captured graphs (eager: nothing to free)."""
         with self._lock:
-            for runner in (self.graphs, self.pieces):
+            for runner in (self.graphs, self.pieces, self.breakable):
                 if runner is not None:
                     runner.release()
 
