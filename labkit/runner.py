@@ -503,8 +503,9 @@ class PaddingDispatcher(ModelRunner):
     ``capture`` (``None``: on CUDA) captures the graphs; ``False`` runs the same padded
     batches eagerly. Every batch is checked (``check`` as in :mod:`labkit.step_checks`,
     ``True`` by default) before anything is copied. ``step``: one of :data:`STEP_NAMES` in
-    FULL graphs. ``lazy=True`` (FULL graphs):
-    capture each size the first time a batch needs it (:attr:`lazy_capture_s`). The rest as
+    FULL graphs. ``max_num_seqs`` (vLLM's; default the model's ``max_batch``): decode batches up
+    to it run FULL graphs, larger ones PIECEWISE in ``FULL_AND_PIECEWISE``. ``lazy=True`` (FULL
+    graphs): capture each size the first time a batch needs it (:attr:`lazy_capture_s`). The rest as
     :class:`labkit.runner.ModelRunner`, with ``decode_only``: only the graphs a decode step
     reaches are captured.
     """
@@ -513,26 +514,18 @@ class PaddingDispatcher(ModelRunner):
                  capture: bool | None = None, pool: PoolMode = "shared",
                  order: Order = "largest_first", copy_outputs: bool = True, warmup: int = 3,
                  progress: bool | None = None, graphs: GraphSet | None = None,
-                 cudagraph_mode: CudagraphMode = "FULL", full_max_size: int | None = None,
+                 cudagraph_mode: CudagraphMode = "FULL", max_num_seqs: int | None = None,
                  step: StepName = "readable", lazy: bool = False) -> None:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
         capture = check_capture_flag(model, capture)
         check_choice(cudagraph_mode, "cudagraph_mode", CUDAGRAPH_MODES)
-        if cudagraph_mode == "FULL_AND_PIECEWISE":
-            if full_max_size is None:
-                raise ValueError("cudagraph_mode='FULL_AND_PIECEWISE' needs full_max_size: full "
-                                 "graphs up to it, pieces above it")
-            full_max_size = as_int(full_max_size, "full_max_size", minimum=1,
-                                   fix="give the largest size captured as a full graph")
-        elif full_max_size is not None:
-            raise ValueError("full_max_size only applies to cudagraph_mode='FULL_AND_PIECEWISE'")
         if lazy and cudagraph_mode != "FULL":
             raise ValueError("lazy=True captures FULL graphs on first use: use it with "
                              "cudagraph_mode='FULL' and no graphs=")
         super().__init__(model, capture_sizes, cudagraph_mode=cudagraph_mode,
-                         max_num_seqs=full_max_size, decode_only=True, step=step,
+                         max_num_seqs=max_num_seqs, decode_only=True, step=step,
                          capture=capture, lazy=lazy, copy_outputs=copy_outputs, pool=pool,
                          order=order, warmup=warmup, progress=progress, graphs=graphs)
         self.cudagraph_mode = cudagraph_mode

@@ -255,7 +255,7 @@ def test_the_decision_is_a_pure_tuple_and_the_dispatcher_holds_no_tensors(model)
         [("FULL", 1), ("PIECEWISE", 4), ("NONE", 9)]
     assert not any(isinstance(v, torch.Tensor) for v in vars(pure).values())
     split = PaddingDispatcher(model, [1, 2, 4, 8], cudagraph_mode="FULL_AND_PIECEWISE",
-                              full_max_size=2)
+                              max_num_seqs=2)
     assert [split.decide(b) for b in (1, 3, 9)] == [("FULL", 1), ("PIECEWISE", 4), ("NONE", 9)]
     assert (split.full_sizes, split.piecewise_sizes) == ([1, 2], [4, 8])
     assert d.runner("NONE").static is False
@@ -368,7 +368,7 @@ def test_graph_runners_are_wired_to_the_static_batch(monkeypatch, mode, full_max
     m = build_model(preset("test", max_batch=8), seed=0)
     prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [4], [10, 11], [3, 3], [9]]
     want = generate(m, prompts, 8)
-    d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode=mode, full_max_size=full_max,
+    d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode=mode, max_num_seqs=full_max,
                           copy_outputs=copy)
     assert (d.graphs is not None) == (mode != "PIECEWISE")
     assert (d.pieces is not None) == ("PIECEWISE" in mode)

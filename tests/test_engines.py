@@ -128,7 +128,7 @@ def test_dispatcher_kwargs_follow_vllms_batch_composition_rule():
     # batch padded there replays a PIECEWISE graph (FULL_AND_PIECEWISE) or runs eager
     assert es.from_vllm(max_num_seqs=20).dispatcher_kwargs(64) == {
         "capture_sizes": [1, 2, 4, 8, 16, 24, 32, 40], "cudagraph_mode": "FULL_AND_PIECEWISE",
-        "full_max_size": 16}
+        "max_num_seqs": 16}
     assert es.from_vllm(max_num_seqs=20, cudagraph_mode="FULL_DECODE_ONLY"
                         ).dispatcher_kwargs(64) == {"capture_sizes": [1, 2, 4, 8, 16],
                                                     "cudagraph_mode": "FULL"}

@@ -30,7 +30,7 @@ def test_piecewise_step_equals_decode_step(layout):
 def test_every_mode_gives_eager_tokens_on_cpu(mode, full_max, layout):
     m = build_model(preset("test", max_batch=8, kv_layout=layout), seed=0)
     want = generate(m, PROMPTS, 10)
-    d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode=mode, full_max_size=full_max)
+    d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode=mode, max_num_seqs=full_max)
     assert generate(m, PROMPTS, 10, step_fn=d.step) == want
     assert generate(m, PROMPTS[:2], 10, step_fn=d.step) == generate(m, PROMPTS[:2], 10)
     # six rows pad to 8, two rows run at 2: 9 steps each
@@ -42,7 +42,7 @@ def test_every_mode_gives_eager_tokens_on_cpu(mode, full_max, layout):
 def test_decide_picks_mode_and_padded_size_from_the_row_count():
     m = build_model(preset("test", max_batch=16), seed=0)
     d = PaddingDispatcher(m, [1, 2, 4, 8], cudagraph_mode="FULL_AND_PIECEWISE",
-                          full_max_size=2)
+                          max_num_seqs=2)
     assert [d.decide(b) for b in (1, 2, 3, 5, 8, 9)] == [
         ("FULL", 1), ("FULL", 2), ("PIECEWISE", 4), ("PIECEWISE", 8), ("PIECEWISE", 8),
         ("NONE", 9)]
@@ -63,10 +63,10 @@ def test_bad_mode_arguments_are_refused():
     m = build_model(preset("test", max_batch=8), seed=0)
     with pytest.raises(ValueError, match="cudagraph_mode must be one of"):
         PaddingDispatcher(m, [1, 2], cudagraph_mode="FAST")
-    with pytest.raises(ValueError, match="needs full_max_size"):
-        PaddingDispatcher(m, [1, 2], cudagraph_mode="FULL_AND_PIECEWISE")
-    with pytest.raises(ValueError, match="only applies"):
-        PaddingDispatcher(m, [1, 2], cudagraph_mode="FULL", full_max_size=1)
+    # vLLM's max_num_seqs bounds the FULL decode graphs; none given: every size FULL
+    assert PaddingDispatcher(m, [1, 2], cudagraph_mode="FULL_AND_PIECEWISE").full_sizes == [1, 2]
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        PaddingDispatcher(m, [1, 2], cudagraph_mode="FULL", max_num_seqs=0)
 
 
 @pytest.mark.gpu
@@ -78,7 +78,7 @@ def test_graph_modes_equal_eager_token_for_token_on_gpu(mode, full_max, layout):
 
     m = build_model(preset("small", max_batch=24, max_seq=64, vocab_size=4096,
                            kv_layout=layout), "cuda")
-    d = PaddingDispatcher(m, [1, 2, 4, 8, 16], cudagraph_mode=mode, full_max_size=full_max,
+    d = PaddingDispatcher(m, [1, 2, 4, 8, 16], cudagraph_mode=mode, max_num_seqs=full_max,
                           progress=False)
     for bs in (1, 3, 8, 13, 20):
         assert tokens_match(m, d.step, bs, new_tokens=8, seed=bs), (mode, layout, bs)

@@ -66,7 +66,7 @@ class LabkitSettings:
         if full == sizes or not full:
             return {"capture_sizes": sizes, "cudagraph_mode": "FULL" if full else "PIECEWISE"}
         return {"capture_sizes": sizes, "cudagraph_mode": "FULL_AND_PIECEWISE",
-                "full_max_size": full[-1]}
+                "max_num_seqs": full[-1]}
 
 
 # ----------------------------------------------------------------------------- vLLM
