@@ -164,6 +164,28 @@ def test_a_failed_gate_and_a_wrong_launch_count_are_seen():
     assert not lp.launches_match(d)
 
 
+def test_a_step_stopped_by_the_gate_is_named_with_its_reason_and_shows_no_speed():
+    d = fake_data()
+    assert lp.failed_gate(d) == {} and lp.gated_fairly(d) and lp.timed(d, "triton_persistent")
+    assert lp.step_phrase(d, "triton_pdl", 1) == "270 µs (**faster**)"
+    stopped = fake_data()
+    row = stopped["fidelity"]["triton_persistent"]
+    row["passes"], row["float32_tokens_equal"] = False, False
+    assert not lp.gated_fairly(stopped)  # still timed: the gate was not obeyed
+    stopped["timed"] = ["triton", "triton_pdl"]
+    del stopped["times"]["triton_persistent"]
+    assert lp.gated_fairly(stopped) and not lp.timed(stopped, "triton_persistent")
+    assert lp.failed_gate(stopped) == {
+        "triton_persistent": "its float32 tokens differ from the readable step's"}
+    assert lp.step_phrase(stopped, "triton_persistent", 1).startswith(
+        "not timed (it failed the fidelity gate: its float32 tokens differ")
+    assert "stopped: triton_persistent" in lp.gate_summary(stopped)
+    stopped["fidelity"]["triton_pdl"]["kl"]["mean"] = 1.0
+    stopped["fidelity"]["triton_pdl"]["passes"] = False
+    assert "mean KL 1 is above the limit" in lp.failed_gate(stopped)["triton_pdl"]
+    assert not lp.gated_fairly(stopped)  # PDL timed though it failed
+
+
 def test_the_split_of_a_triton_record():
     from labkit.measure.results import load_reference
 
@@ -237,7 +259,7 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
                                      "triton_gpt2.json").read_text())["schema"],
                "name": f"past_launch_{preset}", "created": "2026-01-01T00:00:00+00:00",
                "params": {}, "env": {"gpu_name": "stand-in", "tier": "gpu"},
-               "data": fake_data(preset, layers)}
+               "data": fake_data(preset, layers, pdl=250.0)}
         (data / "reference" / "h200" / f"past_launch_{preset}.json").write_text(json.dumps(rec))
     monkeypatch.setenv("LABKIT_DATA", str(data))
     monkeypatch.setenv(STRICT_ENV, "1")

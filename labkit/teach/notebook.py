@@ -126,7 +126,7 @@ def measure_or_reference(ctx: NotebookContext, name: str, measure: Callable[[], 
         res = load_result(save_result(name, measure(), params or {}))
         label = "measured live"
     else:
-        res = load_reference(name, gpu=ctx.reference_gpu)
+        res = load_reference_for(ctx, name)
         label = "RECORDED REFERENCE (not measured on this machine)"
     if show:
         _provenance_note(label, res)
@@ -147,10 +147,31 @@ def _provenance_note(label: str, res: Any) -> None:
     statements.show(f'<div style="font-size:90%;color:#555">{html.escape(line)}</div>', line)
 
 
-def reference_or_none(ctx: NotebookContext, name: str) -> Any:
-    """The recorded reference ``name`` or ``None`` if it has not been recorded."""
+#: where a notebook looks when its reference GPU has no record of a name: another GPU's folder
+#: (each file names the GPU it was measured on, and the provenance line shows it)
+FALLBACK_GPUS: dict[str, tuple[str, ...]] = {"h200": ("h100-80gb-hbm3",)}
+
+
+def load_reference_for(ctx: NotebookContext, name: str) -> Any:
+    """The reference ``name`` from ``ctx.reference_gpu``'s folder, else from the first of
+    :data:`FALLBACK_GPUS` that holds it (its provenance names that GPU); raises
+    ``FileNotFoundError`` (naming the reference GPU's folder) when none does."""
     try:
         return load_reference(name, gpu=ctx.reference_gpu)
+    except FileNotFoundError as missing:
+        for gpu in FALLBACK_GPUS.get(ctx.reference_gpu, ()):
+            try:
+                return load_reference(name, gpu=gpu)
+            except FileNotFoundError:
+                continue
+        raise missing
+
+
+def reference_or_none(ctx: NotebookContext, name: str) -> Any:
+    """The recorded reference ``name`` (:func:`load_reference_for`) or ``None`` if it has not
+    been recorded."""
+    try:
+        return load_reference_for(ctx, name)
     except FileNotFoundError:
         return None
 

@@ -134,6 +134,60 @@ def gate_passes(record: Any) -> bool:
         set(d.get("timed", ())) <= {s for s, r in d["fidelity"].items() if r["passes"]}
 
 
+def failed_gate(record: Any) -> dict[str, str]:
+    """Each step that failed the gate, with why: its float32 tokens differ from the readable
+    step's, and/or its mean KL is above the limit."""
+    fid = record_data(record)["fidelity"]
+    limit = kl_limit(fid["readable"]["kl"]["mean"])
+    out = {}
+    for name, row in fid.items():
+        if row["passes"]:
+            continue
+        why = []
+        if row.get("float32_tokens_equal") is False:
+            why.append("its float32 tokens differ from the readable step's")
+        if row["kl"]["mean"] > limit:
+            why.append(f"its mean KL {row['kl']['mean']:.3g} is above the limit {limit:.3g}")
+        out[name] = " and ".join(why) or "it failed the gate"
+    return out
+
+
+def timed(record: Any, step: str) -> bool:
+    """Whether ``step`` was timed (it passed the gate)."""
+    return step in record_data(record).get("timed", ())
+
+
+def gated_fairly(record: Any) -> bool:
+    """Exactly the gated steps that passed were timed: none that failed, none left out."""
+    d = record_data(record)
+    passed = {s for s, r in d["fidelity"].items() if r["passes"]} & set(d.get("steps", ()))
+    return set(d.get("timed", ())) == passed
+
+
+def gate_summary(record: Any) -> str:
+    """Which steps the gate let through and which it stopped, and why (one sentence)."""
+    d = record_data(record)
+    failed = failed_gate(record)
+    passed = [s for s in d["fidelity"] if s not in failed]
+    text = "passed: " + ", ".join(passed)
+    if failed:
+        text += "; stopped: " + "; ".join(f"{s} ({why})" for s, why in failed.items())
+    return text + "; timed: " + ", ".join(d.get("timed", ()))
+
+
+def step_phrase(record: Any, step: str, batch: int) -> str:
+    """``step`` at ``batch`` rows in words: its median and verdict against the plain kernels,
+    or why it was not timed."""
+    if not timed(record, step):
+        why = failed_gate(record).get(step)
+        return "not timed (" + (f"it failed the fidelity gate: {why}" if why else
+                               "not in this record") + ")"
+    med = median_us(record, step, batch)
+    if med is None:
+        return "not timed at this batch size"
+    return f"{med:.0f} µs (**{verdict_word(compare(record, step, batch))}**)"
+
+
 def ways_rows(record: Any) -> list[dict[str, Any]]:
     """Per batch size: each schedule's replay median (µs), the floor, the verdicts of PDL and
     the persistent step against the plain kernels, and each one's kernels per step."""
