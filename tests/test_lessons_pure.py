@@ -11,7 +11,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "labkit"
 TOPICS = ("lessons", "launch", "decode", "memory", "sizing", "pitfalls", "compile", "modes",
-          "paged", "roofline", "serving", "tp", "mixed", "deploying", "past_launch")
+          "paged", "roofline", "serving", "tp", "mixed", "deploying", "past_launch",
+          "engines2026")
 LESSONS = [PKG / "teach" / f"{name}.py" for name in TOPICS]
 MEASURE = sorted((PKG / "measure").glob("*.py"))
 

@@ -100,6 +100,8 @@ _CHARTS = (
     ("14_tp_decode_gpt2", "tp_decode_gpt2", "tp:tp_step_chart", True, 2),
     ("14_tp_comm_gpt2", "tp_decode_gpt2", "tp:comm_split_chart", True, 2),
     ("17_past_launch_{p}", "past_launch_{p}", "past_launch:ways_chart", False, 1),
+    ("18_breakable_{p}", "breakable_{p}", "engines2026:breakable_chart", False, 1),
+    ("18_graph_estimate_{p}", "graph_memory_{p}", "engines2026:estimate_chart", False, 1),
 )
 
 
