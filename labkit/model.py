@@ -465,7 +465,7 @@ def generate(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: i
     ids, n_new = _check_prompts(model, prompts, max_new_tokens, step_fn)
     if not ids or n_new == 0:
         return [[] for _ in ids]
-    step = step_fn or model.decode_step
+    step = step_fn or model.decode  # the prompts were checked above; argmax stays in range
     dev, n = model.device, len(ids)
     for i, p in enumerate(ids):  # paged layout: blocks for every position written
         model.cache.reserve(i, len(p) + n_new - 1)
