@@ -37,3 +37,17 @@ def test_notebook_has_references_with_a_source(path: Path):
     assert LINK.search(body) or SOURCE_PATH.search(body), \
         f"{path.name}: the References section has no link and no source path"
 
+
+
+def test_a_record_the_h200_folder_lacks_comes_from_the_h100_folder_and_says_so():
+    from labkit.teach.notebook import NotebookContext, load_reference_for, reference_or_none
+
+    ctx = NotebookContext("17_past_launch", "cpu", "h200")
+    rec = reference_or_none(ctx, "past_launch_gpt2")  # filed on an H100 only
+    assert rec is not None and rec.env["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert load_reference_for(ctx, "triton_gpt2").env["gpu_name"].endswith("H200")  # H200 first
+    assert reference_or_none(ctx, "no_such_record") is None
+    two = NotebookContext("14_tensor_parallel", "cpu", "h200x2")  # no fallback for two GPUs
+    assert reference_or_none(two, "past_launch_gpt2") is None
+    with pytest.raises(FileNotFoundError, match="h200x2"):
+        load_reference_for(two, "past_launch_gpt2")

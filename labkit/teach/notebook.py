@@ -92,7 +92,8 @@ def banner_html(ctx: NotebookContext, gpu_name: str | None) -> str:
         msg = ("<b>CPU tier</b>: no CUDA GPU here. Eager decode, dispatcher bucketing and size "
                "choice run live on the CPU; every CUDA measurement is shown from recorded "
                f"reference results (<code>data/reference/{html.escape(ctx.reference_gpu)}/</code>"
-               "), labelled with the GPU, torch version and date they came from.")
+               "; a record it lacks comes from another GPU's folder where one holds it), "
+               "labelled with the GPU, torch version and date they came from.")
     return (f'<div style="border-left:6px solid {color};padding:6px 12px;'
             f'background:#f7f7f7">{msg}</div>')
 
