@@ -196,13 +196,15 @@ def test_nvrtc_compiles_the_condition_kernel():
     """The condition kernel compiles (NVRTC needs no GPU): a cubin, and PTX that calls
     ``cudaGraphSetConditional``."""
     pytest.importorskip("cuda.bindings.nvrtc")
-    _, _, nvrtc, _ = wl._cuda_python()
+    from labkit.roofline import while_node
+
+    _, _, nvrtc, _ = while_node.cuda_python()
     try:
-        wl._nvrtc_version(nvrtc)
+        while_node.nvrtc_version(nvrtc)
     except RuntimeError as exc:
         pytest.skip(f"NVRTC cannot be loaded here: {exc}")
-    assert wl._compile_retrying(nvrtc, "sm_90", "CUBIN")[:4] == b"\x7fELF"
-    ptx = wl._compile_retrying(nvrtc, "compute_90", "PTX").decode(errors="replace")
+    assert while_node._compile_retrying(nvrtc, "sm_90", "CUBIN")[:4] == b"\x7fELF"
+    ptx = while_node._compile_retrying(nvrtc, "compute_90", "PTX").decode(errors="replace")
     assert ".entry labkit_set_while" in ptx and "cudaGraphSetConditional" in ptx
 
 

@@ -25,19 +25,12 @@ conditional handle (``cudaGraphConditionalHandleCreate``, default 1 at each laun
 as a child graph node, the WHILE node (``cudaGraphAddNode``) after it, the body as a child
 graph node of the node's body graph. The condition is set on the device by a one-thread kernel
 calling ``cudaGraphSetConditional``, compiled by NVRTC and launched with ``cuLaunchKernel``
-at the end of the body's capture.
+at the end of the body's capture. Those CUDA-level pieces are :mod:`labkit.roofline.while_node`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
-import glob
-import importlib
-import importlib.util
 import inspect
-import os
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +40,11 @@ import torch
 
 from labkit.checks import as_int
 from labkit.model import TinyGPT
+from labkit.roofline.while_node import (
+    MIN_CUDA as _MIN_CUDA, call as _call, capture_cuda_python as _capture_cuda_python,
+    capture_torch as _capture_torch, cuda_python as _cuda_python,
+    nvrtc_version as _nvrtc_version, version_tuple as _version, TORCH_WHILE_METHODS,
+)
 
 __all__ = ["PAD", "WhileResult", "stop_after", "decode_until_stop", "WhileDecode",
            "WhileDecodeGraph", "capture_decode_while", "while_support", "route_error",
@@ -54,28 +52,8 @@ __all__ = ["PAD", "WhileResult", "stop_after", "decode_until_stop", "WhileDecode
 
 #: the token id written after a row's stop token (no real token id is negative)
 PAD = -1
-#: methods of ``torch._C._CUDAGraph`` the torch route needs (PyTorch PR #184989)
-TORCH_WHILE_METHODS = ("get_currently_capturing_graph", "begin_capture_to_while_node",
-                       "set_conditional_handle_for_current_node",
-                       "end_capture_to_conditional_node")
 #: the two ways to build the WHILE node, preferred first
 ROUTES = ("torch", "cuda-python")
-#: CUDA version (driver and runtime) that brought the conditional nodes labkit uses
-_MIN_CUDA = (12, 4)
-#: ``cudaGraphCondAssignDefault`` (``driver_types.h``): apply the default at every launch
-_ASSIGN_DEFAULT = 1
-_KERNEL_NAME = "labkit_set_while"
-# the two declarations NeMo writes out too, so that NVRTC needs no CUDA include directory
-_KERNEL_SOURCE = r"""
-typedef __device_builtin__ unsigned long long cudaGraphConditionalHandle;
-extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(
-    cudaGraphConditionalHandle handle, unsigned int value);
-extern "C" __global__ void labkit_set_while(cudaGraphConditionalHandle handle, const bool* go)
-{
-    cudaGraphSetConditional(handle, *go ? 1u : 0u);
-}
-"""
-
 
 # --------------------------------------------------------------------------- the semantics
 
@@ -276,23 +254,6 @@ def _has_keep_graph() -> bool:
     return "keep_graph" in params and hasattr(cls, "raw_cuda_graph")
 
 
-def _version(text: str | None) -> tuple[int, int] | None:
-    try:
-        major, minor = (text or "").split(".")[:2]
-        return int(major), int(minor)
-    except ValueError:
-        return None
-
-
-def _cuda_python() -> tuple[Any, Any, Any, str]:
-    """cuda-python's runtime, driver and NVRTC modules and its version (raises ImportError)."""
-    rt = importlib.import_module("cuda.bindings.runtime")
-    drv = importlib.import_module("cuda.bindings.driver")
-    nvrtc = importlib.import_module("cuda.bindings.nvrtc")
-    version = str(getattr(importlib.import_module("cuda.bindings"), "__version__", "?"))
-    return rt, drv, nvrtc, version
-
-
 def while_support() -> dict[str, Any]:
     """What this process can use to build the WHILE node, and what each route lacks; never
     raises. ``route``: ``"torch"`` (PyTorch's binding), ``"cuda-python"`` (cuda-python +
@@ -374,212 +335,6 @@ def route_error(support: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------ cuda-python plumbing
-
-def _call(result: Any, what: str) -> Any:
-    """A cuda-python call's result without its status: raises naming ``what`` on failure."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        raise RuntimeError(f"{what} failed with {err!r}; the WHILE node cannot be built "
-                           "(check the driver supports CUDA >= 12.4 and cuda-python matches "
-                           "torch's CUDA major version)")
-    return values[0] if len(values) == 1 else tuple(values) or None
-
-
-def _nvrtc_candidates() -> list[str]:
-    """``libnvrtc.so.*`` inside the ``nvidia`` wheels (``nvidia/cu13/lib``,
-    ``nvidia/cuda_nvrtc/lib``): torch's CUDA wheels install them."""
-    spec = importlib.util.find_spec("nvidia")
-    roots = list(spec.submodule_search_locations or []) if spec else []
-    found = [p for r in roots for p in sorted(glob.glob(os.path.join(r, "*", "lib",
-                                                                      "libnvrtc.so.*")))]
-    major = (torch.version.cuda or "").split(".")[0]
-    return sorted(found, key=lambda p: not p.endswith(f".so.{major}"))
-
-
-def _nvrtc_version(nvrtc: Any) -> tuple[int, int]:
-    """NVRTC's version, loading the library from torch's ``nvidia`` wheels if cuda-python's
-    own search misses it."""
-    try:
-        return _call(nvrtc.nvrtcVersion(), "nvrtcVersion")
-    except Exception as first:
-        for path in _nvrtc_candidates():
-            try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                return _call(nvrtc.nvrtcVersion(), "nvrtcVersion")
-            except Exception:
-                continue
-        raise RuntimeError(f"NVRTC not found ({first})") from first
-
-
-@functools.cache
-def _set_while_kernel(device_index: int) -> tuple[Any, Any]:
-    """The condition kernel, compiled by NVRTC for this GPU (a cubin; PTX if that fails) and
-    loaded: ``(module, function)``."""
-    _, drv, nvrtc, _ = _cuda_python()
-    _nvrtc_version(nvrtc)
-    major, minor = torch.cuda.get_device_capability(device_index)
-    errors = []
-    for arch, kind in ((f"sm_{major}{minor}", "CUBIN"), (f"compute_{major}{minor}", "PTX")):
-        try:
-            image = _compile_retrying(nvrtc, arch, kind)
-            module = _call(drv.cuModuleLoadData(image), f"cuModuleLoadData ({kind})")
-            func = _call(drv.cuModuleGetFunction(module, _KERNEL_NAME.encode()),
-                         "cuModuleGetFunction")
-            return module, func
-        except Exception as exc:
-            errors.append(f"{kind} for {arch}: {exc}")
-    raise RuntimeError("the condition kernel could not be built: " + " | ".join(errors))
-
-
-def _loaded_nvrtc_dir() -> str | None:
-    """The folder of the ``libnvrtc.so`` this process loaded (Linux: ``/proc/self/maps``)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as maps:
-            paths = [line.split()[-1] for line in maps if "/libnvrtc.so" in line]
-    except OSError:
-        return None
-    return os.path.dirname(paths[0]) if paths else None
-
-
-def _preload_nvrtc_builtins() -> bool:
-    """libnvrtc opens ``libnvrtc-builtins`` by name, which a wheel's folder is not on the
-    search path for: load the one beside the loaded libnvrtc (or in the ``nvidia`` wheels)."""
-    here = _loaded_nvrtc_dir()
-    dirs = [here] if here else [os.path.dirname(p) for p in _nvrtc_candidates()]
-    for d in dirs:
-        for path in sorted(glob.glob(os.path.join(d, "libnvrtc-builtins.so.*"))):
-            if ".alt." in os.path.basename(path):
-                continue
-            try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                return True
-            except OSError:
-                continue
-    return False
-
-
-def _compile_retrying(nvrtc: Any, arch: str, kind: str) -> bytes:
-    """:func:`_compile`, once more after loading libnvrtc-builtins if NVRTC could not."""
-    try:
-        return _compile(nvrtc, arch, kind)
-    except RuntimeError as exc:
-        if "builtins" not in str(exc) or not _preload_nvrtc_builtins():
-            raise
-        return _compile(nvrtc, arch, kind)
-
-
-def _compile(nvrtc: Any, arch: str, kind: str) -> bytes:
-    prog = _call(nvrtc.nvrtcCreateProgram(_KERNEL_SOURCE.encode(), b"labkit_while.cu", 0,
-                                          [], []), "nvrtcCreateProgram")
-    try:
-        opts = [f"--gpu-architecture={arch}".encode()]
-        status = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if int(status[0]) != 0:
-            size = _call(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = bytearray(size)
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise RuntimeError(f"nvrtcCompileProgram failed: {log.decode(errors='replace')}")
-        size = _call(getattr(nvrtc, f"nvrtcGet{kind}Size")(prog), f"nvrtcGet{kind}Size")
-        image = bytearray(size)
-        _call(getattr(nvrtc, f"nvrtcGet{kind}")(prog, image), f"nvrtcGet{kind}")
-        return bytes(image)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-
-
-def _launch_set_while(drv: Any, func: Any, handle: Any, go: torch.Tensor) -> None:
-    """Launch (capture) the condition kernel on the current stream: handle <- ``*go``."""
-    handle_arg = ctypes.c_ulonglong(int(handle))
-    go_arg = ctypes.c_void_p(go.data_ptr())
-    params = (ctypes.c_void_p * 2)(ctypes.addressof(handle_arg), ctypes.addressof(go_arg))
-    _call(drv.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, torch.cuda.current_stream().cuda_stream,
-                             ctypes.addressof(params), 0), "cuLaunchKernel (condition kernel)")
-
-
-def _add_while_node(rt: Any, version: str, parent: Any, after: Any,
-                    handle: Any) -> tuple[Any, Any]:
-    """Add a WHILE node after ``after`` to ``parent``: ``(node, its body graph)``."""
-    params = rt.cudaGraphNodeParams()
-    params.type = rt.cudaGraphNodeType.cudaGraphNodeTypeConditional
-    params.conditional.handle = handle
-    params.conditional.type = rt.cudaGraphConditionalNodeType.cudaGraphCondTypeWhile
-    params.conditional.size = 1
-    if (_version(version) or (13, 0)) >= (13, 0):  # CUDA 13 added edge data (None: default)
-        node = _call(rt.cudaGraphAddNode(parent, [after], None, 1, params), "cudaGraphAddNode")
-    else:
-        node = _call(rt.cudaGraphAddNode(parent, [after], 1, params), "cudaGraphAddNode")
-    return node, params.conditional.phGraph_out[0]
-
-
-def _destroy(rt: Any, graph_exec: Any, parent: Any) -> None:
-    with contextlib.suppress(Exception):  # no launch may still run (none at shutdown)
-        torch.cuda.synchronize()
-    if graph_exec is not None:
-        rt.cudaGraphExecDestroy(graph_exec)
-    if parent is not None:
-        rt.cudaGraphDestroy(parent)
-
-
-def _capture_cuda_python(loop: WhileDecode, pool: Any, stream: torch.cuda.Stream
-                         ) -> tuple[Callable[[], None], list[Any], Callable[[], None]]:
-    """The parent graph assembled by hand (module docstring): ``(launch, kept, release)``."""
-    rt, drv, _, version = _cuda_python()
-    index = loop.out.device.index if loop.out.device.index is not None \
-        else torch.cuda.current_device()
-    _call(rt.cudaSetDevice(index), "cudaSetDevice")
-    module, func = _set_while_kernel(index)
-    parent = _call(rt.cudaGraphCreate(0), "cudaGraphCreate")
-    graph_exec = None
-    try:
-        handle = _call(rt.cudaGraphConditionalHandleCreate(parent, 1, _ASSIGN_DEFAULT),
-                       "cudaGraphConditionalHandleCreate")
-        init_g = torch.cuda.CUDAGraph(keep_graph=True)
-        with torch.cuda.graph(init_g, pool=pool, stream=stream):
-            loop.init()
-        body_g = torch.cuda.CUDAGraph(keep_graph=True)
-        with torch.cuda.graph(body_g, pool=pool, stream=stream):
-            loop.body()
-            _launch_set_while(drv, func, handle, loop.go)
-        init_node = _call(rt.cudaGraphAddChildGraphNode(parent, None, 0,
-                                                        init_g.raw_cuda_graph()),
-                          "cudaGraphAddChildGraphNode (init)")
-        _, body = _add_while_node(rt, version, parent, init_node, handle)
-        _call(rt.cudaGraphAddChildGraphNode(body, None, 0, body_g.raw_cuda_graph()),
-              "cudaGraphAddChildGraphNode (body)")
-        graph_exec = _call(rt.cudaGraphInstantiate(parent, 0), "cudaGraphInstantiate")
-    except BaseException:
-        _destroy(rt, graph_exec, parent)
-        raise
-
-    def launch() -> None:
-        _call(rt.cudaGraphLaunch(graph_exec, torch.cuda.current_stream().cuda_stream),
-              "cudaGraphLaunch")
-
-    state = {"exec": graph_exec, "parent": parent}
-
-    def release() -> None:
-        _destroy(rt, state.pop("exec", None), state.pop("parent", None))
-
-    # the PyTorch graphs hold the pool the body's intermediates live in: kept alive with it
-    return launch, [init_g, body_g, module, func], release
-
-
-def _capture_torch(loop: WhileDecode, pool: Any, stream: torch.cuda.Stream
-                   ) -> tuple[Callable[[], None], list[Any], Callable[[], None]]:
-    """The WHILE node through PyTorch's own binding (PR #184989)."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, stream=stream):
-        loop.init()
-        current: Any = getattr(torch.cuda.CUDAGraph, TORCH_WHILE_METHODS[0])()
-        current.begin_capture_to_while_node(loop.go)
-        try:
-            loop.body()
-            current.set_conditional_handle_for_current_node(loop.go)
-        finally:
-            current.end_capture_to_conditional_node()
-    return graph.replay, [graph], lambda: None
-
-
 class WhileDecodeGraph:
     """One CUDA graph around a :class:`WhileDecode`: :meth:`replay` loads a batch, launches
     once and reads the result; :meth:`launch` alone is the timed part."""
