@@ -116,7 +116,8 @@ def fake_data(preset: str = "gpt2", n_layer: int = 12, *, pdl: float = 270.0,
     fid["triton_pdl"]["passes"] = passes
     return {"preset": preset, "dtype": "bfloat16", "config": {"n_layer": n_layer},
             "context": 128, "batch_sizes": sizes, "steps": list(lp.WAYS),
-            "timed": list(lp.WAYS), "interleaved": True, "times": times,
+            "timed": list(lp.WAYS), "interleaved": True, "repeats": 30, "inner": 10,
+            "times": times, "kernel_us": {"triton": [280.0, 440.0, 850.0]},
             "floor_us": [60.0, 68.0, 132.0], "sm_count": 132, "programs_per_sm": [1, 2],
             "cooperative": True, "cooperative_error": None,
             "refused": {"triton_persistent@2": "RuntimeError: too many blocks"},
@@ -274,3 +275,17 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
     assert "no H200 reference recorded yet for past_launch" not in text
     assert "checked: gpt2: at batch 1 the PDL step is faster than the plain Triton step" in text
     assert "[TODO]" not in text and "[PASS] 17.1" in text
+
+
+def test_a_record_that_times_a_step_the_gate_stopped_is_refused():
+    from labkit.measure import records
+
+    ok = records.parse("past_launch_gpt2", fake_data())
+    assert ok.timed == list(lp.WAYS) and ok.kernels["triton_persistent"] == [13] * 3
+    bad = fake_data(passes=False)  # PDL failed the gate but is listed as timed
+    with pytest.raises(records.SchemaError, match="did not pass the fidelity gate"):
+        records.parse("past_launch_gpt2", bad)
+    short = fake_data()
+    short["floor_us"] = short["floor_us"][:2]
+    with pytest.raises(records.SchemaError, match="floor_us"):
+        records.parse("past_launch_gpt2", short)

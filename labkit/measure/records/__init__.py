@@ -26,7 +26,8 @@ from labkit.measure.records.kinds import (
     MemoryBudget, Mixed,
     Modes, Multistep, Numerics, NumericsDtype, Paged, Pitfall, Pitfalls, PoolAtMaxSeq,
     PoolMemory, PoolOverwrite, Recaptures, Roofline, Spec, SpecVerify, Timeline, TPAllReduce,
-    TPDecode, Triton, bench_row,
+    TPDecode, Triton, bench_row, PastLaunch, WhileDecode, Breakable, LoRAGraphs, GraphMemory,
+    PAST_LAUNCH_STEPS, WHILE_METHODS, LORA_STEPS,
 )
 from labkit.measure.records.registry import KINDS, RERECORD, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad
@@ -43,5 +44,6 @@ __all__ = [
     "Multistep", "Numerics", "NumericsDtype", "Paged", "Pitfall", "Pitfalls", "PoolAtMaxSeq",
     "PoolMemory", "PoolOverwrite", "Recaptures", "Roofline", "Spec", "SpecVerify", "Timeline",
     "TPAllReduce", "TPDecode", "Triton", "bench_row", "KINDS", "RERECORD", "SchemaError",
-    "kind_of", "parse", "view", "Serve", "ServeLoad",
+    "kind_of", "parse", "view", "Serve", "ServeLoad", "PastLaunch", "WhileDecode", "Breakable",
+    "LoRAGraphs", "GraphMemory", "PAST_LAUNCH_STEPS", "WHILE_METHODS", "LORA_STEPS",
 ]

@@ -891,3 +891,181 @@ class Lazy(Kind):
     sizes: list[int]
     requests: int
     runs: dict[str, dict[str, Any]]
+
+
+# ------------------------------------------------------------------ notebooks 17 and 18
+
+#: the Triton step's schedules ``past_launch_<preset>`` gates and times
+PAST_LAUNCH_STEPS = ("triton", "triton_pdl", "triton_persistent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PastLaunch(_Timed):
+    """``past_launch_<preset>``: the Triton step's three schedules against the floor
+    (:func:`labkit.measure.past_launch.measure_past_launch`). ``fidelity``: the gate per step
+    (agreement, KL, float32 tokens equal, passes); ``timed``: the steps that passed and were
+    timed (the persistent step also as ``triton_persistent@<k>`` programs per SM);
+    ``kernels`` / ``kernel_us``: the profiler's count and summed GPU µs per step."""
+    RECORD = "past_launch_<preset>"
+    PER_SIZE = ("times", "floor_us", "kernels", "kernel_us")
+    BY_METHOD = ("kernels", "kernel_us")
+    preset: str
+    dtype: str
+    context: int
+    batch_sizes: list[int]
+    steps: list[str]
+    timed: list[str]
+    interleaved: bool = False
+    repeats: int
+    inner: int
+    times: Times
+    floor_us: list[float]
+    sm_count: int
+    programs_per_sm: list[int]
+    cooperative: bool
+    cooperative_error: str | None = None
+    refused: dict[str, str] = field(default_factory=dict)
+    kernels: dict[str, list[int]]
+    kernel_us: dict[str, list[float]]
+    fidelity: dict[str, dict]
+    checks: Checks = field(default_factory=dict)
+    device: str = ""
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        unknown = sorted(set(self.timed) - set(self.steps))
+        if unknown:
+            raise _Fail(f"{where}.timed", f"names {unknown}, which {where}.steps lacks")
+        failed = [s for s in self.timed if not self.fidelity.get(s, {}).get("passes")]
+        if failed:
+            raise _Fail(f"{where}.timed", f"holds {failed}, which did not pass the fidelity gate")
+        _require(self.times, self.timed, f"{where}.times")
+
+
+#: how ``while_decode_<preset>`` decodes until a stop token
+WHILE_METHODS = ("host_loop", "multistep", "while_node")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhileDecode(_Timed):
+    """``while_decode_<preset>``: µs per whole decode (tokens on the host) of each of
+    :data:`WHILE_METHODS`, one entry per case (``batch_sizes``, ``max_steps``, ``stop``);
+    the WHILE node's support, and without a route the verdict (nothing timed)
+    (:func:`labkit.measure.while_decode.measure_while_decode`)."""
+    RECORD = "while_decode_<preset>"
+    PER_SIZE = ("times", "max_steps", "stop", "stop_tokens", "steps_run")
+    preset: str
+    dtype: str = ""
+    max_seq: int
+    batch_sizes: list[int]
+    max_steps: list[int]
+    stop: list[str]
+    stop_tokens: list[list[int]]
+    steps_run: list[int]
+    times: Times
+    checks: Checks = field(default_factory=dict)
+    timed: bool
+    route: str | None = None
+    verdict: str | None = None
+    support: dict = field(default_factory=dict)
+    device: str = ""
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        if self.timed != (self.route is not None) or (self.verdict is None) != self.timed:
+            raise _Fail(f"{where}.timed", "must be true exactly when a route was found and no "
+                        "verdict given")
+        if self.timed:
+            _require(self.times, WHILE_METHODS, f"{where}.times")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Breakable(_Timed):
+    """``breakable_<preset>``: the readable step as FULL, breakable graphs with each of
+    ``break_counts`` breaks and the hand-cut PIECEWISE, µs per step per batch size; capture
+    seconds per variant (``build_s``, ``capture_s``: Stats in s); ``gc``: capture time of a
+    size list with the collector frozen or running, over synthetic heaps
+    (:func:`labkit.measure.breakable.measure_breakable`)."""
+    RECORD = "breakable_<preset>"
+    preset: str
+    dtype: str
+    context: int
+    batch_sizes: list[int]
+    n_layer: int
+    break_counts: list[int]
+    variants: list[str]
+    segments_per_step: dict[str, int]
+    timed: list[str]
+    interleaved: bool = False
+    repeats: int
+    inner: int
+    times: Times
+    build_s: dict
+    capture_s: dict
+    gc: dict
+    checks: Checks = field(default_factory=dict)
+    device: str = ""
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        _require(self.times, self.timed, f"{where}.times")
+        _require(self.segments_per_step, self.variants, f"{where}.segments_per_step")
+
+
+#: what ``lora_graphs_<preset>`` times: the plain graph, the LoRA graph with no adapter
+#: active, the LoRA graph with adapters active
+LORA_STEPS = ("plain", "lora_idle", "lora_active")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoRAGraphs(_Timed):
+    """``lora_graphs_<preset>``: plain and LoRA decode graphs (keyed by ``has_lora``) in one
+    pool: µs per step of :data:`LORA_STEPS` per batch size, pool bytes of the plain graphs,
+    the LoRA graphs and both (``pool_bytes``), the adapters' own bytes
+    (:func:`labkit.measure.lora_graphs.measure_lora_graphs`)."""
+    RECORD = "lora_graphs_<preset>"
+    METHODS = LORA_STEPS
+    preset: str
+    dtype: str
+    batch_sizes: list[int]
+    max_loras: int
+    rank: int
+    targets: list[str]
+    interleaved: bool = False
+    repeats: int
+    inner: int
+    times: Times
+    pool_bytes: dict[str, dict[str, int]]
+    adapter_bytes: int
+    checks: Checks = field(default_factory=dict)
+    device: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphMemory(Kind):
+    """``graph_memory_<preset>``: the graph pool of each capture list and ``max_seq`` measured
+    in one shared pool against vLLM's estimate and labkit's (``points``, ``repeats`` runs
+    each), and the estimates sampled against a small cache (``small_cache``)
+    (:func:`labkit.measure.graph_memory.measure_graph_memory`)."""
+    RECORD = "graph_memory_<preset>"
+    preset: str
+    dtype: str
+    device: str = ""
+    pool: str
+    order: str
+    block_size: int
+    repeats: int
+    size_lists: dict[str, list[int]]
+    max_seqs: list[int]
+    points: list[dict]
+    vllm_error_pct_span: list[float | None] = field(default_factory=list)
+    labkit_error_pct_span: list[float | None] = field(default_factory=list)
+    labkit_worst_abs_error_pct: float | None = None
+    small_cache: dict = field(default_factory=dict)
+
+    def validate(self, data: Mapping, where: str) -> None:
+        for i, point in enumerate(self.points):
+            runs = point.get("runs")
+            if not isinstance(runs, list) or len(runs) != self.repeats:
+                raise _Fail(f"{where}.points[{i}].runs", f"must hold {self.repeats} runs "
+                            f"(repeats), got {runs!r:.60}")

@@ -30,7 +30,8 @@ KINDS: list[tuple[str, type]] = [(_pattern(name), kind) for kind in (
     k.LaunchOverhead, k.Decode, k.Timeline, k.PoolMemory, k.DispatcherOverhead, k.Dispatcher,
     k.Compile, k.Pitfalls, k.Bench, k.Modes, k.Paged, Serve, k.PoolOverwrite, k.Fused,
     k.Roofline, k.Multistep, ServeLoad, k.TPAllReduce, k.TPDecode, k.Triton, k.Mixed,
-    k.SpecVerify, k.Spec, k.Chunked, k.MemoryBudget, k.Numerics, k.Lazy)
+    k.SpecVerify, k.Spec, k.Chunked, k.MemoryBudget, k.Numerics, k.Lazy, k.PastLaunch,
+    k.WhileDecode, k.Breakable, k.LoRAGraphs, k.GraphMemory)
     for name in (kind.RECORD, *getattr(kind, "ALSO", ()))]
 
 
