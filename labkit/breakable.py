@@ -39,7 +39,7 @@ import functools
 import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -50,7 +50,7 @@ from labkit.batch import StaticBatch
 from labkit.checks import as_bool, as_int, as_int_list
 from labkit.graphs import (
     PoolId, capturing, check_capture, new_batch, progress_bar, release, require_cuda,
-    sync_debug_errors, translate_capture_error,
+    translate_capture_error, warm_up,
 )
 from labkit.model import Decode, TinyGPT, attention
 
@@ -250,18 +250,7 @@ def capture_breakable_unchecked(fn: Callable[..., Any], inputs: tuple[torch.Tens
                                 pool: Any, stream: torch.cuda.Stream, warmup: int,
                                 check_sync: bool, label: object = None) -> BreakableGraph:
     """:func:`capture_breakable` on checked arguments and a pool handle."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    stream.wait_stream(torch.cuda.current_stream())
-    try:
-        with torch.cuda.stream(stream):
-            for _ in range(warmup):
-                with sync_debug_errors() if check_sync else nullcontext():
-                    fn(*inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-    except Exception as exc:
-        raise translate_capture_error(exc) from exc
+    warmup_s = warm_up(fn, inputs, stream, warmup, check_sync)
     t1 = time.perf_counter()
     if _torch_collects():
         gc.collect()  # what torch.cuda.graph does before a capture when this is set
@@ -279,7 +268,7 @@ def capture_breakable_unchecked(fn: Callable[..., Any], inputs: tuple[torch.Tens
         torch.cuda.empty_cache()
         raise translate_capture_error(exc) from exc
     return BreakableGraph(segments.segments, segments.breaks, inputs, output,
-                          time.perf_counter() - t1, t1 - t0, label, fn=fn)
+                          time.perf_counter() - t1, warmup_s, label, fn=fn)
 
 
 # ------------------------------------------------------------------ the decode step, broken

@@ -194,10 +194,11 @@ def require_cuda(message: str, model: TinyGPT | None = None) -> None:
         raise RuntimeError(message)
 
 
-def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], pool: Any,
-                      stream: torch.cuda.Stream, warmup: int, check_sync: bool,
-                      label: object = None) -> CapturedGraph:
-    """:func:`capture_callable` on checked arguments."""
+def warm_up(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], stream: torch.cuda.Stream,
+            warmup: int, check_sync: bool) -> float:
+    """Run ``fn(*inputs)`` ``warmup`` times on ``stream`` before a capture (cuBLAS handles,
+    allocator blocks), with a host sync refused when ``check_sync``; a failure raises as a
+    :class:`CaptureError` where one applies. Returns the seconds it took."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     stream.wait_stream(torch.cuda.current_stream())
@@ -210,6 +211,14 @@ def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], po
         torch.cuda.synchronize()
     except Exception as exc:
         raise translate_capture_error(exc) from exc
+    return time.perf_counter() - t0
+
+
+def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], pool: Any,
+                      stream: torch.cuda.Stream, warmup: int, check_sync: bool,
+                      label: object = None) -> CapturedGraph:
+    """:func:`capture_callable` on checked arguments."""
+    warmup_s = warm_up(fn, inputs, stream, warmup, check_sync)
     t1 = time.perf_counter()
     graph = torch.cuda.CUDAGraph()
     try:
@@ -222,7 +231,7 @@ def capture_unchecked(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], po
         torch.cuda.empty_cache()
         raise translate_capture_error(exc) from exc
     return CapturedGraph(graph, tuple(inputs), output, graph.pool(), time.perf_counter() - t1,
-                         t1 - t0, label, fn=fn)
+                         warmup_s, label, fn=fn)
 
 
 def _pool_bytes(pool: Iterable[int], key: str) -> int:
