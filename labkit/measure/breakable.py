@@ -30,8 +30,9 @@ from __future__ import annotations
 import gc
 import platform
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -40,7 +41,7 @@ from labkit.batch import StaticBatch
 from labkit.breakable import capture_breakable_set, spread_breaks
 from labkit.checks import as_int, as_int_list, as_size_list
 from labkit.graphs import GraphSet, capture_full, new_batch
-from labkit.measure.bench import _free, _need_cuda, make_model, step_inputs
+from labkit.measure.bench import _free, _need_cuda, make_model, step_inputs, time_sizes
 from labkit.measure.fused_bench import check_counts, same_tokens
 from labkit.measure.triton_bench import _versions
 from labkit.model import TinyGPT, preset
@@ -202,13 +203,14 @@ def measure_breakable(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1
                 same_tokens(model, model.decode_step, _graph_step(batch, built[name]), b,
                             new_tokens) for b in sizes)
         timed = [n for n in names if checks[f"graph_tokens_equal_eager.{n}"]]
-        times = {n: [] for n in timed}
-        for b in sizes if timed else []:
-            batch.load(*step_inputs(model, b, context=context))
-            fns = {n: (lambda r=built[n], b=b: r.replay(b)) for n in timed}
-            stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-            for n in timed:
-                times[n].append(stats[n].to_dict())
+
+        def fns_at(b: int, m: TinyGPT = model, staged: StaticBatch = batch
+                   ) -> dict[str, Callable[[], object]]:
+            staged.load(*step_inputs(m, b, context=context))
+            return {n: partial(built[n].replay, b) for n in timed}
+
+        times = time_sizes(sizes if timed else [], fns_at, timed, repeats=repeats, inner=inner,
+                           timer=time_cuda_interleaved)
     finally:
         for r in built.values():
             r.release()

@@ -16,20 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import torch
 
 from labkit.checks import as_int, as_number
 from labkit.lora import DEFAULT_TARGETS, LoRAAdapters, LoRAGraphs, lora_key, pool_bytes_by_case
-from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
+from labkit.measure import records
+from labkit.measure.bench import (
+    _free, _need_cuda, make_model, random_prompts, step_inputs, time_sizes,
+)
 from labkit.measure.fused_bench import check_counts
 from labkit.measure.triton_bench import _versions
 from labkit.model import TinyGPT, generate, preset
+from labkit.rules import BatchDescriptor
 from labkit.timing import time_cuda_interleaved
 
 #: the timed replays, in the order they are sampled within each round
-STEPS: tuple[str, ...] = ("plain", "lora_idle", "lora_active")
+STEPS: tuple[str, ...] = records.LORA_STEPS
 
 
 def mixed_ids(rows: int, max_loras: int) -> list[int]:
@@ -84,19 +89,20 @@ def time_keys(adapters: LoRAAdapters, graphs: LoRAGraphs, model: TinyGPT,
               ) -> dict[str, list[dict[str, Any]]]:
     """Per batch size, the three replays of :data:`STEPS` sampled in turn on the same inputs
     at ``context`` positions (each call: the row ids copied in, then the replay)."""
-    times: dict[str, list[dict[str, Any]]] = {s: [] for s in STEPS}
-    for b in sizes:
+    def replay(ids: torch.Tensor, key: BatchDescriptor) -> None:
+        adapters.index.copy_(ids)
+        graphs.replay(key)
+
+    def fns_at(b: int) -> dict[str, Callable[[], object]]:
         graphs.batch.load(*step_inputs(model, b, context=context))
         idle = adapters.index_for([-1] * b)
         active = adapters.index_for(mixed_ids(b, adapters.max_loras))
         plan = {"plain": (idle, lora_key(b, False)), "lora_idle": (idle, lora_key(b, True)),
                 "lora_active": (active, lora_key(b, True))}
-        fns = {name: (lambda ids=ids, key=key: (adapters.index.copy_(ids), graphs.replay(key)))
-               for name, (ids, key) in plan.items()}
-        stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-        for name in STEPS:
-            times[name].append(stats[name].to_dict())
-    return times
+        return {name: partial(replay, ids, key) for name, (ids, key) in plan.items()}
+
+    return time_sizes(sizes, fns_at, STEPS, repeats=repeats, inner=inner,
+                      timer=time_cuda_interleaved)
 
 
 def measure_lora_graphs(preset_name: str = "small", batch_sizes: Sequence[int] = (1, 8, 64),

@@ -12,6 +12,7 @@ count checked against its plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import torch
 
@@ -20,7 +21,9 @@ from labkit.checks import as_int
 from labkit.fused import agreement, make_fused_step
 from labkit.graphs import GraphSet, capture_decode_graphs
 from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_totals
-from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
+from labkit.measure.bench import (
+    _free, _need_cuda, make_model, random_prompts, step_inputs, time_sizes,
+)
 from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
 from labkit.measure.opcount import gpu_op_profile, profile_call
 from labkit.measure.roofline import copy_bandwidth, graph_step
@@ -45,16 +48,14 @@ def time_replays(model: TinyGPT, graphs: Mapping[str, GraphSet], sizes: Sequence
                  context: int, repeats: int, inner: int) -> dict[str, list[dict]]:
     """Per graph set, per batch size: the replay's timing (:meth:`Stats.to_dict`), every set
     replayed in turn round after round on the same inputs at ``context`` positions."""
-    times: dict[str, list[dict]] = {name: [] for name in graphs}
-    for b in sizes:
+    def fns_at(b: int) -> dict[str, Callable[[], object]]:
         inputs = step_inputs(model, b, context=context)
         for gs in graphs.values():
             gs.copy_inputs(*inputs)
-        fns = {name: (lambda gs=gs, b=b: gs.replay(b)) for name, gs in graphs.items()}
-        stats = time_cuda_interleaved(fns, warmup=5, repeats=repeats, inner=inner)
-        for name in graphs:
-            times[name].append(stats[name].to_dict())
-    return times
+        return {name: partial(gs.replay, b) for name, gs in graphs.items()}
+
+    return time_sizes(sizes, fns_at, list(graphs), repeats=repeats, inner=inner,
+                      timer=time_cuda_interleaved)
 
 
 def uncompiled_reason() -> str | None:
