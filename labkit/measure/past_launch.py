@@ -23,6 +23,7 @@ from labkit.checks import as_int, as_size_list
 from labkit.fused import make_fused_step
 from labkit.graphs import GraphSet, capture_decode_graphs
 from labkit.kernels.step import kernels_per_step, make_triton_step
+from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
 from labkit.measure.fidelity import step_fidelity
 from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
@@ -34,7 +35,7 @@ from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.runner import triton_schedule
 
 #: the timed steps, in the order they are replayed within each round
-STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent")
+STEPS: tuple[str, ...] = records.PAST_LAUNCH_STEPS
 #: the steps whose fidelity is reported
 FIDELITY_STEPS: tuple[str, ...] = ("readable", "fused", *STEPS)
 

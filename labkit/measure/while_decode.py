@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from labkit.checks import as_int, as_int_list, as_size_list
+from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, make_model
 from labkit.measure.roofline import _prefilled
 from labkit.model import TinyGPT
@@ -39,7 +40,7 @@ from labkit.roofline.while_loop import (
 from labkit.timing import time_cuda_interleaved
 
 #: the ways timed, in the order they are sampled within each round
-METHODS: tuple[str, ...] = ("host_loop", "multistep", "while_node")
+METHODS: tuple[str, ...] = records.WHILE_METHODS
 #: where the stop tokens are placed: half-way (the loop ends early) or never produced
 STOPS: tuple[str, ...] = ("early", "never")
 
