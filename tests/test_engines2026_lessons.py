@@ -6,16 +6,15 @@ capture and the toy step; the graders; and the notebook run on those records."""
 from __future__ import annotations
 
 import json
-import os
 from functools import partial
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 from test_breakable import _Eager
 from test_graph_estimate import _stand_ins as graph_memory_stand_ins
 from test_while_loop import _stand_ins as while_stand_ins
+from nbrun import run_on_references
 
 from labkit.breakable import break_graph, breakable_step
 from labkit.measure import breakable as mb
@@ -514,8 +513,6 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
     """Notebook 18's solution on a data folder holding stand-in records for the small preset
     (the WHILE record for gpt2 a verdict): every record cell and statement runs, and a verdict
     the records contradict would fail it."""
-    from nbclient import NotebookClient
-
     from test_while_loop import SUPPORT
 
     folder = tmp_path / "data" / "reference" / "h200"
@@ -529,17 +526,8 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
             **SUPPORT, "routes": [], "route": None, "missing": ["no WHILE binding"]})
     for name, data in records.items():
         (folder / f"{name}.json").write_text(json.dumps(_reference(name, data)))
-    monkeypatch.setenv("LABKIT_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv(STRICT_ENV, "1")
-    monkeypatch.setenv("LABKIT_FORCE_TIER", "cpu")
-    monkeypatch.setenv("LABKIT_CPU_THREADS", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    nb = nbformat.read(ROOT / "notebooks" / "solutions" / "18_engines_2026.ipynb", as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=600,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.outputs if o.get("output_type") == "stream")
+    text = run_on_references(ROOT / "notebooks" / "solutions" / "18_engines_2026.ipynb",
+                             tmp_path / "data", tmp_path, monkeypatch, strict=True)
     for name in records:
         assert f"no H200 reference recorded yet for {name}" not in text
     assert "no H200 reference recorded yet for breakable_gpt2" in text

@@ -5,17 +5,16 @@ past_launch record, the graders; and the notebook run on a stand-in record."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from labkit.teach import past_launch as lp
 from labkit.teach.answers import n17
 from labkit.teach.answers.registry import run
 from labkit.teach.exercises import STRICT_ENV, StrictExerciseError
+from nbrun import run_on_references
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,8 +250,6 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
     """Notebook 17's solution, on a data folder that holds stand-in past_launch records
     (reference files): every record cell and statement runs; a PDL verdict the record
     contradicts would fail it."""
-    from nbclient import NotebookClient
-
     data = tmp_path / "data"
     shutil.copytree(ROOT / "data" / "reference", data / "reference")
     for preset, layers in (("small", 4), ("gpt2", 12)):
@@ -262,16 +259,8 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
                "params": {}, "env": {"gpu_name": "stand-in", "tier": "gpu"},
                "data": fake_data(preset, layers, pdl=250.0)}
         (data / "reference" / "h200" / f"past_launch_{preset}.json").write_text(json.dumps(rec))
-    monkeypatch.setenv("LABKIT_DATA", str(data))
-    monkeypatch.setenv(STRICT_ENV, "1")
-    monkeypatch.setenv("LABKIT_FORCE_TIER", "cpu")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    nb = nbformat.read(ROOT / "notebooks" / "solutions" / "17_past_launch.ipynb", as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=600,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.outputs if o.get("output_type") == "stream")
+    text = run_on_references(ROOT / "notebooks" / "solutions" / "17_past_launch.ipynb", data,
+                             tmp_path, monkeypatch, strict=True)
     assert "no H200 reference recorded yet for past_launch" not in text
     assert "checked: gpt2: at batch 1 the PDL step is faster than the plain Triton step" in text
     assert "[TODO]" not in text and "[PASS] 17.1" in text

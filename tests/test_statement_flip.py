@@ -9,12 +9,11 @@ makes the smallest-first pool three times larger must make the notebook fail wit
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
+from nbrun import run_on_references
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "04_shared_pools.ipynb"
@@ -24,17 +23,7 @@ STATEMENT = "gpt2: both capture orders end within one 2 MiB segment of each othe
 
 def execute(data: Path, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run notebook 04 in a fresh kernel that reads its references from ``data``."""
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv("LABKIT_DATA", str(data))
-    monkeypatch.setenv("LABKIT_FORCE_TIER", "cpu")
-    monkeypatch.setenv("LABKIT_CPU_THREADS", "1")
-    monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "0")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=600,
-                   resources={"metadata": {"path": str(folder)}}).execute()
+    run_on_references(NOTEBOOK, data, folder, monkeypatch, strict=False)
 
 
 @pytest.fixture
