@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from labkit.checks import as_int
+from labkit.graphs import warm_up
 from labkit.model import TinyGPT
 from labkit.roofline.while_node import (
     MIN_CUDA as _MIN_CUDA, call as _call, capture_cuda_python as _capture_cuda_python,
@@ -402,13 +403,13 @@ def capture_decode_while(model: TinyGPT, max_steps: int, stop_token: int | Seque
         raise RuntimeError(route_error(support))
     loop = WhileDecode(model, batch_size, max_steps, stop_token)
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.no_grad():  # warm-up: cuBLAS handles, allocator
-        for _ in range(warmup):
-            loop.init()
-            loop.body()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
+
+    def one_step() -> None:
+        loop.init()
+        loop.body()
+
+    with torch.no_grad():
+        warm_up(one_step, (), stream, warmup, check_sync=False)
     pool = pool if pool is not None else torch.cuda.graph_pool_handle()
     build = _capture_torch if chosen == "torch" else _capture_cuda_python
     with torch.no_grad():
