@@ -26,7 +26,7 @@ from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_tota
 from labkit.measure import triton_bench
 from labkit.model import GPTConfig, build_model, generate, preset
 from labkit.roofline.stepcost import step_bytes
-from labkit.kernels.step import Blocks, choose_blocks, make_triton_step
+from labkit.kernels.step import PDL_MODES, Blocks, choose_blocks, make_triton_step
 
 #: the kernels of a step: the plan's rows name them
 step_kernels = {r["kernel"] for r in kernel_plan(preset("small"), 1, 1)}
@@ -188,6 +188,21 @@ def test_schedule_options_are_checked():
     if INTERPRETED:
         with pytest.raises(ValueError, match="one after another"):
             make_triton_step(m, schedule="persistent", programs=4)
+    with pytest.raises(ValueError, match="pdl"):
+        make_triton_step(m, schedule="pdl", pdl="sometimes")
+    with pytest.raises(ValueError, match="schedule='pdl' only"):
+        make_triton_step(m, pdl="wait_first")
+
+
+@cpu
+@pytest.mark.parametrize("mode", PDL_MODES)
+def test_every_pdl_mode_gives_the_readable_steps_float32_tokens(mode):
+    """The interpreter runs the kernels in order (PDL's order without its instructions), so
+    each mode is the same arithmetic: the readable step's tokens."""
+    m = _model("slot")
+    step = make_triton_step(m, schedule="pdl", pdl=mode)
+    assert step.pdl == mode
+    assert generate(m, PROMPTS[:2], 4, step_fn=step) == generate(m, PROMPTS[:2], 4)
 
 
 @cpu
@@ -342,6 +357,17 @@ def test_a_model_cast_after_the_step_was_built_is_refused():
         step(torch.tensor([1]), torch.tensor([0]), torch.tensor([0]))
 
 
+def _compiled(script: str) -> dict:
+    """Run ``script`` in a process without TRITON_INTERPRET (kernels compiled for the GPU,
+    none run) and return the JSON it prints after ``AOT ``."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("AOT "))
+    return json.loads(line[4:])
+
+
 _AOT = """
 import json
 import torch
@@ -367,12 +393,7 @@ def test_every_kernel_compiles_for_sm90_without_spills():
     """What the interpreter cannot check: the kernels go through Triton's compiler and
     ptxas for sm_90 (no GPU needed), in a process without TRITON_INTERPRET; the bf16 tiles
     spill no register. There a CPU model's step builds but refuses to run."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _AOT], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("AOT "))
-    result = json.loads(line[4:])
+    result = _compiled(_AOT)
     assert result.pop("refused") is True
     for name, rows in result.items():
         assert sum(r["launches"] for r in rows) == kernels_per_step(2)
@@ -380,6 +401,39 @@ def test_every_kernel_compiles_for_sm90_without_spills():
         assert all(r["registers"] > 0 for r in rows)
         if name.startswith("bf16"):  # the timed dtype: its tiles fit in registers
             assert all(r["spill_stores"] == 0 for r in rows), rows
+
+
+_ACQUIRE = """
+import json
+from labkit.kernels.aot import acquire_sass, compile_step
+from labkit.model import build_model, preset
+out = {"acquire": acquire_sass()}
+m = build_model(preset("small", max_batch=1, dtype="float32"))
+out["persistent"] = compile_step(m, 1, schedule="persistent")
+m = build_model(preset("test", max_batch=17))
+out["pdl"] = {mode: compile_step(m, 17, schedule="pdl", pdl=mode)
+              for mode in ("overlap", "release_at_end", "wait_first")}
+print("AOT " + json.dumps(out))
+"""
+
+
+@needs_triton
+def test_every_wait_keeps_its_acquire_in_the_compiled_code():
+    """What made the persistent step read stale rows on an H100 (Triton 3.6): an acquire whose
+    value nothing used was dropped with the SM's L1 invalidation. Compiled for sm_90 (no GPU
+    needed): labkit's wait keeps an acquire load and a ``CCTL.IVALL``, and the persistent
+    layer kernel (small preset, one row: several tiles per program) keeps one invalidation per
+    wait site (stages 2, 3 and 4 twice, 5) and the attention's acq_rel count: 7. Every PDL
+    mode compiles to the same kernels."""
+    result = _compiled(_ACQUIRE)
+    used = result["acquire"]["wait_value_used"]
+    assert used["acquire_loads"] >= 1 and used["l1_invalidations"] >= 1, result["acquire"]
+    layer = [r for r in result["persistent"] if r["kernel"] == "layer_kernel"]
+    assert layer and all(r["l1_invalidations"] == 7 for r in layer), layer
+    assert all(r["acquire_loads"] >= 6 for r in layer), layer
+    for mode, rows in result["pdl"].items():
+        assert {r["kernel"] for r in rows} == step_kernels, mode
+        assert all(r["l1_invalidations"] <= 1 for r in rows), (mode, rows)
 
 
 # ---------------------------------------------------------------------------------- pure parts
@@ -561,7 +615,7 @@ def test_triton_bench_needs_a_gpu():
 
 
 def _cuda_model(name="test", dtype="float32", **kw):
-    m = build_model(preset(name, max_batch=8, dtype=dtype, **kw), "cuda", seed=1)
+    m = build_model(preset(name, dtype=dtype, **{"max_batch": 8, **kw}), "cuda", seed=1)
     return _randomise(m)
 
 
@@ -585,6 +639,38 @@ def test_gpu_every_schedule_gives_the_readable_steps_float32_tokens(schedule, la
     for bs in (1, 5, 8):
         prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
         assert generate(m, prompts, 10, step_fn=step) == generate(m, prompts, 10), bs
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("bs", [1, 2])
+def test_gpu_persistent_step_reads_no_stale_row_with_several_tiles_per_program(bs):
+    """The shape that failed on an H100 before every wait used its acquire's value: the small
+    preset in float32 at one or two rows (CUDA-core tiles, 1-2 output columns each, so several
+    tiles per program share a 32-byte sector of the rows they read). Float32 tokens equal the
+    readable step's, and the same step from the same state repeats itself exactly."""
+    m = _cuda_model("small", max_batch=8)
+    step = make_triton_step(m, schedule="persistent")
+    prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
+    assert generate(m, prompts, 8, step_fn=step) == generate(m, prompts, 8)
+    t = torch.arange(5, 5 + bs, device="cuda")
+    p = torch.full((bs,), 20, device="cuda")
+    s = torch.arange(bs, device="cuda")
+    for i in range(bs):
+        m.cache.reserve(i, 21)
+    first = step(t, p, s).clone()
+    assert all(torch.equal(step(t, p, s), first) for _ in range(3))
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("mode", PDL_MODES)
+def test_gpu_every_pdl_mode_gives_the_readable_steps_float32_tokens(mode):
+    m = _cuda_model("small", max_batch=16)
+    step = make_triton_step(m, schedule="pdl", pdl=mode)
+    for bs in (1, 16):
+        prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
+        assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6), bs
 
 
 @pytest.mark.gpu

@@ -4,7 +4,8 @@ Triton's compiler to PTX and its bundled ``ptxas``, which reports registers and 
 It checks what the interpreter cannot: that every kernel compiles for the target, and that
 :func:`labkit.kernels.step.choose_blocks`'s tiles fit in registers. It needs kernels loaded
 for the GPU (no ``TRITON_INTERPRET=1``). ``python -m labkit.kernels.aot PRESET DTYPE BATCH
-[LAYOUT]`` prints one line per compiled kernel.
+[LAYOUT [SCHEDULE]]`` prints one line per compiled kernel; ``python -m labkit.kernels.aot
+acquire OUT.json`` adds this Triton's :func:`acquire_sass` to a JSON list.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping
 
 import torch
 
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
-from labkit.kernels.step import Blocks, Schedule, gpu_launches
+from labkit.kernels.step import Blocks, PdlMode, Schedule, gpu_launches
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
           torch.int64: "i64", torch.int32: "i32"}
@@ -68,21 +70,25 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
 
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
-                 schedule: Schedule = "kernels") -> list[dict]:
+                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap") -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
-    (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`): per
+    (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
+    ``pdl``: :data:`labkit.kernels.step.PDL_MODES`): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
-    ``spill_loads`` and ``shared_bytes``; ``RuntimeError`` under the interpreter."""
+    ``spill_loads``, ``shared_bytes`` and ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
+    what each acquire must leave, as the SM's L1 is not coherent); ``RuntimeError`` under the
+    interpreter."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.tools.disasm import get_sass
 
     if kernels.interpreted():
         raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
                            "compile them in a process without it")
     rows: dict[tuple, dict] = {}
     for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
-                               schedule=schedule):
+                               schedule=schedule, pdl=pdl):
         sig = _signature(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
                launch.num_warps)
@@ -95,13 +101,79 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
         rows[key] = {"kernel": launch.name, "launches": 1, "grid": list(launch.grid),
                      "num_warps": launch.num_warps,
                      **_ptxas_report(compiled.asm["ptx"], arch),
-                     "shared_bytes": int(compiled.metadata.shared)}
+                     "shared_bytes": int(compiled.metadata.shared),
+                     **_count(get_sass(compiled.asm["cubin"]))}
     return list(rows.values())
 
 
+def _count(sass: str) -> dict[str, int]:
+    lines = sass.splitlines()
+    return {"acquire_loads": sum("LDG" in x and "STRONG.GPU" in x for x in lines),
+            "l1_invalidations": sum("CCTL.IVALL" in x for x in lines)}
+
+
+def acquire_sass(arch: int = 90) -> dict:
+    """What the compiler keeps of an acquire: the two waits of
+    :mod:`labkit.kernels.acquire_demo` (its value unused, and labkit's wait, which uses it)
+    compiled for ``sm_<arch>``, and per wait the acquire loads (``LDG ... STRONG.GPU``) and L1
+    invalidations (``CCTL.IVALL``) in its SASS, with the Triton and ptxas that made it."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas_version
+    from triton.compiler import ASTSource
+    from triton.tools.disasm import get_sass
+
+    if kernels.interpreted():
+        raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
+                           "compile them in a process without it")
+    demo = importlib.import_module("labkit.kernels.acquire_demo")
+    sig = {"ready_ptr": "*i64", "x_ptr": "*fp32", "out_ptr": "*fp32", "target": "i64"}
+    found = re.search(r"release ([\d.]+), (V[\d.]+)", str(get_ptxas_version(arch)))
+    out: dict = {"triton": triton.__version__, "arch": f"sm_{arch}",
+                 "ptxas": found.group(2) if found else str(get_ptxas_version(arch))}
+    for name in ("wait_value_unused", "wait_value_used"):
+        with warnings.catch_warnings():  # Triton's notices about its future defaults
+            warnings.simplefilter("ignore", UserWarning)
+            compiled = triton.compile(ASTSource(getattr(demo, name), sig, {}),
+                                      target=GPUTarget("cuda", arch, 32))
+        out[name] = _count(get_sass(compiled.asm["cubin"]))
+    return out
+
+
+def record_acquire(path: str) -> dict:
+    """Add (or replace) this Triton's :func:`acquire_sass` row in the JSON list at ``path``,
+    with the date and the commit (``LABKIT_GIT_COMMIT`` or ``git``)."""
+    import datetime
+    import json
+    import os
+
+    from labkit.support.envvars import git_commit
+
+    row = acquire_sass()
+    commit = git_commit() or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                            capture_output=True, text=True).stdout.strip()
+    row.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               commit=commit or None, machine="compiled without a GPU (no kernel ran)")
+    rows = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            rows = [r for r in json.load(f) if r["triton"] != row["triton"]]
+    rows = sorted([*rows, row], key=lambda r: r["triton"])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=1)
+        f.write("\n")
+    return row
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "acquire":
+        print(record_acquire(argv[1]))
+        return 0
     if len(argv) not in (3, 4, 5):
-        print("usage: python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT [SCHEDULE]]")
+        print("usage: python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT [SCHEDULE]]\n"
+              "       python -m labkit.kernels.aot acquire OUT.json")
         return 2
     name, dtype, batch = argv[0], argv[1], int(argv[2])
     layout = argv[3] if len(argv) >= 4 else "slot"

@@ -17,7 +17,7 @@ row's last position loads nothing and writes ``m = -inf, l = 0``.
 import triton
 import triton.language as tl
 
-from .common import cache_index, wait_inputs
+from .common import cache_index, release_dependents, wait_first, wait_inputs
 
 
 @triton.jit
@@ -38,9 +38,10 @@ def attention_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, t
     grow with the context ``c``); writes the partials (``B NSPLIT (D + 2 H)`` float32, read
     back from L2 by the last split) and ``y`` (``B D e``). ``count`` (``(B, H)`` int32, zero)
     counts the splits done and is zero again when the step ends."""
+    wait_first(WAIT)
     attention_tile(tl.program_id(0), tl.program_id(1), tl.program_id(2), q_ptr, k_cache_ptr,
                    v_cache_ptr, pos_ptr, slot_ptr, table_ptr, m_ptr, l_ptr, acc_ptr, count_ptr,
-                   y_ptr, scale, q_ptr, 0, WAIT, H, HD, D, MAX_SEQ, PAGED, BLOCK_SIZE,
+                   y_ptr, scale, q_ptr, 0, WAIT % 5, H, HD, D, MAX_SEQ, PAGED, BLOCK_SIZE,
                    MAX_BLOCKS, NSPLIT, SPLIT, BLOCK_T, BLOCK_S, BLOCK_HD)
 
 
@@ -110,3 +111,4 @@ def attention_tile(b, h, s, q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, 
         y = tl.sum(weight[:, None] * acc_s, axis=0) / tl.sum(weight * l_s, axis=0)
         tl.store(y_ptr + b * D + h * HD + d, y.to(y_ptr.dtype.element_ty), mask=d_mask)
         tl.store(count_ptr + b * H + h, 0)  # ready for the next step
+    release_dependents(WAIT)

@@ -58,10 +58,12 @@ def tile(pid_n, pid_b, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 #: how a tile waits for what it reads (``WAIT``): nothing to wait for (the stream runs the
-#: kernels one after another), programmatic dependent launch, a ready counter, or PDL's order
-#: without its instructions (Triton's interpreter, which runs kernels one by one and has no
-#: ``griddepcontrol``)
-STREAM, PDL, READY, PDL_ORDER = 0, 1, 2, 3
+#: kernels one after another), programmatic dependent launch releasing the next kernel at the
+#: wait, a ready counter, PDL's order without its instructions (Triton's interpreter, which
+#: runs kernels one by one and has no ``griddepcontrol``), PDL releasing the next kernel only
+#: once the tile's stores are issued (:func:`release_dependents`), or PDL waiting at the
+#: kernel's start, before any load (:func:`wait_first`)
+STREAM, PDL, READY, PDL_ORDER, PDL_LATE, PDL_FIRST = 0, 1, 2, 3, 4, 5
 
 
 @triton.jit
@@ -73,18 +75,49 @@ def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
     kernel has finished and its stores are visible; then ``griddepcontrol.launch_dependents``
     lets the next kernel start its own programs, which run up to their own wait (Triton's
     tutorial ``11-programmatic-dependent-launch.py``). ``READY``: spin on the ready counter
-    until it reaches ``target`` (plain loads from L2), then one acquire, which orders this
-    program's later loads after the stores the counter's releases published; the CTA barrier
-    holds every thread until then. ``PDL_ORDER``: nothing (the interpreter's stand-in)."""
+    until it reaches ``target`` (volatile loads, from L2), then one acquire, which orders this
+    program's later loads after the stores the counter's releases published and invalidates
+    the SM's L1 (which is not kept coherent); the CTA barrier holds every thread until then.
+    ``PDL_ORDER``: nothing (the interpreter's stand-in).
+    ``PDL_LATE``: ``griddepcontrol.wait`` only (the tile's end releases the next kernel)."""
     if WAIT == 1:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    if WAIT == 4:
+        tl.extra.cuda.gdc_wait()
     if WAIT == 2:
         seen = tl.load(ready_ptr, volatile=True)
         while seen < target:
             seen = tl.load(ready_ptr, volatile=True)
-        tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
+        # the acquire's value must be used: Triton 3.6 drops an acquire whose value is not,
+        # and with it the SM's L1 invalidation (CCTL.IVALL), so a tile read a stale sector of
+        # a row another SM had just written (found on an H100; see notebook 17). The loop
+        # keeps it, and never turns: the counter reached target above and only grows
+        seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
+        while seen < target:
+            seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
+
+
+@triton.jit
+def wait_first(WAIT: tl.constexpr):
+    """At a kernel's start, ``PDL_FIRST``: wait for the previous kernel, then let the next one
+    start, before any load (no weights stream in during the wait; the tile then runs as in the
+    stream, ``WAIT % 5``)."""
+    if WAIT == 5:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def release_dependents(WAIT: tl.constexpr):
+    """At a tile's end, ``PDL_LATE``: let the next kernel start its programs now that this
+    one's stores are issued (``griddepcontrol.launch_dependents``): they load their first
+    weights while the last programs here finish, but do not hold an SM's registers and
+    shared memory while programs of this kernel still wait to start. Their own wait still
+    returns only once this kernel has finished."""
+    if WAIT == 4:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit

@@ -21,7 +21,8 @@ writes weights, so those bytes stream in while the previous work finishes.
 import triton
 import triton.language as tl
 
-from .common import cache_index, dot_acc, gelu_tanh, tile, wait_inputs
+from .common import (cache_index, dot_acc, gelu_tanh, release_dependents, tile, wait_first,
+                     wait_inputs)
 
 
 @triton.jit
@@ -179,6 +180,7 @@ def ln_qkv_tile(pid_n, pid_b, x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, po
                 tl.store(x_ptr + rows[:, None] * D + cols[None, :],
                          x.to(x_ptr.dtype.element_ty),
                          mask=row_mask[:, None] & (cols < D)[None, :])
+    release_dependents(WAIT)
 
 
 @triton.jit
@@ -198,9 +200,10 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
     the residual stream ``x``. Reads LN1, ``W_qkv`` and bias (``(2D + 3D^2 + 3D) e``) once and
     the rows (``B D e``; layer 0: two embedding rows each); writes q (``B D e``) and k, v
     (``2 B D e``)."""
+    wait_first(WAIT)
     ln_qkv_tile(tl.program_id(0), tl.program_id(1), x_ptr, tok_ptr, pos_ptr, slot_ptr,
                 tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, q_ptr,
-                k_cache_ptr, v_cache_ptr, table_ptr, B, eps, x_ptr, 0, WAIT, D, MAX_SEQ,
+                k_cache_ptr, v_cache_ptr, table_ptr, B, eps, x_ptr, 0, WAIT % 5, D, MAX_SEQ,
                 PAGED, BLOCK_SIZE, MAX_BLOCKS, EMBED, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL,
                 UPCAST, PRECISION)
 
@@ -223,6 +226,7 @@ def ln_linear_tile(pid_n, pid_b, x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_pt
         acc = gelu_tanh(acc)
     tl.store(out_ptr + rows[:, None] * out_stride + ns[None, :],
              acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
+    release_dependents(WAIT)
 
 
 @triton.jit
@@ -237,8 +241,9 @@ def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_strid
     its bias and ``gelu``) it reads ``(2D + 4D^2 + 4D) e`` of weights and the rows, writes
     ``4 B D e``; as final LayerNorm + LM head (``N = V``, no bias) it reads ``(2D + V D) e``
     (the step's largest matrix) and writes the logits (``B V e``, rows ``out_stride`` apart)."""
+    wait_first(WAIT)
     ln_linear_tile(tl.program_id(0), tl.program_id(1), x_ptr, ln_w_ptr, ln_b_ptr, w_ptr,
-                   b_ptr, out_ptr, out_stride, B, eps, x_ptr, 0, WAIT, D, N, HAS_BIAS, GELU,
+                   b_ptr, out_ptr, out_stride, B, eps, x_ptr, 0, WAIT % 5, D, N, HAS_BIAS, GELU,
                    BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
 
 
@@ -282,6 +287,7 @@ def linear_residual_tile(pid_n, pid_b, a_ptr, w_ptr, b_ptr, x_ptr, B, ready_ptr,
     offset = rows[:, None] * N + ns[None, :]
     x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     tl.store(x_ptr + offset, (x + acc).to(x_ptr.dtype.element_ty), mask=mask)
+    release_dependents(WAIT)
 
 
 @triton.jit
@@ -297,6 +303,7 @@ def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, WAIT: tl.constexpr,
     bias and the residual add (in place is safe: a program reads and writes only its own tile
     of ``x``). Reads ``(K D + D) e`` of weights, ``a`` (``B K e``) and the residual
     (``B D e``); writes the residual."""
+    wait_first(WAIT)
     linear_residual_tile(tl.program_id(0), tl.program_id(1), a_ptr, w_ptr, b_ptr, x_ptr, B,
-                         x_ptr, 0, WAIT, K, N, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL,
+                         x_ptr, 0, WAIT % 5, K, N, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL,
                          UPCAST, PRECISION)

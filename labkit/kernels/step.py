@@ -47,8 +47,9 @@ from labkit.checks import as_int
 from labkit.step_checks import check_choice
 from labkit.model import TinyGPT
 
-__all__ = ["SCHEDULES", "Blocks", "Launch", "Schedule", "TritonStep", "choose_blocks",
-           "gpu_launches", "kernels_per_step", "make_triton_step", "unavailable_reason"]
+__all__ = ["PDL_MODES", "SCHEDULES", "Blocks", "Launch", "PdlMode", "Schedule", "TritonStep",
+           "choose_blocks", "gpu_launches", "kernels_per_step", "make_triton_step",
+           "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
 
@@ -60,6 +61,12 @@ SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
 #: PDL; PDL_ORDER in the interpreter)
 _WAIT = {"kernels": 0, "pdl": 1, "persistent": 0}
 _WAIT_INTERPRETED = {"kernels": 0, "pdl": 3, "persistent": 0}
+PdlMode = Literal["overlap", "release_at_end", "wait_first"]
+#: how a PDL kernel overlaps the one before (``labkit.kernels.common``: PDL, PDL_LATE,
+#: PDL_FIRST): load the first weights, wait, let the next kernel start; the same, letting the
+#: next kernel start only once the stores are issued; or wait and let it start before any load
+PDL_MODES: tuple[PdlMode, ...] = ("overlap", "release_at_end", "wait_first")
+_PDL_WAIT = {"overlap": 1, "release_at_end": 4, "wait_first": 5}
 
 
 def kernels_per_step(n_layer: int, schedule: Schedule = "kernels") -> int:
@@ -224,13 +231,18 @@ class TritonStep:
     the fields to change from :func:`choose_blocks`'s choice (``None``: the heuristic).
     ``schedule``: one of :data:`SCHEDULES`. Persistent only: ``programs``, the programs of a
     layer launch (default one per SM; 1 in the interpreter), and ``cooperative``, whether it
-    is launched cooperatively (a grid the GPU cannot hold at once then fails at launch)."""
+    is launched cooperatively (a grid the GPU cannot hold at once then fails at launch).
+    PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", programs: int | None = None,
-                 cooperative: bool = True) -> None:
+                 cooperative: bool = True, pdl: PdlMode = "overlap") -> None:
         check_choice(schedule, "schedule", SCHEDULES)
+        check_choice(pdl, "pdl", PDL_MODES)
+        if pdl != "overlap" and schedule != "pdl":
+            raise ValueError(f"pdl= applies to schedule='pdl' only; this step's schedule "
+                             f"is {schedule!r}")
         if programs is not None:
             programs = as_int(programs, "programs", minimum=1,
                               fix="give the programs of a persistent layer launch, such as "
@@ -261,6 +273,8 @@ class TritonStep:
         self.blocks = blocks
         self.schedule: Schedule = schedule
         self.cooperative = cooperative
+        #: PDL: how each kernel overlaps the one before (:data:`PDL_MODES`)
+        self.pdl: PdlMode = pdl
         if self.interpret and programs not in (None, 1):
             raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
                              "after another, so a program waiting for another never returns; "
@@ -402,6 +416,8 @@ class TritonStep:
                  "UPCAST": self.interpret, "PRECISION": self._precision}
         out: list[Launch] = []
         wait = (_WAIT_INTERPRETED if self.interpret else _WAIT)[self.schedule]
+        if wait == 1:
+            wait = _PDL_WAIT[self.pdl]
         options = {"launch_pdl": True} if self.schedule == "pdl" else {}
 
         def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **constants: Any) -> None:
@@ -469,9 +485,9 @@ class TritonStep:
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
-                 schedule: Schedule = "kernels") -> list[Launch]:
+                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap") -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
-    step = TritonStep(model, blocks=blocks, schedule=schedule)
+    step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl)
     step.interpret = False
     step.programs = sm_count  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
@@ -487,8 +503,8 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
 def make_triton_step(model: TinyGPT, *,
                      blocks: Blocks | Mapping[str, int] | None = None,
                      schedule: Schedule = "kernels", programs: int | None = None,
-                     cooperative: bool = True) -> TritonStep:
+                     cooperative: bool = True, pdl: PdlMode = "overlap") -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
-                      cooperative=cooperative)
+                      cooperative=cooperative, pdl=pdl)

@@ -12,13 +12,16 @@ and a limit on how many programs are resident at once.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.kernels.step import kernels_per_step
 from labkit.measure.fidelity import kl_limit
+from labkit.support.paths import data_dir, repo_root
 from labkit.teach.lessons import record_data, stat
 from labkit.teach.plots import finish, plotly_go, stats_bar
 from labkit.teach.verdicts import Difference, compare_stats
@@ -268,6 +271,80 @@ def triton_split(record: Any) -> dict[str, float]:
             "kernels_beyond_floor_us": kernels - floor, "gaps_us": replay - kernels,
             "kernels": n, "per_kernel_us": (replay - floor) / n,
             "n_layer": int(d["config"]["n_layer"])}
+
+
+# ---------------------------------------------------------------------- the compiled wait
+#: what the compiler kept of two waits, one row per Triton version (``python -m
+#: labkit.kernels.aot acquire``; compiled for sm_90 without a GPU)
+ACQUIRE_FILE = "sweeps/acquire_sass.json"
+
+
+def acquire_records() -> list[dict[str, Any]]:
+    """The recorded rows of ``data/sweeps/acquire_sass.json``."""
+    with open(_sweep(ACQUIRE_FILE), encoding="utf-8") as f:
+        return list(json.load(f))
+
+
+def _sweep(name: str) -> Path:
+    """A file of ``data/sweeps``: in ``$LABKIT_DATA`` if it has one, else the checkout's."""
+    mine = data_dir() / name
+    return mine if mine.exists() else repo_root() / "data" / name
+
+
+def acquire_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per Triton version and wait: the acquire loads and L1 invalidations in its SASS."""
+    return [{"triton": r["triton"], "ptxas": r["ptxas"], "wait": label,
+             "acquire loads": r[key]["acquire_loads"],
+             "L1 invalidations": r[key]["l1_invalidations"]}
+            for r in rows for key, label in (("wait_value_unused", "acquire value unused"),
+                                             ("wait_value_used", "labkit's wait (value used)"))]
+
+
+def dropped_in(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The Triton versions whose code for the unused-value wait invalidates no L1."""
+    return [r["triton"] for r in rows if r["wait_value_unused"]["l1_invalidations"] == 0]
+
+
+def load_gone_invalidation_kept(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some Triton after 3.6 drops the unused acquire's load but keeps its L1
+    invalidation (and none after 3.6 drops both)."""
+    later = [r["wait_value_unused"] for r in rows if _version(r["triton"]) > (3, 6)]
+    return bool(later) and all(u["acquire_loads"] == 0 and u["l1_invalidations"] >= 1
+                               for u in later)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")[:2] if x.isdigit())
+
+
+def kept_in_all(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether labkit's wait keeps an acquire load and an L1 invalidation in every row."""
+    return bool(rows) and all(r["wait_value_used"]["acquire_loads"] >= 1
+                              and r["wait_value_used"]["l1_invalidations"] >= 1 for r in rows)
+
+
+#: the GPU run that found the dropped acquire (before the fix)
+BEFORE_FIX_FILE = "sweeps/h100-80gb-hbm3/persistent_fidelity_before_fix.json"
+
+
+def before_fix() -> dict[str, Any]:
+    """What ``persistent_fidelity_before_fix.json`` shows: the share of the persistent step's
+    float32 tokens equal to the readable step's at one row and at 8 or more (lowest), whether
+    it repeated itself at one row, whether one program gave the readable tokens everywhere,
+    and layer 0's largest differences from the kernels (q, y and the cache; hidden and x)."""
+    with open(_sweep(BEFORE_FIX_FILE), encoding="utf-8") as f:
+        rows = json.load(f)
+    one = [r for r in rows if r["batch"] == 1]
+    more = [r for r in rows if r["batch"] >= 8]
+    return {"equal_at_1": min(r["persistent"] for r in one),
+            "equal_at_8_plus": min(r["persistent"] for r in more),
+            "repeatable_at_1": any(r["persistent_repeatable"] for r in one),
+            "one_program_equal": all(r["persistent_p1"] == 1.0 for r in rows),
+            "stages_1_2_differ": max(r["layer0"][f"persistent.{b}"] for r in one
+                                     for b in ("q", "y", "cache")),
+            "stages_3_5_differ": min(max(r["layer0"]["persistent.hidden"],
+                                         r["layer0"]["persistent.x"]) for r in one),
+            "rows": len(rows)}
 
 
 # ---------------------------------------------------------------------- the simulator
