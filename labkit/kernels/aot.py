@@ -21,6 +21,7 @@ import torch
 
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
+from labkit.support.envvars import git_commit
 from labkit.kernels.step import Blocks, PdlMode, Schedule, gpu_launches
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -148,8 +149,6 @@ def record_acquire(path: str) -> dict:
     import datetime
     import json
     import os
-
-    from labkit.support.envvars import git_commit
 
     row = acquire_sass()
     commit = git_commit() or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
