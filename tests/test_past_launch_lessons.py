@@ -278,3 +278,33 @@ def test_a_record_that_times_a_step_the_gate_stopped_is_refused():
     short["floor_us"] = short["floor_us"][:2]
     with pytest.raises(records.SchemaError, match="floor_us"):
         records.parse("past_launch_gpt2", short)
+
+
+def _sass_row(version, unused, used):
+    return {"triton": version, "ptxas": "V0", "arch": "sm_90",
+            "wait_value_unused": dict(zip(("acquire_loads", "l1_invalidations"), unused)),
+            "wait_value_used": dict(zip(("acquire_loads", "l1_invalidations"), used))}
+
+
+def test_the_acquire_verdicts_follow_the_compiled_rows():
+    rows = [_sass_row("3.6.0", (0, 0), (1, 1)), _sass_row("3.9.0", (0, 1), (1, 1))]
+    assert lp.dropped_in(rows) == ["3.6.0"]
+    assert lp.kept_in_all(rows) and lp.load_gone_invalidation_kept(rows)
+    table = lp.acquire_rows(rows, rows[1])
+    assert len(table) == 6 and table[-1]["source"] == "compiled here"
+    assert "Triton 3.6.0: unused 0/0" in lp.acquire_summary(rows)
+    # a wait that lost its acquire, a later Triton that drops both, no rows: each verdict flips
+    assert not lp.kept_in_all([_sass_row("3.6.0", (0, 0), (0, 0))])
+    assert not lp.load_gone_invalidation_kept([_sass_row("3.10.0", (0, 0), (1, 1))])
+    assert not lp.kept_in_all([]) and lp.dropped_in(rows[1:]) == []
+
+
+def test_the_recorded_sweeps_say_what_notebook_17_states():
+    """The shipped files: Triton 3.6 dropped the unused acquire; labkit's wait kept it; before
+    the fix the persistent step left the readable tokens at one row only."""
+    rows = lp.acquire_records()
+    assert "3.6.0" in lp.dropped_in(rows) and lp.kept_in_all(rows)
+    found = lp.before_fix()
+    assert found["equal_at_1"] < 1 == found["equal_at_8_plus"]
+    assert not found["repeatable_at_1"] and found["one_program_equal"]
+    assert found["stages_1_2_differ"] == 0 < found["stages_3_5_differ"]

@@ -291,13 +291,26 @@ def _sweep(name: str) -> Path:
     return mine if mine.exists() else repo_root() / "data" / name
 
 
-def acquire_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per Triton version and wait: the acquire loads and L1 invalidations in its SASS."""
-    return [{"triton": r["triton"], "ptxas": r["ptxas"], "wait": label,
+def acquire_rows(rows: Sequence[Mapping[str, Any]],
+                 here: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per Triton version and wait: the acquire loads and L1 invalidations in its SASS, the
+    recorded rows and (``here``) one compiled in this process."""
+    found = [("recorded", r) for r in rows] + ([("compiled here", here)] if here else [])
+    return [{"triton": r["triton"], "ptxas": r["ptxas"], "source": source, "wait": label,
              "acquire loads": r[key]["acquire_loads"],
              "L1 invalidations": r[key]["l1_invalidations"]}
-            for r in rows for key, label in (("wait_value_unused", "acquire value unused"),
-                                             ("wait_value_used", "labkit's wait (value used)"))]
+            for source, r in found
+            for key, label in (("wait_value_unused", "acquire value unused"),
+                               ("wait_value_used", "labkit's wait (value used)"))]
+
+
+def acquire_summary(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line per recorded Triton: acquire loads / L1 invalidations of each wait."""
+    def pair(w: Mapping[str, int]) -> str:
+        return f"{w['acquire_loads']}/{w['l1_invalidations']}"
+    return "; ".join(f"Triton {r['triton']}: unused {pair(r['wait_value_unused'])}, labkit's "
+                     f"{pair(r['wait_value_used'])} (acquire loads/L1 invalidations)"
+                     for r in rows)
 
 
 def dropped_in(rows: Sequence[Mapping[str, Any]]) -> list[str]:
