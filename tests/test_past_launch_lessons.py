@@ -308,3 +308,17 @@ def test_the_recorded_sweeps_say_what_notebook_17_states():
     assert found["equal_at_1"] < 1 == found["equal_at_8_plus"]
     assert not found["repeatable_at_1"] and found["one_program_equal"]
     assert found["stages_1_2_differ"] == 0 < found["stages_3_5_differ"]
+    assert lp.before_fix_row(found)["repeats itself, 1 row"] is False
+
+
+def test_the_split_puts_the_persistent_steps_time_inside_its_kernels():
+    rec = {"batch_sizes": [1], "floor_us": [10.0], "interleaved": True,
+           "times": {s: [{"median": m, "p10": m, "p90": m, "n": 3}]
+                     for s, m in (("triton", 100.0), ("triton_persistent", 150.0))},
+           "kernel_us": {"triton": [80.0], "triton_persistent": [145.0]}}
+    rows = lp.split_rows(rec, 1)
+    assert [r["between kernels µs"] for r in rows] == [20.0, 5.0]
+    assert rows[1]["kernels beyond floor µs"] == 135.0
+    assert lp.moved_inside(rec, 1)
+    rec["kernel_us"]["triton_persistent"] = [70.0]  # less inside: the verdict flips
+    assert not lp.moved_inside(rec, 1)

@@ -37,7 +37,7 @@ COLORS = {"triton": "#1f77b4", "triton_pdl": "#ff7f0e", "triton_persistent": "#2
 
 
 def _r(x: float | None, nd: int = 1) -> float | None:
-    return None if x is None else round(float(x), nd)
+    return None if x is None else round(float(x), nd) + 0.0  # no "-0"
 
 
 def n_layer(record: Any) -> int:
@@ -241,6 +241,39 @@ def variant_rows(record: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def split_rows(record: Any, batch: int = 1) -> list[dict[str, Any]]:
+    """Per timed schedule at ``batch`` rows: the replay median, the kernels' own GPU time
+    (the profiler's, one eager step), the time between them (replay minus kernels) and the
+    kernels' time beyond the floor (µs)."""
+    d = record_data(record)
+    i = d["batch_sizes"].index(batch)
+    rows = []
+    for s, label in WAYS.items():
+        replay, inside = median_us(record, s, batch), d.get("kernel_us", {}).get(s)
+        if replay is None or not inside:
+            continue
+        rows.append({"schedule": label, "replay µs": _r(replay), "kernels µs": _r(inside[i]),
+                     "between kernels µs": _r(replay - inside[i]),
+                     "kernels beyond floor µs": _r(inside[i] - d["floor_us"][i])})
+    return rows
+
+
+def split_pair(record: Any, batch: int = 1) -> tuple[dict, dict] | None:
+    """The plain and the persistent step's rows of :func:`split_rows` (``None``: one of them
+    was not timed or profiled)."""
+    rows = {r["schedule"]: r for r in split_rows(record, batch)}
+    plain, per = rows.get(WAYS["triton"]), rows.get(WAYS["triton_persistent"])
+    return None if plain is None or per is None else (plain, per)
+
+
+def moved_inside(record: Any, batch: int = 1) -> bool:
+    """Whether the persistent step leaves less time between kernels than the plain step but
+    spends more inside them, at ``batch`` rows."""
+    pair = split_pair(record, batch)
+    return (pair is not None and pair[1]["between kernels µs"] < pair[0]["between kernels µs"]
+            and pair[1]["kernels µs"] > pair[0]["kernels µs"])
+
+
 def ways_chart(record: Any, *, subtitle: str | None = None):
     """µs per step at each batch size for the three schedules (p10–p90 whiskers), and the
     floor."""
@@ -338,6 +371,17 @@ def kept_in_all(rows: Sequence[Mapping[str, Any]]) -> bool:
 
 #: the GPU run that found the dropped acquire (before the fix)
 BEFORE_FIX_FILE = "sweeps/h100-80gb-hbm3/persistent_fidelity_before_fix.json"
+
+
+def before_fix_row(found: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`before_fix` as a table row with readable headers."""
+    return {"float32 tokens equal, 1 row": found["equal_at_1"],
+            "… 8+ rows": found["equal_at_8_plus"],
+            "repeats itself, 1 row": found["repeatable_at_1"],
+            "one program: equal": found["one_program_equal"],
+            "layer 0 stages 1-2: largest diff": _r(found["stages_1_2_differ"], 4),
+            "stages 3-5: largest diff": _r(found["stages_3_5_differ"], 4),
+            "rows of the file": found["rows"]}
 
 
 def before_fix() -> dict[str, Any]:
