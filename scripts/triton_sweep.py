@@ -4,7 +4,11 @@ step with the heuristic's tiles and with each candidate change, each captured in
 and replayed in turn (``time_cuda_interleaved``), after checking the bf16 logits against the
 readable step's; then the per-kernel profile of the heuristic. Prints one JSON line each.
 
-    python scripts/triton_sweep.py [PRESET ...] > sweep.jsonl
+    python scripts/triton_sweep.py [--schedule persistent] [PRESET ...] > sweep.jsonl
+
+With ``--schedule persistent`` it sweeps the persistent step instead (``PERSISTENT``: more
+warps, wider tiles so that each program holds one tile a stage, two programs per SM), beside
+the plain kernels (``kernels``), which it has to beat.
 
 ``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200 (see data/sweeps/README.md).
 """
@@ -34,6 +38,18 @@ CANDIDATES = {
 PROFILED = (1, 8, 64)
 
 
+def _wider(bl) -> dict:
+    """Output tiles twice as wide and twice the warps: half the tiles, each program holding
+    one tile a stage where the heuristic gave it two (the heuristic sizes tiles for about two
+    programs per SM of the plain kernels)."""
+    return {"n": 2 * bl.n, "n_out": 2 * bl.n_out, "warps": 2 * bl.warps}
+
+
+#: the persistent step's candidates: (change to the tiles, or a function of the heuristic's
+#: Blocks; programs per SM)
+PERSISTENT = [({}, 1), ({"warps": 8}, 1), (_wider, 1), ({}, 2)]
+
+
 def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
@@ -44,9 +60,12 @@ def captured(model, step, b, inputs):
     return gs
 
 
-def sweep(name: str) -> None:
+def sweep(name: str, schedule: str = "kernels") -> None:
     model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
     fused = make_fused_step(model)
+    if schedule == "persistent":
+        sweep_persistent(model, name)
+        return
     for b, cands in CANDIDATES.items():
         t0 = time.time()
         inputs = step_inputs(model, b, context=128)
@@ -81,6 +100,41 @@ def sweep(name: str) -> None:
     torch.cuda.empty_cache()
 
 
+def sweep_persistent(model, name: str) -> None:
+    """The persistent step's candidates (``PERSISTENT``) beside the plain kernels, per batch
+    size of ``PROFILED``, replayed in turn; each checked against the readable step first."""
+    sm = torch.cuda.get_device_properties(model.device).multi_processor_count
+    for b in PROFILED:
+        inputs = step_inputs(model, b, context=128)
+        ref = model.decode_step(*inputs, check=False).float()
+        plain = make_triton_step(model)
+        graphs = {"kernels": captured(model, plain, b, inputs)}
+        info = {}
+        for i, (change, per_sm) in enumerate(PERSISTENT):
+            blocks = change(plain.blocks_for(b)) if callable(change) else change
+            try:
+                step = make_triton_step(model, schedule="persistent", blocks=blocks or None,
+                                        programs=per_sm * sm)
+                out = step(*inputs, check=False).float()
+                graphs[f"p{i}"] = captured(model, step, b, inputs)
+            except Exception as exc:  # refused (cooperative launch) or out of resources
+                emit(preset=name, b=b, cand=blocks, per_sm=per_sm, error=repr(exc)[:300])
+                continue
+            info[f"p{i}"] = {"blocks": step.blocks_for(b).to_dict(), "per_sm": per_sm,
+                             "err": round((out - ref).abs().max().item(), 4),
+                             "agree": (out.argmax(-1) == ref.argmax(-1)).float().mean().item()}
+        fns = {label: (lambda gs=gs, b=b: gs.replay(b)) for label, gs in graphs.items()}
+        for label, st in time_cuda_interleaved(fns, warmup=5, repeats=15, inner=10).items():
+            emit(preset=name, b=b, step=label, median=round(st.median, 2),
+                 p10=round(st.p10, 2), p90=round(st.p90, 2), **info.get(label, {}))
+        for gs in graphs.values():
+            gs.release()
+
+
 if __name__ == "__main__":
-    for preset_name in sys.argv[1:] or ["gpt2", "small"]:
-        sweep(preset_name)
+    args = sys.argv[1:]
+    chosen = "kernels"
+    if args[:1] == ["--schedule"]:
+        chosen, args = args[1], args[2:]
+    for preset_name in args or ["gpt2", "small"]:
+        sweep(preset_name, chosen)

@@ -82,7 +82,6 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton.tools.disasm import get_sass
 
     if kernels.interpreted():
         raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
@@ -103,8 +102,20 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
                      "num_warps": launch.num_warps,
                      **_ptxas_report(compiled.asm["ptx"], arch),
                      "shared_bytes": int(compiled.metadata.shared),
-                     **_count(get_sass(compiled.asm["cubin"]))}
+                     **_count(_sass(compiled.asm["cubin"]))}
     return list(rows.values())
+
+
+def _sass(cubin: bytes) -> str:
+    """The SASS of a compiled kernel, whole: Triton's bundled ``cuobjdump -sass`` (Triton's own
+    ``triton.tools.disasm.get_sass`` cut a long kernel short in Triton 3.6)."""
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name],
+                              capture_output=True, text=True, check=True).stdout
 
 
 def _count(sass: str) -> dict[str, int]:
@@ -124,7 +135,6 @@ def acquire_sass(arch: int = 90) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas_version
     from triton.compiler import ASTSource
-    from triton.tools.disasm import get_sass
 
     if kernels.interpreted():
         raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
@@ -139,7 +149,7 @@ def acquire_sass(arch: int = 90) -> dict:
             warnings.simplefilter("ignore", UserWarning)
             compiled = triton.compile(ASTSource(getattr(demo, name), sig, {}),
                                       target=GPUTarget("cuda", arch, 32))
-        out[name] = _count(get_sass(compiled.asm["cubin"]))
+        out[name] = _count(_sass(compiled.asm["cubin"]))
     return out
 
 
