@@ -20,8 +20,8 @@ At a barrier a program *arrives* (CTA barrier, then one release add of 1), then 
 of the next stage loads its weights -- written by no stage -- and only then *waits* for the
 counter to reach the barrier's target (volatile loads, then one acquire whose value the wait
 uses, or Triton 3.6 drops it with its L1 invalidation: :func:`labkit.kernels.common.wait_inputs`):
-the weight bytes stream in while the slowest program finishes. A program with no tile in a stage still waits,
-so no program arrives twice before every program arrived once.
+the weight bytes stream in while the slowest program finishes. A program with no tile in a
+stage still waits, so no program arrives twice before every program arrived once.
 
 The counter is never reset (nothing inside a graph must reset it): each launch adds ``4 P``.
 A program reads it before it first arrives, when it holds ``n * 4 P`` plus fewer than ``P``
