@@ -11,7 +11,9 @@
 #                              conda env: the venv gets labkit-reuse-torch.pth listing the
 #                              folders python3 imports packages from; setup checks that the venv
 #                              imports that very torch before installing anything, and never
-#                              installs a second one. LABKIT_REUSE_TORCH=0: never reuse;
+#                              installs a second one; the Jupyter data files (templates,
+#                              extensions) of those environments are linked into the venv's
+#                              share/jupyter. LABKIT_REUSE_TORCH=0: never reuse;
 #                              LABKIT_REUSE_TORCH=1: reuse a CPU-only torch on a GPU machine too
 #   an NVIDIA GPU is present   pip install "torch>=2.4" (a CUDA build)
 #   otherwise (CPU machine)    the highest "+cpu" build >= 2.4 that pip can see, so that a
@@ -397,6 +399,39 @@ else
   pip_install "${PIP_TORCH_ARGS[@]+"${PIP_TORCH_ARGS[@]}"}" -e "$target"
 fi
 log "package step: $((SECONDS - t0)) s"
+
+# ---------------------------------------------------------------- Jupyter data files
+# A package this venv sees through $PTH_NAME, and so did not install (nbconvert, jupyterlab,
+# the widget and plotly extensions), keeps its data files under the share/jupyter of the
+# environment that installed it, which this venv's Jupyter does not search: without them
+# nbconvert has no templates (no slides, no run pages). Link each folder the venv lacks, one
+# level deep (nbconvert, lab, labextensions/<name>, ...); never kernels: this venv's own
+# python runs its notebooks.
+link_jupyter_data() {
+  local from="$1" to="$2" depth="$3" entry name
+  for entry in "$from"/*; do
+    [[ -e "$entry" ]] || continue
+    name="$(basename "$entry")"
+    [[ "$name" == kernels ]] && continue
+    if [[ ! -e "$to/$name" ]]; then
+      mkdir -p "$to"
+      ln -s "$entry" "$to/$name"
+    elif (( depth > 0 )) && [[ -d "$entry" && -d "$to/$name" && ! -L "$to/$name" ]]; then
+      link_jupyter_data "$entry" "$to/$name" $((depth - 1))
+    fi
+  done
+}
+if [[ "$LINK" == link ]]; then
+  for dir in ${PY_DIRS[@]+"${PY_DIRS[@]}"}; do
+    [[ "$dir" == */lib/python*/site-packages ]] || continue
+    prefix="${dir%/lib/python*/site-packages}"
+    case "$prefix" in /usr|/usr/local) continue ;; esac  # Jupyter searches these already
+    if [[ -d "$prefix/share/jupyter" && "$prefix" != "$real_venv" ]]; then
+      link_jupyter_data "$prefix/share/jupyter" "$VENV/share/jupyter" 1
+      log "Jupyter data files of $prefix (templates, extensions) linked into $VENV/share/jupyter"
+    fi
+  done
+fi
 
 # ---------------------------------------------------------------- report
 report="$("$VPY" -I - <<'PY'

@@ -63,6 +63,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (outer_site / dist_info.name).symlink_to(dist_info, target_is_directory=True)
     runner_dirs = [str(package.parent)] + [d for d in site.getsitepackages() if os.path.isdir(d)]
     (outer_site / "runner-packages.pth").write_text("\n".join(dict.fromkeys(runner_dirs)) + "\n")
+    # data files a package of the outer environment installed there (nbconvert's templates),
+    # and a kernelspec that must not be linked
+    for folder, name in (("nbconvert/templates/reveal", "conf.json"),
+                         ("kernels/python3", "kernel.json")):
+        (outer / "share" / "jupyter" / folder).mkdir(parents=True)
+        (outer / "share" / "jupyter" / folder / name).write_text("{}\n")
 
     # the project as a user has it (setup.sh installs the folder it sits in)
     repo = base / "repo"
@@ -130,6 +136,14 @@ def test_setup_reuses_the_torch_of_a_virtualenv_python_offline(world):
            if line and not line.startswith("#")]
     assert pth[0] == os.path.realpath(world["outer_site"])
     assert str(world["package"].parent.resolve()) in pth  # the outer venv's own .pth, followed
+
+    # the outer environment's Jupyter data files are linked into the venv, its kernels are not
+    data = venv / "share" / "jupyter"
+    assert (data / "nbconvert" / "templates" / "reveal" / "conf.json").is_file(), log
+    assert (data / "nbconvert").resolve() == (world["outer"] / "share" / "jupyter" /
+                                              "nbconvert").resolve()
+    assert not (data / "kernels" / "python3").exists()
+    assert "Jupyter data files of" in log
 
     # pip in the venv counts the reused torch as installed, so labkit's torch>=2.4 is met
     shown = subprocess.run([str(vpy), "-m", "pip", "show", "torch"],
