@@ -60,37 +60,42 @@ def captured(model, step, b, inputs):
     return gs
 
 
-def sweep(name: str, schedule: str = "kernels") -> None:
+def compare(model, name: str, b: int, inputs, graphs: dict, candidates: list) -> None:
+    """Each candidate ``(label, make_triton_step keywords, extra fields)`` checked against the
+    readable step and captured beside ``graphs``; then every graph replayed in turn
+    (``time_cuda_interleaved``), one JSON line each, and released."""
+    ref = model.decode_step(*inputs, check=False).float()
+    info = {}
+    for label, kwargs, extra in candidates:
+        try:
+            step = make_triton_step(model, **kwargs)
+            out = step(*inputs, check=False).float()
+            graphs[label] = captured(model, step, b, inputs)
+        except Exception as exc:  # a tile the GPU cannot run, or a refused cooperative launch
+            emit(preset=name, b=b, cand=kwargs.get("blocks") or {}, **extra,
+                 error=repr(exc)[:300])
+            continue
+        info[label] = {"blocks": step.blocks_for(b).to_dict(), **extra,
+                       "err": round((out - ref).abs().max().item(), 4),
+                       "agree": (out.argmax(-1) == ref.argmax(-1)).float().mean().item()}
+    fns = {label: (lambda gs=gs, b=b: gs.replay(b)) for label, gs in graphs.items()}
+    for label, st in time_cuda_interleaved(fns, warmup=5, repeats=15, inner=10).items():
+        emit(preset=name, b=b, step=label, median=round(st.median, 2),
+             p10=round(st.p10, 2), p90=round(st.p90, 2), **info.get(label, {}))
+    for gs in graphs.values():
+        gs.release()
+
+
+def sweep(name: str) -> None:
     model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
     fused = make_fused_step(model)
-    if schedule == "persistent":
-        sweep_persistent(model, name)
-        return
     for b, cands in CANDIDATES.items():
         t0 = time.time()
         inputs = step_inputs(model, b, context=128)
         graphs = {"readable": captured(model, model.decode_step, b, inputs),
                   "fused": captured(model, fused, b, inputs)}
-        info = {}
-        ref = model.decode_step(*inputs, check=False).float()
-        for i, change in enumerate(cands):
-            try:
-                step = make_triton_step(model, blocks=change or None)
-                out = step(*inputs, check=False).float()
-                graphs[f"t{i}"] = captured(model, step, b, inputs)
-            except Exception as exc:  # a tile the GPU cannot run: reported, the sweep goes on
-                emit(preset=name, b=b, cand=change, error=repr(exc)[:300])
-                continue
-            info[f"t{i}"] = {"blocks": step.blocks_for(b).to_dict(),
-                             "err": round((out - ref).abs().max().item(), 4),
-                             "agree": (out.argmax(-1) == ref.argmax(-1)).float().mean().item()}
-        fns = {label: (lambda gs=gs, b=b: gs.replay(b)) for label, gs in graphs.items()}
-        stats = time_cuda_interleaved(fns, warmup=5, repeats=15, inner=10)
-        for label, st in stats.items():
-            emit(preset=name, b=b, step=label, median=round(st.median, 2),
-                 p10=round(st.p10, 2), p90=round(st.p90, 2), **info.get(label, {}))
-        for gs in graphs.values():
-            gs.release()
+        compare(model, name, b, inputs, graphs,
+                [(f"t{i}", {"blocks": change or None}, {}) for i, change in enumerate(cands)])
         if b in PROFILED:
             step = make_triton_step(model)
             prof = gpu_op_profile(lambda step=step, x=inputs: step(*x, check=False))
@@ -100,35 +105,22 @@ def sweep(name: str, schedule: str = "kernels") -> None:
     torch.cuda.empty_cache()
 
 
-def sweep_persistent(model, name: str) -> None:
+def sweep_persistent(name: str) -> None:
     """The persistent step's candidates (``PERSISTENT``) beside the plain kernels, per batch
     size of ``PROFILED``, replayed in turn; each checked against the readable step first."""
+    model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
     sm = torch.cuda.get_device_properties(model.device).multi_processor_count
     for b in PROFILED:
         inputs = step_inputs(model, b, context=128)
-        ref = model.decode_step(*inputs, check=False).float()
         plain = make_triton_step(model)
-        graphs = {"kernels": captured(model, plain, b, inputs)}
-        info = {}
+        candidates = []
         for i, (change, per_sm) in enumerate(PERSISTENT):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
-            try:
-                step = make_triton_step(model, schedule="persistent", blocks=blocks or None,
-                                        programs=per_sm * sm)
-                out = step(*inputs, check=False).float()
-                graphs[f"p{i}"] = captured(model, step, b, inputs)
-            except Exception as exc:  # refused (cooperative launch) or out of resources
-                emit(preset=name, b=b, cand=blocks, per_sm=per_sm, error=repr(exc)[:300])
-                continue
-            info[f"p{i}"] = {"blocks": step.blocks_for(b).to_dict(), "per_sm": per_sm,
-                             "err": round((out - ref).abs().max().item(), 4),
-                             "agree": (out.argmax(-1) == ref.argmax(-1)).float().mean().item()}
-        fns = {label: (lambda gs=gs, b=b: gs.replay(b)) for label, gs in graphs.items()}
-        for label, st in time_cuda_interleaved(fns, warmup=5, repeats=15, inner=10).items():
-            emit(preset=name, b=b, step=label, median=round(st.median, 2),
-                 p10=round(st.p10, 2), p90=round(st.p90, 2), **info.get(label, {}))
-        for gs in graphs.values():
-            gs.release()
+            candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
+                                         "programs": per_sm * sm}, {"per_sm": per_sm}))
+        compare(model, name, b, inputs, {"kernels": captured(model, plain, b, inputs)},
+                candidates)
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
@@ -137,4 +129,4 @@ if __name__ == "__main__":
     if args[:1] == ["--schedule"]:
         chosen, args = args[1], args[2:]
     for preset_name in args or ["gpt2", "small"]:
-        sweep(preset_name, chosen)
+        (sweep_persistent if chosen == "persistent" else sweep)(preset_name)

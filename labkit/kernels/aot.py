@@ -21,7 +21,7 @@ import torch
 
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
-from labkit.support.envvars import git_commit
+from labkit.support.env import git_state
 from labkit.kernels.step import Blocks, PdlMode, Schedule, gpu_launches
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -69,6 +69,13 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
             "spill_loads": number(r"(\d+) bytes spill loads")}
 
 
+def _need_gpu_kernels() -> None:
+    """``RuntimeError`` when the kernels were loaded for Triton's interpreter."""
+    if kernels.interpreted():
+        raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
+                           "compile them in a process without it")
+
+
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap") -> list[dict]:
@@ -83,9 +90,7 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if kernels.interpreted():
-        raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
-                           "compile them in a process without it")
+    _need_gpu_kernels()
     rows: dict[tuple, dict] = {}
     for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
                                schedule=schedule, pdl=pdl):
@@ -136,9 +141,7 @@ def acquire_sass(arch: int = 90) -> dict:
     from triton.backends.nvidia.compiler import get_ptxas_version
     from triton.compiler import ASTSource
 
-    if kernels.interpreted():
-        raise RuntimeError("the kernels were loaded for the interpreter (TRITON_INTERPRET=1); "
-                           "compile them in a process without it")
+    _need_gpu_kernels()
     demo = importlib.import_module("labkit.kernels.acquire_demo")
     sig = {"ready_ptr": "*i64", "x_ptr": "*fp32", "out_ptr": "*fp32", "target": "i64"}
     found = re.search(r"release ([\d.]+), (V[\d.]+)", str(get_ptxas_version(arch)))
@@ -155,16 +158,15 @@ def acquire_sass(arch: int = 90) -> dict:
 
 def record_acquire(path: str) -> dict:
     """Add (or replace) this Triton's :func:`acquire_sass` row in the JSON list at ``path``,
-    with the date and the commit (``LABKIT_GIT_COMMIT`` or ``git``)."""
+    with the date and the commit (:func:`labkit.support.env.git_state`)."""
     import datetime
     import json
     import os
 
     row = acquire_sass()
-    commit = git_commit() or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                            capture_output=True, text=True).stdout.strip()
+    commit, dirty = git_state()
     row.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               commit=commit or None, machine="compiled without a GPU (no kernel ran)")
+               commit=commit, git_dirty=dirty, machine="compiled without a GPU (no kernel ran)")
     rows = []
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:

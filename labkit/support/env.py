@@ -145,7 +145,7 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _git_state() -> tuple[str | None, bool | None]:
+def git_state() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout holding labkit (or ``LABKIT_GIT_COMMIT``)."""
     commit = envvars.git_commit()
     if commit:
@@ -187,7 +187,7 @@ def environment_record() -> dict[str, Any]:
     if gpu_name is None and smi is not None:
         gpu_name = smi["name"]
 
-    commit, dirty = _git_state()
+    commit, dirty = git_state()
     return {
         "tier": hardware_tier(),
         "gpu_name": gpu_name,

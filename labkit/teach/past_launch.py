@@ -21,6 +21,7 @@ from typing import Any
 
 from labkit.kernels.step import kernels_per_step
 from labkit.measure.fidelity import kl_limit
+from labkit.roofline.while_node import version_tuple
 from labkit.support.paths import data_dir, repo_root
 from labkit.teach.lessons import record_data, stat
 from labkit.teach.plots import finish, plotly_go, stats_bar
@@ -354,13 +355,10 @@ def dropped_in(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def load_gone_invalidation_kept(rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether some Triton after 3.6 drops the unused acquire's load but keeps its L1
     invalidation (and none after 3.6 drops both)."""
-    later = [r["wait_value_unused"] for r in rows if _version(r["triton"]) > (3, 6)]
+    later = [r["wait_value_unused"] for r in rows
+             if (version_tuple(r["triton"]) or (0, 0)) > (3, 6)]
     return bool(later) and all(u["acquire_loads"] == 0 and u["l1_invalidations"] >= 1
                                for u in later)
-
-
-def _version(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split(".")[:2] if x.isdigit())
 
 
 def kept_in_all(rows: Sequence[Mapping[str, Any]]) -> bool:
