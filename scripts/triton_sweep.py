@@ -7,8 +7,8 @@ readable step's; then the per-kernel profile of the heuristic. Prints one JSON l
     python scripts/triton_sweep.py [--schedule persistent] [PRESET ...] > sweep.jsonl
 
 With ``--schedule persistent`` it sweeps the persistent step instead (``PERSISTENT``: more
-warps, wider tiles so that each program holds one tile a stage, two programs per SM), beside
-the plain kernels (``kernels``), which it has to beat.
+warps, wider tiles, two programs per SM, one stripe per program per stage), beside the plain
+kernels (``kernels``), which it has to beat.
 
 ``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200 (see data/sweeps/README.md).
 """
@@ -46,8 +46,10 @@ def _wider(bl) -> dict:
 
 
 #: the persistent step's candidates: (change to the tiles, or a function of the heuristic's
-#: Blocks; programs per SM)
-PERSISTENT = [({}, 1), ({"warps": 8}, 1), (_wider, 1), ({}, 2)]
+#: Blocks; programs per SM; one stripe per program per stage instead of the heuristic's tiles)
+PERSISTENT = [({}, 1, False), ({"warps": 8}, 1, False), (_wider, 1, False), ({}, 2, False),
+              ({}, 1, True), ({"warps": 8}, 1, True), ({"warps": 16}, 1, True),
+              ({"warps": 8}, 2, True)]
 
 
 def emit(**fields: object) -> None:
@@ -114,10 +116,11 @@ def sweep_persistent(name: str) -> None:
         inputs = step_inputs(model, b, context=128)
         plain = make_triton_step(model)
         candidates = []
-        for i, (change, per_sm) in enumerate(PERSISTENT):
+        for i, (change, per_sm, stripes) in enumerate(PERSISTENT):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
             candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
-                                         "programs": per_sm * sm}, {"per_sm": per_sm}))
+                                         "programs": per_sm * sm, "stripes": stripes},
+                               {"per_sm": per_sm, "stripes": stripes}))
         compare(model, name, b, inputs, {"kernels": captured(model, plain, b, inputs)},
                 candidates)
     torch.cuda.empty_cache()

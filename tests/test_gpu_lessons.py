@@ -17,8 +17,7 @@ import torch
 
 from labkit.measure import records
 from labkit.measure.pool_overwrite import A_SCALE, B_SHIFT, RECORD, measure_pool_overwrite
-from labkit.model import build_model, generate, preset
-from labkit.teach.exercises import Exercise
+from test_capture_exercise import COPY_IN, exercise_cells, run_cells, tokens_through
 
 pytestmark = pytest.mark.gpu
 SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
@@ -60,33 +59,30 @@ def test_overwrite_refuses_bad_numel_before_touching_the_gpu():
 # ------------------------------------------------------------------ 03: exercise 3.1, live
 
 
-def test_capture_exercise_solution_runs_live_with_torch_cuda(monkeypatch):
+def _run_live(capture: str) -> dict:
+    return run_cells(capture, tier="gpu")
+
+
+def test_capture_exercise_solution_runs_live_with_torch_cuda(monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "1")
-    source = _cell("03_capture_replay.ipynb", 'Exercise("3.1 write the capture")')
-    ns = {"nb": SimpleNamespace(live=True), "preset_live": "small", "prompt": [1, 2, 3],
-          "new_tokens": 12, "build_model": build_model, "preset": preset,
-          "generate": generate, "Exercise": Exercise}
-    exec(compile(source, "03-ex-capture-live", "exec"), ns)
+    ns = _run_live(exercise_cells()[1])
     assert ns["cuda"] is torch.cuda                    # the real API, not the stand-in
     assert isinstance(ns["g"], torch.cuda.CUDAGraph)
-    assert ns["ex"].passed
-    assert ns["graph_tokens_31"] == ns["eager_tokens_31"]
-    assert len(ns["eager_tokens_31"][0]) == 12
     assert ns["static_logits"].device.type == "cuda"
+    assert "PASS" in capsys.readouterr().out
+    graph, eager = tokens_through(ns)
+    assert graph == eager and len(eager[0]) == 12
 
 
-def test_capture_exercise_live_rebinding_the_input_fails_the_check(monkeypatch):
-    source = _cell("03_capture_replay.ipynb", 'Exercise("3.1 write the capture")')
-    copy_in = "    static_tokens.copy_(tokens)  # solution: copy into the static inputs\n"
-    assert copy_in in source
-    wrong = source.replace(copy_in, "    static_tokens = tokens  # wrong: a new local name\n")
+def test_capture_exercise_live_rebinding_the_input_fails_the_check(monkeypatch, capsys):
+    source = exercise_cells()[1]
+    assert COPY_IN in source
+    wrong = source.replace(COPY_IN, "    static_tokens = tokens  # wrong: a new local name\n")
     monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "0")
-    ns = {"nb": SimpleNamespace(live=True), "preset_live": "small", "prompt": [1, 2, 3],
-          "new_tokens": 12, "build_model": build_model, "preset": preset,
-          "generate": generate, "Exercise": Exercise}
-    exec(compile(wrong, "03-ex-capture-live-wrong", "exec"), ns)
-    assert not ns["ex"].passed
-    assert ns["graph_tokens_31"] != ns["eager_tokens_31"]
+    ns = _run_live(wrong)
+    assert "TODO" in capsys.readouterr().out
+    graph, eager = tokens_through(ns)
+    assert graph != eager
 
 
 # ------------------------------------------------------------------ 07: PyTorch's API as shown

@@ -156,6 +156,40 @@ def test_every_schedule_gives_the_readable_steps_float32_tokens(schedule, layout
 
 
 @cpu
+@pytest.mark.parametrize("layout,sizes", [("slot", (1, 2)), ("paged", (3,))])
+def test_persistent_stripes_give_the_readable_steps_float32_tokens(layout, sizes):
+    """One stripe per program per stage (cut for 3 programs in the interpreter: widths that
+    are not powers of two, so the stripes' lane masks and the column offsets between them
+    are exercised) computes the same tokens and cache as the readable step."""
+    m = _model(layout)
+    step = make_triton_step(m, schedule="persistent", stripes=True)
+    launch = step.launches(*_prefill(m, PROMPTS[:1]),
+                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    c, d = launch.constants, m.cfg.d_model
+    assert (c["QKV_W"], c["QKV_COLS"]) == (3 * d // 3, 3)          # 3 programs, 1 row tile
+    assert c["OUT_W"] * c["OUT_COLS"] >= d and c["OUT_W"] <= c["BLOCK_N_OUT"]
+    assert c["OUT_W"] < c["BLOCK_N_OUT"] and c["UP_W"] < c["BLOCK_N_UP"]  # lanes masked
+    for bs in sizes:
+        prompts = PROMPTS[:bs]
+        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
+    t, p, sl = _prefill(m, PROMPTS[:3])
+    _assert_step_matches_readable(m, step, t, p, sl)
+
+
+def test_stripes_cut_each_stage_into_one_tile_per_program():
+    from labkit.kernels.step import stripes
+
+    assert stripes(2304, 1, 132, False) == (18, 32, 128)   # gpt2 QKV at one row: 128 stripes
+    assert stripes(768, 1, 132, False) == (6, 8, 128)
+    assert stripes(768, 1, 132, True) == (6, 16, 128)       # tl.dot: a block of 16 at least
+    assert stripes(3072, 4, 132, True) == (94, 128, 33)     # 4 row tiles: 33 stripes each
+    assert stripes(64, 1, 200, False) == (1, 1, 64)         # more programs than columns
+    for width, rows, programs in ((2304, 1, 132), (768, 4, 132), (100, 2, 7)):
+        w, block, n = stripes(width, rows, programs, False)
+        assert n * rows <= max(programs, rows) and (n - 1) * w < width <= n * w <= n * block
+
+
+@cpu
 def test_a_persistent_step_launches_once_per_layer_and_its_counters_only_grow(monkeypatch):
     """``L + 1`` launches; each layer's barrier counter grows by 4 P per step (never reset)."""
     from labkit.kernels.step import Launch
@@ -185,6 +219,10 @@ def test_schedule_options_are_checked():
         make_triton_step(m, schedule="persistent", programs=0)
     with pytest.raises(TypeError, match="cooperative"):
         make_triton_step(m, schedule="persistent", cooperative="yes")
+    with pytest.raises(TypeError, match="stripes"):
+        make_triton_step(m, schedule="persistent", stripes=1)
+    with pytest.raises(ValueError, match="'persistent' only"):
+        make_triton_step(m, stripes=True)
     if INTERPRETED:
         with pytest.raises(ValueError, match="one after another"):
             make_triton_step(m, schedule="persistent", programs=4)
@@ -639,6 +677,17 @@ def test_gpu_every_schedule_gives_the_readable_steps_float32_tokens(schedule, la
     for bs in (1, 5, 8):
         prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
         assert generate(m, prompts, 10, step_fn=step) == generate(m, prompts, 10), bs
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_gpu_persistent_stripes_give_the_readable_steps_float32_tokens(layout):
+    m = _cuda_model(kv_layout=layout, block_size=8, max_batch=64)
+    step = make_triton_step(m, schedule="persistent", stripes=True)
+    for bs in (1, 5, 8, 40):
+        prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i % 11)] for i in range(bs)]
+        assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6), bs
 
 
 @pytest.mark.gpu

@@ -78,10 +78,12 @@ def _need_gpu_kernels() -> None:
 
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
-                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap") -> list[dict]:
+                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
+                 stripes: bool = False) -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
     (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
-    ``pdl``: :data:`labkit.kernels.step.PDL_MODES`): per
+    ``pdl``: :data:`labkit.kernels.step.PDL_MODES`; ``stripes``: the persistent step's
+    one stripe per program): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
     ``spill_loads``, ``shared_bytes`` and ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
     what each acquire must leave, as the SM's L1 is not coherent); ``RuntimeError`` under the
@@ -93,7 +95,7 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
     _need_gpu_kernels()
     rows: dict[tuple, dict] = {}
     for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
-                               schedule=schedule, pdl=pdl):
+                               schedule=schedule, pdl=pdl, stripes=stripes):
         sig = _signature(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
                launch.num_warps)

@@ -48,13 +48,19 @@ def gelu_tanh(z):
 
 
 @triton.jit
-def tile(pid_n, pid_b, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+def tile(pid_n, pid_b, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
+         WIDTH: tl.constexpr):
     """Tile ``(pid_n, pid_b)`` of a ``(B, N)`` output cut into ``(N tiles, B tiles)``: its rows
     and output columns, with their masks (a kernel's program ids, or a persistent program's
-    work item)."""
+    work item). Tiles are ``WIDTH`` columns apart: ``BLOCK_N``, or fewer (a persistent
+    step's stripes, ``BLOCK_N`` the power of two that holds ``WIDTH``), the rest masked."""
     rows = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    return rows, rows < B, ns, ns < N
+    lanes = tl.arange(0, BLOCK_N)
+    ns = pid_n * WIDTH + lanes
+    n_mask = ns < N
+    if WIDTH < BLOCK_N:
+        n_mask = n_mask & (lanes < WIDTH)
+    return rows, rows < B, ns, n_mask
 
 
 #: how a tile waits for what it reads (``WAIT``): nothing to wait for (the stream runs the

@@ -152,9 +152,10 @@ def ln_qkv_tile(pid_n, pid_b, x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, po
                 MAX_SEQ: tl.constexpr, PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                 MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr, BLOCK_B: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                UNROLL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                UNROLL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                WIDTH: tl.constexpr):
     """Tile ``(pid_n, pid_b)`` of :func:`ln_qkv_kernel`."""
-    rows, row_mask, ns, n_mask = tile(pid_n, pid_b, B, 3 * D, BLOCK_B, BLOCK_N)
+    rows, row_mask, ns, n_mask = tile(pid_n, pid_b, B, 3 * D, BLOCK_B, BLOCK_N, WIDTH)
     acc = _ln_matmul(x_ptr, tok_ptr, pos_ptr, tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr,
                      eps, w_ptr, rows, row_mask, ns, n_mask, ready_ptr, target, WAIT, D,
                      EMBED, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
@@ -205,7 +206,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr, l
                 tok_emb_ptr, pos_emb_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, q_ptr,
                 k_cache_ptr, v_cache_ptr, table_ptr, B, eps, x_ptr, 0, WAIT % 5, D, MAX_SEQ,
                 PAGED, BLOCK_SIZE, MAX_BLOCKS, EMBED, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL,
-                UPCAST, PRECISION)
+                UPCAST, PRECISION, BLOCK_N)
 
 
 @triton.jit
@@ -214,9 +215,10 @@ def ln_linear_tile(pid_n, pid_b, x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_pt
                    D: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
                    GELU: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, DOT: tl.constexpr, UNROLL: tl.constexpr,
-                   UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                   UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                   WIDTH: tl.constexpr):
     """Tile ``(pid_n, pid_b)`` of :func:`ln_linear_kernel`."""
-    rows, row_mask, ns, n_mask = tile(pid_n, pid_b, B, N, BLOCK_B, BLOCK_N)
+    rows, row_mask, ns, n_mask = tile(pid_n, pid_b, B, N, BLOCK_B, BLOCK_N, WIDTH)
     acc = _ln_matmul(x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, ln_w_ptr, ln_b_ptr, eps, w_ptr, rows,
                      row_mask, ns, n_mask, ready_ptr, target, WAIT, D, False, BLOCK_B,
                      BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
@@ -244,7 +246,7 @@ def ln_linear_kernel(x_ptr, ln_w_ptr, ln_b_ptr, w_ptr, b_ptr, out_ptr, out_strid
     wait_first(WAIT)
     ln_linear_tile(tl.program_id(0), tl.program_id(1), x_ptr, ln_w_ptr, ln_b_ptr, w_ptr,
                    b_ptr, out_ptr, out_stride, B, eps, x_ptr, 0, WAIT % 5, D, N, HAS_BIAS, GELU,
-                   BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
+                   BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, BLOCK_N)
 
 
 @triton.jit
@@ -264,9 +266,10 @@ def linear_residual_tile(pid_n, pid_b, a_ptr, w_ptr, b_ptr, x_ptr, B, ready_ptr,
                          WAIT: tl.constexpr, K: tl.constexpr, N: tl.constexpr,
                          BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, DOT: tl.constexpr, UNROLL: tl.constexpr,
-                         UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                         UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                         WIDTH: tl.constexpr):
     """Tile ``(pid_n, pid_b)`` of :func:`linear_residual_kernel`."""
-    rows, row_mask, ns, n_mask = tile(pid_n, pid_b, B, N, BLOCK_B, BLOCK_N)
+    rows, row_mask, ns, n_mask = tile(pid_n, pid_b, B, N, BLOCK_B, BLOCK_N, WIDTH)
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
     if WAIT != 0:
         cols = tl.arange(0, BLOCK_K)
@@ -306,4 +309,4 @@ def linear_residual_kernel(a_ptr, w_ptr, b_ptr, x_ptr, B, WAIT: tl.constexpr,
     wait_first(WAIT)
     linear_residual_tile(tl.program_id(0), tl.program_id(1), a_ptr, w_ptr, b_ptr, x_ptr, B,
                          x_ptr, 0, WAIT % 5, K, N, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL,
-                         UPCAST, PRECISION)
+                         UPCAST, PRECISION, BLOCK_N)

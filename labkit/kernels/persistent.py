@@ -56,13 +56,16 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr, ROW_TILES: tl.constexpr,
                  QKV_COLS: tl.constexpr, OUT_COLS: tl.constexpr, UP_COLS: tl.constexpr,
                  BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N_OUT: tl.constexpr,
-                 BLOCK_K: tl.constexpr, DOT: tl.constexpr, UNROLL: tl.constexpr,
-                 UPCAST: tl.constexpr, PRECISION: tl.constexpr, NSPLIT: tl.constexpr,
+                 BLOCK_N_UP: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
+                 UNROLL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                 NSPLIT: tl.constexpr,
                  SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
-                 BLOCK_HD: tl.constexpr):
+                 BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
+                 UP_W: tl.constexpr):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
-    ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections,
-    ``ROW_TILES`` the row tiles.
+    ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
+    their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
+    program, :func:`labkit.kernels.step.stripes`), ``ROW_TILES`` the row tiles.
     Reads and writes what the layer's five kernels do, plus ``4`` atomic adds and a few
     counter loads per program."""
     pid = tl.program_id(0)
@@ -76,7 +79,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                     tok_emb_ptr, pos_emb_ptr, ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr,
                     q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, B, eps1, ready_ptr, 0, 0, D,
                     MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, EMBED, BLOCK_B, BLOCK_N, BLOCK_K,
-                    DOT, UNROLL, UPCAST, PRECISION)
+                    DOT, UNROLL, UPCAST, PRECISION, QKV_W)
     arrive(ready_ptr)
     # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
     target = base + P
@@ -93,7 +96,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
         linear_residual_tile(t % OUT_COLS, t // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr, x_ptr,
                              B, ready_ptr, target, 2, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
-                             DOT, UNROLL, UPCAST, PRECISION)
+                             DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     if pid >= OUT_COLS * ROW_TILES:
         wait_inputs(ready_ptr, target, 2)
     arrive(ready_ptr)
@@ -102,7 +105,8 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     for t in tl.range(pid, UP_COLS * ROW_TILES, P):
         ln_linear_tile(t % UP_COLS, t // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
                        fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, 2, D, 4 * D,
-                       True, True, BLOCK_B, BLOCK_N, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
+                       True, True, BLOCK_B, BLOCK_N_UP, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION,
+                       UP_W)
     if pid >= UP_COLS * ROW_TILES:
         wait_inputs(ready_ptr, target, 2)
     arrive(ready_ptr)
@@ -111,6 +115,6 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
         linear_residual_tile(t % OUT_COLS, t // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
                              x_ptr, B, ready_ptr, target, 2, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
-                             BLOCK_K, DOT, UNROLL, UPCAST, PRECISION)
+                             BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     # no arrival, and nothing for a program without a tile here to wait for: the launch's
     # end orders this layer before the next launch

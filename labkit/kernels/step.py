@@ -48,7 +48,7 @@ from labkit.step_checks import check_choice
 from labkit.model import TinyGPT
 
 __all__ = ["PDL_MODES", "SCHEDULES", "Blocks", "Launch", "PdlMode", "Schedule", "TritonStep",
-           "choose_blocks", "gpu_launches", "kernels_per_step", "make_triton_step",
+           "choose_blocks", "gpu_launches", "kernels_per_step", "make_triton_step", "stripes",
            "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
@@ -177,6 +177,23 @@ def _columns(width: int, programs: int) -> int:
     return max(1, min(64, 1 << max(0, (width // programs).bit_length() - 1)))
 
 
+#: programs the interpreter's stripes are cut for: it runs one program, which walks them
+#: all, so that CPU tests run the stripes' masks (widths that are not powers of two)
+INTERPRETER_STRIPE_PROGRAMS = 3
+
+
+def stripes(width: int, row_tiles: int, programs: int, dot: bool) -> tuple[int, int, int]:
+    """A persistent stage's ``width`` output columns cut so that each of ``programs``
+    programs holds one tile (``row_tiles`` row tiles each): ``(stripe width, its block -- the
+    power of two that holds it, at least 16 on the tensor cores --, stripes)``. The
+    heuristic's tiles are sized for the plain kernels' grids (about two programs per SM), so
+    a persistent program walked two or three of them one after another per stage; one stripe
+    each puts all of a program's weight bytes of a stage in flight at once."""
+    cols = max(1, programs // max(1, row_tiles))
+    w = _cdiv(width, cols)
+    return w, max(16 if dot else 1, _pow2(w)), _cdiv(width, w)
+
+
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -231,13 +248,16 @@ class TritonStep:
     the fields to change from :func:`choose_blocks`'s choice (``None``: the heuristic).
     ``schedule``: one of :data:`SCHEDULES`. Persistent only: ``programs``, the programs of a
     layer launch (default one per SM; 1 in the interpreter), and ``cooperative``, whether it
-    is launched cooperatively (a grid the GPU cannot hold at once then fails at launch).
+    is launched cooperatively (a grid the GPU cannot hold at once then fails at launch), and
+    ``stripes``, whether each stage's columns are cut into one stripe per program
+    (:func:`stripes`) instead of the heuristic's tiles (sized for the plain kernels' grids).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", programs: int | None = None,
-                 cooperative: bool = True, pdl: PdlMode = "overlap") -> None:
+                 cooperative: bool = True, pdl: PdlMode = "overlap",
+                 stripes: bool = False) -> None:
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
         if pdl != "overlap" and schedule != "pdl":
@@ -247,11 +267,13 @@ class TritonStep:
             programs = as_int(programs, "programs", minimum=1,
                               fix="give the programs of a persistent layer launch, such as "
                                   "the GPU's SM count")
-        if (programs is not None or cooperative is not True) and schedule != "persistent":
-            raise ValueError("programs= and cooperative= apply to schedule='persistent' only; "
-                             f"this step's schedule is {schedule!r}")
-        if not isinstance(cooperative, bool):
-            raise TypeError(f"cooperative must be True or False, got {cooperative!r}")
+        if (programs is not None or cooperative is not True or stripes is not False) \
+                and schedule != "persistent":
+            raise ValueError("programs=, cooperative= and stripes= apply to "
+                             f"schedule='persistent' only; this step's schedule is {schedule!r}")
+        for name, flag in (("cooperative", cooperative), ("stripes", stripes)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
@@ -273,6 +295,9 @@ class TritonStep:
         self.blocks = blocks
         self.schedule: Schedule = schedule
         self.cooperative = cooperative
+        #: persistent: cut each stage's columns into one stripe per program (:func:`stripes`)
+        #: instead of the heuristic's tiles
+        self.stripes = stripes
         #: PDL: how each kernel overlaps the one before (:data:`PDL_MODES`)
         self.pdl: PdlMode = pdl
         if self.interpret and programs not in (None, 1):
@@ -349,6 +374,7 @@ class TritonStep:
         return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
                 "schedule": self.schedule,
                 "programs": self.programs if self.schedule == "persistent" else None,
+                "stripes": self.stripes,
                 "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
@@ -466,6 +492,15 @@ class TritonStep:
         cfg = m.cfg
         d = cfg.d_model
         options = {"launch_cooperative_grid": True} if self.cooperative else {}
+        k = bl.k
+        if self.stripes:
+            cut = INTERPRETER_STRIPE_PROGRAMS if self.interpret else self.programs
+            qkv, out, up = (stripes(n, rows, cut, bl.dot) for n in (3 * d, d, 4 * d))
+            if not bl.dot:  # the CUDA-core product: as many float32 products as the tiles'
+                k = min(k, max(16, PRODUCT_ELEMS * bl.warps // 4 // (bl.rows * up[1])))
+        else:
+            qkv, out, up = ((n, n, _cdiv(width, n)) for n, width in
+                            ((bl.n, 3 * d), (bl.n_out, d), (bl.n, 4 * d)))
         return Launch(
             self._kernels.persistent.layer_kernel, (self.programs,),
             (ws.x, tokens, positions, slots, m.tok_emb.weight, m.pos_emb.weight,
@@ -475,19 +510,20 @@ class TritonStep:
              blk.ln2.bias, blk.ln2.eps, blk.fc.weight, blk.fc.bias, ws.hidden,
              blk.fc_out.weight, blk.fc_out.bias, ws.ready[i:i + 1], self.programs),
             {"D": d, "H": cfg.n_head, "HD": cfg.head_dim, **where,
-             "EMBED": i == 0, "ROW_TILES": rows, "QKV_COLS": _cdiv(3 * d, bl.n),
-             "OUT_COLS": _cdiv(d, bl.n_out), "UP_COLS": _cdiv(4 * d, bl.n),
-             "BLOCK_N": bl.n, "BLOCK_N_OUT": bl.n_out, "BLOCK_K": bl.k, **tiles,
-             "NSPLIT": ws.nsplit, "SPLIT": ws.split, "BLOCK_T": bl.t,
-             "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd},
+             "EMBED": i == 0, "ROW_TILES": rows, "QKV_COLS": qkv[2], "OUT_COLS": out[2],
+             "UP_COLS": up[2], "BLOCK_N": qkv[1], "BLOCK_N_OUT": out[1], "BLOCK_N_UP": up[1],
+             "BLOCK_K": k, **tiles, "NSPLIT": ws.nsplit, "SPLIT": ws.split, "BLOCK_T": bl.t,
+             "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
+             "OUT_W": out[0], "UP_W": up[0]},
             bl.warps, options)
 
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
-                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap") -> list[Launch]:
+                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
+                 stripes: bool = False) -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
-    step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl)
+    step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes)
     step.interpret = False
     step.programs = sm_count  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
@@ -503,8 +539,9 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
 def make_triton_step(model: TinyGPT, *,
                      blocks: Blocks | Mapping[str, int] | None = None,
                      schedule: Schedule = "kernels", programs: int | None = None,
-                     cooperative: bool = True, pdl: PdlMode = "overlap") -> TritonStep:
+                     cooperative: bool = True, pdl: PdlMode = "overlap",
+                     stripes: bool = False) -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
-                      cooperative=cooperative, pdl=pdl)
+                      cooperative=cooperative, pdl=pdl, stripes=stripes)
