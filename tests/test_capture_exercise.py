@@ -34,7 +34,8 @@ def run_cells(capture: str, tier: str = "cpu") -> dict:
     """Notebook 03's set-up cell and ``capture`` (its exercise cell, or a changed copy), run
     as a notebook of ``tier`` runs them (``"gpu"``: with the real ``torch.cuda``)."""
     setup, _ = exercise_cells()
-    ns = {"nb": NotebookContext(name="03_capture_replay", tier=tier, reference_gpu="H200"),
+    ns = {"nb": NotebookContext(name="03_capture_replay", tier=tier, reference_gpu="H200",
+                                gpus_here=1 if tier == "gpu" else 0),
           "preset_live": "small", "prompt": [1, 2, 3], "new_tokens": 12,
           "build_model": build_model, "preset": preset}
     exec(compile(setup, "03-setup", "exec"), ns)
