@@ -10,7 +10,8 @@ With ``--schedule persistent`` it sweeps the persistent step instead (``PERSISTE
 warps, wider tiles, two programs per SM, one stripe per program per stage), beside the plain
 kernels (``kernels``), which it has to beat.
 
-``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200 (see data/sweeps/README.md).
+``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200, ``persistent_tiles.jsonl``
+beside it that of ``--schedule persistent`` (see data/sweeps/README.md).
 """
 import json
 import sys
