@@ -1,4 +1,5 @@
-"""Notebook 03's capture exercise, run through the CPU stand-in of ``torch.cuda``.
+"""Notebook 03's capture exercise, run through the CPU stand-in of ``torch.cuda`` and, on a
+GPU (the ``gpu`` tier, marker ``gpu``), through the real one.
 
 The solution's exercise cell is executed as it is (a graph captured with ``standin_cuda`` must
 generate the eager tokens), and with the copy-in replaced by a rebinding of the name, which a
@@ -49,27 +50,37 @@ def tokens_through(ns: dict) -> tuple[list[list[int]], list[list[int]]]:
             generate(m, prompt, ns["new_tokens"]))
 
 
-def test_the_solution_generates_the_eager_tokens_through_the_stand_in(monkeypatch, capsys):
+#: the tiers the exercise runs in: the CPU stand-in here, the real ``torch.cuda`` on a GPU
+TIERS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_the_solution_generates_the_eager_tokens(tier, monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "1")
-    ns = run_cells(exercise_cells()[1])
-    assert ns["cuda"] is simulated.standin_cuda
+    ns = run_cells(exercise_cells()[1], tier)
+    device = "cuda" if tier == "gpu" else "cpu"
+    assert ns["cuda"] is simulated.graph_api(device)   # torch.cuda live, else the stand-in
+    assert ns["static_logits"].device.type == device
+    if tier == "gpu":
+        assert isinstance(ns["g"], torch.cuda.CUDAGraph)
     assert "PASS" in capsys.readouterr().out
     graph, eager = tokens_through(ns)
     assert graph == eager and len(eager[0]) == 12
 
 
-def test_rebinding_the_input_instead_of_copying_fails_the_check(monkeypatch, capsys):
+@pytest.mark.parametrize("tier", TIERS)
+def test_rebinding_the_input_instead_of_copying_fails_the_check(tier, monkeypatch, capsys):
     source = exercise_cells()[1]
     assert COPY_IN in source
     wrong = source.replace(COPY_IN, "    static_tokens = tokens  # wrong: a new local name\n")
     monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "0")
-    ns = run_cells(wrong)
+    ns = run_cells(wrong, tier)
     assert "TODO" in capsys.readouterr().out
     graph, eager = tokens_through(ns)
     assert graph != eager
     monkeypatch.setenv("LABKIT_STRICT_EXERCISES", "1")
     with pytest.raises(StrictExerciseError, match="graph tokens == eager tokens"):
-        run_cells(wrong)
+        run_cells(wrong, tier)
 
 
 def test_stand_in_replay_reads_the_captured_tensors_and_returns_none():
