@@ -22,6 +22,7 @@ from labkit.measure.results import (
     load_reference,
     load_result,
     provenance_line,
+    reference_index,
     save_result,
 )
 
@@ -156,6 +157,27 @@ def test_reference_paths(data_root):
     assert results.reference_dir() == data_root / "reference" / "h200"
     assert results.reference_dir("NVIDIA GeForce RTX 4090") == data_root / "reference" / "rtx-4090"
     assert list_references() == [] and list_references("h200") == []
+
+
+def test_reference_index_groups_records_by_folder_and_machine(tmp_path, data_root):
+    run = tmp_path / "run"
+    for name in ("probe_a", "probe_b", "probe_with_a_rather_long_name"):
+        save_result(name, {"x": 1}, run_dir=run, env=GPU_ENV)
+    copy_to_reference(run, "h200")
+    h100 = dict(GPU_ENV, gpu_name="NVIDIA H100 80GB HBM3",
+                git_commit="fedcba9876543210fedcba9876543210fedcba98")
+    save_result("probe_h100", {"x": 1}, run_dir=tmp_path / "run2", env=h100)
+    copy_to_reference(tmp_path / "run2", "h100-80gb-hbm3")
+    day = load_result(data_root / "reference" / "h200" / "probe_a.json").created[:10]
+    lines = reference_index(width=60)
+    assert lines[0] == "h100-80gb-hbm3/  NVIDIA H100 80GB HBM3, driver 580.95.05, torch 2.11.0, CUDA 13.0"
+    assert lines[1] == f"    1 record, {day}, commit fedcba9: probe_h100"
+    assert lines[2] == "h200/  NVIDIA H200, driver 580.95.05, torch 2.11.0, CUDA 13.0"
+    # the names wrap at the width, each name once, in order
+    assert lines[3] == f"    3 records, {day}, commit abc1234: probe_a probe_b"
+    assert lines[4:] == ["    probe_with_a_rather_long_name"]
+    assert all(len(lines[i]) <= 60 for i in (1, 3, 4))
+    assert reference_index([]) == []
 
 
 def test_default_data_dir_is_repo_data(monkeypatch):

@@ -38,7 +38,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 __all__ = ["SchemaError", "Result", "SCHEMA_VERSION", "save_result", "load_result",
            "load_reference", "list_references", "reference_dir", "provenance_line",
            "to_jsonable", "write_text_atomic", "new_folder", "new_run_dir", "default_run_dir",
-           "copy_to_reference", "DEFAULT_GPU"]
+           "copy_to_reference", "DEFAULT_GPU", "reference_index"]
 
 
 @dataclass
@@ -285,6 +285,40 @@ def load_reference(name: str, gpu: str = DEFAULT_GPU) -> Result:
             "To create it, run `labkit run` on a machine with that GPU, then "
             f"`labkit reference` to copy that run's results into data/reference/{gpu_slug(gpu)}/.")
     return dataclasses.replace(load_result(path), reference=True)
+
+
+def reference_index(paths: list[Path] | None = None, *, width: int = 84) -> list[str]:
+    """The reference records ``paths`` (default: every one) grouped by folder and machine, a
+    few lines per group: ``folder/  machine``, then ``n records, dates, commits:`` and the
+    record names wrapped to ``width`` (one line per record does not fit on a page or a
+    slide)."""
+    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for path in sorted(list_references() if paths is None else paths):
+        result = load_result(path)
+        line = provenance_line(result)
+        env = result.env or {}
+        date = (result.created or env.get("date") or "")[:10]
+        commit = str(env.get("git_commit") or "")[:7]
+        machine = line.split(f", {date}")[0] if date else line.split(", commit ")[0]
+        groups.setdefault((path.parent.name, machine), []).append((path.stem, date, commit))
+    lines = []
+    for (folder, machine), rows in groups.items():
+        dates = sorted({d for _, d, _ in rows if d})
+        commits = sorted({c for _, _, c in rows if c})
+        when = (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}") if dates else ""
+        facts = [f"{len(rows)} record{'s' if len(rows) != 1 else ''}"] + ([when] if when else [])
+        if commits:
+            facts.append(f"commit {commits[0]}" if len(commits) == 1
+                         else f"{len(commits)} commits")
+        lines.append(f"{folder}/  {machine.removeprefix('measured on ')}")
+        row = f"    {', '.join(facts)}:"
+        for name, _, _ in rows:
+            if len(row) + len(name) + 1 > width and row.strip():
+                lines.append(row.rstrip())
+                row = "   "
+            row += f" {name}"
+        lines.append(row.rstrip())
+    return lines
 
 
 def gpus_used(data: dict) -> int:
