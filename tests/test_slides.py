@@ -836,3 +836,15 @@ def test_web_assets_are_fetched_once_when_asked_at_the_same_time(tmp_path, monke
     assert got == [tmp_path / "web" / "node_modules"] * 3
     assert log.read_text().split() == ["start", "end"]
     assert assets.missing_assets(tmp_path / "web" / "node_modules") == []
+
+
+def test_missing_nbconvert_templates_name_the_fix(monkeypatch, tmp_path):
+    """Where nbconvert's templates are not installed where Jupyter looks (a ``pip --target``
+    install, say), making the exporters fails with a message that says how to fix it."""
+    from nbconvert.exporters.templateexporter import TemplateExporter
+
+    monkeypatch.setattr(TemplateExporter, "get_prefix_root_dirs", lambda self: [str(tmp_path)])
+    with pytest.raises(ValueError, match="No template sub-directory") as got:
+        slides.make_exporters()
+    assert "JUPYTER_PATH" in str(got.value) and "make setup" in str(got.value)
+    assert "\n" not in str(got.value)

@@ -180,11 +180,21 @@ def make_exporters():
     # hints (<details> blocks) folded with their text inside, as JupyterLab shows them
     c.SlidesExporter.preprocessors = [FoldDetailsPreprocessor]
     c.HTMLExporter.preprocessors = [FoldDetailsPreprocessor]
-    slides = SlidesExporter(config=c, extra_loaders=[loader], template_file="labkit_reveal.html.j2",
+    try:
+        slides = SlidesExporter(config=c, extra_loaders=[loader],
+                                template_file="labkit_reveal.html.j2",
+                                mermaid_js_url="", mermaid_layout_elk_js_url="")
+        html = HTMLExporter(config=c, extra_loaders=[loader], template_name="lab",
+                            template_file="labkit_lab.html.j2",
                             mermaid_js_url="", mermaid_layout_elk_js_url="")
-    html = HTMLExporter(config=c, extra_loaders=[loader], template_name="lab",
-                        template_file="labkit_lab.html.j2",
-                        mermaid_js_url="", mermaid_layout_elk_js_url="")
+    except ValueError as exc:
+        if "template sub-directory" not in str(exc):
+            raise
+        raise ValueError(f"{' '.join(str(exc).split())}: nbconvert's templates are not where "
+                         "Jupyter looks (they install under <prefix>/share/jupyter/nbconvert/"
+                         "templates). Install nbconvert into this environment (`make setup`, or "
+                         "pip install --force-reinstall nbconvert), or point JUPYTER_PATH at the "
+                         "share/jupyter folder that holds them") from None
     return slides, html
 
 
