@@ -295,12 +295,10 @@ def reference_index(paths: list[Path] | None = None, *, width: int = 84) -> list
     groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for path in sorted(list_references() if paths is None else paths):
         result = load_result(path)
-        line = provenance_line(result)
-        env = result.env or {}
-        date = (result.created or env.get("date") or "")[:10]
-        commit = str(env.get("git_commit") or "")[:7]
-        machine = line.split(f", {date}")[0] if date else line.split(", commit ")[0]
-        groups.setdefault((path.parent.name, machine), []).append((path.stem, date, commit))
+        machine = ", ".join(_machine(result)).removeprefix("measured on ")
+        commit = str((result.env or {}).get("git_commit") or "")[:7]
+        groups.setdefault((path.parent.name, machine), []).append(
+            (path.stem, _day(result), commit))
     lines = []
     for (folder, machine), rows in groups.items():
         dates = sorted({d for _, d, _ in rows if d})
@@ -310,7 +308,7 @@ def reference_index(paths: list[Path] | None = None, *, width: int = 84) -> list
         if commits:
             facts.append(f"commit {commits[0]}" if len(commits) == 1
                          else f"{len(commits)} commits")
-        lines.append(f"{folder}/  {machine.removeprefix('measured on ')}")
+        lines.append(f"{folder}/  {machine}")
         row = f"    {', '.join(facts)}:"
         for name, _, _ in rows:
             if len(row) + len(name) + 1 > width and row.strip():
@@ -364,9 +362,8 @@ def copy_to_reference(run_dir: str | os.PathLike[str], gpu: str | None = None, *
     return [dest / path.name for path in origin]
 
 
-def provenance_line(result: Result) -> str:
-    """e.g. ``measured on NVIDIA H200, driver 580.95, torch 2.11.0, CUDA 13.0, 2026-11-29,
-    commit abc1234``. Facts missing from the record are left out, never guessed."""
+def _machine(result: Result) -> list[str]:
+    """What :func:`provenance_line` says of the machine: where, driver, torch, CUDA."""
     env = result.env or {}
     if env.get("tier") == "gpu" and env.get("gpu_name"):
         n = gpus_used(result.data or {})
@@ -380,9 +377,22 @@ def provenance_line(result: Result) -> str:
         parts.append(f"torch {env['torch']}")
     if env.get("tier") == "gpu" and env.get("cuda"):
         parts.append(f"CUDA {env['cuda']}")
-    date = (result.created or env.get("date") or "")[:10]
-    if date:
-        parts.append(date)
+    return parts
+
+
+def _day(result: Result) -> str:
+    """The date a record was made (``YYYY-MM-DD``), or ''."""
+    return (result.created or (result.env or {}).get("date") or "")[:10]
+
+
+def provenance_line(result: Result) -> str:
+    """e.g. ``measured on NVIDIA H200, driver 580.95, torch 2.11.0, CUDA 13.0, 2026-11-29,
+    commit abc1234``. Facts missing from the record are left out, never guessed."""
+    env = result.env or {}
+    parts = _machine(result)
+    day = _day(result)
+    if day:
+        parts.append(day)
     commit = env.get("git_commit")
     if commit:
         parts.append(f"commit {commit[:7]}" + (" (dirty)" if env.get("git_dirty") else ""))
