@@ -92,6 +92,38 @@ def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     return Stats.from_samples(samples)
 
 
+def time_host_issue_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 5,
+                                repeats: int = 20, inner: int = 10) -> dict[str, Stats]:
+    """Host µs to issue one call of each callable, ``inner`` calls per sample, the device idle
+    at each sample's start (synchronized before, not inside: the queue of ``inner`` calls never
+    fills, so the host never waits on the GPU). The samples alternate between the callables.
+    Beside the GPU time of :func:`time_cuda_interleaved` it says who sets the pace: a step whose
+    host time per call reaches its GPU time is bound by the host (Python issuing the work)."""
+    if not isinstance(fns, Mapping) or not fns:
+        raise TypeError("fns must be a non-empty mapping name -> callable taking no arguments")
+    for fn in fns.values():
+        _check_fn(fn)
+    _check_counts(warmup, repeats, inner)
+    cuda = torch.cuda.is_available()
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples[name].append((time.perf_counter() - t0) * 1e6 / inner)
+    sync()
+    return {name: Stats.from_samples(v) for name, v in samples.items()}
+
+
 def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
               inner: int = 10) -> Stats:
     """GPU µs per call of ``fn`` from CUDA events around ``inner`` calls, after warm-up."""

@@ -49,9 +49,11 @@ def _timer(medians, spread: float = 0.5):
 # ---------------------------------------------------------------------- stand-in records
 
 
-def breakable_data(monkeypatch, per_break: float = 3.0, spread: float = 0.5) -> dict:
+def breakable_data(monkeypatch, per_break: float = 3.0, spread: float = 0.5,
+                   host_per_break: float = 50.0) -> dict:
     """measure_breakable on CPU: steps run eagerly, a break costs ``per_break`` µs (the hand cut
-    2 µs more than ``L`` breaks), capturing a segment 0.01 s."""
+    2 µs more than ``L`` breaks), the host issues FULL in 10 µs and ``host_per_break`` µs more
+    per break, capturing a segment 0.01 s."""
     def fake_capture(model, name, sizes, batch, *, warmup, freeze_gc=True):
         shape = mb.variant_shape(name, model.cfg.n_layer)
         step = (model.decode if name == "full" else partial(piecewise_step, model)
@@ -71,6 +73,9 @@ def breakable_data(monkeypatch, per_break: float = 3.0, spread: float = 0.5) -> 
         preset(name, max_batch=max_batch, dtype=dtype, **kw), seed=1))
     monkeypatch.setattr(mb, "capture_variant", fake_capture)
     monkeypatch.setattr(mb, "time_cuda_interleaved", _timer(medians, spread))
+    monkeypatch.setattr(mb, "time_host_issue_interleaved", _timer(
+        lambda name: 10.0 if name == "full" else 10.0 + host_per_break * (
+            2 if name == "piecewise" else int(name.removeprefix("breaks_"))), spread))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "cpu (stand-ins)")
     return mb.measure_breakable("test", batch_sizes=[2, 1], dtype="float32", context=8,
                                 max_seq=32, repeats=2, inner=1, new_tokens=2,
@@ -160,6 +165,31 @@ def test_breakable_rows_chart_and_cost(monkeypatch):
     fig = le.breakable_chart(d, subtitle="")
     assert len(fig.data) == 2 * 3 and list(fig.data[0].x) == [0, 1, 2]
     assert fig.data[2].x == (2,)  # PIECEWISE at L breaks
+
+
+def test_pace_says_who_waits(monkeypatch):
+    d = breakable_data(monkeypatch)  # GPU: 100 + 3 µs a break; host: 10 + 50 µs a break
+    assert le.breakable_host_stats(d, "full", 1)["median"] == pytest.approx(10.0)
+    assert le.pace(d, "full", 1) == "the GPU"
+    assert le.pace(d, "breaks_1", 1) == "the GPU"      # host 60 µs, GPU 103 µs
+    assert le.pace(d, "breaks_2", 1) == "the host"     # host 110 µs, GPU 106 µs
+    by = {(r["batch"], r["variant"]): r for r in le.breakable_rows(d)}
+    assert by[(1, "2 breaks")]["host µs to issue"] == pytest.approx(110.0)
+    assert by[(1, "2 breaks")]["pace set by"] == "the host"
+    assert by[(2, "FULL")]["pace set by"] == "the GPU"
+    text = le.pace_sentence(d, 1)
+    assert "FULL: the host issues a step in 10.0 µs, the GPU runs it in 100.0 µs, so **the GPU**" \
+        in text and "2 breaks: the host issues a step in 110.0 µs" in text
+    assert text.count("**the host**") == 1
+    cheap = breakable_data(monkeypatch, host_per_break=1.0)
+    assert {le.pace(cheap, v, 1) for v in cheap["variants"]} == {"the GPU"}
+
+
+def test_a_record_without_host_times_keeps_its_table(monkeypatch):
+    d = breakable_data(monkeypatch)
+    del d["host_times"]  # recorded before the host's time was
+    assert le.pace(d, "breaks_2", 1) is None and le.pace_sentence(d, 1) == ""
+    assert "pace set by" not in le.breakable_rows(d)[0]
 
 
 def test_a_break_within_the_noise_has_no_cost(monkeypatch):

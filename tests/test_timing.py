@@ -1,10 +1,12 @@
 """Timers on CPU: statistics, host timing, CUDA-only figures marked unavailable."""
 
+import time
+
 import pytest
 import torch
 
 from labkit.timing import (Stats, launch_bound_sweep, launch_overhead, time_any, time_cuda,
-                           time_cuda_interleaved, time_host)
+                           time_cuda_interleaved, time_host, time_host_issue_interleaved)
 
 
 def test_stats_quantiles():
@@ -23,6 +25,26 @@ def test_time_host_counts_calls():
     assert len(calls) == 3 + 7 * 2 and s.n == 7 and s.median >= 0
     with pytest.raises(ValueError, match="repeats"):
         time_host(lambda: None, repeats=0)
+
+
+def test_host_issue_timing_alternates_and_divides_by_inner():
+    calls: list[str] = []
+    got = time_host_issue_interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        warmup=1, repeats=3, inner=2)
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
+    assert got["a"].n == got["b"].n == 3 and got["a"].median >= 0
+
+    def slow() -> None:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 1e-3:
+            pass
+    per = time_host_issue_interleaved({"slow": slow}, warmup=0, repeats=2, inner=3)["slow"]
+    assert per.median >= 1000.0  # µs per call, not per sample of three
+    with pytest.raises(TypeError, match="mapping"):
+        time_host_issue_interleaved({})
+    with pytest.raises(ValueError, match="inner"):
+        time_host_issue_interleaved({"a": lambda: None}, inner=0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")

@@ -9,7 +9,9 @@ on one static batch: ``full`` (labkit's FULL graphs, :mod:`labkit.graphs`), ``br
 cut's shape) and ``piecewise`` (the hand cut, :mod:`labkit.piecewise`). Then:
 
 * step time: per batch size, every variant's replay in turn, round after round (interleaved,
-  CUDA events after warm-up), at ``context`` positions;
+  CUDA events after warm-up), at ``context`` positions; then the host's time to issue a step
+  (``host_times``, :func:`labkit.timing.time_host_issue_interleaved`): where it reaches the GPU
+  time, Python issuing the segments and eager calls sets the pace, not the GPU;
 * capture time: each variant's sizes captured ``capture_repeats`` times, the variants in turn;
   the whole call (warm-up, capture, the collector's freeze) and the capture alone, in seconds;
 * the collector: the breakable graphs of ``gc_sizes`` with ``gc_break_count`` breaks captured
@@ -46,7 +48,7 @@ from labkit.measure.fused_bench import check_counts, same_tokens
 from labkit.measure.triton_bench import _versions
 from labkit.model import TinyGPT, preset
 from labkit.piecewise import PiecewiseGraphs, capture_pieces
-from labkit.timing import Stats, time_cuda_interleaved
+from labkit.timing import Stats, time_cuda_interleaved, time_host_issue_interleaved
 
 
 class Captured(Protocol):
@@ -196,6 +198,7 @@ def measure_breakable(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1
     checks: dict[str, bool] = {}
     built: dict[str, Captured] = {}
     times: dict[str, list[dict]] = {}
+    host_times: dict[str, list[dict]] = {}
     try:  # correct before fast: every variant's tokens before anything is timed
         for name in names:
             built[name], _ = capture_variant(model, name, sizes, batch, warmup=warmup)
@@ -211,6 +214,9 @@ def measure_breakable(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1
 
         times = time_sizes(sizes if timed else [], fns_at, timed, repeats=repeats, inner=inner,
                            timer=time_cuda_interleaved)
+        host_times = time_sizes(sizes if timed else [], fns_at, timed,
+                                repeats=max(5, repeats // 2), inner=inner,
+                                timer=time_host_issue_interleaved)
     finally:
         for r in built.values():
             r.release()
@@ -256,7 +262,7 @@ def measure_breakable(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1
         "segments_per_step": {n: s["segments"] for n, s in shapes.items()},
         "eager_per_step": {n: s["eager"] for n, s in shapes.items()},
         "timed": timed, "interleaved": True, "repeats": repeats, "inner": inner,
-        "warmup": warmup, "times": times, "capture_repeats": reps,
+        "warmup": warmup, "times": times, "host_times": host_times, "capture_repeats": reps,
         "build_s": {n: _seconds(v) for n, v in build_s.items()},
         "capture_s": {n: _seconds(v) for n, v in capture_s.items()},
         "gc": {"sizes": g_sizes, "variant": gc_name, "heap_objects": heaps,

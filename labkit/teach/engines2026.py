@@ -138,6 +138,41 @@ def breakable_stats(record: Any, variant: str, batch: int) -> Mapping | None:
     return _series(record, "times", variant, batch)
 
 
+def breakable_host_stats(record: Any, variant: str, batch: int) -> Mapping | None:
+    """The host's µs to issue one step of ``variant`` at ``batch`` rows (``None``: not timed,
+    or a record made before the host's time was recorded)."""
+    return _series(record, "host_times", variant, batch)
+
+
+def pace(record: Any, variant: str, batch: int) -> str | None:
+    """Who sets the pace of ``variant``'s step at ``batch`` rows: ``"the GPU"`` where the host
+    issues a step faster than the GPU runs it by the spreads (host p90 below GPU p10), else
+    ``"the host"`` (Python issuing the segments and eager calls is as slow as the step, so the
+    GPU waits on it); ``None`` without the host's time."""
+    host, gpu = breakable_host_stats(record, variant, batch), breakable_stats(record, variant,
+                                                                             batch)
+    hi, lo = stat(host, "p90"), stat(gpu, "p10")
+    if hi is None or lo is None:
+        return None
+    return "the GPU" if hi < lo else "the host"
+
+
+def pace_sentence(record: Any, batch: int) -> str:
+    """Host time against GPU time per step, FULL and the most breaks, at ``batch`` rows ("" for
+    a record without the host's time)."""
+    top = most_breaks(record)
+    parts = []
+    for v in ("full", top):
+        who = pace(record, v, batch)
+        if who is None:
+            return ""
+        parts.append(f"{variant_label(v)}: the host issues a step in "
+                     f"{stat(breakable_host_stats(record, v, batch)):.1f} µs, the GPU runs it in "
+                     f"{stat(breakable_stats(record, v, batch)):.1f} µs, so **{who}** sets the "
+                     "pace")
+    return "; ".join(parts) + "."
+
+
 def break_counts(record: Any) -> list[int]:
     """The break counts of the record's ``breaks_<n>`` variants."""
     return [int(n) for n in record_data(record)["break_counts"]]
@@ -173,7 +208,8 @@ def most_breaks(record: Any) -> str:
 
 def breakable_rows(record: Any) -> list[dict[str, Any]]:
     """Per batch size and variant: its segments and eager calls per step, the replay median and
-    p10–p90 (µs), and its verdicts against FULL and against the hand-cut PIECEWISE."""
+    p10–p90 (µs), the host's time to issue a step and who sets the pace (where recorded), and
+    its verdicts against FULL and against the hand-cut PIECEWISE."""
     d = record_data(record)
     rows = []
     for b in d["batch_sizes"]:
@@ -183,6 +219,9 @@ def breakable_rows(record: Any) -> list[dict[str, Any]]:
                 "batch": b, "variant": variant_label(v),
                 "segments": d["segments_per_step"][v], "eager calls": d["eager_per_step"][v],
                 "µs per step": _r(stat(s)), "p10–p90 µs": _spread(s),
+                **({} if "host_times" not in d else {
+                    "host µs to issue": _r(stat(breakable_host_stats(record, v, b))),
+                    "pace set by": pace(record, v, b) or ""}),
                 "vs FULL": "" if v == "full" else verdict_word(
                     breakable_compare(record, v, "full", b)),
                 "vs PIECEWISE": "" if v == "piecewise" else verdict_word(
