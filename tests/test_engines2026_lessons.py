@@ -170,14 +170,21 @@ def test_breakable_rows_chart_and_cost(monkeypatch):
 def test_pace_says_who_waits(monkeypatch):
     d = breakable_data(monkeypatch)  # GPU: 100 + 3 µs a break; host: 10 + 50 µs a break
     assert le.breakable_host_stats(d, "full", 1)["median"] == pytest.approx(10.0)
-    assert le.pace(d, "full", 1) == "the GPU"
-    assert le.pace(d, "breaks_1", 1) == "the GPU"      # host 60 µs, GPU 103 µs
-    assert le.pace(d, "breaks_2", 1) == "the host"     # host 110 µs, GPU 106 µs
+    assert le.pace(d, "full", 1) == "the GPU"                        # host 10, GPU 100 µs
+    assert le.pace(d, "breaks_1", 1) == "the GPU (the host close behind)"  # 60 against 103
+    assert le.pace(d, "breaks_2", 1) == "the host"                   # 110 against 106
+    for v, b in (("full", 1), ("breaks_1", 2), ("breaks_2", 1)):
+        who = le.pace(d, v, b)
+        assert le.pace_holds(d, v, b, who)
+        assert not any(le.pace_holds(d, v, b, other) for other in le.PACES if other != who)
+    assert not le.pace_holds(d, "full", 1, "nobody")
+    assert le.host_cost_per_break(d, 1) == pytest.approx(50.0)
     by = {(r["batch"], r["variant"]): r for r in le.breakable_rows(d)}
     assert by[(1, "2 breaks")]["host µs to issue"] == pytest.approx(110.0)
     assert by[(1, "2 breaks")]["pace set by"] == "the host"
     assert by[(2, "FULL")]["pace set by"] == "the GPU"
     text = le.pace_sentence(d, 1)
+    assert text.startswith("Each break adds about **50 µs** of host time")
     assert "FULL: the host issues a step in 10.0 µs, the GPU runs it in 100.0 µs, so **the GPU**" \
         in text and "2 breaks: the host issues a step in 110.0 µs" in text
     assert text.count("**the host**") == 1

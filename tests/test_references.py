@@ -51,3 +51,19 @@ def test_a_record_the_h200_folder_lacks_comes_from_the_h100_folder_and_says_so()
     assert reference_or_none(two, "past_launch_gpt2") is None
     with pytest.raises(FileNotFoundError, match="h200x2"):
         load_reference_for(two, "past_launch_gpt2")
+
+
+def test_a_field_only_a_fallback_record_holds_is_read_from_that_record(tmp_path, monkeypatch):
+    from labkit.measure import results
+    from labkit.teach.notebook import NotebookContext, reference_holding
+
+    ctx = NotebookContext("18_engines_2026", "cpu", "h200")
+    for gpu, data in (("h200", {"times": 1}), ("h100-80gb-hbm3", {"times": 2, "host_times": 3})):
+        results.save_result("fieldtest_demo", data, {}, tmp_path / gpu)
+        (tmp_path / gpu / "results" / "fieldtest_demo.json").rename(
+            tmp_path / gpu / "fieldtest_demo.json")
+    monkeypatch.setattr(results, "reference_dir", lambda gpu="h200": tmp_path / gpu)
+    assert reference_holding(ctx, "fieldtest_demo", "times").data["times"] == 1  # H200 first
+    assert reference_holding(ctx, "fieldtest_demo", "host_times").data["host_times"] == 3
+    assert reference_holding(ctx, "fieldtest_demo", "no_such_field") is None
+    assert reference_holding(ctx, "no_such_record", "times") is None

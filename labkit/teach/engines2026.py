@@ -144,33 +144,68 @@ def breakable_host_stats(record: Any, variant: str, batch: int) -> Mapping | Non
     return _series(record, "host_times", variant, batch)
 
 
+#: who sets the pace of a step (:func:`pace`), from the host's time to issue it against the GPU's
+PACES = ("the host", "the GPU (the host close behind)", "the GPU")
+
+
 def pace(record: Any, variant: str, batch: int) -> str | None:
-    """Who sets the pace of ``variant``'s step at ``batch`` rows: ``"the GPU"`` where the host
-    issues a step faster than the GPU runs it by the spreads (host p90 below GPU p10), else
-    ``"the host"`` (Python issuing the segments and eager calls is as slow as the step, so the
-    GPU waits on it); ``None`` without the host's time."""
+    """Who sets the pace of ``variant``'s step at ``batch`` rows, by the spreads: ``"the host"``
+    where issuing a step takes as long as running it (host p90 at or above GPU p10: Python
+    issuing the segments and eager calls keeps the GPU waiting), ``"the GPU"`` where the host
+    needs less than half the step's time (host p90 below half the GPU p10), else ``"the GPU
+    (the host close behind)"`` (a slower or busier CPU would make it the host's);
+    ``None`` without the host's time."""
     host, gpu = breakable_host_stats(record, variant, batch), breakable_stats(record, variant,
                                                                              batch)
     hi, lo = stat(host, "p90"), stat(gpu, "p10")
     if hi is None or lo is None:
         return None
-    return "the GPU" if hi < lo else "the host"
+    return PACES[0] if hi >= lo else PACES[2] if hi < lo / 2 else PACES[1]
+
+
+def pace_holds(record: Any, variant: str, batch: int, who: str) -> bool:
+    """Whether the record's spreads say ``who`` (one of :data:`PACES`) sets the pace: the host's
+    p90 against the GPU's p10 and half of it, checked afresh (a check beside a sentence)."""
+    hi = stat(breakable_host_stats(record, variant, batch), "p90")
+    lo = stat(breakable_stats(record, variant, batch), "p10")
+    if hi is None or lo is None or who not in PACES:
+        return False
+    return {PACES[0]: hi >= lo, PACES[1]: lo / 2 <= hi < lo, PACES[2]: hi < lo / 2}[who]
+
+
+def _slope(points: Sequence[tuple[int, float | None]]) -> float | None:
+    """Least-squares slope of ``y`` over ``n`` (``None`` with fewer than two distinct ``n``)."""
+    known = [(float(n), float(y)) for n, y in points if y is not None]
+    if len({n for n, _ in known}) < 2:
+        return None
+    mx = statistics.fmean(n for n, _ in known)
+    my = statistics.fmean(y for _, y in known)
+    return (sum((n - mx) * (y - my) for n, y in known)
+            / sum((n - mx) ** 2 for n, _ in known))
+
+
+def host_cost_per_break(record: Any, batch: int) -> float | None:
+    """µs of host time each break adds to issuing a step at ``batch`` rows: the least-squares
+    slope of the ``breaks_<n>`` host medians over ``n`` (``None`` without the host's time)."""
+    return _slope([(n, stat(breakable_host_stats(record, f"breaks_{n}", batch)))
+                   for n in break_counts(record)])
 
 
 def pace_sentence(record: Any, batch: int) -> str:
-    """Host time against GPU time per step, FULL and the most breaks, at ``batch`` rows ("" for
-    a record without the host's time)."""
-    top = most_breaks(record)
+    """What each break costs the host, and who sets the pace of FULL and of the most breaks at
+    ``batch`` rows ("" for a record without the host's time)."""
+    top, per = most_breaks(record), host_cost_per_break(record, batch)
     parts = []
     for v in ("full", top):
         who = pace(record, v, batch)
-        if who is None:
+        if who is None or per is None:
             return ""
         parts.append(f"{variant_label(v)}: the host issues a step in "
                      f"{stat(breakable_host_stats(record, v, batch)):.1f} µs, the GPU runs it in "
                      f"{stat(breakable_stats(record, v, batch)):.1f} µs, so **{who}** sets the "
                      "pace")
-    return "; ".join(parts) + "."
+    return (f"Each break adds about **{per:.0f} µs** of host time to issuing a step; "
+            + "; ".join(parts) + ".")
 
 
 def break_counts(record: Any) -> list[int]:
@@ -234,14 +269,8 @@ def break_cost(record: Any, batch: int) -> dict[str, Any]:
     medians over ``n`` (µs per break; ``None`` with fewer than two counts timed), and the
     comparison of the most breaks against none (``difference``; its verdict says whether the
     slope is more than noise)."""
-    pts = [(n, stat(breakable_stats(record, f"breaks_{n}", batch))) for n in break_counts(record)]
-    known = [(float(n), float(y)) for n, y in pts if y is not None]
-    slope = None
-    if len(known) >= 2 and len({n for n, _ in known}) >= 2:
-        mx = statistics.fmean(n for n, _ in known)
-        my = statistics.fmean(y for _, y in known)
-        slope = (sum((n - mx) * (y - my) for n, y in known)
-                 / sum((n - mx) ** 2 for n, _ in known))
+    slope = _slope([(n, stat(breakable_stats(record, f"breaks_{n}", batch)))
+                    for n in break_counts(record)])
     top = most_breaks(record)
     return {"batch": batch, "breaks": max(break_counts(record)), "slope_us": slope,
             "difference": breakable_compare(record, top, "breaks_0", batch)}

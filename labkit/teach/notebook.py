@@ -177,6 +177,20 @@ def reference_or_none(ctx: NotebookContext, name: str) -> Any:
         return None
 
 
+def reference_holding(ctx: NotebookContext, name: str, key: str) -> Any:
+    """The first recorded reference ``name`` whose data holds ``key``, from the reference GPU's
+    folder, then :data:`FALLBACK_GPUS` (a field recorded since, such as ``host_times``, may be
+    on another GPU only: its provenance line names that GPU), or ``None``."""
+    for gpu in (ctx.reference_gpu, *FALLBACK_GPUS.get(ctx.reference_gpu, ())):
+        try:
+            found = load_reference(name, gpu=gpu)
+        except FileNotFoundError:
+            continue
+        if key in found.data:
+            return found
+    return None
+
+
 def measure_many_or_reference(ctx: NotebookContext, names: Sequence[str],
                               measure: Callable[[], dict[str, dict]],
                               params: dict | None = None) -> dict[str, Any]:
