@@ -179,7 +179,8 @@ def test_pace_says_who_waits(monkeypatch):
         assert not any(le.pace_holds(d, v, b, other) for other in le.PACES if other != who)
     assert not le.pace_holds(d, "full", 1, "nobody")
     assert le.host_cost_per_break(d, 1) == pytest.approx(50.0)
-    by = {(r["batch"], r["variant"]): r for r in le.breakable_rows(d)}
+    by = {(r["batch"], r["variant"]): r for r in le.pace_rows(d)}
+    assert len(by) == 2 * 5 and by[(1, "2 breaks")]["µs per step"] == pytest.approx(106.0)
     assert by[(1, "2 breaks")]["host µs to issue"] == pytest.approx(110.0)
     assert by[(1, "2 breaks")]["pace set by"] == "the host"
     assert by[(2, "FULL")]["pace set by"] == "the GPU"
@@ -196,6 +197,7 @@ def test_a_record_without_host_times_keeps_its_table(monkeypatch):
     d = breakable_data(monkeypatch)
     del d["host_times"]  # recorded before the host's time was
     assert le.pace(d, "breaks_2", 1) is None and le.pace_sentence(d, 1) == ""
+    assert le.pace_rows(d) == [] and le.host_cost_per_break(d, 1) is None
     assert "pace set by" not in le.breakable_rows(d)[0]
 
 

@@ -191,14 +191,29 @@ def host_cost_per_break(record: Any, batch: int) -> float | None:
                    for n in break_counts(record)])
 
 
+def pace_rows(record: Any) -> list[dict[str, Any]]:
+    """Per batch size and variant: the GPU's µs per step, the host's µs to issue it and who sets
+    the pace (:func:`pace`); empty for a record without the host's time."""
+    d = record_data(record)
+    if "host_times" not in d:
+        return []
+    return [{"batch": b, "variant": variant_label(v),
+             "µs per step": _r(stat(breakable_stats(record, v, b))),
+             "host µs to issue": _r(stat(breakable_host_stats(record, v, b))),
+             "pace set by": pace(record, v, b) or ""}
+            for b in d["batch_sizes"] for v in d["variants"]]
+
+
 def pace_sentence(record: Any, batch: int) -> str:
     """What each break costs the host, and who sets the pace of FULL and of the most breaks at
     ``batch`` rows ("" for a record without the host's time)."""
     top, per = most_breaks(record), host_cost_per_break(record, batch)
+    if per is None:
+        return ""
     parts = []
     for v in ("full", top):
         who = pace(record, v, batch)
-        if who is None or per is None:
+        if who is None:
             return ""
         parts.append(f"{variant_label(v)}: the host issues a step in "
                      f"{stat(breakable_host_stats(record, v, batch)):.1f} µs, the GPU runs it in "
@@ -243,8 +258,7 @@ def most_breaks(record: Any) -> str:
 
 def breakable_rows(record: Any) -> list[dict[str, Any]]:
     """Per batch size and variant: its segments and eager calls per step, the replay median and
-    p10–p90 (µs), the host's time to issue a step and who sets the pace (where recorded), and
-    its verdicts against FULL and against the hand-cut PIECEWISE."""
+    p10–p90 (µs), and its verdicts against FULL and against the hand-cut PIECEWISE."""
     d = record_data(record)
     rows = []
     for b in d["batch_sizes"]:
@@ -254,9 +268,6 @@ def breakable_rows(record: Any) -> list[dict[str, Any]]:
                 "batch": b, "variant": variant_label(v),
                 "segments": d["segments_per_step"][v], "eager calls": d["eager_per_step"][v],
                 "µs per step": _r(stat(s)), "p10–p90 µs": _spread(s),
-                **({} if "host_times" not in d else {
-                    "host µs to issue": _r(stat(breakable_host_stats(record, v, b))),
-                    "pace set by": pace(record, v, b) or ""}),
                 "vs FULL": "" if v == "full" else verdict_word(
                     breakable_compare(record, v, "full", b)),
                 "vs PIECEWISE": "" if v == "piecewise" else verdict_word(
