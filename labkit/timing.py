@@ -92,6 +92,21 @@ def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     return Stats.from_samples(samples)
 
 
+def _sync() -> None:
+    """Wait for the GPU where there is one (nothing to wait for on the CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _issue_sample(fn: Callable[[], object], inner: int) -> float:
+    """Host µs to issue one call of ``fn``, over ``inner`` calls from an idle device."""
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) * 1e6 / inner
+
+
 def time_host_issue_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 5,
                                 repeats: int = 20, inner: int = 10) -> dict[str, Stats]:
     """Host µs to issue one call of each callable, ``inner`` calls per sample, the device idle
@@ -99,29 +114,11 @@ def time_host_issue_interleaved(fns: Mapping[str, Callable[[], object]], *, warm
     fills, so the host never waits on the GPU). The samples alternate between the callables.
     Beside the GPU time of :func:`time_cuda_interleaved` it says who sets the pace: a step whose
     host time per call reaches its GPU time is bound by the host (Python issuing the work)."""
-    if not isinstance(fns, Mapping) or not fns:
-        raise TypeError("fns must be a non-empty mapping name -> callable taking no arguments")
-    for fn in fns.values():
-        _check_fn(fn)
+    _check_fns(fns)
     _check_counts(warmup, repeats, inner)
-    cuda = torch.cuda.is_available()
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples[name].append((time.perf_counter() - t0) * 1e6 / inner)
-    sync()
-    return {name: Stats.from_samples(v) for name, v in samples.items()}
+    got = _interleave(fns, warmup, repeats, inner, _issue_sample)
+    _sync()
+    return got
 
 
 def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
@@ -147,11 +144,30 @@ def time_cuda_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: in
     """:func:`time_cuda` for callables compared as ratios: the samples alternate, so a change
     of GPU clock during the run (on the H200 a 12-layer step at batch 64 moved between ~0.84
     and ~0.93 ms from one series to the next) reaches every callable alike."""
+    _check_fns(fns)
+    return _time_events(fns, warmup, repeats, inner, "time_cuda_interleaved")
+
+
+def _check_fns(fns: object) -> None:
+    """Refuse anything but a non-empty mapping of name -> callable taking no arguments."""
     if not isinstance(fns, Mapping) or not fns:
         raise TypeError("fns must be a non-empty mapping name -> callable taking no arguments")
     for fn in fns.values():
         _check_fn(fn)
-    return _time_events(fns, warmup, repeats, inner, "time_cuda_interleaved")
+
+
+def _interleave(fns: Mapping[str, Callable[[], object]], warmup: int, repeats: int, inner: int,
+                sample: Callable[[Callable[[], object], int], float]) -> dict[str, Stats]:
+    """Each callable warmed up, then ``sample(fn, inner)`` of each in turn, ``repeats`` rounds."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    _sync()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            samples[name].append(sample(fn, inner))
+    return {name: Stats.from_samples(v) for name, v in samples.items()}
 
 
 def _time_events(fns: Mapping[str, Callable[[], object]], warmup: int, repeats: int,
@@ -160,15 +176,7 @@ def _time_events(fns: Mapping[str, Callable[[], object]], warmup: int, repeats: 
     if not torch.cuda.is_available():
         raise RuntimeError(f"{who} needs a CUDA GPU (torch.cuda.is_available() is False); use "
                            "time_host on CPU")
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            samples[name].append(_event_sample(fn, inner))
-    return {name: Stats.from_samples(v) for name, v in samples.items()}
+    return _interleave(fns, warmup, repeats, inner, _event_sample)
 
 
 def time_any(fn: Callable[[], object], device: torch.device | str, **kw: Any) -> Stats:

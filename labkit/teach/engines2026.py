@@ -148,6 +148,12 @@ def breakable_host_stats(record: Any, variant: str, batch: int) -> Mapping | Non
 PACES = ("the host", "the GPU (the host close behind)", "the GPU")
 
 
+def _pace_bounds(record: Any, variant: str, batch: int) -> tuple[float | None, float | None]:
+    """The host's p90 to issue ``variant``'s step and the GPU's p10 to run it."""
+    return (stat(breakable_host_stats(record, variant, batch), "p90"),
+            stat(breakable_stats(record, variant, batch), "p10"))
+
+
 def pace(record: Any, variant: str, batch: int) -> str | None:
     """Who sets the pace of ``variant``'s step at ``batch`` rows, by the spreads: ``"the host"``
     where issuing a step takes as long as running it (host p90 at or above GPU p10: Python
@@ -155,19 +161,17 @@ def pace(record: Any, variant: str, batch: int) -> str | None:
     needs less than half the step's time (host p90 below half the GPU p10), else ``"the GPU
     (the host close behind)"`` (a slower or busier CPU would make it the host's);
     ``None`` without the host's time."""
-    host, gpu = breakable_host_stats(record, variant, batch), breakable_stats(record, variant,
-                                                                             batch)
-    hi, lo = stat(host, "p90"), stat(gpu, "p10")
+    hi, lo = _pace_bounds(record, variant, batch)
     if hi is None or lo is None:
         return None
     return PACES[0] if hi >= lo else PACES[2] if hi < lo / 2 else PACES[1]
 
 
 def pace_holds(record: Any, variant: str, batch: int, who: str) -> bool:
-    """Whether the record's spreads say ``who`` (one of :data:`PACES`) sets the pace: the host's
-    p90 against the GPU's p10 and half of it, checked afresh (a check beside a sentence)."""
-    hi = stat(breakable_host_stats(record, variant, batch), "p90")
-    lo = stat(breakable_stats(record, variant, batch), "p10")
+    """Whether the record's spreads say ``who`` (one of :data:`PACES`) sets the pace: the raw
+    condition behind :func:`pace`, each side stated (as :func:`spread_agrees` is for
+    :func:`verdict_word`), for the check beside a sentence."""
+    hi, lo = _pace_bounds(record, variant, batch)
     if hi is None or lo is None or who not in PACES:
         return False
     return {PACES[0]: hi >= lo, PACES[1]: lo / 2 <= hi < lo, PACES[2]: hi < lo / 2}[who]

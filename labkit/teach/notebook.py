@@ -153,6 +153,12 @@ def _provenance_note(label: str, res: Any) -> None:
 FALLBACK_GPUS: dict[str, tuple[str, ...]] = {"h200": ("h100-80gb-hbm3",)}
 
 
+def reference_gpus(ctx: NotebookContext) -> tuple[str, ...]:
+    """The folders a notebook reads references from, in order: its reference GPU's, then
+    :data:`FALLBACK_GPUS`."""
+    return (ctx.reference_gpu, *FALLBACK_GPUS.get(ctx.reference_gpu, ()))
+
+
 def load_reference_for(ctx: NotebookContext, name: str) -> Any:
     """The reference ``name`` from ``ctx.reference_gpu``'s folder, else from the first of
     :data:`FALLBACK_GPUS` that holds it (its provenance names that GPU); raises
@@ -160,7 +166,7 @@ def load_reference_for(ctx: NotebookContext, name: str) -> Any:
     try:
         return load_reference(name, gpu=ctx.reference_gpu)
     except FileNotFoundError as missing:
-        for gpu in FALLBACK_GPUS.get(ctx.reference_gpu, ()):
+        for gpu in reference_gpus(ctx)[1:]:
             try:
                 return load_reference(name, gpu=gpu)
             except FileNotFoundError:
@@ -181,7 +187,7 @@ def reference_holding(ctx: NotebookContext, name: str, key: str) -> Any:
     """The first recorded reference ``name`` whose data holds ``key``, from the reference GPU's
     folder, then :data:`FALLBACK_GPUS` (a field recorded since, such as ``host_times``, may be
     on another GPU only: its provenance line names that GPU), or ``None``."""
-    for gpu in (ctx.reference_gpu, *FALLBACK_GPUS.get(ctx.reference_gpu, ())):
+    for gpu in reference_gpus(ctx):
         try:
             found = load_reference(name, gpu=gpu)
         except FileNotFoundError:
