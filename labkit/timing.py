@@ -83,13 +83,15 @@ def time_host(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     _check_counts(warmup, repeats, inner)
     for _ in range(warmup):
         fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) * 1e6 / inner)
-    return Stats.from_samples(samples)
+    return Stats.from_samples([_wall_sample(fn, inner) for _ in range(repeats)])
+
+
+def _wall_sample(fn: Callable[[], object], inner: int) -> float:
+    """Host wall µs per call of ``fn`` over ``inner`` back-to-back calls."""
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) * 1e6 / inner
 
 
 def _sync() -> None:
@@ -101,10 +103,7 @@ def _sync() -> None:
 def _issue_sample(fn: Callable[[], object], inner: int) -> float:
     """Host µs to issue one call of ``fn``, over ``inner`` calls from an idle device."""
     _sync()
-    t0 = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - t0) * 1e6 / inner
+    return _wall_sample(fn, inner)
 
 
 def time_host_issue_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 5,
