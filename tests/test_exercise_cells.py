@@ -197,3 +197,46 @@ def test_no_later_cell_reads_what_an_exercise_cell_bound(student: Path, folder: 
                                 "cell of its own, so an unanswered exercise cannot break it")
         for n in bound:
             last_binder[n] = is_ex
+
+
+def skeleton_functions(source: str) -> set[str]:
+    """Functions a learner's cell hands out unwritten: a body of a docstring and ``...``."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(
+                s.value, ast.Constant) and isinstance(s.value.value, str))]
+            if (len(body) == 1 and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant) and body[0].value.value is ...):
+                found.add(node.name)
+    return found
+
+
+SKELETONS = [(number, name) for path in STUDENT for c in read(path).cells
+             if c.cell_type == "code" for number in CHECK_CALL.findall(c.source)
+             for name in sorted(skeleton_functions(c.source)) if name in REGISTRY[number].names]
+
+
+def test_some_exercise_hands_out_a_skeleton_function():
+    assert {n for n, _ in SKELETONS} >= {"5.1", "17.2", "18.1", "18.4"}
+
+
+@pytest.mark.parametrize(("number", "name"), SKELETONS, ids=lambda v: str(v))
+def test_an_unwritten_function_is_one_line_not_one_per_case(number: str, name: str,
+                                                             monkeypatch, capsys):
+    """A skeleton handed in as it is gets one 'not answered yet' line, before any context (the
+    record, the cache; ``None`` here) is read: it is not run against every case, each failing
+    its own way. The exercise's other answers, ``None``, are each one 'not answered' line."""
+    monkeypatch.delenv("LABKIT_STRICT_EXERCISES", raising=False)
+
+    def unwritten(*args: object) -> None:
+        """The learner's cell as handed out."""
+        ...
+
+    others = {n: None for n in REGISTRY[number].names if n != name}
+    ex = run(number, **{name: unwritten}, **others)
+    out = capsys.readouterr().out.splitlines()
+    todo = [ln for ln in out if ln.startswith("[TODO]")]
+    assert len(todo) == len(ex.results) and not ex.passed
+    assert all("not answered yet" in ln for ln in todo), todo
+    assert sum("not answered yet (write the function's body)" in ln for ln in todo) == 1, todo

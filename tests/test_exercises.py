@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.teach.exercises import STRICT_ENV, Exercise, StrictExerciseError, strict_mode
+from labkit.teach.exercises import (STRICT_ENV, Exercise, StrictExerciseError, skeleton,
+                                    strict_mode)
 
 
 @pytest.fixture
@@ -116,3 +117,41 @@ def test_strict_mode_rejects_an_unknown_value(monkeypatch):
         strict_mode()
     monkeypatch.delenv(STRICT_ENV)
     assert strict_mode() is False
+
+
+def _handed_out(x: int) -> int:
+    """A "write" exercise's skeleton: a docstring and ``...``."""
+    ...  # TODO
+
+
+def _passed(x: int) -> None:
+    pass
+
+
+def _written(x: int) -> int:
+    return x + 1
+
+
+def test_skeleton_is_a_body_that_only_returns_none():
+    assert skeleton(_handed_out) and skeleton(_passed) and skeleton(lambda: None)
+    assert not skeleton(_written) and not skeleton(lambda x: x)
+    assert not skeleton(len) and not skeleton(print) and not skeleton(3)
+
+
+def test_check_function_says_once_that_a_body_is_not_written(lenient, capsys):
+    ex = Exercise("17.2 demo")
+    assert ex.check_function("targets", _handed_out, hint="h") is False
+    assert ex.check_function("targets", ...) is False
+    assert ex.check_function("targets", 3) is False
+    assert ex.check_function("targets", _written) is True
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["[TODO] 17.2 demo: targets -- not answered yet (write the function's body) "
+                   "| hint: h",
+                   "[TODO] 17.2 demo: targets -- not answered yet (replace the ... / None)",
+                   "[TODO] 17.2 demo: targets -- 3 is not right yet"]
+    assert [ok for _, ok, _ in ex.results] == [False, False, False]   # a written one adds none
+
+
+def test_check_function_raises_on_a_skeleton_in_strict_mode(strict):
+    with pytest.raises(StrictExerciseError, match=r"got \.\.\. \(not answered\)"):
+        Exercise("17.2 demo").check_function("targets", _handed_out)

@@ -4,6 +4,7 @@ how the solutions run), where a failing or unanswered check, or no check, raises
 
 from __future__ import annotations
 
+import dis
 import math
 import os
 from dataclasses import dataclass, field
@@ -49,6 +50,22 @@ _UNANSWERED = "not answered yet (replace the ... / None)"
 def _unanswered(got: Any, expected: Any) -> bool:
     """``...`` is the TODO placeholder; ``None`` counts as unanswered unless it is expected."""
     return got is ... or (got is None and expected is not None)
+
+
+#: what a "write" exercise's skeleton function (its body ``...``) compiles to, per Python
+#: version: nothing but ``return None``
+_RETURN_NONE = ([("RETURN_CONST", None)], [("LOAD_CONST", None), ("RETURN_VALUE", None)])
+
+
+def skeleton(fn: Any) -> bool:
+    """Whether ``fn``'s body does nothing but return ``None`` (a docstring, ``...`` or
+    ``pass``): the skeleton a "write" exercise hands out, not yet written."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(code)
+           if i.opname not in ("RESUME", "NOP", "CACHE")]
+    return ops in _RETURN_NONE
 
 
 @dataclass
@@ -103,6 +120,17 @@ class Exercise:
         ok = any(_equal(norm(got), norm(a), 1e-6) for a in options)
         return self._record(what, ok, "" if ok else f"{got!r} is not right yet", hint, got,
                             options)
+
+    def check_function(self, what: str, fn: Any, *, hint: str = "") -> bool:
+        """Whether ``fn`` is a written function. If it is not a function, or its body is still
+        the skeleton's ``...`` (:func:`skeleton`), one TODO line says so and the caller checks
+        nothing more: a body not written yet is not run against every case."""
+        if not callable(fn):
+            return self.check(what, fn, "a function", hint=hint)
+        if skeleton(fn):
+            return self._record(what, False, "not answered yet (write the function's body)",
+                                hint, ..., "a function")
+        return True
 
     def check_true(self, what: str, condition: Any, *, hint: str = "") -> bool:
         """Record a condition that should hold (``...`` or ``None``: not answered yet)."""

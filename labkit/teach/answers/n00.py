@@ -43,8 +43,7 @@ def _predict_kv_cache(ex: Exercise, size: Any, than_weights: Any) -> None:
 
 @exercise("0.3", "find the bug: the KV-cache formula", "debug")
 def _kv_formula_bug(ex: Exercise, kv_bytes: Any, bug: Any, *, model: TinyGPT) -> None:
-    if not callable(kv_bytes):
-        ex.check("kv_bytes is a function (cfg, bytes_per_number) -> int", kv_bytes, "a function")
+    if not ex.check_function("kv_bytes is a function (cfg, bytes_per_number) -> int", kv_bytes):
         return
     big = _big()
     ex.check("test model (float32)", kv_bytes(model.cfg, 4), model.cache_bytes(),

@@ -26,9 +26,8 @@ def _two_clocks(ex: Exercise, eager_kernel_like: Any, ratio_choice: Any, *, lo: 
 
 @exercise("1.2", "write the crossover search", "write")
 def _crossover(ex: Exercise, crossover: Any, *, lo: Any) -> None:
-    if not callable(crossover):
-        ex.check("crossover is a function (sweep, meet_ratio) -> numel or None", crossover,
-                 "a function")
+    if not ex.check_function("crossover is a function (sweep, meet_ratio) -> numel or None",
+                             crossover):
         return
     sweep = lo.data["sweep"]
     ex.check("crossover (elements per kernel)", crossover(sweep),

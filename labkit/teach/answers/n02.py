@@ -29,9 +29,8 @@ def _batch_effect(ex: Exercise, answer: Any, pays_for: Any, *, rec: Any) -> None
 
 @exercise("2.2", "find the bug: tokens per second", "debug")
 def _tokens_per_s(ex: Exercise, tokens_per_s: Any, bug: Any, *, rec: Any) -> None:
-    if not callable(tokens_per_s):
-        ex.check("tokens_per_s is a function (batch_size, step_us) -> float", tokens_per_s,
-                 "a function")
+    if not ex.check_function("tokens_per_s is a function (batch_size, step_us) -> float",
+                             tokens_per_s):
         return
     d = rec.data
     for b, s, recorded in zip(d["batch_sizes"], d["times"]["eager"], d["tokens_per_s"]["eager"]):

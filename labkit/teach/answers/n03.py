@@ -17,9 +17,8 @@ RANK_TIE = 0.05
 @exercise("3.1", "write the capture", "write")
 def _write_the_capture(ex: Exercise, graph_step: Any, *, model: TinyGPT, prompt: Sequence[int],
                        new_tokens: int) -> None:
-    if not callable(graph_step):
-        ex.check("graph_step is a function (tokens, positions, slots) -> logits", graph_step,
-                 "a function")
+    if not ex.check_function("graph_step is a function (tokens, positions, slots) -> logits",
+                             graph_step):
         return
     eager = generate(model, [list(prompt)], new_tokens)
     try:
@@ -61,9 +60,8 @@ def _where_replay_gains(ex: Exercise, ranking: Any, why: Any, *, rec: Any) -> No
 @exercise("3.3", "find the bug in a replay prediction", "debug")
 def _replay_prediction(ex: Exercise, predict_replay_us: Any, bug: Any, *, lo: Any,
                        kernels: int) -> None:
-    if not callable(predict_replay_us):
-        ex.check("predict_replay_us is a function (kernels, host_us, node_us) -> µs",
-                 predict_replay_us, "a function")
+    if not ex.check_function("predict_replay_us is a function (kernels, host_us, node_us) -> µs",
+                             predict_replay_us):
         return
     host_us, node_us = lo.data["host_per_launch"]["median"], lo.data["gpu_per_graph_node"]["median"]
     for k in (1, kernels, 10 * kernels):

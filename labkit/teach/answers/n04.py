@@ -54,9 +54,8 @@ def _does_b_survive(ex: Exercise, survives: Any, keeps: Any, unsafe: Any) -> Non
 @exercise("4.4", "overwrite a kept output yourself", "write")
 def _overwrite_by_hand(ex: Exercise, overwrite_by_hand: Any, *, cuda: Any, x_a: torch.Tensor,
                        x_b: torch.Tensor, stream: Any) -> None:
-    if not callable(overwrite_by_hand):
-        ex.check("overwrite_by_hand is a function (cuda, x_a, x_b, stream) -> dict",
-                 overwrite_by_hand, "a function")
+    if not ex.check_function("overwrite_by_hand is a function (cuda, x_a, x_b, stream) -> dict",
+                             overwrite_by_hand):
         return
     got = overwrite_by_hand(cuda, x_a, x_b, stream)
     if not isinstance(got, dict) or not {"a_tmp_ptr", "out_b", "copy"} <= set(got):

@@ -20,8 +20,7 @@ CLOSE = 0.1
 @exercise("5.1", "write the padding lookup", "write")
 def _pad_lookup(ex: Exercise, pad_to: Any, *, capture_sizes: Sequence[int],
                 pad_table: Sequence[int]) -> None:
-    if not callable(pad_to):
-        ex.check("a function pad_to(batch_size, capture_sizes)", pad_to, "a function")
+    if not ex.check_function("a function pad_to(batch_size, capture_sizes)", pad_to):
         return
     lookup: Callable[[int, list[int]], Any] = pad_to
     for sizes in (list(capture_sizes), [1, 2, 4, 8, 16, 32], [3, 7, 100],

@@ -30,8 +30,7 @@ def _kept_output(ex: Exercise, kept_without_copy: Any, b_after_a: Any, *,
 @exercise("7.2", "debug the stale input", "debug")
 def _stale_input(ex: Exercise, serve: Any, *, layer: Callable[[torch.Tensor], torch.Tensor],
                  static_x: torch.Tensor) -> None:
-    if not callable(serve):
-        ex.check("a function serve(new_x)", serve, "a function")
+    if not ex.check_function("a function serve(new_x)", serve):
         return
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randn(2, 4, generator=gen).to(static_x.device) for _ in range(3)]

@@ -39,8 +39,7 @@ def _fused_time(ex: Exercise, largest: Any, *, frec: Any) -> None:
 
 @exercise("8.2", "the evidence rule", "write")
 def _evidence_rule(ex: Exercise, verdict: Any, *, rec: Any) -> None:
-    if not callable(verdict):
-        ex.check("a function verdict(a, b, interleaved)", verdict, "a function")
+    if not ex.check_function("a function verdict(a, b, interleaved)", verdict):
         return
 
     def col(m: float, lo: float, hi: float, n: int = 30) -> dict:
@@ -64,8 +63,7 @@ def _evidence_rule(ex: Exercise, verdict: Any, *, rec: Any) -> None:
 
 @exercise("8.3", "break-even", "write")
 def _break_even(ex: Exercise, break_even: Any, *, rec: Any) -> None:
-    if not callable(break_even):
-        ex.check("a function break_even(extra_setup_s, saving_us)", break_even, "a function")
+    if not ex.check_function("a function break_even(extra_setup_s, saving_us)", break_even):
         return
     c = view(rec, Compile)
     b = c.batch_sizes[0]

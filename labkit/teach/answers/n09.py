@@ -67,9 +67,7 @@ def _speedup_range(ex: Exercise, speedup_range: Any, bug: Any, *,
                    decode: Mapping[str, Any]) -> None:
     values = [float(s) for r in decode.values()
               for s in view(r, Decode).speedup_vs_eager("graph") if s is not None]
-    if not callable(speedup_range):
-        ex.check("a function speedup_range(records)", speedup_range, "a function")
-    else:
+    if ex.check_function("a function speedup_range(records)", speedup_range):
         lowest, highest = speedup_range(decode)
         ex.check("smallest speed-up", lowest, min(values), rel=1e-6,
                  hint="the minimum over both records")

@@ -15,8 +15,7 @@ from labkit.kvcache import PagedKVCache
 @exercise("11.1", "slot mapping", "write")
 def _slot_mapping(ex: Exercise, write_index_formula: Any, *, cache: PagedKVCache,
                   block_size: int) -> None:
-    if not callable(write_index_formula):
-        ex.check("a function of (table_row, pos, block_size)", write_index_formula, "a function")
+    if not ex.check_function("a function of (table_row, pos, block_size)", write_index_formula):
         return
     for slot, p in ((0, 0), (0, 7), (0, 8), (0, 19), (2, 3), (2, 8)):
         row = cache.host_table[slot].tolist()

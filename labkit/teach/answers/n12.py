@@ -46,8 +46,7 @@ def _reason(ex: Exercise, what: str, why: Any) -> None:
 
 @exercise("12.1", "rows vs weights", "write")
 def _rows_vs_weights(ex: Exercise, crossover_batch: Any, *, cfg: Any, context: int) -> None:
-    if not callable(crossover_batch):
-        ex.check("a function of (cfg, context)", crossover_batch, "a function")
+    if not ex.check_function("a function of (cfg, context)", crossover_batch):
         return
     cases = [(cfg, context), (preset("gpt2", dtype="bfloat16", max_seq=1024), 1024),
              (preset("small", dtype="bfloat16", max_seq=1024), min(context, 1024)),

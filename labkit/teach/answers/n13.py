@@ -97,8 +97,7 @@ def _ttft_tpot(ex: Exercise, ttft_ms: Any, tpot_ms: Any, *, requests: Sequence[A
              lambda r: _ms(ls.tpot_of(r.token_times_s)),
              "the time from the first to the last token over the number of gaps; a request "
              "of one token has no TPOT (None)")):
-        if not callable(fn):
-            ex.check(what, fn, "a function")
+        if not ex.check_function(what, fn):
             continue
         got = [(fn(r.arrival_s, r.token_times_s) if fn is ttft_ms else fn(r.token_times_s))
                for r in requests]
@@ -112,9 +111,7 @@ def _ttft_tpot(ex: Exercise, ttft_ms: Any, tpot_ms: Any, *, requests: Sequence[A
 @exercise("13.6", "speculative decoding: which graph", "debug")
 def _spec_graph(ex: Exercise, graph_for: Any, padded_rows_of_5: Any, *, spec: Any) -> None:
     q = spec.tokens_per_request
-    if not callable(graph_for):
-        ex.check("graph_for is a function of the number of requests", graph_for, "a function")
-    else:
+    if ex.check_function("graph_for is a function of the number of requests", graph_for):
         n_max = max(1, (spec.full_max_size or q) // q)
         ex.check_true(f"the graph replayed by a verify step of 1..{n_max} requests",
                       all(graph_for(n) == spec.padded(n * q) for n in range(1, n_max + 1)),

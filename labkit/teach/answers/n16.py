@@ -77,8 +77,7 @@ def _flip_from_margin(ex: Exercise, can_flip: Any, *, num: Any) -> None:
 
 @exercise("16.4", "a decision baked into a graph", "debug")
 def _baked_decision(ex: Exercise, attend_fixed: Any) -> None:
-    if not callable(attend_fixed):
-        ex.check("attend_fixed is a function", attend_fixed, "a function")
+    if not ex.check_function("attend_fixed is a function", attend_fixed):
         return
     try:
         mine = mn.baked_decision_demo(graph_api("cpu"), attend=attend_fixed)

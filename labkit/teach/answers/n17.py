@@ -41,8 +41,7 @@ def _pdl_gain(ex: Exercise, pdl_band: Any, *, rec: Any) -> None:
 
 @exercise("17.2", "the barrier's targets", "write")
 def _targets(ex: Exercise, targets: Any) -> None:
-    if not callable(targets):
-        ex.check("a function of (seen, programs, barriers)", targets, "a function")
+    if not ex.check_function("a function of (seen, programs, barriers)", targets):
         return
     for seen, P, n in TARGET_CASES:
         try:

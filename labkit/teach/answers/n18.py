@@ -119,8 +119,7 @@ def replay_outcome(replay: Callable[..., Any], breaks_at: Sequence[int],
 
 @exercise("18.1", "the breakable replay", "write")
 def _replay(ex: Exercise, replay: Any) -> None:
-    if not callable(replay):
-        ex.check("a function of (segments, breaks)", replay, "a function")
+    if not ex.check_function("a function of (segments, breaks)", replay):
         return
     for at in REPLAY_BREAKS:
         r = replay_outcome(replay, at)
@@ -229,9 +228,7 @@ def _sizes(sizes: Sequence[int]) -> str:
 
 @exercise("18.4", "an estimate's error", "write")
 def _errors(ex: Exercise, errors: Any) -> None:
-    if not callable(errors):
-        ex.check("a function of (sizes, vllm_bytes, grown, kept, measured)", errors,
-                 "a function")
+    if not ex.check_function("a function of (sizes, vllm_bytes, grown, kept, measured)", errors):
         return
     for sizes, vb, grown, kept, measured in ESTIMATE_CASES:
         want = expected_errors(sizes, vb, grown, kept, measured)
