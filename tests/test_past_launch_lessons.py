@@ -309,6 +309,8 @@ def test_the_recorded_sweeps_say_what_notebook_17_states():
     assert not found["repeatable_at_1"] and found["one_program_equal"]
     assert found["stages_1_2_differ"] == 0 < found["stages_3_5_differ"]
     assert lp.before_fix_row(found)["repeats itself, 1 row"] is False
+    assert lp.before_fix_shows(found).startswith("float32 tokens equal, 1 row: 0.125; ")
+    assert "repeats itself, 1 row: False" in lp.before_fix_shows(found)
 
 
 def test_the_split_puts_the_persistent_steps_time_inside_its_kernels():

@@ -382,6 +382,11 @@ def before_fix_row(found: Mapping[str, Any]) -> dict[str, Any]:
             "rows of the file": found["rows"]}
 
 
+def before_fix_shows(found: Mapping[str, Any]) -> str:
+    """:func:`before_fix_row` as one line, what a statement about it shows."""
+    return "; ".join(f"{k}: {v}" for k, v in before_fix_row(found).items())
+
+
 def before_fix() -> dict[str, Any]:
     """What ``persistent_fidelity_before_fix.json`` shows: the share of the persistent step's
     float32 tokens equal to the readable step's at one row and at 8 or more (lowest), whether
