@@ -103,7 +103,7 @@ def _ttft_tpot(ex: Exercise, ttft_ms: Any, tpot_ms: Any, *, requests: Sequence[A
                for r in requests]
         want = [want_of(r) for r in requests]
         if all(g is None for g, w in zip(got, want) if w is not None):
-            ex.check(what, ..., want, hint=hint)   # the skeleton returns None: not answered
+            ex.check(what, ..., want, hint=hint)   # no value returned yet: not answered
             continue
         ex.check_true(what, all(_close(g, w) for g, w in zip(got, want)), hint=hint)
 

@@ -47,7 +47,7 @@ def _targets(ex: Exercise, targets: Any) -> None:
         try:
             got = targets(seen, P, n)
             got = (int(got[0]), [int(t) for t in got[1]])
-        except Exception as exc:  # an unwritten body returns None
+        except Exception as exc:  # a body that breaks or returns None
             got = f"{type(exc).__name__}"
         ex.check(f"counter {seen}, {P} programs, {n} barriers", got,
                  pl.barrier_targets(seen, P, n),
@@ -56,7 +56,7 @@ def _targets(ex: Exercise, targets: Any) -> None:
     try:
         run = pl.simulate(4, 3, targets=lambda seen, P: targets(seen, P, pl.BARRIERS))
         ok, msg = run.ok, run.message
-    except Exception as exc:  # an unwritten body returns None
+    except Exception as exc:  # a body that breaks or returns None
         ok, msg = False, f"it raised {type(exc).__name__}: {exc}"
     ex.check_true("three launches in the simulator end right", ok,
                   hint=msg or "the residual must equal the reference")

@@ -106,7 +106,7 @@ def replay_outcome(replay: Callable[..., Any], breaks_at: Sequence[int],
             _poison(g.output, *(r.output for r in records))  # nothing left from before
             try:
                 replay(g.segments, records)
-            except Exception as exc:  # an unwritten or broken body: reported, not raised
+            except Exception as exc:  # a broken body: reported, not raised
                 out.update(order_ok=False, logits_ok=False,
                            error=f"{type(exc).__name__}: {exc}")
                 return out
@@ -236,7 +236,7 @@ def _errors(ex: Exercise, errors: Any) -> None:
             got = errors(list(sizes), list(vb), list(grown),
                          None if kept is None else list(kept), measured)
             v, k = float(got[0]), float(got[1])
-        except Exception as exc:  # an unwritten body returns None
+        except Exception as exc:  # a body that breaks or returns None
             ex.check_true(f"{_sizes(sizes)}: it returns (vLLM %, labkit %)", False,
                           hint=f"it raised {type(exc).__name__}: {exc}")
             continue
