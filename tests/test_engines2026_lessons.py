@@ -270,6 +270,8 @@ def test_lora_rows_chart_and_checks(monkeypatch):
     d = lora_data(monkeypatch)
     assert le.lora_checks_pass(d) and le.lora_graph_counts_match(d)
     assert le.lora_pool_ratio(d) == pytest.approx(11.0) and le.lora_pool_ratio(d, "both") == 11
+    assert le.lora_pools_text(d) == ("plain: 2 graphs in 2.0 MiB; lora: 2 graphs in 22.0 MiB; "
+                                     "both: 4 graphs in 22.0 MiB")
     pools = le.lora_pool_rows(d)
     assert [r["× plain"] for r in pools] == [1.0, 11.0, 11.0]
     assert [r["pool reserved MiB"] for r in pools] == [2.0, 22.0, 22.0]
@@ -577,3 +579,8 @@ def test_the_notebook_runs_with_records_present(tmp_path, monkeypatch):
     assert "checked: small: labkit's estimate lies within 10%" in text
     assert "checked: small, paged: the rows change the graphs' pool" in text
     assert "[TODO]" not in text and "[PASS] 18.3" in text
+
+
+def test_percents_are_signed_one_per_run():
+    assert le.percents([-72.72727, None, 3.05]) == "-72.7%, +3.0%"
+    assert le.percents([None]) == "n/a"

@@ -131,3 +131,31 @@ def test_measured_number_pattern():
     assert measured_numbers("batch 8, 12 layers, PR #23679, `x = 10 ms`, §2, 0.5 s") == \
         ["0.5 s"]
     assert measured_numbers("> quoted 210 ms\nsee https://x.org/a_10ms") == []
+
+
+@pytest.mark.parametrize("value, text", [
+    ({"graph_tokens_equal_eager": True}, "graph tokens equal eager: yes"),
+    ({"graph_tokens_equal_eager.full": True, "graph_tokens_equal_eager.breaks_0": True},
+     "all 2 hold: graph tokens equal eager (full); graph tokens equal eager (breaks 0)"),
+    ({"bfloat16": {1: True, 8: True}, "float32": {1: True}},
+     "all 3 hold: bfloat16 1; bfloat16 8; float32 1"),
+    ({"compile_token_agreement": 0.98125, "graph_tokens_equal_eager": False},
+     "compile token agreement: 0.981; graph tokens equal eager: no"),
+    ({"eager": 0, "piecewise": 13}, "eager: 0; piecewise: 13"),
+    ([{"ok": 20}, {"wrong": 2}], "ok: 20 | wrong: 2"),
+    ([True, True, True], "all 3 hold"),
+    ([True, False], "yes, no"),
+    ([0, 2097152], "0, 2,097,152"),
+    ({("small", 1): 11.26, ("gpt2", 64): 4.5}, "small 1: 11.3; gpt2 64: 4.50"),
+    ({}, "none"),
+])
+def test_spell_writes_a_records_flags_and_counts_as_prose(value, text):
+    assert st.spell(value) == text
+
+
+def test_a_statement_shown_as_a_mapping_is_spelled_not_printed_as_python(capsys):
+    assert ctx("cpu").state("the tokens agree", True, {"graph_tokens_equal_eager": True})
+    out = capsys.readouterr().out
+    assert "(graph tokens equal eager: yes)" in out and "{" not in out
+    with pytest.raises(st.StatementError, match="graph tokens equal eager: no"):
+        ctx("cpu").state("the tokens agree", False, {"graph_tokens_equal_eager": False})

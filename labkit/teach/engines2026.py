@@ -99,6 +99,11 @@ def change_words(values: Sequence[float | None]) -> str:
     return ", ".join(out) or "n/a"
 
 
+def percents(values: Sequence[float | None]) -> str:
+    """Signed percents, one per run, to one decimal: ``-72.7%, +3.1%`` (``n/a`` when none)."""
+    return ", ".join(f"{v:+.1f}%" for v in values if v is not None) or "n/a"
+
+
 def spread_agrees(d: Difference | None) -> bool:
     """The raw condition behind :func:`verdict_word`, from the spreads alone: a direction only
     if they do not overlap, none if they do; an untested or untimed comparison agrees with
@@ -642,6 +647,12 @@ def lora_graph_counts_match(record: Any) -> bool:
     n = len(d["batch_sizes"])
     return {c: v["graphs"] for c, v in d["pool_bytes"].items()} == \
         {"plain": n, "lora": n, "both": 2 * n}
+
+
+def lora_pools_text(record: Any) -> str:
+    """Each measured pool's graphs and reserved MiB: ``plain: 3 graphs in 2.0 MiB; ...``."""
+    return "; ".join(f"{c}: {v['graphs']} graphs in {v['reserved_bytes'] / 2**20:.1f} MiB"
+                     for c, v in record_data(record)["pool_bytes"].items())
 
 
 # ---------------------------------------------------------------------- the estimate

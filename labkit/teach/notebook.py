@@ -41,7 +41,7 @@ class NotebookContext:
         """A GPU machine with fewer GPUs than the notebook needs (it then shows references)."""
         return self.tier == "gpu" and self.gpus_here < self.gpus_needed
 
-    def state(self, statement: str, holds: Any, shows: str = "", *, about: Any = None) -> bool:
+    def state(self, statement: str, holds: Any, shows: Any = "", *, about: Any = None) -> bool:
         """A statement check, recorded as the record(s) ``about`` say, else by the tier."""
         recorded = statements.is_reference(about)
         return statements.check(statement, holds, shows,
@@ -52,6 +52,11 @@ class NotebookContext:
         learner's answers; prints PASS/TODO lines and a count (strict mode: raises)."""
         head = self.name.split("_", 1)[0]
         answers.run(number, int(head) if head.isdigit() else None, **answers_and_context)
+
+    @staticmethod
+    def spell(value: Any) -> str:
+        """A record's checks or counts for prose (:func:`labkit.teach.statements.spell`)."""
+        return statements.spell(value)
 
     @staticmethod
     def say(template: str, /, **values: Any) -> None:

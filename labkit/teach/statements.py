@@ -68,9 +68,54 @@ def is_reference(records: Any) -> bool | None:
     return any(flags) if flags else None
 
 
-def check(statement: str, holds: Any, shows: str = "", *, recorded: bool) -> bool:
+def _label(key: Any) -> str:
+    """A record key for prose: ``graph_tokens_equal_eager.breaks_1`` ->
+    ``graph tokens equal eager (breaks 1)``; a tuple's parts joined by spaces."""
+    if isinstance(key, tuple):
+        return " ".join(_label(k) for k in key)
+    head, _, tail = str(key).partition(".")
+    text = head.replace("_", " ")
+    return f"{text} ({tail.replace('.', ', ').replace('_', ' ')})" if tail else text
+
+
+def _leaves(value: Mapping[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, item in value.items():
+        name = f"{prefix} {_label(key)}".strip()
+        out += _leaves(item, name) if isinstance(item, Mapping) and item else [(name, item)]
+    return out
+
+
+def spell(value: Any) -> str:
+    """A record's checks, counts or rows for prose, not as Python: flags that all hold ->
+    ``all 3 hold: a; b; c``, else ``name: yes/no`` and ``name: number`` (:func:`fmt`) pairs;
+    nested mappings name their path; a list spells each item (``, `` between numbers, `` | ``
+    between mappings)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Mapping):
+        if not value:
+            return "none"
+        leaves = _leaves(value)
+        if all(v is True for _, v in leaves):
+            names = [n for n, _ in leaves]
+            return f"{names[0]}: yes" if len(names) == 1 else (
+                f"all {len(names)} hold: " + "; ".join(names))
+        return "; ".join(f"{n}: {spell(v)}" for n, v in leaves)
+    if isinstance(value, (list, tuple)):
+        if value and all(v is True for v in value):
+            return "yes" if len(value) == 1 else f"all {len(value)} hold"
+        nested = any(isinstance(v, (Mapping, list, tuple)) for v in value)
+        return (" | " if nested else ", ").join(spell(v) for v in value) if value else "none"
+    return fmt(value)
+
+
+def check(statement: str, holds: Any, shows: Any = "", *, recorded: bool) -> bool:
     """Whether ``holds``; if not, raise :class:`StatementError` when ``recorded``, else print
-    ``shows`` (what this machine's record shows, with its numbers)."""
+    ``shows`` (what this machine's record shows, with its numbers; anything but a string is
+    written out by :func:`spell`)."""
+    if not isinstance(shows, str):
+        shows = spell(shows)
     if holds:
         print(f"checked: {statement}" + (f" ({shows})" if shows else ""))
         return True
