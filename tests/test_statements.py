@@ -148,6 +148,11 @@ def test_measured_number_pattern():
     ([0, 2097152], "0, 2,097,152"),
     ({("small", 1): 11.26, ("gpt2", 64): 4.5}, "small 1: 11.3; gpt2 64: 4.50"),
     ({}, "none"),
+    ({**{f"graph_tokens_equal_eager.plain@{b}": True for b in (1, 8, 64)},
+      **{f"graph_tokens_equal_eager.lora@{b}": True for b in (1, 8, 64)},
+      **{f"keys_as_dispatched@{b}": True for b in (1, 8, 64)}, "lora_changes_tokens": True},
+     "all 10 hold: graph tokens equal eager (6 cases); keys as dispatched (3 cases); "
+     "lora changes tokens"),
 ])
 def test_spell_writes_a_records_flags_and_counts_as_prose(value, text):
     assert st.spell(value) == text

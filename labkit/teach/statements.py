@@ -86,9 +86,13 @@ def _leaves(value: Mapping[Any, Any], prefix: str = "") -> list[tuple[str, Any]]
     return out
 
 
+_NAMED = 7  # flags that all hold: up to this many are named one by one, more by family
+
+
 def spell(value: Any) -> str:
     """A record's checks, counts or rows for prose, not as Python: flags that all hold ->
-    ``all 3 hold: a; b; c``, else ``name: yes/no`` and ``name: number`` (:func:`fmt`) pairs;
+    ``all 3 hold: a; b; c`` (more than seven: by family, ``a (8 cases); b``), else
+    ``name: yes/no`` and ``name: number`` (:func:`fmt`) pairs;
     nested mappings name their path; a list spells each item (``, `` between numbers, `` | ``
     between mappings)."""
     if isinstance(value, bool):
@@ -99,8 +103,16 @@ def spell(value: Any) -> str:
         leaves = _leaves(value)
         if all(v is True for _, v in leaves):
             names = [n for n, _ in leaves]
-            return f"{names[0]}: yes" if len(names) == 1 else (
-                f"all {len(names)} hold: " + "; ".join(names))
+            if len(names) == 1:
+                return f"{names[0]}: yes"
+            if len(names) <= _NAMED:
+                return f"all {len(names)} hold: " + "; ".join(names)
+            families: dict[str, int] = {}
+            for n in names:  # "graph tokens equal eager (plain@8)" -> "graph tokens equal eager"
+                family = n.split(" (")[0].split("@")[0]
+                families[family] = families.get(family, 0) + 1
+            return f"all {len(names)} hold: " + "; ".join(
+                f"{f} ({c} cases)" if c > 1 else f for f, c in families.items())
         return "; ".join(f"{n}: {spell(v)}" for n, v in leaves)
     if isinstance(value, (list, tuple)):
         if value and all(v is True for v in value):
