@@ -651,7 +651,7 @@ def lora_graph_counts_match(record: Any) -> bool:
 
 def lora_pools_text(record: Any) -> str:
     """Each measured pool's graphs and reserved MiB: ``plain: 3 graphs in 2.0 MiB; ...``."""
-    return "; ".join(f"{c}: {v['graphs']} graphs in {v['reserved_bytes'] / 2**20:.1f} MiB"
+    return "; ".join(f"{c}: {v['graphs']} graphs in {v['reserved_bytes'] / MiB:.1f} MiB"
                      for c, v in record_data(record)["pool_bytes"].items())
 
 
