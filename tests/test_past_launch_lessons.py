@@ -324,3 +324,83 @@ def test_the_split_puts_the_persistent_steps_time_inside_its_kernels():
     assert lp.moved_inside(rec, 1)
     rec["kernel_us"]["triton_persistent"] = [70.0]  # less inside: the verdict flips
     assert not lp.moved_inside(rec, 1)
+
+
+# ------------------------------------------------------------ the persistent step's stages
+
+def _stamps(layers=2, programs=3, t0=1_000_000):
+    """Clock stamps (ns) of a made-up step: in each layer program p starts p*100 ns late,
+    arrives at barrier k at 10 µs * k + p * 1 µs, ends 5 µs after its last arrival; the next
+    layer starts 2 µs after the last end."""
+    out, start = [], t0
+    for _ in range(layers):
+        layer = []
+        for p in range(programs):
+            arrivals = [start + 10_000 * k + 1_000 * p for k in (1, 2, 3, 4)]
+            layer.append([start + 100 * p, *arrivals, arrivals[-1] + 5_000])
+        out.append(layer)
+        start = max(p[5] for p in layer) + 2_000
+    return out
+
+
+def test_stage_split_reads_the_critical_path_and_the_barriers_lateness():
+    from labkit.measure.past_launch import STAGES, stage_rows, stage_split
+
+    s = stage_split(_stamps())
+    # stage 1: first start to the last arrival (program 2: 10 µs + 2 µs); then 10 µs each;
+    # stage 5: last arrival at barrier 4 to the last end, 5 µs
+    assert s["stages"] == [[12.0, 10.0, 10.0, 10.0, 5.0]] * 2
+    assert s["late"] == [[1.0] * 4] * 2       # last arrival 2 µs, median 1 µs after the first
+    assert s["ramp"] == [0.2, 0.2] and s["gaps"] == [2.0]
+    rows = stage_rows([s, s], [[5.0, 4.0, 3.0, 6.0, 3.0]] * 2)
+    assert [r["stage"] for r in rows] == list(STAGES)
+    assert rows[0]["persistent_us"] == 12.0 and rows[0]["kernel_us"] == 5.0
+    assert rows[4]["late_us"] is None and rows[3]["late_us"] == 1.0
+    with pytest.raises(ValueError, match="6 clock readings"):
+        stage_split([[[1, 2, 3]]])
+    with pytest.raises(ValueError, match="at least one"):
+        stage_rows([])
+
+
+def fake_stages(stamped: float = 465.0) -> dict:
+    """A persistent_stages record's data (made-up numbers): two layers, batch 1 and 8."""
+    row = lambda k, per, kern: {  # noqa: E731
+        "stage": k, "persistent_us": per, "persistent_p10": per - 0.5,
+        "persistent_p90": per + 0.5, "late_us": 1.0, "kernel_us": kern,
+        "kernel_p10": kern - 0.2, "kernel_p90": kern + 0.2}
+    from labkit.measure.past_launch import STAGES
+    rows = [row(k, per, kern) for k, per, kern in
+            zip(STAGES, (60.0, 40.0, 30.0, 50.0, 40.0), (50.0, 30.0, 20.0, 40.0, 35.0))]
+    rows[4]["late_us"] = None
+    return {"preset": "gpt2", "dtype": "bfloat16", "config": {"n_layer": 2}, "context": 128,
+            "batch_sizes": [1, 8], "steps": ["triton", "triton_persistent",
+                                             "triton_persistent_stamped"],
+            "interleaved": True, "repeats": 30, "inner": 10,
+            "times": {"triton": [_stats(400.0), _stats(500.0)],
+                      "triton_persistent": [_stats(460.0), _stats(520.0)],
+                      "triton_persistent_stamped": [_stats(stamped), _stats(525.0)]},
+            "stamped_steps": 20, "stages": [rows, rows], "gaps_us": [3.0, 3.0],
+            "ramp_us": [0.5, 0.5], "head_us": [40.0, 40.0], "plain_kernels_us": [390.0, 480.0],
+            "clock_ns": 32, "programs": 132, "cooperative": True}
+
+
+def test_the_stage_table_and_its_checks():
+    from labkit.measure import records
+
+    d = fake_stages()
+    records.parse("persistent_stages_gpt2", d)
+    table = lp.stage_table(d, 1)
+    assert table[0]["persistent − kernel µs"] == 10.0 and table[0]["p10–p90"] == "59.5–60.5"
+    t = lp.stage_totals(d, 1)
+    assert t["stages_us"] == 440.0 and t["gaps_us"] == 3.0 and t["accounted_us"] == 483.0
+    assert lp.stages_account(d, 1)                      # 483 against 465: within 10%
+    assert not lp.stages_account(fake_stages(stamped=400.0), 1)
+    assert lp.stamps_cheap(d)                           # +1.1%, +1.0%
+    assert not lp.stamps_cheap(fake_stages(stamped=480.0))
+    assert lp.stages_slower_than_kernels(d, 1)          # 217.5 against 176
+    assert lp.largest_loss(d, 1) == ("LN1 + QKV", 10.0)
+    assert "stamps' cost 1: +1.1%" in lp.stage_shows(d, 1)
+    bad = fake_stages()
+    bad["stages"][0] = bad["stages"][0][:4]
+    with pytest.raises(records.SchemaError, match="5 stages"):
+        records.parse("persistent_stages_gpt2", bad)

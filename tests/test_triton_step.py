@@ -223,9 +223,17 @@ def test_schedule_options_are_checked():
         make_triton_step(m, schedule="persistent", stripes=1)
     with pytest.raises(ValueError, match="'persistent' only"):
         make_triton_step(m, stripes=True)
+    with pytest.raises(ValueError, match="'persistent' only"):
+        make_triton_step(m, schedule="pdl", stamps=True)
+    with pytest.raises(TypeError, match="stamps"):
+        make_triton_step(m, schedule="persistent", stamps="on")
+    with pytest.raises(ValueError, match="writes no stamps"):
+        make_triton_step(m, schedule="persistent").stamps_at(1)
     if INTERPRETED:
         with pytest.raises(ValueError, match="one after another"):
             make_triton_step(m, schedule="persistent", programs=4)
+        with pytest.raises(ValueError, match="interpreter does not have"):
+            make_triton_step(m, schedule="persistent", stamps=True)
     with pytest.raises(ValueError, match="pdl"):
         make_triton_step(m, schedule="pdl", pdl="sometimes")
     with pytest.raises(ValueError, match="schedule='pdl' only"):
@@ -448,6 +456,7 @@ from labkit.model import build_model, preset
 out = {"acquire": acquire_sass()}
 m = build_model(preset("small", max_batch=1, dtype="float32"))
 out["persistent"] = compile_step(m, 1, schedule="persistent")
+out["stamped"] = compile_step(m, 1, schedule="persistent", stamps=True)
 m = build_model(preset("test", max_batch=17))
 out["pdl"] = {mode: compile_step(m, 17, schedule="pdl", pdl=mode)
               for mode in ("overlap", "release_at_end", "wait_first")}
@@ -472,6 +481,12 @@ def test_every_wait_keeps_its_acquire_in_the_compiled_code():
     for mode, rows in result["pdl"].items():
         assert {r["kernel"] for r in rows} == step_kernels, mode
         assert all(r["l1_invalidations"] <= 1 for r in rows), (mode, rows)
+    # the stage table's stamps: six clock reads per layer kernel (start, four arrivals, end),
+    # none without them, and the same waits either way
+    assert all(r["clock_reads"] == 0 for r in result["persistent"]), result["persistent"]
+    stamped = [r for r in result["stamped"] if r["kernel"] == "layer_kernel"]
+    assert stamped and all(r["clock_reads"] == 6 and r["l1_invalidations"] == 7
+                           for r in stamped), stamped
 
 
 # ---------------------------------------------------------------------------------- pure parts
@@ -688,6 +703,29 @@ def test_gpu_persistent_stripes_give_the_readable_steps_float32_tokens(layout):
     for bs in (1, 5, 8, 40):
         prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i % 11)] for i in range(bs)]
         assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6), bs
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("bs", [1, 8])
+def test_gpu_stamped_persistent_step_gives_the_same_tokens_and_ordered_stamps(bs):
+    """The clock stamps change no token; each program's six stamps never go back, every
+    program of a layer launch starts before any arrives at the last barrier, and the
+    stage split of the stamps (notebook 17's table) is all positive."""
+    from labkit.measure.past_launch import stage_split
+
+    m = _cuda_model("small", dtype="bfloat16", max_batch=8)
+    step = make_triton_step(m, schedule="persistent", stamps=True)
+    prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
+    plain = make_triton_step(m, schedule="persistent")
+    assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6, step_fn=plain)
+    stamps = step.stamps_at(bs).tolist()
+    assert len(stamps) == m.cfg.n_layer and len(stamps[0]) == step.programs
+    for layer in stamps:
+        assert all(p[0] > 0 and p == sorted(p) for p in layer), layer[:2]
+        assert max(p[0] for p in layer) <= max(p[4] for p in layer)
+    split = stage_split(stamps)
+    assert all(v > 0 for layer in split["stages"] for v in layer), split["stages"]
 
 
 @pytest.mark.gpu

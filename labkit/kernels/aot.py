@@ -79,15 +79,15 @@ def _need_gpu_kernels() -> None:
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
-                 stripes: bool = False) -> list[dict]:
+                 stripes: bool = False, stamps: bool = False) -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
     (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
     ``pdl``: :data:`labkit.kernels.step.PDL_MODES`; ``stripes``: the persistent step's
-    one stripe per program): per
+    one stripe per program; ``stamps``: its clock stamps): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
-    ``spill_loads``, ``shared_bytes`` and ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
-    what each acquire must leave, as the SM's L1 is not coherent); ``RuntimeError`` under the
-    interpreter."""
+    ``spill_loads``, ``shared_bytes``, ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
+    what each acquire must leave, as the SM's L1 is not coherent) and ``clock_reads`` (reads
+    of ``%globaltimer``, the stamps); ``RuntimeError`` under the interpreter."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -95,7 +95,8 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
     _need_gpu_kernels()
     rows: dict[tuple, dict] = {}
     for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
-                               schedule=schedule, pdl=pdl, stripes=stripes):
+                               schedule=schedule, pdl=pdl, stripes=stripes,
+                               stamps=stamps):
         sig = _signature(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
                launch.num_warps)
@@ -109,7 +110,8 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
                      "num_warps": launch.num_warps,
                      **_ptxas_report(compiled.asm["ptx"], arch),
                      "shared_bytes": int(compiled.metadata.shared),
-                     **_count(_sass(compiled.asm["cubin"]))}
+                     **_count(sass := _sass(compiled.asm["cubin"])),
+                     "clock_reads": sass.count("GLOBALTIMER")}
     return list(rows.values())
 
 

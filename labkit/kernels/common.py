@@ -134,3 +134,13 @@ def arrive(ready_ptr):
     never resets it, so nothing inside a graph must."""
     tl.debug_barrier()
     tl.atomic_add(ready_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def stamp(stamp_ptr, index, STAMP: tl.constexpr):
+    """With ``STAMP``: store the GPU's global clock (ns, ``%globaltimer``) at ``stamp_ptr +
+    index``, after the CTA barrier so that it marks when every thread got here. Compiled
+    kernels only (the interpreter has no such clock); without ``STAMP`` nothing."""
+    if STAMP:
+        tl.debug_barrier()
+        tl.store(stamp_ptr + index, tl.extra.cuda.globaltimer())

@@ -38,11 +38,13 @@ import triton
 import triton.language as tl
 
 from .attention import attention_tile
-from .common import arrive, wait_inputs
+from .common import arrive, stamp, wait_inputs
 from .matvec import linear_residual_tile, ln_linear_tile, ln_qkv_tile
 
 #: the barriers between the five stages of a layer launch
 BARRIERS = tl.constexpr(4)
+#: clock stamps per program with ``STAMP``: start, the four arrivals, end
+STAMPS = tl.constexpr(6)
 
 
 @triton.jit
@@ -50,7 +52,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                  table_ptr, B, eps1, m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale,
                  proj_w_ptr, proj_b_ptr, ln2_w_ptr, ln2_b_ptr, eps2, fc_w_ptr, fc_b_ptr,
-                 hidden_ptr, out_w_ptr, out_b_ptr, ready_ptr, P,
+                 hidden_ptr, out_w_ptr, out_b_ptr, ready_ptr, stamp_ptr, P,
                  D: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                  MAX_SEQ: tl.constexpr, PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr, ROW_TILES: tl.constexpr,
@@ -61,14 +63,17 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  NSPLIT: tl.constexpr,
                  SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
-                 UP_W: tl.constexpr):
+                 UP_W: tl.constexpr, STAMP: tl.constexpr):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
     program, :func:`labkit.kernels.step.stripes`), ``ROW_TILES`` the row tiles.
     Reads and writes what the layer's five kernels do, plus ``4`` atomic adds and a few
-    counter loads per program."""
+    counter loads per program. ``STAMP`` (compiled only): each program writes the GPU's
+    clock (ns) at its start, after each of its four arrivals and at its end into
+    ``stamp_ptr[pid, 0:6]`` (:data:`STAMPS`), where the stage table of notebook 17 reads it."""
     pid = tl.program_id(0)
+    stamp(stamp_ptr, pid * STAMPS, STAMP)
     # before this program's first arrival: this launch's start, a multiple of 4 P
     seen = tl.load(ready_ptr, volatile=True)
     base = seen - seen % (BARRIERS * P)
@@ -81,6 +86,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                     MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, EMBED, BLOCK_B, BLOCK_N, BLOCK_K,
                     DOT, UNROLL, UPCAST, PRECISION, QKV_W)
     arrive(ready_ptr)
+    stamp(stamp_ptr, pid * STAMPS + 1, STAMP)
     # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
     target = base + P
     wait_inputs(ready_ptr, target, 2)
@@ -91,6 +97,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                        PAGED, BLOCK_SIZE, MAX_BLOCKS, NSPLIT, SPLIT, BLOCK_T, BLOCK_S,
                        BLOCK_HD)
     arrive(ready_ptr)
+    stamp(stamp_ptr, pid * STAMPS + 2, STAMP)
     # stage 3: out-projection + residual; loads W_proj, then waits for every y
     target = base + 2 * P
     for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
@@ -100,6 +107,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     if pid >= OUT_COLS * ROW_TILES:
         wait_inputs(ready_ptr, target, 2)
     arrive(ready_ptr)
+    stamp(stamp_ptr, pid * STAMPS + 3, STAMP)
     # stage 4: LN2 + up-projection + GELU; loads W_fc, then waits for the whole residual
     target = base + 3 * P
     for t in tl.range(pid, UP_COLS * ROW_TILES, P):
@@ -110,6 +118,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     if pid >= UP_COLS * ROW_TILES:
         wait_inputs(ready_ptr, target, 2)
     arrive(ready_ptr)
+    stamp(stamp_ptr, pid * STAMPS + 4, STAMP)
     # stage 5: down-projection + residual; loads W_out, then waits for every GELU row
     target = base + 4 * P
     for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
@@ -118,3 +127,4 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                              BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     # no arrival, and nothing for a program without a tile here to wait for: the launch's
     # end orders this layer before the next launch
+    stamp(stamp_ptr, pid * STAMPS + 5, STAMP)

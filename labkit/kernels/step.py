@@ -217,6 +217,9 @@ class _Workspace:
     count: torch.Tensor    # (B, H) int32: splits done this step (zero between steps)
     y: torch.Tensor        # (B, D) the attention output, heads side by side
     ready: torch.Tensor    # (L,) int64: the persistent layers' barrier counters (only grow)
+    #: (L, programs, 6) int64: persistent with ``stamps``: each program's clock (ns) at its
+    #: start, its four arrivals and its end, per layer launch (else ``None``)
+    stamps: torch.Tensor | None = None
 
 
 @dataclass
@@ -250,14 +253,16 @@ class TritonStep:
     layer launch (default one per SM; 1 in the interpreter), and ``cooperative``, whether it
     is launched cooperatively (a grid the GPU cannot hold at once then fails at launch), and
     ``stripes``, whether each stage's columns are cut into one stripe per program
-    (:func:`stripes`) instead of the heuristic's tiles (sized for the plain kernels' grids).
+    (:func:`stripes`) instead of the heuristic's tiles (sized for the plain kernels' grids),
+    and ``stamps``, whether each program writes the GPU's clock at its start, its arrivals and
+    its end (:meth:`stamps_at`; compiled kernels only).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", programs: int | None = None,
                  cooperative: bool = True, pdl: PdlMode = "overlap",
-                 stripes: bool = False) -> None:
+                 stripes: bool = False, stamps: bool = False) -> None:
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
         if pdl != "overlap" and schedule != "pdl":
@@ -267,11 +272,12 @@ class TritonStep:
             programs = as_int(programs, "programs", minimum=1,
                               fix="give the programs of a persistent layer launch, such as "
                                   "the GPU's SM count")
-        if (programs is not None or cooperative is not True or stripes is not False) \
-                and schedule != "persistent":
-            raise ValueError("programs=, cooperative= and stripes= apply to "
+        if (programs is not None or cooperative is not True or stripes is not False
+                or stamps is not False) and schedule != "persistent":
+            raise ValueError("programs=, cooperative=, stripes= and stamps= apply to "
                              f"schedule='persistent' only; this step's schedule is {schedule!r}")
-        for name, flag in (("cooperative", cooperative), ("stripes", stripes)):
+        for name, flag in (("cooperative", cooperative), ("stripes", stripes),
+                           ("stamps", stamps)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         if not isinstance(model, TinyGPT):
@@ -300,6 +306,12 @@ class TritonStep:
         self.stripes = stripes
         #: PDL: how each kernel overlaps the one before (:data:`PDL_MODES`)
         self.pdl: PdlMode = pdl
+        if self.interpret and stamps:
+            raise ValueError("stamps=True reads the GPU's clock, which Triton's interpreter "
+                             "does not have; stamp a step whose kernels are compiled (a CUDA "
+                             "GPU, without TRITON_INTERPRET=1)")
+        #: persistent: each program stamps the GPU's clock (:meth:`stamps_at`)
+        self.stamps = stamps
         if self.interpret and programs not in (None, 1):
             raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
                              "after another, so a program waiting for another never returns; "
@@ -402,10 +414,25 @@ class TritonStep:
             acc=torch.empty((b, nsplit, d), dtype=f32, device=dev),
             count=torch.zeros((b, h), dtype=torch.int32, device=dev),
             y=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
-            ready=torch.zeros(cfg.n_layer, dtype=torch.int64, device=dev))
+            ready=torch.zeros(cfg.n_layer, dtype=torch.int64, device=dev),
+            stamps=(torch.zeros((cfg.n_layer, self.programs, 6), dtype=torch.int64,
+                                device=dev) if self.stamps else None))
         if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._workspaces[b] = ws
         return ws
+
+    def stamps_at(self, batch: int) -> torch.Tensor:
+        """The clock stamps of the last step of ``batch`` rows (eager or a graph's replay):
+        ``(layers, programs, 6)`` int64 ns, per program its start, its four arrivals and its
+        end (:mod:`labkit.kernels.persistent`). Read it after the step has run (synchronise)."""
+        if not self.stamps:
+            raise ValueError("this step writes no stamps; build it with "
+                             "make_triton_step(model, schedule='persistent', stamps=True)")
+        ws = self._workspaces.get(batch)
+        if ws is None or ws.stamps is None:
+            raise ValueError(f"no step of {batch} rows has run yet; run one (or capture its "
+                             "graph), then read its stamps")
+        return ws.stamps
 
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
               out: torch.Tensor | None) -> torch.Tensor:
@@ -508,23 +535,27 @@ class TritonStep:
              v_cache, table, tokens.shape[0], blk.ln1.eps, ws.m, ws.l, ws.acc, ws.count,
              ws.y, self._scale, blk.proj.weight, blk.proj.bias, blk.ln2.weight,
              blk.ln2.bias, blk.ln2.eps, blk.fc.weight, blk.fc.bias, ws.hidden,
-             blk.fc_out.weight, blk.fc_out.bias, ws.ready[i:i + 1], self.programs),
+             blk.fc_out.weight, blk.fc_out.bias, ws.ready[i:i + 1],
+             ws.ready[i:i + 1] if ws.stamps is None else ws.stamps[i], self.programs),
             {"D": d, "H": cfg.n_head, "HD": cfg.head_dim, **where,
              "EMBED": i == 0, "ROW_TILES": rows, "QKV_COLS": qkv[2], "OUT_COLS": out[2],
              "UP_COLS": up[2], "BLOCK_N": qkv[1], "BLOCK_N_OUT": out[1], "BLOCK_N_UP": up[1],
              "BLOCK_K": k, **tiles, "NSPLIT": ws.nsplit, "SPLIT": ws.split, "BLOCK_T": bl.t,
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
-             "OUT_W": out[0], "UP_W": up[0]},
+             "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps},
             bl.warps, options)
 
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
-                 stripes: bool = False) -> list[Launch]:
+                 stripes: bool = False, stamps: bool = False) -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
     step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes)
+    if stamps and schedule != "persistent":
+        raise ValueError("stamps= applies to schedule='persistent' only")
     step.interpret = False
+    step.stamps = stamps  # planned, not run: the interpreter's refusal does not apply
     step.programs = sm_count  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
     if not isinstance(blocks, Blocks):
@@ -540,8 +571,8 @@ def make_triton_step(model: TinyGPT, *,
                      blocks: Blocks | Mapping[str, int] | None = None,
                      schedule: Schedule = "kernels", programs: int | None = None,
                      cooperative: bool = True, pdl: PdlMode = "overlap",
-                     stripes: bool = False) -> TritonStep:
+                     stripes: bool = False, stamps: bool = False) -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
-                      cooperative=cooperative, pdl=pdl, stripes=stripes)
+                      cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps)

@@ -15,7 +15,10 @@ GPU time, so that ``replay - kernels`` is the time the GPU spent between them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
+from typing import Any
 
 import torch
 
@@ -27,7 +30,7 @@ from labkit.measure import records
 from labkit.measure.bench import _free, _need_cuda, make_model, random_prompts, step_inputs
 from labkit.measure.fidelity import step_fidelity
 from labkit.measure.fused_bench import check_counts, same_tokens, tokens_equal_readable
-from labkit.measure.opcount import gpu_op_profile
+from labkit.measure.opcount import gpu_op_profile, profiled_events
 from labkit.measure.roofline import copy_bandwidth, graph_step
 from labkit.measure.triton_bench import _need_compiled, _versions, time_replays
 from labkit.model import TinyGPT
@@ -81,6 +84,30 @@ def float32_equal(preset_name: str, sizes: Sequence[int], new_tokens: int,
     return out
 
 
+def _checked(batch_sizes: Sequence[int], repeats: int, inner: int, new_tokens: int,
+             max_seq: int, context: int) -> tuple[list[int], int, int, int, int, int]:
+    """The checked counts of a measurement (:func:`check_counts`), ``max_seq`` and ``context``."""
+    sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner, new_tokens)
+    max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give the cache's positions per slot")
+    context = as_int(context, "context", minimum=1, maximum=max_seq,
+                     fix=f"give the positions each row attends to, at most max_seq={max_seq}")
+    return sizes, repeats, inner, new_tokens, max_seq, context
+
+
+def _cooperative_in_graphs(model: TinyGPT, sizes: Sequence[int],
+                           cooperative: bool) -> tuple[bool, str | None]:
+    """Whether a graph here holds the persistent step's cooperative launch (asked for with
+    ``cooperative``), and if not why: the error of capturing one (then it launches plainly)."""
+    if not cooperative:
+        return False, None
+    try:
+        probe = _steps(model, ["triton_persistent"])["triton_persistent"]
+        capture_decode_graphs(model, sizes[:1], step=probe, progress=False).release()
+    except RuntimeError as exc:
+        return False, f"{type(exc).__name__}: {exc}"[:400]
+    return True, None
+
+
 def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = (1, 8, 64),
                         dtype: str = "bfloat16", context: int = 128, max_seq: int = 256,
                         repeats: int = 30, inner: int = 10, new_tokens: int = 8,
@@ -88,10 +115,8 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
                         programs_per_sm: Sequence[int] = (1, 2, 4),
                         cooperative: bool = True) -> dict:
     """Record ``past_launch_<preset>`` (see the module docstring)."""
-    sizes, repeats, inner, new_tokens = check_counts(batch_sizes, repeats, inner, new_tokens)
-    max_seq = as_int(max_seq, "max_seq", minimum=2, fix="give the cache's positions per slot")
-    context = as_int(context, "context", minimum=1, maximum=max_seq,
-                     fix=f"give the positions each row attends to, at most max_seq={max_seq}")
+    sizes, repeats, inner, new_tokens, max_seq, context = _checked(
+        batch_sizes, repeats, inner, new_tokens, max_seq, context)
     fidelity_tokens = as_int(fidelity_tokens, "fidelity_tokens", minimum=2,
                              fix="decode at least 2 tokens for the fidelity gate")
     per_sm = as_size_list(programs_per_sm, "programs_per_sm",
@@ -106,13 +131,7 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
     assert model is not None
     cfg = model.cfg
     sm = torch.cuda.get_device_properties(model.device).multi_processor_count
-    cooperative_error = None
-    if cooperative:  # can a graph hold a cooperative launch here? else launch plainly
-        try:
-            probe = _steps(model, ["triton_persistent"])["triton_persistent"]
-            capture_decode_graphs(model, sizes[:1], step=probe, progress=False).release()
-        except RuntimeError as exc:
-            cooperative, cooperative_error = False, f"{type(exc).__name__}: {exc}"[:400]
+    cooperative, cooperative_error = _cooperative_in_graphs(model, sizes, cooperative)
     steps = _steps(model, FIDELITY_STEPS, cooperative=cooperative)
     fidelity = step_fidelity(model, steps, random_prompts(model, max(sizes)), fidelity_tokens,
                              float32_equal=f32)
@@ -171,5 +190,177 @@ def measure_past_launch(preset_name: str = "gpt2", batch_sizes: Sequence[int] = 
     model = None
     for held in (steps, eager, variants):
         held.clear()
+    _free()
+    return data
+
+
+# ------------------------------------------------------------- the persistent step's stages
+
+#: the five stages of a persistent layer launch, as the plain step's kernels name their work
+STAGES: tuple[str, ...] = ("LN1 + QKV", "attention", "out-projection", "LN2 + up-projection",
+                           "down-projection")
+
+
+def stage_split(stamps: Sequence[Sequence[Sequence[int]]]) -> dict:
+    """One step's clock stamps, ``layers x programs x 6`` ns (each program's start, its four
+    arrivals and its end: :meth:`labkit.kernels.step.TritonStep.stamps_at`), as µs per layer:
+
+    - ``stages``: the five stages' spans on the critical path: stage 1 from the first
+      program's start to the last arrival at barrier 1, stage ``k`` from the last arrival at
+      barrier ``k - 1`` to the last at ``k`` (the waiters' spin and acquire included), stage 5
+      to the last program's end;
+    - ``late``: per barrier, the last arrival minus the median one: how long half the
+      programs at least wait for the slowest;
+    - ``ramp``: the last program's start minus the first's;
+    - ``gaps``: between layer launches, the next launch's first start minus this one's last end.
+    """
+    if not stamps or any(not layer or any(len(p) != 6 for p in layer) for layer in stamps):
+        raise ValueError("stamps must be layers x programs x 6 clock readings (start, four "
+                         "arrivals, end): read them with TritonStep.stamps_at(batch)")
+    out: dict[str, list] = {"stages": [], "late": [], "ramp": [], "gaps": []}
+    for layer in stamps:
+        cols = list(zip(*layer))  # 6 columns over programs
+        first, last = min(cols[0]), [max(c) for c in cols]
+        edges = [first, *last[1:]]
+        out["stages"].append([(b - a) / 1e3 for a, b in pairwise(edges)])
+        out["late"].append([(max(c) - statistics.median(c)) / 1e3 for c in cols[1:5]])
+        out["ramp"].append((last[0] - first) / 1e3)
+    for this, nxt in pairwise(stamps):
+        out["gaps"].append((min(p[0] for p in nxt) - max(p[5] for p in this)) / 1e3)
+    return out
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, p10 and p90 of ``values`` (nearest rank)."""
+    v = sorted(values)
+    at = lambda q: v[min(len(v) - 1, int(q * len(v)))]  # noqa: E731
+    return {"median": statistics.median(v), "p10": at(0.1), "p90": at(0.9)}
+
+
+def stage_rows(splits: Sequence[Mapping], kernel_us: Sequence[Sequence[float]] | None = None
+               ) -> list[dict]:
+    """Per stage, over every layer of every stamped step in ``splits`` (:func:`stage_split`):
+    the persistent stage's span (``persistent_us`` median, ``persistent_p10``,
+    ``persistent_p90``) and the lateness at its barrier (``late_us``, median; stage 5 has no
+    barrier), and (``kernel_us``: per layer, the plain step's five kernels in µs under the
+    profiler) the plain kernel that does the same work (median, p10, p90 over layers)."""
+    if not splits:
+        raise ValueError("give the stage splits of at least one stamped step")
+    rows = []
+    for k, name in enumerate(STAGES):
+        span = _spread([layer[k] for s in splits for layer in s["stages"]])
+        row: dict[str, Any] = {
+            "stage": name, "persistent_us": span["median"], "persistent_p10": span["p10"],
+            "persistent_p90": span["p90"],
+            "late_us": (statistics.median(layer[k] for s in splits for layer in s["late"])
+                        if k < 4 else None)}
+        if kernel_us is not None:
+            kern = _spread([layer[k] for layer in kernel_us])
+            row.update(kernel_us=kern["median"], kernel_p10=kern["p10"],
+                       kernel_p90=kern["p90"])
+        rows.append(row)
+    return rows
+
+
+def _clock_step(stamps: Sequence[Sequence[Sequence[int]]]) -> int | None:
+    """The smallest positive difference between two stamps of one step (ns): the clock's
+    resolution as seen (``None``: every stamp equal)."""
+    values = sorted({v for layer in stamps for p in layer for v in p})
+    steps = [b - a for a, b in pairwise(values)]
+    return min(steps) if steps else None
+
+
+def plain_kernel_us(step: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor],
+                    n_layer: int) -> tuple[list[list[float]], float]:
+    """The plain Triton step's kernels under the profiler, one eager step: per layer its five
+    kernels' µs (in launch order, the stages' order) and the LM head's µs."""
+    events = [e for e in profiled_events(lambda: step(*inputs, check=False))
+              if e.device_type == torch.autograd.DeviceType.CUDA]
+    events.sort(key=lambda e: e.time_range.start)
+    us = [float(e.time_range.elapsed_us()) for e in events]
+    if len(us) != 5 * n_layer + 1:
+        raise RuntimeError(f"the plain Triton step ran {len(us)} kernels under the profiler, "
+                           f"not 5 L + 1 = {5 * n_layer + 1}: something else ran on the GPU")
+    return [us[5 * i:5 * i + 5] for i in range(n_layer)], us[-1]
+
+
+def measure_persistent_stages(preset_name: str = "gpt2",
+                              batch_sizes: Sequence[int] = (1, 8, 64),
+                              dtype: str = "bfloat16", context: int = 128, max_seq: int = 256,
+                              repeats: int = 30, inner: int = 10, stamped_steps: int = 20,
+                              new_tokens: int = 8, cooperative: bool = True) -> dict:
+    """Record ``persistent_stages_<preset>``: where the persistent step's time goes, stage by
+    stage. The persistent step is built twice, plain and with clock stamps
+    (``TritonStep(stamps=True)``); graph tokens equal eager ones for both; the plain kernels,
+    the persistent step and the stamped one are replayed in turn (the stamps' own cost); then
+    ``stamped_steps`` replays of the stamped graph per batch size give each stage's span and
+    each barrier's lateness (:func:`stage_split`, :func:`stage_rows`, medians over layers and
+    replays), beside the plain step's kernel for the same work under the profiler."""
+    sizes, repeats, inner, new_tokens, max_seq, context = _checked(
+        batch_sizes, repeats, inner, new_tokens, max_seq, context)
+    stamped_steps = as_int(stamped_steps, "stamped_steps", minimum=1,
+                           fix="read the stamps of at least one replay")
+    _need_cuda("measure_persistent_stages")
+    _need_compiled()
+    model: TinyGPT | None = make_model(preset_name, max_batch=max(sizes), dtype=dtype,
+                                       max_seq=max_seq)
+    assert model is not None
+    cfg = model.cfg
+    names = ("triton", "triton_persistent", "triton_persistent_stamped")
+    cooperative, cooperative_error = _cooperative_in_graphs(model, sizes, cooperative)
+    steps: dict[str, Any] = {
+        "triton": make_triton_step(model, schedule="kernels"),
+        "triton_persistent": make_triton_step(model, schedule="persistent",
+                                              cooperative=cooperative),
+        "triton_persistent_stamped": make_triton_step(model, schedule="persistent",
+                                                      cooperative=cooperative, stamps=True)}
+    graphs: dict[str, GraphSet] = {}
+    checks: dict[str, bool] = {}
+    try:
+        for name in names:
+            graphs[name] = capture_decode_graphs(model, sizes, step=steps[name], progress=False)
+            checks[f"graph_tokens_equal_eager.{name}"] = all(
+                same_tokens(model, steps[name], graph_step(graphs[name]), b, new_tokens)
+                for b in sizes)
+        times = time_replays(model, graphs, sizes, context, repeats, inner)
+        stamped = steps["triton_persistent_stamped"]
+        stages, gaps, ramps, clock, kernels_us, head_us = [], [], [], [], [], []
+        for b in sizes:
+            inputs = step_inputs(model, b, context=context)
+            gs = graphs["triton_persistent_stamped"]
+            gs.copy_inputs(*inputs)
+            splits = []
+            for _ in range(stamped_steps):
+                gs.replay(b)
+                torch.cuda.synchronize()
+                raw = stamped.stamps_at(b).tolist()
+                splits.append(stage_split(raw))
+                step_clock = _clock_step(raw)
+                if step_clock is not None:
+                    clock.append(step_clock)
+            per_layer, head = plain_kernel_us(steps["triton"], inputs, cfg.n_layer)
+            rows = stage_rows(splits, per_layer)
+            stages.append(rows)
+            gaps.append(statistics.median(g for s in splits for g in s["gaps"]))
+            ramps.append(statistics.median(r for s in splits for r in s["ramp"]))
+            kernels_us.append(sum(sum(layer) for layer in per_layer) + head)
+            head_us.append(head)
+    finally:
+        for gs in graphs.values():
+            gs.release()
+    checks["graph_tokens_equal_eager"] = all(checks.values())
+    data = {
+        "preset": preset_name, "dtype": dtype, "config": cfg.to_dict(), "context": context,
+        "batch_sizes": sizes, "steps": list(names), "interleaved": True, "repeats": repeats,
+        "inner": inner, "times": times, "stamped_steps": stamped_steps,
+        "stages": stages, "gaps_us": gaps, "ramp_us": ramps, "head_us": head_us,
+        "plain_kernels_us": kernels_us,
+        "clock_ns": min(clock) if clock else None,
+        "programs": stamped.programs, "cooperative": cooperative,
+        "cooperative_error": cooperative_error, "checks": checks,
+        "device": torch.cuda.get_device_name(), "versions": _versions(),
+    }
+    model = None
+    steps.clear()
     _free()
     return data

@@ -307,6 +307,100 @@ def triton_split(record: Any) -> dict[str, float]:
             "n_layer": int(d["config"]["n_layer"])}
 
 
+# ---------------------------------------------------------------------- the stages
+# Rows and checks of a ``persistent_stages_<preset>`` record: the persistent step's clock
+# stamps, stage by stage (labkit.measure.past_launch.measure_persistent_stages).
+
+#: how much the stamps may change the persistent step's replay for its stage table to stand
+#: for the unstamped step
+STAMP_COST_LIMIT = 0.03
+#: how closely the stages, the gaps between launches and the LM head must add up to the
+#: stamped replay for the table to say where the time goes
+ACCOUNT_LIMIT = 0.10
+
+
+def _stage_data(record: Any, batch: int) -> tuple[Mapping, int]:
+    d = record_data(record)
+    return d, d["batch_sizes"].index(batch)
+
+
+def stage_table(record: Any, batch: int = 1) -> list[dict[str, Any]]:
+    """Per stage at ``batch`` rows: the persistent stage's span (median and p10–p90 over
+    layers and stamped replays), the plain kernel doing the same work (median over layers),
+    the difference, and how long the median program waits at the stage's barrier for the
+    slowest (µs)."""
+    d, i = _stage_data(record, batch)
+    return [{"stage": r["stage"], "persistent µs": _r(r["persistent_us"]),
+             "p10–p90": f"{r['persistent_p10']:.1f}–{r['persistent_p90']:.1f}",
+             "plain kernel µs": _r(r["kernel_us"]),
+             "persistent − kernel µs": _r(r["persistent_us"] - r["kernel_us"]),
+             "late at its barrier µs": _r(r["late_us"])} for r in d["stages"][i]]
+
+
+def stage_totals(record: Any, batch: int = 1) -> dict[str, float]:
+    """At ``batch`` rows, per step (µs): the persistent stages over every layer, the gaps
+    between the layer launches, the LM head (the plain step's kernel, which the persistent
+    step launches alike), what they add up to, the stamped and the plain persistent replays;
+    and the plain step's kernels over every layer and its replay."""
+    d, i = _stage_data(record, batch)
+    layers = int(d["config"]["n_layer"])
+    rows = d["stages"][i]
+    stages = layers * sum(r["persistent_us"] for r in rows)
+    gaps = (layers - 1) * float(d["gaps_us"][i])
+    head = float(d["head_us"][i])
+    return {"layers": layers, "stages_us": stages, "gaps_us": gaps, "head_us": head,
+            "accounted_us": stages + gaps + head,
+            "stamped_us": float(stat(d["times"]["triton_persistent_stamped"][i]) or 0.0),
+            "persistent_us": float(stat(d["times"]["triton_persistent"][i]) or 0.0),
+            "kernels_us": layers * sum(r["kernel_us"] for r in rows),
+            "plain_us": float(stat(d["times"]["triton"][i]) or 0.0)}
+
+
+def stamps_cost(record: Any) -> dict[int, float]:
+    """Per batch size, the stamped replay over the unstamped one, minus 1."""
+    d = record_data(record)
+    t = d["times"]
+    return {b: float(stat(t["triton_persistent_stamped"][i]) or 0.0)
+            / float(stat(t["triton_persistent"][i]) or 1.0) - 1.0
+            for i, b in enumerate(d["batch_sizes"])}
+
+
+def stamps_cheap(record: Any, limit: float = STAMP_COST_LIMIT) -> bool:
+    """The stamps change the persistent replay by less than ``limit`` at every batch size."""
+    return all(abs(v) < limit for v in stamps_cost(record).values())
+
+
+def stages_account(record: Any, batch: int = 1, limit: float = ACCOUNT_LIMIT) -> bool:
+    """The stages, the gaps and the LM head add up to the stamped replay within ``limit``."""
+    t = stage_totals(record, batch)
+    return t["stamped_us"] > 0 and abs(t["accounted_us"] / t["stamped_us"] - 1) < limit
+
+
+def stages_slower_than_kernels(record: Any, batch: int = 1) -> bool:
+    """The five persistent stages together take longer than the plain step's five kernels,
+    beyond the spreads: the stages' p10s add up to more than the kernels' p90s."""
+    d, i = _stage_data(record, batch)
+    rows = d["stages"][i]
+    return sum(r["persistent_p10"] for r in rows) > sum(r["kernel_p90"] for r in rows)
+
+
+def largest_loss(record: Any, batch: int = 1) -> tuple[str, float]:
+    """The stage whose span exceeds its plain kernel's the most, and by how much (µs)."""
+    d, i = _stage_data(record, batch)
+    r = max(d["stages"][i], key=lambda r: r["persistent_us"] - r["kernel_us"])
+    return r["stage"], float(r["persistent_us"] - r["kernel_us"])
+
+
+def stage_shows(record: Any, batch: int = 1) -> str:
+    """The figures behind the stage statements at ``batch`` rows, as a line."""
+    t = stage_totals(record, batch)
+    cost = stamps_cost(record)
+    return (f"batch {batch}: stages {t['stages_us']:.0f} + gaps {t['gaps_us']:.0f} + head "
+            f"{t['head_us']:.0f} = {t['accounted_us']:.0f} µs against a stamped replay of "
+            f"{t['stamped_us']:.0f} µs; plain kernels {t['kernels_us']:.0f} µs; stamps' cost "
+            + ", ".join(f"{b}: {v:+.1%}" for b, v in cost.items()))
+
+
 # ---------------------------------------------------------------------- the compiled wait
 #: what the compiler kept of two waits, one row per Triton version (``python -m
 #: labkit.kernels.aot acquire``; compiled for sm_90 without a GPU)

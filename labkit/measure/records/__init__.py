@@ -27,7 +27,7 @@ from labkit.measure.records.kinds import (
     Modes, Multistep, Numerics, NumericsDtype, Paged, Pitfall, Pitfalls, PoolAtMaxSeq,
     PoolMemory, PoolOverwrite, Recaptures, Roofline, Spec, SpecVerify, Timeline, TPAllReduce,
     TPDecode, Triton, bench_row, PastLaunch, WhileDecode, Breakable, LoRAGraphs, GraphMemory,
-    PAST_LAUNCH_STEPS, WHILE_METHODS, LORA_STEPS,
+    PersistentStages, PAST_LAUNCH_STEPS, PERSISTENT_STAGE_STEPS, WHILE_METHODS, LORA_STEPS,
 )
 from labkit.measure.records.registry import KINDS, RERECORD, SchemaError, kind_of, parse, view
 from labkit.measure.records.serving import Serve, ServeLoad
@@ -46,4 +46,5 @@ __all__ = [
     "TPAllReduce", "TPDecode", "Triton", "bench_row", "KINDS", "RERECORD", "SchemaError",
     "kind_of", "parse", "view", "Serve", "ServeLoad", "PastLaunch", "WhileDecode", "Breakable",
     "LoRAGraphs", "GraphMemory", "PAST_LAUNCH_STEPS", "WHILE_METHODS", "LORA_STEPS",
+    "PersistentStages", "PERSISTENT_STAGE_STEPS",
 ]

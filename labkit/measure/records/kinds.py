@@ -942,6 +942,52 @@ class PastLaunch(_Timed):
         _require(self.times, self.timed, f"{where}.times")
 
 
+#: the steps ``persistent_stages_<preset>`` replays in turn
+PERSISTENT_STAGE_STEPS = ("triton", "triton_persistent", "triton_persistent_stamped")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PersistentStages(_Timed):
+    """``persistent_stages_<preset>``: the persistent step stage by stage, from the clock
+    stamps of its programs (:func:`labkit.measure.past_launch.measure_persistent_stages`).
+    ``times``: the plain kernels, the persistent step and the stamped one replayed in turn;
+    per batch size ``stages`` (per stage: ``persistent_us``, the span on the critical path,
+    ``late_us``, the last arrival at its barrier minus the median one, and ``kernel_us``,
+    the plain step's kernel for the same work), ``gaps_us`` between layer launches,
+    ``ramp_us`` (last program's start minus the first's), the plain step's LM head and
+    summed kernels (µs); ``clock_ns``: the smallest step between two stamps seen."""
+    RECORD = "persistent_stages_<preset>"
+    PER_SIZE = ("times", "stages", "gaps_us", "ramp_us", "head_us", "plain_kernels_us")
+    preset: str
+    dtype: str
+    context: int
+    batch_sizes: list[int]
+    steps: list[str]
+    interleaved: bool = False
+    repeats: int
+    inner: int
+    times: Times
+    stamped_steps: int
+    stages: list[list[dict]]
+    gaps_us: list[float]
+    ramp_us: list[float]
+    head_us: list[float]
+    plain_kernels_us: list[float]
+    clock_ns: int | None = None
+    programs: int
+    cooperative: bool
+    cooperative_error: str | None = None
+    checks: Checks = field(default_factory=dict)
+    device: str = ""
+
+    def validate(self, data: Mapping, where: str) -> None:
+        super().validate(data, where)
+        _require(self.times, PERSISTENT_STAGE_STEPS, f"{where}.times")
+        for i, rows in enumerate(self.stages):
+            if len(rows) != 5:
+                raise _Fail(f"{where}.stages[{i}]", f"has {len(rows)} rows, not the 5 stages")
+
+
 #: how ``while_decode_<preset>`` decodes until a stop token
 WHILE_METHODS = ("host_loop", "multistep", "while_node")
 

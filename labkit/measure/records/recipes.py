@@ -71,6 +71,9 @@ RECIPES: dict[str, Recipe] = {
     "triton_gpt2_paged": Recipe("triton_bench:measure_triton", {"kv_layout": "paged"}),
     "past_launch_small": Recipe("past_launch:measure_past_launch", {"preset": "small"}),
     "past_launch_gpt2": Recipe("past_launch:measure_past_launch"),
+    "persistent_stages_small": Recipe("past_launch:measure_persistent_stages",
+                                      {"preset": "small"}),
+    "persistent_stages_gpt2": Recipe("past_launch:measure_persistent_stages"),
     # notebook 18: what the engines shipped in 2026
     "lora_graphs_small": Recipe("lora_graphs:measure_lora_graphs"),
     "lora_graphs_gpt2": Recipe("lora_graphs:measure_lora_graphs", {"preset": "gpt2"}),

@@ -31,7 +31,7 @@ KINDS: list[tuple[str, type]] = [(_pattern(name), kind) for kind in (
     k.Compile, k.Pitfalls, k.Bench, k.Modes, k.Paged, Serve, k.PoolOverwrite, k.Fused,
     k.Roofline, k.Multistep, ServeLoad, k.TPAllReduce, k.TPDecode, k.Triton, k.Mixed,
     k.SpecVerify, k.Spec, k.Chunked, k.MemoryBudget, k.Numerics, k.Lazy, k.PastLaunch,
-    k.WhileDecode, k.Breakable, k.LoRAGraphs, k.GraphMemory)
+    k.WhileDecode, k.Breakable, k.LoRAGraphs, k.GraphMemory, k.PersistentStages)
     for name in (kind.RECORD, *getattr(kind, "ALSO", ()))]
 
 
