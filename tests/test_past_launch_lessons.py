@@ -395,11 +395,19 @@ def test_the_stage_table_and_its_checks():
     assert t["stages_us"] == 440.0 and t["gaps_us"] == 3.0 and t["accounted_us"] == 483.0
     assert lp.stages_account(d, 1)                      # 483 against 465: within 10%
     assert not lp.stages_account(fake_stages(stamped=400.0), 1)
-    assert lp.stamps_cheap(d)                           # +1.1%, +1.0%
-    assert not lp.stamps_cheap(fake_stages(stamped=480.0))
+    assert lp.stamps_cheap(d, 1)                        # +1.1%
+    assert not lp.stamps_cheap(fake_stages(stamped=480.0), 1)
     assert lp.stages_slower_than_kernels(d, 1)          # 217.5 against 176
     assert lp.largest_loss(d, 1) == ("LN1 + QKV", 10.0)
-    assert "stamps' cost 1: +1.1%" in lp.stage_shows(d, 1)
+    assert lp.late_below_loss(d, 1) and lp.largest_late(d, 1) == 1.0   # 1 µs against 45 µs
+    late = fake_stages()
+    late["stages"][0][1] = {**late["stages"][0][1], "late_us": 50.0}
+    assert not lp.late_below_loss(late, 1)
+    shows = lp.stage_shows(d, 1)
+    assert shows["stamps"] == "stamped 465.0 µs, without stamps 460.0 µs (+1.1%)"
+    assert shows["account"].startswith("stages 440 + gaps 3 + LM head 40 = 483 µs")
+    assert "p10s add up to 217.5 µs, the kernels' p90s to 176.0 µs" in shows["slower"]
+    assert lp.stamps_cost_text(d) == "+1.1% at batch 1 and +1.0% at 8"
     bad = fake_stages()
     bad["stages"][0] = bad["stages"][0][:4]
     with pytest.raises(records.SchemaError, match="5 stages"):

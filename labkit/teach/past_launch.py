@@ -365,9 +365,24 @@ def stamps_cost(record: Any) -> dict[int, float]:
             for i, b in enumerate(d["batch_sizes"])}
 
 
-def stamps_cheap(record: Any, limit: float = STAMP_COST_LIMIT) -> bool:
-    """The stamps change the persistent replay by less than ``limit`` at every batch size."""
-    return all(abs(v) < limit for v in stamps_cost(record).values())
+def stamps_cheap(record: Any, batch: int = 1, limit: float = STAMP_COST_LIMIT) -> bool:
+    """The stamps change the persistent replay at ``batch`` rows by less than ``limit``."""
+    return abs(stamps_cost(record)[batch]) < limit
+
+
+def late_below_loss(record: Any, batch: int = 1) -> bool:
+    """At every barrier the median program waits for the slowest less than the five stages
+    together lose against the plain kernels: the time goes inside the stages."""
+    d, i = _stage_data(record, batch)
+    rows = d["stages"][i]
+    loss = sum(r["persistent_us"] - r["kernel_us"] for r in rows)
+    return loss > 0 and all(r["late_us"] < loss for r in rows if r["late_us"] is not None)
+
+
+def largest_late(record: Any, batch: int = 1) -> float:
+    """The longest wait for the slowest program at any barrier (median over layers, µs)."""
+    d, i = _stage_data(record, batch)
+    return max(float(r["late_us"]) for r in d["stages"][i] if r["late_us"] is not None)
 
 
 def stages_account(record: Any, batch: int = 1, limit: float = ACCOUNT_LIMIT) -> bool:
@@ -391,14 +406,31 @@ def largest_loss(record: Any, batch: int = 1) -> tuple[str, float]:
     return r["stage"], float(r["persistent_us"] - r["kernel_us"])
 
 
-def stage_shows(record: Any, batch: int = 1) -> str:
-    """The figures behind the stage statements at ``batch`` rows, as a line."""
+def stage_shows(record: Any, batch: int = 1) -> dict[str, str]:
+    """The figures behind each stage statement at ``batch`` rows (``stamps``, ``account``,
+    ``slower``, ``late``), each as a short line."""
+    d, i = _stage_data(record, batch)
+    rows = d["stages"][i]
     t = stage_totals(record, batch)
-    cost = stamps_cost(record)
-    return (f"batch {batch}: stages {t['stages_us']:.0f} + gaps {t['gaps_us']:.0f} + head "
-            f"{t['head_us']:.0f} = {t['accounted_us']:.0f} µs against a stamped replay of "
-            f"{t['stamped_us']:.0f} µs; plain kernels {t['kernels_us']:.0f} µs; stamps' cost "
-            + ", ".join(f"{b}: {v:+.1%}" for b, v in cost.items()))
+    loss = sum(r["persistent_us"] - r["kernel_us"] for r in rows)
+    return {
+        "stamps": f"stamped {t['stamped_us']:.1f} µs, without stamps {t['persistent_us']:.1f} "
+                  f"µs ({stamps_cost(record)[batch]:+.1%})",
+        "account": f"stages {t['stages_us']:.0f} + gaps {t['gaps_us']:.0f} + LM head "
+                   f"{t['head_us']:.0f} = {t['accounted_us']:.0f} µs against a stamped replay "
+                   f"of {t['stamped_us']:.0f} µs",
+        "slower": f"per layer the stages' p10s add up to "
+                  f"{sum(r['persistent_p10'] for r in rows):.1f} µs, the kernels' p90s to "
+                  f"{sum(r['kernel_p90'] for r in rows):.1f} µs",
+        "late": f"longest wait at a barrier {largest_late(record, batch):.1f} µs; the stages "
+                f"lose {loss:.1f} µs per layer"}
+
+
+def stamps_cost_text(record: Any) -> str:
+    """The stamps' cost per batch size as prose: ``-1.3% at batch 1, +1.3% at 8 and ...``."""
+    parts = [f"{v:+.1%} at {'batch ' if k == 0 else ''}{b}"
+             for k, (b, v) in enumerate(stamps_cost(record).items())]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 # ---------------------------------------------------------------------- the compiled wait
