@@ -228,18 +228,18 @@ def test_17_2_accepts_the_targets_and_refuses_a_fixed_target(strict):
                                                   for k in range(1, n + 1)]))
 
 
-def test_17_3_accepts_labkits_wait_and_refuses_each_bug(monkeypatch):
+def test_17_4_accepts_labkits_wait_and_refuses_each_bug(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
-    assert run("17.3", 17, wait=lp.wait_acquire, why="L1 copies").passed
+    assert run("17.4", 17, wait=lp.wait_acquire, why="L1 copies").passed
     for bug in (lp.wait_plain_load, lp.wait_no_acquire):
-        assert not run("17.3", 17, wait=bug, why="x").passed
-    assert not run("17.3", 17, wait=lambda p, t: None, why="x").passed
+        assert not run("17.4", 17, wait=bug, why="x").passed
+    assert not run("17.4", 17, wait=lambda p, t: None, why="x").passed
 
     def raises(p, target):
         yield p.load_volatile(lp.READY)
         raise RuntimeError("boom")
 
-    assert not run("17.3", 17, wait=raises, why="x").passed  # reported, not raised
+    assert not run("17.4", 17, wait=raises, why="x").passed  # reported, not raised
 
 
 # ---------------------------------------------------------------------------- the notebook
@@ -412,3 +412,28 @@ def test_the_stage_table_and_its_checks():
     bad["stages"][0] = bad["stages"][0][:4]
     with pytest.raises(records.SchemaError, match="5 stages"):
         records.parse("persistent_stages_gpt2", bad)
+
+
+def test_17_3_is_graded_by_the_stage_record_and_open_without_one(strict, capsys):
+    assert run("17.3", 17, lost_in="c", rec=None).passed
+    assert "no persistent_stages_gpt2 record" in capsys.readouterr().out
+    d = fake_stages()
+    # 2 layers: waits 2 x 4 x 1 µs = 8; stages lose 2 x 45 - 8 = 82; gaps 1 x 3 = 3
+    assert lp.where_lost(d, 1) == {"a": 8.0, "b": 82.0, "c": 3.0}
+    assert run("17.3", 17, lost_in="b", rec=d).passed
+    for wrong in ("a", "c", "d"):
+        with pytest.raises(StrictExerciseError):
+            run("17.3", 17, lost_in=wrong, rec=d)
+    def with_waits(late):
+        rec = fake_stages()
+        rec["stages"][0] = [{**r, "late_us": None if r["late_us"] is None else late}
+                            for r in rec["stages"][0]]
+        return rec
+
+    assert lp.where_lost(with_waits(10.0), 1) == {"a": 80.0, "b": 10.0, "c": 3.0}
+    assert run("17.3", 17, lost_in="a", rec=with_waits(10.0)).passed
+    with pytest.raises(StrictExerciseError):
+        run("17.3", 17, lost_in="b", rec=with_waits(10.0))
+    near = with_waits(5.0)  # 40 against 50: within 80% of the largest, both accepted
+    assert run("17.3", 17, lost_in="a", rec=near).passed
+    assert run("17.3", 17, lost_in="b", rec=near).passed

@@ -406,6 +406,22 @@ def largest_loss(record: Any, batch: int = 1) -> tuple[str, float]:
     return r["stage"], float(r["persistent_us"] - r["kernel_us"])
 
 
+#: where a persistent step's extra time can go (exercise 17.3's letters)
+LOST_IN = {"a": "at the barriers", "b": "inside the stages", "c": "between the layer launches"}
+
+
+def where_lost(record: Any, batch: int = 1) -> dict[str, float]:
+    """Per step at ``batch`` rows (µs), by :data:`LOST_IN`'s letter: ``a`` the median
+    program's waits for the slowest at every barrier; ``b`` what the stages lose against the
+    plain kernels beyond those waits; ``c`` the gaps between the layer launches."""
+    d, i = _stage_data(record, batch)
+    rows = d["stages"][i]
+    layers = int(d["config"]["n_layer"])
+    waits = layers * sum(r["late_us"] for r in rows if r["late_us"] is not None)
+    loss = layers * sum(r["persistent_us"] - r["kernel_us"] for r in rows)
+    return {"a": waits, "b": loss - waits, "c": (layers - 1) * float(d["gaps_us"][i])}
+
+
 def stage_shows(record: Any, batch: int = 1) -> dict[str, str]:
     """The figures behind each stage statement at ``batch`` rows (``stamps``, ``account``,
     ``slower``, ``late``), each as a short line."""
