@@ -415,8 +415,9 @@ class TritonStep:
             count=torch.zeros((b, h), dtype=torch.int32, device=dev),
             y=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
             ready=torch.zeros(cfg.n_layer, dtype=torch.int64, device=dev),
-            stamps=(torch.zeros((cfg.n_layer, self.programs, 6), dtype=torch.int64,
-                                device=dev) if self.stamps else None))
+            stamps=(torch.zeros((cfg.n_layer, self.programs,
+                                 int(self._kernels.persistent.STAMPS.value)),
+                                dtype=torch.int64, device=dev) if self.stamps else None))
         if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._workspaces[b] = ws
         return ws

@@ -36,6 +36,7 @@ from labkit.measure.triton_bench import _need_compiled, _versions, time_replays
 from labkit.model import TinyGPT
 from labkit.roofline.stepcost import floor_us, step_bytes
 from labkit.runner import triton_schedule
+from labkit.timing import Stats
 
 #: the timed steps, in the order they are replayed within each round
 STEPS: tuple[str, ...] = records.PAST_LAUNCH_STEPS
@@ -230,34 +231,27 @@ def stage_split(stamps: Sequence[Sequence[Sequence[int]]]) -> dict:
     return out
 
 
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    """Median, p10 and p90 of ``values`` (nearest rank)."""
-    v = sorted(values)
-    at = lambda q: v[min(len(v) - 1, int(q * len(v)))]  # noqa: E731
-    return {"median": statistics.median(v), "p10": at(0.1), "p90": at(0.9)}
-
-
 def stage_rows(splits: Sequence[Mapping], kernel_us: Sequence[Sequence[float]] | None = None
                ) -> list[dict]:
     """Per stage, over every layer of every stamped step in ``splits`` (:func:`stage_split`):
     the persistent stage's span (``persistent_us`` median, ``persistent_p10``,
     ``persistent_p90``) and the lateness at its barrier (``late_us``, median; stage 5 has no
     barrier), and (``kernel_us``: per layer, the plain step's five kernels in µs under the
-    profiler) the plain kernel that does the same work (median, p10, p90 over layers)."""
+    profiler) the plain kernel that does the same work (median, p10, p90 over layers, as
+    :class:`labkit.timing.Stats` takes them)."""
     if not splits:
         raise ValueError("give the stage splits of at least one stamped step")
     rows = []
     for k, name in enumerate(STAGES):
-        span = _spread([layer[k] for s in splits for layer in s["stages"]])
+        span = Stats.from_samples([layer[k] for s in splits for layer in s["stages"]])
         row: dict[str, Any] = {
-            "stage": name, "persistent_us": span["median"], "persistent_p10": span["p10"],
-            "persistent_p90": span["p90"],
+            "stage": name, "persistent_us": span.median, "persistent_p10": span.p10,
+            "persistent_p90": span.p90,
             "late_us": (statistics.median(layer[k] for s in splits for layer in s["late"])
                         if k < 4 else None)}
         if kernel_us is not None:
-            kern = _spread([layer[k] for layer in kernel_us])
-            row.update(kernel_us=kern["median"], kernel_p10=kern["p10"],
-                       kernel_p90=kern["p90"])
+            kern = Stats.from_samples([layer[k] for layer in kernel_us])
+            row.update(kernel_us=kern.median, kernel_p10=kern.p10, kernel_p90=kern.p90)
         rows.append(row)
     return rows
 
@@ -306,7 +300,7 @@ def measure_persistent_stages(preset_name: str = "gpt2",
                                        max_seq=max_seq)
     assert model is not None
     cfg = model.cfg
-    names = ("triton", "triton_persistent", "triton_persistent_stamped")
+    names = records.PERSISTENT_STAGE_STEPS
     cooperative, cooperative_error = _cooperative_in_graphs(model, sizes, cooperative)
     steps: dict[str, Any] = {
         "triton": make_triton_step(model, schedule="kernels"),

@@ -324,36 +324,42 @@ def _stage_data(record: Any, batch: int) -> tuple[Mapping, int]:
     return d, d["batch_sizes"].index(batch)
 
 
+def _stage_rows(record: Any, batch: int) -> list[Mapping]:
+    d, i = _stage_data(record, batch)
+    return d["stages"][i]
+
+
+def _loss(rows: Sequence[Mapping]) -> float:
+    """What the five stages together lose against the plain kernels, per layer (µs)."""
+    return sum(r["persistent_us"] - r["kernel_us"] for r in rows)
+
+
 def stage_table(record: Any, batch: int = 1) -> list[dict[str, Any]]:
     """Per stage at ``batch`` rows: the persistent stage's span (median and p10–p90 over
     layers and stamped replays), the plain kernel doing the same work (median over layers),
     the difference, and how long the median program waits at the stage's barrier for the
     slowest (µs)."""
-    d, i = _stage_data(record, batch)
     return [{"stage": r["stage"], "persistent µs": _r(r["persistent_us"]),
              "p10–p90": f"{r['persistent_p10']:.1f}–{r['persistent_p90']:.1f}",
              "plain kernel µs": _r(r["kernel_us"]),
              "persistent − kernel µs": _r(r["persistent_us"] - r["kernel_us"]),
-             "late at its barrier µs": _r(r["late_us"])} for r in d["stages"][i]]
+             "late at its barrier µs": _r(r["late_us"])} for r in _stage_rows(record, batch)]
 
 
 def stage_totals(record: Any, batch: int = 1) -> dict[str, float]:
     """At ``batch`` rows, per step (µs): the persistent stages over every layer, the gaps
     between the layer launches, the LM head (the plain step's kernel, which the persistent
-    step launches alike), what they add up to, the stamped and the plain persistent replays;
-    and the plain step's kernels over every layer and its replay."""
+    step launches alike), what they add up to, the stamped and the plain persistent replays."""
     d, i = _stage_data(record, batch)
-    layers = int(d["config"]["n_layer"])
+    layers = n_layer(record)
     rows = d["stages"][i]
     stages = layers * sum(r["persistent_us"] for r in rows)
     gaps = (layers - 1) * float(d["gaps_us"][i])
     head = float(d["head_us"][i])
-    return {"layers": layers, "stages_us": stages, "gaps_us": gaps, "head_us": head,
+    return {"stages_us": stages, "gaps_us": gaps, "head_us": head,
             "accounted_us": stages + gaps + head,
             "stamped_us": float(stat(d["times"]["triton_persistent_stamped"][i]) or 0.0),
-            "persistent_us": float(stat(d["times"]["triton_persistent"][i]) or 0.0),
-            "kernels_us": layers * sum(r["kernel_us"] for r in rows),
-            "plain_us": float(stat(d["times"]["triton"][i]) or 0.0)}
+            "persistent_us": float(stat(d["times"]["triton_persistent"][i]) or 0.0)}
 
 
 def stamps_cost(record: Any) -> dict[int, float]:
@@ -373,16 +379,15 @@ def stamps_cheap(record: Any, batch: int = 1, limit: float = STAMP_COST_LIMIT) -
 def late_below_loss(record: Any, batch: int = 1) -> bool:
     """At every barrier the median program waits for the slowest less than the five stages
     together lose against the plain kernels: the time goes inside the stages."""
-    d, i = _stage_data(record, batch)
-    rows = d["stages"][i]
-    loss = sum(r["persistent_us"] - r["kernel_us"] for r in rows)
+    rows = _stage_rows(record, batch)
+    loss = _loss(rows)
     return loss > 0 and all(r["late_us"] < loss for r in rows if r["late_us"] is not None)
 
 
 def largest_late(record: Any, batch: int = 1) -> float:
     """The longest wait for the slowest program at any barrier (median over layers, µs)."""
-    d, i = _stage_data(record, batch)
-    return max(float(r["late_us"]) for r in d["stages"][i] if r["late_us"] is not None)
+    return max(float(r["late_us"]) for r in _stage_rows(record, batch)
+               if r["late_us"] is not None)
 
 
 def stages_account(record: Any, batch: int = 1, limit: float = ACCOUNT_LIMIT) -> bool:
@@ -394,15 +399,13 @@ def stages_account(record: Any, batch: int = 1, limit: float = ACCOUNT_LIMIT) ->
 def stages_slower_than_kernels(record: Any, batch: int = 1) -> bool:
     """The five persistent stages together take longer than the plain step's five kernels,
     beyond the spreads: the stages' p10s add up to more than the kernels' p90s."""
-    d, i = _stage_data(record, batch)
-    rows = d["stages"][i]
+    rows = _stage_rows(record, batch)
     return sum(r["persistent_p10"] for r in rows) > sum(r["kernel_p90"] for r in rows)
 
 
 def largest_loss(record: Any, batch: int = 1) -> tuple[str, float]:
     """The stage whose span exceeds its plain kernel's the most, and by how much (µs)."""
-    d, i = _stage_data(record, batch)
-    r = max(d["stages"][i], key=lambda r: r["persistent_us"] - r["kernel_us"])
+    r = max(_stage_rows(record, batch), key=lambda r: r["persistent_us"] - r["kernel_us"])
     return r["stage"], float(r["persistent_us"] - r["kernel_us"])
 
 
@@ -416,19 +419,17 @@ def where_lost(record: Any, batch: int = 1) -> dict[str, float]:
     plain kernels beyond those waits; ``c`` the gaps between the layer launches."""
     d, i = _stage_data(record, batch)
     rows = d["stages"][i]
-    layers = int(d["config"]["n_layer"])
+    layers = n_layer(record)
     waits = layers * sum(r["late_us"] for r in rows if r["late_us"] is not None)
-    loss = layers * sum(r["persistent_us"] - r["kernel_us"] for r in rows)
-    return {"a": waits, "b": loss - waits, "c": (layers - 1) * float(d["gaps_us"][i])}
+    return {"a": waits, "b": layers * _loss(rows) - waits,
+            "c": (layers - 1) * float(d["gaps_us"][i])}
 
 
 def stage_shows(record: Any, batch: int = 1) -> dict[str, str]:
     """The figures behind each stage statement at ``batch`` rows (``stamps``, ``account``,
     ``slower``, ``late``), each as a short line."""
-    d, i = _stage_data(record, batch)
-    rows = d["stages"][i]
+    rows = _stage_rows(record, batch)
     t = stage_totals(record, batch)
-    loss = sum(r["persistent_us"] - r["kernel_us"] for r in rows)
     return {
         "stamps": f"stamped {t['stamped_us']:.1f} µs, without stamps {t['persistent_us']:.1f} "
                   f"µs ({stamps_cost(record)[batch]:+.1%})",
@@ -439,7 +440,7 @@ def stage_shows(record: Any, batch: int = 1) -> dict[str, str]:
                   f"{sum(r['persistent_p10'] for r in rows):.1f} µs, the kernels' p90s to "
                   f"{sum(r['kernel_p90'] for r in rows):.1f} µs",
         "late": f"longest wait at a barrier {largest_late(record, batch):.1f} µs; the stages "
-                f"lose {loss:.1f} µs per layer"}
+                f"lose {_loss(rows):.1f} µs per layer"}
 
 
 def stamps_cost_text(record: Any) -> str:
