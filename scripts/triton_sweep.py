@@ -4,11 +4,14 @@ step with the heuristic's tiles and with each candidate change, each captured in
 and replayed in turn (``time_cuda_interleaved``), after checking the bf16 logits against the
 readable step's; then the per-kernel profile of the heuristic. Prints one JSON line each.
 
-    python scripts/triton_sweep.py [--schedule persistent] [PRESET ...] > sweep.jsonl
+    python scripts/triton_sweep.py [--schedule persistent|prefetch] [PRESET ...] > sweep.jsonl
 
 With ``--schedule persistent`` it sweeps the persistent step instead (``PERSISTENT``: more
 warps, wider tiles, two programs per SM, one stripe per program per stage), beside the plain
-kernels (``kernels``), which it has to beat.
+kernels (``kernels``), which it has to beat. ``--schedule prefetch`` sweeps ``PREFETCH``: the
+persistent step with and without its L2 prefetch of each layer's weights
+(``make_triton_step(..., prefetch=True)``), then the stage table of its clock stamps
+(``labkit.measure.past_launch.stage_rows``) with and without, beside the plain kernels.
 
 ``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200, ``persistent_tiles.jsonl``
 beside it that of ``--schedule persistent`` (see data/sweeps/README.md).
@@ -47,10 +50,18 @@ def _wider(bl) -> dict:
 
 
 #: the persistent step's candidates: (change to the tiles, or a function of the heuristic's
-#: Blocks; programs per SM; one stripe per program per stage instead of the heuristic's tiles)
-PERSISTENT = [({}, 1, False), ({"warps": 8}, 1, False), (_wider, 1, False), ({}, 2, False),
-              ({}, 1, True), ({"warps": 8}, 1, True), ({"warps": 16}, 1, True),
-              ({"warps": 8}, 2, True)]
+#: Blocks; programs per SM; one stripe per program per stage instead of the heuristic's
+#: tiles; each program's L2 prefetch of its weights first)
+PERSISTENT = [({}, 1, False, False), ({"warps": 8}, 1, False, False),
+              (_wider, 1, False, False), ({}, 2, False, False), ({}, 1, True, False),
+              ({"warps": 8}, 1, True, False), ({"warps": 16}, 1, True, False),
+              ({"warps": 8}, 2, True, False)]
+#: ``--schedule prefetch``: the heuristic's tiles, two programs per SM and stripes, each
+#: without and with the prefetch
+PREFETCH = [({}, 1, False, False), ({}, 1, False, True), ({}, 2, False, False),
+            ({}, 2, False, True), ({}, 1, True, False), ({}, 1, True, True)]
+#: stamped replays per batch size for ``--schedule prefetch``'s stage tables
+STAMPED = 10
 
 
 def emit(**fields: object) -> None:
@@ -108,8 +119,8 @@ def sweep(name: str) -> None:
     torch.cuda.empty_cache()
 
 
-def sweep_persistent(name: str) -> None:
-    """The persistent step's candidates (``PERSISTENT``) beside the plain kernels, per batch
+def sweep_persistent(name: str, table: list = PERSISTENT) -> None:
+    """The persistent step's candidates (``table``) beside the plain kernels, per batch
     size of ``PROFILED``, replayed in turn; each checked against the readable step first."""
     model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
     sm = torch.cuda.get_device_properties(model.device).multi_processor_count
@@ -117,14 +128,41 @@ def sweep_persistent(name: str) -> None:
         inputs = step_inputs(model, b, context=128)
         plain = make_triton_step(model)
         candidates = []
-        for i, (change, per_sm, stripes) in enumerate(PERSISTENT):
+        for i, (change, per_sm, stripes, prefetch) in enumerate(table):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
             candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
-                                         "programs": per_sm * sm, "stripes": stripes},
-                               {"per_sm": per_sm, "stripes": stripes}))
+                                         "programs": per_sm * sm, "stripes": stripes,
+                                         "prefetch": prefetch},
+                               {"per_sm": per_sm, "stripes": stripes, "prefetch": prefetch}))
         compare(model, name, b, inputs, {"kernels": captured(model, plain, b, inputs)},
                 candidates)
+        if table is PREFETCH:
+            stage_tables(model, name, b, inputs, plain)
     torch.cuda.empty_cache()
+
+
+def stage_tables(model, name: str, b: int, inputs, plain) -> None:
+    """The stamped persistent step (heuristic tiles, one program per SM) without and with the
+    prefetch: ``STAMPED`` replays each, one JSON line per stage table (µs per layer), the
+    plain kernels' profile beside it."""
+    from labkit.measure.past_launch import plain_kernel_us, stage_rows, stage_split
+
+    per_layer, head = plain_kernel_us(plain, inputs, model.cfg.n_layer)
+    for prefetch in (False, True):
+        step = make_triton_step(model, schedule="persistent", stamps=True, prefetch=prefetch)
+        gs = captured(model, step, b, inputs)
+        splits = []
+        for _ in range(STAMPED):
+            gs.replay(b)
+            torch.cuda.synchronize()
+            splits.append(stage_split(step.stamps_at(b).tolist()))
+        gs.release()
+        rows = stage_rows(splits, per_layer)
+        emit(preset=name, b=b, stamped=True, prefetch=prefetch, head_us=round(head, 2),
+             gaps_us=round(sorted(g for s in splits for g in s["gaps"])[
+                 len(splits) * (model.cfg.n_layer - 1) // 2], 2),
+             stages=[{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
+                     for r in rows])
 
 
 if __name__ == "__main__":
@@ -133,4 +171,9 @@ if __name__ == "__main__":
     if args[:1] == ["--schedule"]:
         chosen, args = args[1], args[2:]
     for preset_name in args or ["gpt2", "small"]:
-        (sweep_persistent if chosen == "persistent" else sweep)(preset_name)
+        if chosen == "persistent":
+            sweep_persistent(preset_name)
+        elif chosen == "prefetch":
+            sweep_persistent(preset_name, PREFETCH)
+        else:
+            sweep(preset_name)

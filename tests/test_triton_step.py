@@ -229,7 +229,13 @@ def test_schedule_options_are_checked():
         make_triton_step(m, schedule="persistent", stamps="on")
     with pytest.raises(ValueError, match="writes no stamps"):
         make_triton_step(m, schedule="persistent").stamps_at(1)
+    with pytest.raises(ValueError, match="'persistent' only"):
+        make_triton_step(m, prefetch=True)
+    with pytest.raises(TypeError, match="prefetch"):
+        make_triton_step(m, schedule="persistent", prefetch=1)
     if INTERPRETED:
+        with pytest.raises(ValueError, match="interpreter does not run"):
+            make_triton_step(m, schedule="persistent", prefetch=True)
         with pytest.raises(ValueError, match="one after another"):
             make_triton_step(m, schedule="persistent", programs=4)
         with pytest.raises(ValueError, match="interpreter does not have"):
@@ -457,6 +463,7 @@ out = {"acquire": acquire_sass()}
 m = build_model(preset("small", max_batch=1, dtype="float32"))
 out["persistent"] = compile_step(m, 1, schedule="persistent")
 out["stamped"] = compile_step(m, 1, schedule="persistent", stamps=True)
+out["prefetch"] = compile_step(m, 1, schedule="persistent", prefetch=True)
 m = build_model(preset("test", max_batch=17))
 out["pdl"] = {mode: compile_step(m, 17, schedule="pdl", pdl=mode)
               for mode in ("overlap", "release_at_end", "wait_first")}
@@ -487,6 +494,14 @@ def test_every_wait_keeps_its_acquire_in_the_compiled_code():
     stamped = [r for r in result["stamped"] if r["kernel"] == "layer_kernel"]
     assert stamped and all(r["clock_reads"] == 6 and r["l1_invalidations"] == 7
                            for r in stamped), stamped
+    # the L2 prefetch: one prefetch instruction per matrix stage's loop, none without it, the
+    # same waits either way and no more registers
+    assert all(r["prefetches"] == 0 for r in result["persistent"]), result["persistent"]
+    fetched = [r for r in result["prefetch"] if r["kernel"] == "layer_kernel"]
+    assert fetched and all(r["prefetches"] == 4 and r["l1_invalidations"] == 7
+                           for r in fetched), fetched
+    plain = max(r["registers"] for r in result["persistent"] if r["kernel"] == "layer_kernel")
+    assert max(r["registers"] for r in fetched) <= plain + 8, (plain, fetched)
 
 
 # ---------------------------------------------------------------------------------- pure parts
@@ -726,6 +741,22 @@ def test_gpu_stamped_persistent_step_gives_the_same_tokens_and_ordered_stamps(bs
         assert max(p[0] for p in layer) <= max(p[4] for p in layer)
     split = stage_split(stamps)
     assert all(v > 0 for layer in split["stages"] for v in layer), split["stages"]
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+def test_gpu_prefetching_persistent_step_gives_the_readable_steps_float32_tokens(layout):
+    """The L2 prefetch only asks for bytes early: float32 tokens still equal the readable
+    step's, with the heuristic's tiles (several per program at one row) and with stripes,
+    at one and at several row tiles."""
+    m = _cuda_model(kv_layout=layout, block_size=8, max_batch=40)
+    for stripes in (False, True):
+        step = make_triton_step(m, schedule="persistent", prefetch=True, stripes=stripes)
+        for bs in (1, 5, 40):
+            prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i % 11)] for i in range(bs)]
+            assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6), \
+                (stripes, bs)
 
 
 @pytest.mark.gpu

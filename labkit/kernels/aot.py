@@ -79,15 +79,18 @@ def _need_gpu_kernels() -> None:
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
-                 stripes: bool = False, stamps: bool = False) -> list[dict]:
+                 stripes: bool = False, stamps: bool = False,
+                 prefetch: bool = False) -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
     (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
     ``pdl``: :data:`labkit.kernels.step.PDL_MODES`; ``stripes``: the persistent step's
-    one stripe per program; ``stamps``: its clock stamps): per
+    one stripe per program; ``stamps``: its clock stamps; ``prefetch``: its L2 prefetch of
+    the layer's weights): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
     ``spill_loads``, ``shared_bytes``, ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
-    what each acquire must leave, as the SM's L1 is not coherent) and ``clock_reads`` (reads
-    of ``%globaltimer``, the stamps); ``RuntimeError`` under the interpreter."""
+    what each acquire must leave, as the SM's L1 is not coherent), ``clock_reads`` (reads
+    of ``%globaltimer``, the stamps) and ``prefetches`` (L2 prefetch instructions, ``CCTL``
+    with ``PF2``); ``RuntimeError`` under the interpreter."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -96,7 +99,7 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
     rows: dict[tuple, dict] = {}
     for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
                                schedule=schedule, pdl=pdl, stripes=stripes,
-                               stamps=stamps):
+                               stamps=stamps, prefetch=prefetch):
         sig = _signature(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
                launch.num_warps)
@@ -111,7 +114,8 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
                      **_ptxas_report(compiled.asm["ptx"], arch),
                      "shared_bytes": int(compiled.metadata.shared),
                      **_count(sass := _sass(compiled.asm["cubin"])),
-                     "clock_reads": sass.count("GLOBALTIMER")}
+                     "clock_reads": sass.count("GLOBALTIMER"),
+                     "prefetches": sum("CCTL" in x and "PF2" in x for x in sass.splitlines())}
     return list(rows.values())
 
 

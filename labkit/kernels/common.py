@@ -137,6 +137,20 @@ def arrive(ready_ptr):
 
 
 @triton.jit
+def prefetch_l2(w_ptr, start, end, LANES: tl.constexpr):
+    """Ask L2 for elements ``[start, end)`` of ``w_ptr`` without waiting for them: one
+    ``prefetch.global.L2`` per 128-byte line, ``LANES`` lines per pass (one per thread; lanes
+    past ``end`` repeat its last line). Nothing is loaded into registers, so the program goes
+    on at once while the bytes stream from HBM into L2, where its later loads find them.
+    Compiled kernels only (inline PTX; the interpreter has none)."""
+    line = 128 // (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
+    for first in tl.range(start, end, LANES * line):
+        offsets = tl.minimum(first + tl.arange(0, LANES) * line, end - 1)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                  [w_ptr + offsets], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def stamp(stamp_ptr, index, STAMP: tl.constexpr):
     """With ``STAMP``: store the GPU's global clock (ns, ``%globaltimer``) at ``stamp_ptr +
     index``, after the CTA barrier so that it marks when every thread got here. Compiled

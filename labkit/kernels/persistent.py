@@ -38,13 +38,25 @@ import triton
 import triton.language as tl
 
 from .attention import attention_tile
-from .common import arrive, stamp, wait_inputs
+from .common import arrive, prefetch_l2, stamp, wait_inputs
 from .matvec import linear_residual_tile, ln_linear_tile, ln_qkv_tile
 
 #: the barriers between the five stages of a layer launch
 BARRIERS = tl.constexpr(4)
 #: clock stamps per program with ``STAMP``: start, the four arrivals, end
 STAMPS = tl.constexpr(6)
+
+
+@triton.jit
+def prefetch_stage(w_ptr, pid, P, N: tl.constexpr, K: tl.constexpr, COLS: tl.constexpr,
+                   ROW_TILES: tl.constexpr, W: tl.constexpr, LANES: tl.constexpr):
+    """Ask L2 for the weight rows of this program's tiles of one stage: tile ``t`` (``pid, pid
+    + P, ...``) multiplies rows ``[c W, c W + W)`` of the ``(N, K)`` weight, ``c = t % COLS``,
+    one contiguous run of ``W K`` elements (tiles of other row blocks ask again for the same
+    run; an L2 hit)."""
+    for t in tl.range(pid, COLS * ROW_TILES, P):
+        c = t % COLS
+        prefetch_l2(w_ptr, c * W * K, tl.minimum(c * W + W, N) * K, LANES)
 
 
 @triton.jit
@@ -63,7 +75,8 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  NSPLIT: tl.constexpr,
                  SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
-                 UP_W: tl.constexpr, STAMP: tl.constexpr):
+                 UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
+                 LANES: tl.constexpr):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
@@ -71,9 +84,18 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     Reads and writes what the layer's five kernels do, plus ``4`` atomic adds and a few
     counter loads per program. ``STAMP`` (compiled only): each program writes the GPU's
     clock (ns) at its start, after each of its four arrivals and at its end into
-    ``stamp_ptr[pid, 0:6]`` (:data:`STAMPS`), where the stage table of notebook 17 reads it."""
+    ``stamp_ptr[pid, 0:6]`` (:data:`STAMPS`), where the stage table of notebook 17 reads it.
+    ``PREFETCH`` (compiled only): first, each program asks L2 for the weight rows of all its
+    tiles of the layer's four matrix stages (:func:`prefetch_stage`, ``LANES`` lines a pass),
+    so that the layer's weights stream from HBM while stage 1 and the barriers run, and each
+    later tile finds its weights in L2 instead of waiting a round trip to HBM for them."""
     pid = tl.program_id(0)
     stamp(stamp_ptr, pid * STAMPS, STAMP)
+    if PREFETCH:  # weights only: written by no stage, so no wait needed before asking
+        prefetch_stage(qkv_w_ptr, pid, P, 3 * D, D, QKV_COLS, ROW_TILES, QKV_W, LANES)
+        prefetch_stage(proj_w_ptr, pid, P, D, D, OUT_COLS, ROW_TILES, OUT_W, LANES)
+        prefetch_stage(fc_w_ptr, pid, P, 4 * D, D, UP_COLS, ROW_TILES, UP_W, LANES)
+        prefetch_stage(out_w_ptr, pid, P, D, 4 * D, OUT_COLS, ROW_TILES, OUT_W, LANES)
     # before this program's first arrival: this launch's start, a multiple of 4 P
     seen = tl.load(ready_ptr, volatile=True)
     base = seen - seen % (BARRIERS * P)

@@ -255,14 +255,16 @@ class TritonStep:
     ``stripes``, whether each stage's columns are cut into one stripe per program
     (:func:`stripes`) instead of the heuristic's tiles (sized for the plain kernels' grids),
     and ``stamps``, whether each program writes the GPU's clock at its start, its arrivals and
-    its end (:meth:`stamps_at`; compiled kernels only).
+    its end (:meth:`stamps_at`; compiled kernels only), and ``prefetch``, whether each
+    program first asks L2 for the weights of all its tiles of the layer (compiled only).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", programs: int | None = None,
                  cooperative: bool = True, pdl: PdlMode = "overlap",
-                 stripes: bool = False, stamps: bool = False) -> None:
+                 stripes: bool = False, stamps: bool = False,
+                 prefetch: bool = False) -> None:
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
         if pdl != "overlap" and schedule != "pdl":
@@ -273,11 +275,12 @@ class TritonStep:
                               fix="give the programs of a persistent layer launch, such as "
                                   "the GPU's SM count")
         if (programs is not None or cooperative is not True or stripes is not False
-                or stamps is not False) and schedule != "persistent":
-            raise ValueError("programs=, cooperative=, stripes= and stamps= apply to "
-                             f"schedule='persistent' only; this step's schedule is {schedule!r}")
+                or stamps is not False or prefetch is not False) and schedule != "persistent":
+            raise ValueError("programs=, cooperative=, stripes=, stamps= and prefetch= apply "
+                             f"to schedule='persistent' only; this step's schedule is "
+                             f"{schedule!r}")
         for name, flag in (("cooperative", cooperative), ("stripes", stripes),
-                           ("stamps", stamps)):
+                           ("stamps", stamps), ("prefetch", prefetch)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         if not isinstance(model, TinyGPT):
@@ -312,6 +315,12 @@ class TritonStep:
                              "GPU, without TRITON_INTERPRET=1)")
         #: persistent: each program stamps the GPU's clock (:meth:`stamps_at`)
         self.stamps = stamps
+        if self.interpret and prefetch:
+            raise ValueError("prefetch=True asks L2 for the weights with an instruction Triton's "
+                             "interpreter does not run; prefetch in a step whose kernels are "
+                             "compiled (a CUDA GPU, without TRITON_INTERPRET=1)")
+        #: persistent: each program first asks L2 for its tiles' weights of the layer
+        self.prefetch = prefetch
         if self.interpret and programs not in (None, 1):
             raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
                              "after another, so a program waiting for another never returns; "
@@ -386,7 +395,7 @@ class TritonStep:
         return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
                 "schedule": self.schedule,
                 "programs": self.programs if self.schedule == "persistent" else None,
-                "stripes": self.stripes,
+                "stripes": self.stripes, "prefetch": self.prefetch,
                 "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
@@ -543,20 +552,23 @@ class TritonStep:
              "UP_COLS": up[2], "BLOCK_N": qkv[1], "BLOCK_N_OUT": out[1], "BLOCK_N_UP": up[1],
              "BLOCK_K": k, **tiles, "NSPLIT": ws.nsplit, "SPLIT": ws.split, "BLOCK_T": bl.t,
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
-             "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps},
+             "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
+             "PREFETCH": self.prefetch, "LANES": 32 * bl.warps},
             bl.warps, options)
 
 
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
-                 stripes: bool = False, stamps: bool = False) -> list[Launch]:
+                 stripes: bool = False, stamps: bool = False,
+                 prefetch: bool = False) -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
     step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes)
-    if stamps and schedule != "persistent":
-        raise ValueError("stamps= applies to schedule='persistent' only")
+    if (stamps or prefetch) and schedule != "persistent":
+        raise ValueError("stamps= and prefetch= apply to schedule='persistent' only")
     step.interpret = False
-    step.stamps = stamps  # planned, not run: the interpreter's refusal does not apply
+    # planned, not run: the interpreter's refusals do not apply
+    step.stamps, step.prefetch = stamps, prefetch
     step.programs = sm_count  # plan the GPU's launches, whatever mode the kernels were loaded in
     step._precision = "ieee" if model.cfg.torch_dtype == torch.float32 else "tf32"
     if not isinstance(blocks, Blocks):
@@ -572,8 +584,10 @@ def make_triton_step(model: TinyGPT, *,
                      blocks: Blocks | Mapping[str, int] | None = None,
                      schedule: Schedule = "kernels", programs: int | None = None,
                      cooperative: bool = True, pdl: PdlMode = "overlap",
-                     stripes: bool = False, stamps: bool = False) -> TritonStep:
+                     stripes: bool = False, stamps: bool = False,
+                     prefetch: bool = False) -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
-                      cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps)
+                      cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps,
+                      prefetch=prefetch)
