@@ -64,7 +64,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                  table_ptr, B, eps1, m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale,
                  proj_w_ptr, proj_b_ptr, ln2_w_ptr, ln2_b_ptr, eps2, fc_w_ptr, fc_b_ptr,
-                 hidden_ptr, out_w_ptr, out_b_ptr, ready_ptr, stamp_ptr, P,
+                 hidden_ptr, out_w_ptr, out_b_ptr, next_qkv_w_ptr, ready_ptr, stamp_ptr, P,
                  D: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                  MAX_SEQ: tl.constexpr, PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  MAX_BLOCKS: tl.constexpr, EMBED: tl.constexpr, ROW_TILES: tl.constexpr,
@@ -76,7 +76,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
                  UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
-                 LANES: tl.constexpr):
+                 NEXT: tl.constexpr, LANES: tl.constexpr):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
@@ -86,9 +86,11 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     clock (ns) at its start, after each of its four arrivals and at its end into
     ``stamp_ptr[pid, 0:6]`` (:data:`STAMPS`), where the stage table of notebook 17 reads it.
     ``PREFETCH`` (compiled only): first, each program asks L2 for the weight rows of all its
-    tiles of the layer's four matrix stages (:func:`prefetch_stage`, ``LANES`` lines a pass),
-    so that the layer's weights stream from HBM while stage 1 and the barriers run, and each
-    later tile finds its weights in L2 instead of waiting a round trip to HBM for them."""
+    tiles of the layer's four matrix stages (:func:`prefetch_stage`, ``LANES`` lines a pass)
+    and, ``NEXT`` (every layer but the last), for those of the next layer's QKV stage
+    (``next_qkv_w_ptr``; the same tiles, whose launch then finds them in L2), so that the
+    weights stream from HBM while stage 1 and the barriers run, and each later tile finds
+    its weights in L2 instead of waiting a round trip to HBM for them."""
     pid = tl.program_id(0)
     stamp(stamp_ptr, pid * STAMPS, STAMP)
     if PREFETCH:  # weights only: written by no stage, so no wait needed before asking
@@ -96,6 +98,8 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
         prefetch_stage(proj_w_ptr, pid, P, D, D, OUT_COLS, ROW_TILES, OUT_W, LANES)
         prefetch_stage(fc_w_ptr, pid, P, 4 * D, D, UP_COLS, ROW_TILES, UP_W, LANES)
         prefetch_stage(out_w_ptr, pid, P, D, 4 * D, OUT_COLS, ROW_TILES, OUT_W, LANES)
+        if NEXT:
+            prefetch_stage(next_qkv_w_ptr, pid, P, 3 * D, D, QKV_COLS, ROW_TILES, QKV_W, LANES)
     # before this program's first arrival: this launch's start, a multiple of 4 P
     seen = tl.load(ready_ptr, volatile=True)
     base = seen - seen % (BARRIERS * P)

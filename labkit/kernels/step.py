@@ -256,7 +256,8 @@ class TritonStep:
     (:func:`stripes`) instead of the heuristic's tiles (sized for the plain kernels' grids),
     and ``stamps``, whether each program writes the GPU's clock at its start, its arrivals and
     its end (:meth:`stamps_at`; compiled kernels only), and ``prefetch``, whether each
-    program first asks L2 for the weights of all its tiles of the layer (compiled only).
+    program first asks L2 for the weights of all its tiles of the layer and of the next
+    layer's QKV stage (compiled only).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
@@ -319,7 +320,8 @@ class TritonStep:
             raise ValueError("prefetch=True asks L2 for the weights with an instruction Triton's "
                              "interpreter does not run; prefetch in a step whose kernels are "
                              "compiled (a CUDA GPU, without TRITON_INTERPRET=1)")
-        #: persistent: each program first asks L2 for its tiles' weights of the layer
+        #: persistent: each program first asks L2 for its tiles' weights of the layer (and of
+        #: the next layer's QKV stage)
         self.prefetch = prefetch
         if self.interpret and programs not in (None, 1):
             raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
@@ -527,7 +529,7 @@ class TritonStep:
         :attr:`programs` programs, barrier counter ``ws.ready[i]``."""
         m, bl = self.model, ws.blocks
         cfg = m.cfg
-        d = cfg.d_model
+        d, nl = cfg.d_model, cfg.n_layer
         options = {"launch_cooperative_grid": True} if self.cooperative else {}
         k = bl.k
         if self.stripes:
@@ -545,7 +547,8 @@ class TritonStep:
              v_cache, table, tokens.shape[0], blk.ln1.eps, ws.m, ws.l, ws.acc, ws.count,
              ws.y, self._scale, blk.proj.weight, blk.proj.bias, blk.ln2.weight,
              blk.ln2.bias, blk.ln2.eps, blk.fc.weight, blk.fc.bias, ws.hidden,
-             blk.fc_out.weight, blk.fc_out.bias, ws.ready[i:i + 1],
+             blk.fc_out.weight, blk.fc_out.bias, m.layers[min(i + 1, nl - 1)].qkv.weight,
+             ws.ready[i:i + 1],
              ws.ready[i:i + 1] if ws.stamps is None else ws.stamps[i], self.programs),
             {"D": d, "H": cfg.n_head, "HD": cfg.head_dim, **where,
              "EMBED": i == 0, "ROW_TILES": rows, "QKV_COLS": qkv[2], "OUT_COLS": out[2],
@@ -553,7 +556,8 @@ class TritonStep:
              "BLOCK_K": k, **tiles, "NSPLIT": ws.nsplit, "SPLIT": ws.split, "BLOCK_T": bl.t,
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
              "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
-             "PREFETCH": self.prefetch, "LANES": 32 * bl.warps},
+             "PREFETCH": self.prefetch, "NEXT": self.prefetch and i + 1 < nl,
+             "LANES": 32 * bl.warps},
             bl.warps, options)
 
 
