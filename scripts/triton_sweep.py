@@ -56,10 +56,11 @@ PERSISTENT = [({}, 1, False, False), ({"warps": 8}, 1, False, False),
               (_wider, 1, False, False), ({}, 2, False, False), ({}, 1, True, False),
               ({"warps": 8}, 1, True, False), ({"warps": 16}, 1, True, False),
               ({"warps": 8}, 2, True, False)]
-#: ``--schedule prefetch``: the heuristic's tiles, two programs per SM and stripes, each
-#: without and with the prefetch
+#: ``--schedule prefetch``: the heuristic's tiles, two programs per SM, stripes, and stripes
+#: cut for two programs per SM, each without and with the prefetch
 PREFETCH = [({}, 1, False, False), ({}, 1, False, True), ({}, 2, False, False),
-            ({}, 2, False, True), ({}, 1, True, False), ({}, 1, True, True)]
+            ({}, 2, False, True), ({}, 1, True, False), ({}, 1, True, True),
+            ({}, 2, True, False), ({}, 2, True, True)]
 #: stamped replays per batch size for ``--schedule prefetch``'s stage tables
 STAMPED = 10
 
