@@ -32,6 +32,13 @@ cooperatively (``launch_cooperative_grid``), a grid the GPU cannot hold at once 
 of hanging. In Triton's interpreter programs run one after another, so the step runs one
 program there (``P = 1``), whose barriers it reaches alone: the same code and tile order, the
 waiting untested (see notebook 17 for what a missing acquire does).
+
+With ``PREFETCH`` (``make_triton_step(..., prefetch=True)``, compiled kernels only) a program
+first asks L2 for every weight row its tiles of the layer will read, and for the next layer's
+QKV rows, with ``prefetch.global.L2`` (no registers, no wait): only the first tile of a stage
+otherwise has its weights in flight before the barrier, and each further tile waits a round
+trip to HBM for its own (the stage table of notebook 17 put the persistent step's extra time
+there, inside the matrix stages).
 """
 
 import triton
