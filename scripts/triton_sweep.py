@@ -10,8 +10,9 @@ With ``--schedule persistent`` it sweeps the persistent step instead (``PERSISTE
 warps, wider tiles, two programs per SM, one stripe per program per stage), beside the plain
 kernels (``kernels``), which it has to beat. ``--schedule prefetch`` sweeps ``PREFETCH``: the
 persistent step with and without its L2 prefetch of each layer's weights
-(``make_triton_step(..., prefetch=True)``), then the stage table of its clock stamps
-(``labkit.measure.past_launch.stage_rows``) with and without, beside the plain kernels.
+(``make_triton_step(..., prefetch=True)``) and with every tile or only a stage's first tile
+waiting at the barrier (``waits=``), then the stage tables of its clock stamps
+(``labkit.measure.past_launch.stage_rows``), beside the plain kernels.
 
 ``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200, ``persistent_tiles.jsonl``
 beside it that of ``--schedule persistent`` (see data/sweeps/README.md).
@@ -52,15 +53,19 @@ def _wider(bl) -> dict:
 #: the persistent step's candidates: (change to the tiles, or a function of the heuristic's
 #: Blocks; programs per SM; one stripe per program per stage instead of the heuristic's
 #: tiles; each program's L2 prefetch of its weights first)
-PERSISTENT = [({}, 1, False, False), ({"warps": 8}, 1, False, False),
-              (_wider, 1, False, False), ({}, 2, False, False), ({}, 1, True, False),
-              ({"warps": 8}, 1, True, False), ({"warps": 16}, 1, True, False),
-              ({"warps": 8}, 2, True, False)]
-#: ``--schedule prefetch``: the heuristic's tiles, two programs per SM, stripes, and stripes
-#: cut for two programs per SM, each without and with the prefetch
-PREFETCH = [({}, 1, False, False), ({}, 1, False, True), ({}, 2, False, False),
-            ({}, 2, False, True), ({}, 1, True, False), ({}, 1, True, True),
-            ({}, 2, True, False), ({}, 2, True, True)]
+PERSISTENT = [({}, 1, False, False, "tile"), ({"warps": 8}, 1, False, False, "tile"),
+              (_wider, 1, False, False, "tile"), ({}, 2, False, False, "tile"),
+              ({}, 1, True, False, "tile"), ({"warps": 8}, 1, True, False, "tile"),
+              ({"warps": 16}, 1, True, False, "tile"), ({"warps": 8}, 2, True, False, "tile")]
+#: ``--schedule prefetch``: (tiles, programs per SM, stripes, prefetch, waits): the
+#: heuristic's tiles with every tile waiting, then with only a stage's first tile waiting,
+#: without and with the prefetch; the same at two programs per SM; stripes (one per program,
+#: or cut for two per SM) with the prefetch
+PREFETCH = [({}, 1, False, False, "tile"), ({}, 1, False, True, "tile"),
+            ({}, 1, False, False, "stage"), ({}, 1, False, True, "stage"),
+            ({}, 2, False, False, "tile"), ({}, 2, False, True, "stage"),
+            ({}, 1, True, False, "tile"), ({}, 1, True, True, "stage"),
+            ({}, 2, True, True, "stage")]
 #: stamped replays per batch size for ``--schedule prefetch``'s stage tables
 STAMPED = 10
 
@@ -129,12 +134,13 @@ def sweep_persistent(name: str, table: list = PERSISTENT) -> None:
         inputs = step_inputs(model, b, context=128)
         plain = make_triton_step(model)
         candidates = []
-        for i, (change, per_sm, stripes, prefetch) in enumerate(table):
+        for i, (change, per_sm, stripes, prefetch, waits) in enumerate(table):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
             candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
                                          "programs": per_sm * sm, "stripes": stripes,
-                                         "prefetch": prefetch},
-                               {"per_sm": per_sm, "stripes": stripes, "prefetch": prefetch}))
+                                         "prefetch": prefetch, "waits": waits},
+                               {"per_sm": per_sm, "stripes": stripes, "prefetch": prefetch,
+                                "waits": waits}))
         compare(model, name, b, inputs, {"kernels": captured(model, plain, b, inputs)},
                 candidates)
         if table is PREFETCH:
@@ -143,14 +149,16 @@ def sweep_persistent(name: str, table: list = PERSISTENT) -> None:
 
 
 def stage_tables(model, name: str, b: int, inputs, plain) -> None:
-    """The stamped persistent step (heuristic tiles, one program per SM) without and with the
-    prefetch: ``STAMPED`` replays each, one JSON line per stage table (µs per layer), the
-    plain kernels' profile beside it."""
+    """The stamped persistent step (heuristic tiles, one program per SM): every tile waiting
+    and no prefetch, then only a stage's first tile waiting, then that with the prefetch:
+    ``STAMPED`` replays each, one JSON line per stage table (µs per layer), the plain
+    kernels' profile beside it."""
     from labkit.measure.past_launch import plain_kernel_us, stage_rows, stage_split
 
     per_layer, head = plain_kernel_us(plain, inputs, model.cfg.n_layer)
-    for prefetch in (False, True):
-        step = make_triton_step(model, schedule="persistent", stamps=True, prefetch=prefetch)
+    for prefetch, waits in ((False, "tile"), (False, "stage"), (True, "stage")):
+        step = make_triton_step(model, schedule="persistent", stamps=True, prefetch=prefetch,
+                                waits=waits)
         gs = captured(model, step, b, inputs)
         splits = []
         for _ in range(STAMPED):
@@ -159,7 +167,8 @@ def stage_tables(model, name: str, b: int, inputs, plain) -> None:
             splits.append(stage_split(step.stamps_at(b).tolist()))
         gs.release()
         rows = stage_rows(splits, per_layer)
-        emit(preset=name, b=b, stamped=True, prefetch=prefetch, head_us=round(head, 2),
+        emit(preset=name, b=b, stamped=True, prefetch=prefetch, waits=waits,
+             head_us=round(head, 2),
              gaps_us=round(sorted(g for s in splits for g in s["gaps"])[
                  len(splits) * (model.cfg.n_layer - 1) // 2], 2),
              stages=[{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}

@@ -83,7 +83,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
                  UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
-                 NEXT: tl.constexpr, LANES: tl.constexpr):
+                 NEXT: tl.constexpr, LANES: tl.constexpr, LATER: tl.constexpr):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
@@ -92,6 +92,9 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     counter loads per program. ``STAMP`` (compiled only): each program writes the GPU's
     clock (ns) at its start, after each of its four arrivals and at its end into
     ``stamp_ptr[pid, 0:6]`` (:data:`STAMPS`), where the stage table of notebook 17 reads it.
+    A stage's first tile loads its weights, then waits at the barrier; ``LATER`` is how the
+    stage's later tiles of this program wait: ``2`` (``READY``) each again, ``0`` not at all
+    (the first tile's acquire already ordered every later load of this program).
     ``PREFETCH`` (compiled only): first, each program asks L2 for the weight rows of all its
     tiles of the layer's four matrix stages (:func:`prefetch_stage`, ``LANES`` lines a pass)
     and, ``NEXT`` (every layer but the last), for those of the next layer's QKV stage
@@ -131,33 +134,47 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                        BLOCK_HD)
     arrive(ready_ptr)
     stamp(stamp_ptr, pid * STAMPS + 2, STAMP)
-    # stage 3: out-projection + residual; loads W_proj, then waits for every y
+    # stage 3: out-projection + residual; loads W_proj, then waits for every y (the first
+    # tile; the later ones again only with LATER)
     target = base + 2 * P
-    for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
-        linear_residual_tile(t % OUT_COLS, t // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr, x_ptr,
-                             B, ready_ptr, target, 2, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
-                             DOT, UNROLL, UPCAST, PRECISION, OUT_W)
-    if pid >= OUT_COLS * ROW_TILES:
+    if pid < OUT_COLS * ROW_TILES:
+        linear_residual_tile(pid % OUT_COLS, pid // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr,
+                             x_ptr, B, ready_ptr, target, 2, D, D, BLOCK_B, BLOCK_N_OUT,
+                             BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
+    else:
         wait_inputs(ready_ptr, target, 2)
+    for t in tl.range(pid + P, OUT_COLS * ROW_TILES, P):
+        linear_residual_tile(t % OUT_COLS, t // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr, x_ptr,
+                             B, ready_ptr, target, LATER, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
+                             DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     arrive(ready_ptr)
     stamp(stamp_ptr, pid * STAMPS + 3, STAMP)
     # stage 4: LN2 + up-projection + GELU; loads W_fc, then waits for the whole residual
     target = base + 3 * P
-    for t in tl.range(pid, UP_COLS * ROW_TILES, P):
-        ln_linear_tile(t % UP_COLS, t // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
+    if pid < UP_COLS * ROW_TILES:
+        ln_linear_tile(pid % UP_COLS, pid // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
                        fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, 2, D, 4 * D,
                        True, True, BLOCK_B, BLOCK_N_UP, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION,
                        UP_W)
-    if pid >= UP_COLS * ROW_TILES:
+    else:
         wait_inputs(ready_ptr, target, 2)
+    for t in tl.range(pid + P, UP_COLS * ROW_TILES, P):
+        ln_linear_tile(t % UP_COLS, t // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
+                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, LATER, D,
+                       4 * D, True, True, BLOCK_B, BLOCK_N_UP, BLOCK_K, DOT, UNROLL, UPCAST,
+                       PRECISION, UP_W)
     arrive(ready_ptr)
     stamp(stamp_ptr, pid * STAMPS + 4, STAMP)
     # stage 5: down-projection + residual; loads W_out, then waits for every GELU row
     target = base + 4 * P
-    for t in tl.range(pid, OUT_COLS * ROW_TILES, P):
-        linear_residual_tile(t % OUT_COLS, t // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
+    if pid < OUT_COLS * ROW_TILES:
+        linear_residual_tile(pid % OUT_COLS, pid // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
                              x_ptr, B, ready_ptr, target, 2, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
                              BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
+    for t in tl.range(pid + P, OUT_COLS * ROW_TILES, P):
+        linear_residual_tile(t % OUT_COLS, t // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
+                             x_ptr, B, ready_ptr, target, LATER, 4 * D, D, BLOCK_B,
+                             BLOCK_N_OUT, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     # no arrival, and nothing for a program without a tile here to wait for: the launch's
     # end orders this layer before the next launch
     stamp(stamp_ptr, pid * STAMPS + 5, STAMP)

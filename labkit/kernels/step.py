@@ -47,14 +47,19 @@ from labkit.checks import as_int
 from labkit.step_checks import check_choice
 from labkit.model import TinyGPT
 
-__all__ = ["PDL_MODES", "SCHEDULES", "Blocks", "Launch", "PdlMode", "Schedule", "TritonStep",
-           "choose_blocks", "gpu_launches", "kernels_per_step", "make_triton_step", "stripes",
-           "unavailable_reason"]
+__all__ = ["PDL_MODES", "SCHEDULES", "WAITS", "Blocks", "Launch", "PdlMode", "Schedule",
+           "TritonStep", "Waits", "choose_blocks", "gpu_launches", "kernels_per_step",
+           "make_triton_step", "stripes", "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
 
 
 Schedule = Literal["kernels", "pdl", "persistent"]
+Waits = Literal["tile", "stage"]
+#: which of a persistent program's tiles of a stage wait at the stage's barrier: ``"tile"``
+#: every one (a spin, an acquire, a CTA barrier and an L1 invalidation each), ``"stage"`` the
+#: first only (its acquire orders every later load of the program)
+WAITS: tuple[Waits, ...] = ("tile", "stage")
 #: how a Triton step orders its tiles (the module docstring)
 SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
 #: how each schedule's kernels wait for their inputs (``labkit.kernels.common``: STREAM,
@@ -257,7 +262,8 @@ class TritonStep:
     and ``stamps``, whether each program writes the GPU's clock at its start, its arrivals and
     its end (:meth:`stamps_at`; compiled kernels only), and ``prefetch``, whether each
     program first asks L2 for the weights of all its tiles of the layer and of the next
-    layer's QKV stage (compiled only).
+    layer's QKV stage (compiled only), and ``waits``, which of a program's tiles of a stage
+    wait at its barrier (:data:`WAITS`).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
@@ -265,7 +271,8 @@ class TritonStep:
                  schedule: Schedule = "kernels", programs: int | None = None,
                  cooperative: bool = True, pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False) -> None:
+                 prefetch: bool = False, waits: Waits = "tile") -> None:
+        check_choice(waits, "waits", WAITS)
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
         if pdl != "overlap" and schedule != "pdl":
@@ -276,9 +283,10 @@ class TritonStep:
                               fix="give the programs of a persistent layer launch, such as "
                                   "the GPU's SM count")
         if (programs is not None or cooperative is not True or stripes is not False
-                or stamps is not False or prefetch is not False) and schedule != "persistent":
-            raise ValueError("programs=, cooperative=, stripes=, stamps= and prefetch= apply "
-                             f"to schedule='persistent' only; this step's schedule is "
+                or stamps is not False or prefetch is not False
+                or waits != "tile") and schedule != "persistent":
+            raise ValueError("programs=, cooperative=, stripes=, stamps=, prefetch= and waits= "
+                             f"apply to schedule='persistent' only; this step's schedule is "
                              f"{schedule!r}")
         for name, flag in (("cooperative", cooperative), ("stripes", stripes),
                            ("stamps", stamps), ("prefetch", prefetch)):
@@ -323,6 +331,8 @@ class TritonStep:
         #: persistent: each program first asks L2 for its tiles' weights of the layer (and of
         #: the next layer's QKV stage)
         self.prefetch = prefetch
+        #: persistent: which tiles of a stage wait at its barrier (:data:`WAITS`)
+        self.waits: Waits = waits
         if self.interpret and programs not in (None, 1):
             raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
                              "after another, so a program waiting for another never returns; "
@@ -397,7 +407,7 @@ class TritonStep:
         return {"blocks": bl.to_dict(), "split_size": split, "splits": nsplit,
                 "schedule": self.schedule,
                 "programs": self.programs if self.schedule == "persistent" else None,
-                "stripes": self.stripes, "prefetch": self.prefetch,
+                "stripes": self.stripes, "prefetch": self.prefetch, "waits": self.waits,
                 "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
@@ -557,7 +567,7 @@ class TritonStep:
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
              "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
              "PREFETCH": self.prefetch, "NEXT": self.prefetch and i + 1 < nl,
-             "LANES": 32 * bl.warps},
+             "LANES": 32 * bl.warps, "LATER": 2 if self.waits == "tile" else 0},
             bl.warps, options)
 
 
@@ -565,9 +575,10 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False) -> list[Launch]:
+                 prefetch: bool = False, waits: Waits = "tile") -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
-    step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes)
+    step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes,
+                      waits=waits)
     if (stamps or prefetch) and schedule != "persistent":
         raise ValueError("stamps= and prefetch= apply to schedule='persistent' only")
     step.interpret = False
@@ -589,9 +600,9 @@ def make_triton_step(model: TinyGPT, *,
                      schedule: Schedule = "kernels", programs: int | None = None,
                      cooperative: bool = True, pdl: PdlMode = "overlap",
                      stripes: bool = False, stamps: bool = False,
-                     prefetch: bool = False) -> TritonStep:
+                     prefetch: bool = False, waits: Waits = "tile") -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
                       cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps,
-                      prefetch=prefetch)
+                      prefetch=prefetch, waits=waits)
