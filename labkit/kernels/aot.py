@@ -80,7 +80,7 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "tile") -> list[dict]:
+                 prefetch: bool = False, waits: Waits = "stage") -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
     (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
     ``pdl``: :data:`labkit.kernels.step.PDL_MODES`; ``stripes``: the persistent step's

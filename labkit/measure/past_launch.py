@@ -350,7 +350,7 @@ def measure_persistent_stages(preset_name: str = "gpt2",
         "stages": stages, "gaps_us": gaps, "ramp_us": ramps, "head_us": head_us,
         "plain_kernels_us": kernels_us,
         "clock_ns": min(clock) if clock else None,
-        "programs": stamped.programs, "cooperative": cooperative,
+        "programs": stamped.programs, "waits": stamped.waits, "cooperative": cooperative,
         "cooperative_error": cooperative_error, "checks": checks,
         "device": torch.cuda.get_device_name(), "versions": _versions(),
     }
