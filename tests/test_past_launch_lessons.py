@@ -437,3 +437,65 @@ def test_17_3_is_graded_by_the_stage_record_and_open_without_one(strict, capsys)
     near = with_waits(5.0)  # 40 against 50: within 80% of the largest, both accepted
     assert run("17.3", 17, lost_in="a", rec=near).passed
     assert run("17.3", 17, lost_in="b", rec=near).passed
+
+
+# ------------------------------------------------------------------ the two changes tried
+
+
+def _line(step: str, median: float, **kw) -> dict:
+    return {"preset": "gpt2", "b": 1, "step": step, "median": median, "p10": median - 1.0,
+            "p90": median + 1.0, **kw}
+
+
+def fake_tried(stage_wait: float = 448.0, prefetched: float = 470.0,
+               first_stage: float = 9.5) -> list[dict]:
+    """Lines of a `triton_sweep.py --schedule prefetch` run (made-up numbers): the plain
+    kernels, four persistent candidates, and three stage tables."""
+    def cand(i, median, waits, prefetch, per_sm=1):
+        return _line(f"p{i}", median, per_sm=per_sm, stripes=False, prefetch=prefetch,
+                     waits=waits)
+
+    def stages(first, rest):
+        from labkit.measure.past_launch import STAGES
+        return [{"stage": s, "persistent_us": v, "kernel_us": 4.0}
+                for s, v in zip(STAGES, [first, *rest])]
+
+    return [_line("kernels", 300.0), cand(0, 478.0, "tile", False),
+            cand(1, 500.0, "tile", True), cand(2, stage_wait, "stage", False),
+            cand(3, prefetched, "stage", True), cand(4, 425.0, "tile", False, per_sm=2),
+            {"preset": "gpt2", "b": 1, "stamped": True, "prefetch": False, "waits": "tile",
+             "stages": stages(7.0, [5.0, 5.0, 8.4, 9.6])},
+            {"preset": "gpt2", "b": 1, "stamped": True, "prefetch": False, "waits": "stage",
+             "stages": stages(7.0, [5.0, 4.2, 7.2, 8.5])},
+            {"preset": "gpt2", "b": 1, "stamped": True, "prefetch": True, "waits": "stage",
+             "stages": stages(first_stage, [4.8, 3.7, 6.9, 8.3])}]
+
+
+def test_the_sweep_of_the_two_changes_and_its_checks():
+    rows = fake_tried()
+    table = lp.tried_table(rows)
+    assert [r["× plain"] for r in table] == [1.0, 1.59, 1.67, 1.49, 1.57, 1.42]
+    assert table[3]["tiles that wait"] == "first only" and table[2]["L2 prefetch"] == "yes"
+    assert lp.wait_once_faster(rows) and not lp.waits_within_spread(rows)
+    assert not lp.wait_once_faster(fake_tried(stage_wait=477.5))      # within the spread
+    assert lp.waits_within_spread(fake_tried(stage_wait=477.5))
+    assert lp.prefetch_slower(rows)
+    assert not lp.prefetch_slower(fake_tried(prefetched=449.0))      # one wait within spread
+    assert lp.two_per_sm_faster(rows) and lp.persistent_all_slower(rows)
+    faster = [*rows, _line("p5", 290.0, per_sm=2, stripes=True, prefetch=True, waits="stage")]
+    assert not lp.persistent_all_slower(faster)
+    moves = lp.prefetch_moves(rows)
+    assert moves["first_stage"] == pytest.approx(2.5) and moves["later"] == pytest.approx(1.2)
+    assert lp.prefetch_costs_first_stage(rows)
+    assert not lp.prefetch_costs_first_stage(fake_tried(first_stage=8.0))   # +1.0 against 1.2
+    stages = lp.tried_stage_table(rows)
+    assert stages[-1] == {"stage": "all five", "every tile waits": 35.0,
+                          "first tile waits": 31.9, "first tile waits + prefetch": 33.2,
+                          "plain kernel": 20.0}
+    shows = lp.tried_shows(rows)
+    assert shows["waits"] == ("first tile waits 448 µs (p10–p90 447–449), every tile waits "
+                              "478 µs (p10–p90 477–479)")
+    assert shows["stages"] == "stage 1 +2.5 µs per layer, stages 2-5 together -1.2 µs per layer"
+    with pytest.raises(KeyError, match="no candidate"):
+        lp.tried_step(rows, waits="stage", per_sm=2)
+

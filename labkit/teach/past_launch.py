@@ -450,6 +450,186 @@ def stamps_cost_text(record: Any) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+# ---------------------------------------------------------------------- two changes tried
+# The persistent step's two changes timed on a GPU: which tiles wait at a barrier, and an L2
+# prefetch of each layer's weights (``scripts/triton_sweep.py --schedule prefetch``).
+
+#: the sweep that timed them (exploratory, not a reference: see data/sweeps/README.md)
+TRIED_FILE = "sweeps/h100-80gb-hbm3/persistent_prefetch.jsonl"
+#: the GPU it ran on, as the notebook names it
+TRIED_GPU = "H100 80GB HBM3"
+
+
+def tried() -> list[dict[str, Any]]:
+    """The lines of :data:`TRIED_FILE`."""
+    with open(_sweep(TRIED_FILE), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _timed(rows: Sequence[Mapping[str, Any]], preset: str, batch: int) -> list[Mapping]:
+    return [r for r in rows if r.get("preset") == preset and r.get("b") == batch
+            and "median" in r]
+
+
+def tried_step(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2", batch: int = 1, *,
+               waits: str = "tile", prefetch: bool = False, per_sm: int = 1,
+               stripes: bool = False) -> Mapping[str, Any]:
+    """The timed line of one persistent candidate (``KeyError`` if the sweep has none)."""
+    for r in _timed(rows, preset, batch):
+        if (r.get("waits"), r.get("prefetch"), r.get("per_sm"), r.get("stripes")) == (
+                waits, prefetch, per_sm, stripes):
+            return r
+    raise KeyError(f"{preset} batch {batch}: no candidate with waits={waits!r}, "
+                   f"prefetch={prefetch}, {per_sm} per SM, stripes={stripes}")
+
+
+def tried_table(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                batch: int = 1) -> list[dict[str, Any]]:
+    """Every step the sweep timed at ``batch`` rows: how it is built, its replay (median,
+    p10–p90, µs) and its ratio to the plain kernels'."""
+    timed = _timed(rows, preset, batch)
+    plain = next(float(r["median"]) for r in timed if r["step"] == "kernels")
+    out = []
+    for r in timed:
+        persistent = r["step"] != "kernels"
+        out.append({
+            "step": "persistent" if persistent else "plain kernels (5L + 1)",
+            "programs per SM": r.get("per_sm", "–"),
+            "stripes": ("yes" if r.get("stripes") else "no") if persistent else "–",
+            "tiles that wait": ("every tile" if r.get("waits") == "tile" else "first only")
+                               if persistent else "–",
+            "L2 prefetch": ("yes" if r.get("prefetch") else "no") if persistent else "–",
+            "µs": _r(r["median"]), "p10–p90": f"{r['p10']:.1f}–{r['p90']:.1f}",
+            "× plain": _r(float(r["median"]) / plain, 2)})
+    return out
+
+
+def _beyond(slow: Mapping[str, Any], fast: Mapping[str, Any]) -> bool:
+    """``slow`` takes longer than ``fast`` beyond both spreads (its p10 above the other's p90)."""
+    return float(slow["p10"]) > float(fast["p90"])
+
+
+def wait_once_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                     batch: int = 1) -> bool:
+    """Waiting at a stage's first tile only is faster than at every tile, beyond the spreads
+    (one program per SM, the heuristic's tiles, no prefetch)."""
+    return _beyond(tried_step(rows, preset, batch, waits="tile"),
+                   tried_step(rows, preset, batch, waits="stage"))
+
+
+def prefetch_slower(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                    batch: int = 1) -> bool:
+    """With either wait, the L2 prefetch makes the persistent step slower beyond the spreads."""
+    return all(_beyond(tried_step(rows, preset, batch, waits=w, prefetch=True),
+                       tried_step(rows, preset, batch, waits=w)) for w in ("tile", "stage"))
+
+
+def waits_within_spread(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                        batch: int = 1) -> bool:
+    """Neither wait is slower than the other beyond the spreads (no prefetch, one program per
+    SM, the heuristic's tiles)."""
+    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
+    return not _beyond(tile, stage) and not _beyond(stage, tile)
+
+
+def persistent_all_slower(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                          batch: int = 1) -> bool:
+    """Every persistent variant the sweep timed is slower than the plain kernels, beyond the
+    spreads."""
+    timed = _timed(rows, preset, batch)
+    plain = next(r for r in timed if r["step"] == "kernels")
+    others = [r for r in timed if r["step"] != "kernels"]
+    return bool(others) and all(_beyond(r, plain) for r in others)
+
+
+def two_per_sm_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                      batch: int = 1) -> bool:
+    """Two programs per SM are faster than one (every tile waiting, no prefetch), beyond the
+    spreads."""
+    return _beyond(tried_step(rows, preset, batch, waits="tile"),
+                   tried_step(rows, preset, batch, waits="tile", per_sm=2))
+
+
+#: the three stamped steps of the sweep's stage tables, in order, and their column names
+TRIED_STAGES = ((False, "tile", "every tile waits"), (False, "stage", "first tile waits"),
+                (True, "stage", "first tile waits + prefetch"))
+
+
+def _stages_of(rows: Sequence[Mapping[str, Any]], preset: str, batch: int, prefetch: bool,
+               waits: str) -> list[Mapping[str, Any]]:
+    for r in rows:
+        if (r.get("preset"), r.get("b"), r.get("stamped"), r.get("prefetch"),
+                r.get("waits")) == (preset, batch, True, prefetch, waits):
+            return list(r["stages"])
+    raise KeyError(f"{preset} batch {batch}: no stage table with prefetch={prefetch}, "
+                   f"waits={waits!r}")
+
+
+def tried_stage_table(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                      batch: int = 1) -> list[dict[str, Any]]:
+    """Per stage, µs per layer (medians over layers and stamped replays) of each stamped step
+    of :data:`TRIED_STAGES`, beside the plain kernel doing the same work; a last row sums."""
+    tables = [_stages_of(rows, preset, batch, pf, w) for pf, w, _ in TRIED_STAGES]
+    out = []
+    for k, stage in enumerate(tables[0]):
+        row: dict[str, Any] = {"stage": stage["stage"]}
+        for (_, _, label), t in zip(TRIED_STAGES, tables):
+            row[label] = _r(t[k]["persistent_us"], 2)
+        row["plain kernel"] = _r(stage["kernel_us"], 2)
+        out.append(row)
+    total: dict[str, Any] = {"stage": "all five"}
+    for (_, _, label), t in zip(TRIED_STAGES, tables):
+        total[label] = _r(sum(s["persistent_us"] for s in t), 2)
+    total["plain kernel"] = _r(sum(s["kernel_us"] for s in tables[0]), 2)
+    return [*out, total]
+
+
+def prefetch_moves(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                   batch: int = 1) -> dict[str, float]:
+    """What the prefetch moves, per layer (µs), both steps waiting at a stage's first tile
+    only: ``first_stage`` how much longer stage 1 (which issues it) takes, ``later`` how much
+    shorter stages 2-5 take together."""
+    before = _stages_of(rows, preset, batch, False, "stage")
+    after = _stages_of(rows, preset, batch, True, "stage")
+    return {"first_stage": float(after[0]["persistent_us"] - before[0]["persistent_us"]),
+            "later": float(sum(b["persistent_us"] - a["persistent_us"]
+                               for b, a in zip(before[1:], after[1:])))}
+
+
+def prefetch_costs_first_stage(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                               batch: int = 1) -> bool:
+    """The prefetch lengthens stage 1 by more than it shortens the later stages together."""
+    m = prefetch_moves(rows, preset, batch)
+    return m["first_stage"] > max(0.0, m["later"])
+
+
+def tried_shows(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                batch: int = 1) -> dict[str, str]:
+    """The figures behind each statement about the sweep (``waits``, ``plain``, ``two``,
+    ``prefetch``, ``stages``), each as a short line; the ``prefetch`` and ``stages`` lines
+    need the prefetching candidates and stage tables (gpt2 at batch 1 in the sweep)."""
+    def line(r: Mapping[str, Any]) -> str:
+        return f"{float(r['median']):.0f} µs (p10–p90 {r['p10']:.0f}–{r['p90']:.0f})"
+
+    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
+    pf_tile, pf_stage = (tried_step(rows, preset, batch, waits=w, prefetch=True)
+                         for w in ("tile", "stage"))
+    m = (prefetch_moves(rows, preset, batch) if any(r.get("stamped") and r.get("b") == batch
+                                                    and r.get("preset") == preset for r in rows)
+         else {"first_stage": float("nan"), "later": float("nan")})
+    timed = _timed(rows, preset, batch)
+    plain = next(r for r in timed if r["step"] == "kernels")
+    fastest = min((r for r in timed if r["step"] != "kernels"), key=lambda r: r["median"])
+    two = tried_step(rows, preset, batch, waits="tile", per_sm=2)
+    return {"waits": f"first tile waits {line(stage)}, every tile waits {line(tile)}",
+            "plain": f"fastest persistent variant {line(fastest)}, plain kernels {line(plain)}",
+            "two": f"two programs per SM {line(two)}, one {line(tile)} (every tile waits)",
+            "prefetch": f"every tile waits: {line(pf_tile)} with, {line(tile)} without; first "
+                        f"tile waits: {line(pf_stage)} with, {line(stage)} without",
+            "stages": f"stage 1 {m['first_stage']:+.1f} µs per layer, stages 2-5 together "
+                      f"{-m['later']:+.1f} µs per layer"}
+
+
 # ---------------------------------------------------------------------- the compiled wait
 #: what the compiler kept of two waits, one row per Triton version (``python -m
 #: labkit.kernels.aot acquire``; compiled for sm_90 without a GPU)
