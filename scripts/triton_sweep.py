@@ -101,7 +101,7 @@ def compare(model, name: str, b: int, inputs, graphs: dict, candidates: list) ->
     fns = {label: (lambda gs=gs, b=b: gs.replay(b)) for label, gs in graphs.items()}
     for label, st in time_cuda_interleaved(fns, warmup=5, repeats=15, inner=10).items():
         emit(preset=name, b=b, step=label, median=round(st.median, 2),
-             p10=round(st.p10, 2), p90=round(st.p90, 2), **info.get(label, {}))
+             p10=round(st.p10, 2), p90=round(st.p90, 2), n=st.n, **info.get(label, {}))
     for gs in graphs.values():
         gs.release()
 

@@ -504,9 +504,17 @@ def tried_table(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
     return out
 
 
+#: samples behind each timed line of the sweep (``scripts/triton_sweep.py``'s ``compare``: 15
+#: interleaved rounds), for lines that do not say (the filed H100 sweep's)
+TRIED_SAMPLES = 15
+
+
 def _beyond(slow: Mapping[str, Any], fast: Mapping[str, Any]) -> bool:
-    """``slow`` takes longer than ``fast`` beyond both spreads (its p10 above the other's p90)."""
-    return float(slow["p10"]) > float(fast["p90"])
+    """``slow`` takes longer than ``fast`` by the project's evidence rule
+    (:func:`labkit.teach.verdicts.compare_stats`: interleaved samples, p10–p90 apart)."""
+    def stats(line: Mapping[str, Any]) -> dict[str, Any]:
+        return {"n": TRIED_SAMPLES, **line}
+    return compare_stats(stats(slow), stats(fast), interleaved=True).word == "a higher"
 
 
 def wait_once_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
