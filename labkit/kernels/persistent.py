@@ -38,7 +38,10 @@ first asks L2 for every weight row its tiles of the layer will read, and for the
 QKV rows, with ``prefetch.global.L2`` (no registers, no wait): only the first tile of a stage
 otherwise has its weights in flight before the barrier, and each further tile waits a round
 trip to HBM for its own (the stage table of notebook 17 put the persistent step's extra time
-there, inside the matrix stages).
+there, inside the matrix stages). On an H100 it made the step slower (notebook 17: stage 1,
+which issues every prefetch, grows by more than the later stages shrink), so it is off by
+default. ``LATER`` says whether a stage's later tiles of a program wait at the barrier again
+(``TritonStep(waits="tile")``) or only its first (``waits="stage"``, the default).
 """
 
 import triton
