@@ -230,16 +230,16 @@ def test_17_2_accepts_the_targets_and_refuses_a_fixed_target(strict):
 
 def test_17_4_accepts_labkits_wait_and_refuses_each_bug(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
-    assert run("17.4", 17, wait=lp.wait_acquire, why="L1 copies").passed
+    assert run("17.5", 17, wait=lp.wait_acquire, why="L1 copies").passed
     for bug in (lp.wait_plain_load, lp.wait_no_acquire):
-        assert not run("17.4", 17, wait=bug, why="x").passed
-    assert not run("17.4", 17, wait=lambda p, t: None, why="x").passed
+        assert not run("17.5", 17, wait=bug, why="x").passed
+    assert not run("17.5", 17, wait=lambda p, t: None, why="x").passed
 
     def raises(p, target):
         yield p.load_volatile(lp.READY)
         raise RuntimeError("boom")
 
-    assert not run("17.4", 17, wait=raises, why="x").passed  # reported, not raised
+    assert not run("17.5", 17, wait=raises, why="x").passed  # reported, not raised
 
 
 # ---------------------------------------------------------------------------- the notebook
@@ -499,3 +499,16 @@ def test_the_sweep_of_the_two_changes_and_its_checks():
     with pytest.raises(KeyError, match="no candidate"):
         lp.tried_step(rows, waits="stage", per_sm=2)
 
+
+
+def test_17_4_is_graded_by_the_sweep(strict):
+    rows = fake_tried()
+    assert lp.which_helps(rows) == "b"
+    assert run("17.4", 17, helps="b", rows=rows).passed
+    for wrong in ("a", "c", "d"):
+        with pytest.raises(StrictExerciseError):
+            run("17.4", 17, helps=wrong, rows=rows)
+    assert lp.which_helps(fake_tried(stage_wait=477.5)) == "d"       # within the spread
+    helped = fake_tried(prefetched=440.0)
+    helped[2] = {**helped[2], "median": 470.0, "p10": 469.0, "p90": 471.0}
+    assert lp.prefetch_faster(helped) and lp.which_helps(helped) == "a"

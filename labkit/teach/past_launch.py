@@ -558,6 +558,27 @@ def two_per_sm_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                    tried_step(rows, preset, batch, waits="tile", per_sm=2))
 
 
+def prefetch_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                    batch: int = 1) -> bool:
+    """With either wait, the L2 prefetch makes the persistent step faster beyond the spreads."""
+    return all(_beyond(tried_step(rows, preset, batch, waits=w),
+                       tried_step(rows, preset, batch, waits=w, prefetch=True))
+               for w in ("tile", "stage"))
+
+
+#: which of the two changes make the persistent step faster (exercise 17.4's letters)
+HELPS = {"a": "both", "b": "only waiting once per stage", "c": "only the L2 prefetch",
+         "d": "neither"}
+
+
+def which_helps(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2", batch: int = 1) -> str:
+    """:data:`HELPS`'s letter for what the sweep measured: a change helps when it is faster
+    beyond the spreads (the prefetch: with either wait)."""
+    waits, prefetch = wait_once_faster(rows, preset, batch), prefetch_faster(rows, preset, batch)
+    return {(True, True): "a", (True, False): "b", (False, True): "c",
+            (False, False): "d"}[(waits, prefetch)]
+
+
 #: the three stamped steps of the sweep's stage tables, in order, and their column names
 TRIED_STAGES = ((False, "tile", "every tile waits"), (False, "stage", "first tile waits"),
                 (True, "stage", "first tile waits + prefetch"))

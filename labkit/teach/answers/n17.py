@@ -14,7 +14,7 @@ GAIN_BANDS = (("a", 0.98), ("b", 1.02), ("c", 1.10), ("d", float("inf")))
 #: the counter values, program counts and barriers 17.2's function is tried on (hidden)
 TARGET_CASES = ((0, 4, 4), (3, 4, 4), (16, 4, 4), (19, 4, 4), (32, 4, 4), (35, 4, 4),
                 (1, 132, 4), (132 * 4 * 1000 + 131, 132, 4), (7, 3, 2), (12, 3, 2))
-#: the scheduler orders 17.4's wait is run under
+#: the scheduler orders 17.5's wait is run under
 SEEDS = tuple(range(8))
 
 
@@ -82,7 +82,17 @@ def _lost_in(ex: Exercise, lost_in: Any, *, rec: Any) -> None:
                          "walks one after another")
 
 
-@exercise("17.4", "a barrier that reads old data", "debug")
+@exercise("17.4", "which change speeds the persistent step up", "predict")
+def _helps(ex: Exercise, helps: Any, *, rows: Any) -> None:
+    ex.check_one_of("what the sweep measured for gpt2 at batch 1", helps,
+                    [pl.which_helps(rows, "gpt2", 1)],
+                    hint="what each change removes and what it adds, per program and stage: "
+                         "a second wait is a spin, an acquire and an L1 invalidation before the "
+                         "tile may load its inputs; a prefetch is an instruction per 128 bytes, "
+                         "all issued before stage 1's own loads")
+
+
+@exercise("17.5", "a barrier that reads old data", "debug")
 def _wait(ex: Exercise, wait: Any, why: Any) -> None:
     if not inspect.isgeneratorfunction(wait):
         ex.check("wait is a generator function (it yields operations)", wait, "a generator")
