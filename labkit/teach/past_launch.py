@@ -471,6 +471,11 @@ def _timed(rows: Sequence[Mapping[str, Any]], preset: str, batch: int) -> list[M
             and "median" in r]
 
 
+def _plain(timed: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The plain kernels' line among one batch size's timed lines."""
+    return next(r for r in timed if r["step"] == "kernels")
+
+
 def tried_step(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2", batch: int = 1, *,
                waits: str = "tile", prefetch: bool = False, per_sm: int = 1,
                stripes: bool = False) -> Mapping[str, Any]:
@@ -488,7 +493,7 @@ def tried_table(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
     """Every step the sweep timed at ``batch`` rows: how it is built, its replay (median,
     p10–p90, µs) and its ratio to the plain kernels'."""
     timed = _timed(rows, preset, batch)
-    plain = next(float(r["median"]) for r in timed if r["step"] == "kernels")
+    plain = float(_plain(timed)["median"])
     out = []
     for r in timed:
         persistent = r["step"] != "kernels"
@@ -525,11 +530,17 @@ def wait_once_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                    tried_step(rows, preset, batch, waits="stage"))
 
 
+def _prefetch_pairs(rows: Sequence[Mapping[str, Any]], preset: str,
+                    batch: int) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """Per wait, the persistent step's line with the prefetch and without it."""
+    return [(tried_step(rows, preset, batch, waits=w, prefetch=True),
+             tried_step(rows, preset, batch, waits=w)) for w in ("tile", "stage")]
+
+
 def prefetch_slower(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                     batch: int = 1) -> bool:
     """With either wait, the L2 prefetch makes the persistent step slower beyond the spreads."""
-    return all(_beyond(tried_step(rows, preset, batch, waits=w, prefetch=True),
-                       tried_step(rows, preset, batch, waits=w)) for w in ("tile", "stage"))
+    return all(_beyond(on, off) for on, off in _prefetch_pairs(rows, preset, batch))
 
 
 def waits_within_spread(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
@@ -545,8 +556,8 @@ def persistent_all_slower(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2
     """Every persistent variant the sweep timed is slower than the plain kernels, beyond the
     spreads."""
     timed = _timed(rows, preset, batch)
-    plain = next(r for r in timed if r["step"] == "kernels")
-    others = [r for r in timed if r["step"] != "kernels"]
+    plain = _plain(timed)
+    others = [r for r in timed if r is not plain]
     return bool(others) and all(_beyond(r, plain) for r in others)
 
 
@@ -561,9 +572,7 @@ def two_per_sm_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
 def prefetch_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                     batch: int = 1) -> bool:
     """With either wait, the L2 prefetch makes the persistent step faster beyond the spreads."""
-    return all(_beyond(tried_step(rows, preset, batch, waits=w),
-                       tried_step(rows, preset, batch, waits=w, prefetch=True))
-               for w in ("tile", "stage"))
+    return all(_beyond(off, on) for on, off in _prefetch_pairs(rows, preset, batch))
 
 
 #: which of the two changes make the persistent step faster (exercise 17.4's letters)
@@ -641,14 +650,14 @@ def tried_shows(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
         return f"{float(r['median']):.0f} µs (p10–p90 {r['p10']:.0f}–{r['p90']:.0f})"
 
     tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
-    pf_tile, pf_stage = (tried_step(rows, preset, batch, waits=w, prefetch=True)
-                         for w in ("tile", "stage"))
-    m = (prefetch_moves(rows, preset, batch) if any(r.get("stamped") and r.get("b") == batch
-                                                    and r.get("preset") == preset for r in rows)
-         else {"first_stage": float("nan"), "later": float("nan")})
+    (pf_tile, _), (pf_stage, _) = _prefetch_pairs(rows, preset, batch)
+    try:
+        m = prefetch_moves(rows, preset, batch)
+    except KeyError:  # no stage tables at this batch size
+        m = {"first_stage": float("nan"), "later": float("nan")}
     timed = _timed(rows, preset, batch)
-    plain = next(r for r in timed if r["step"] == "kernels")
-    fastest = min((r for r in timed if r["step"] != "kernels"), key=lambda r: r["median"])
+    plain = _plain(timed)
+    fastest = min((r for r in timed if r is not plain), key=lambda r: r["median"])
     two = tried_step(rows, preset, batch, waits="tile", per_sm=2)
     return {"waits": f"first tile waits {line(stage)}, every tile waits {line(tile)}",
             "plain": f"fastest persistent variant {line(fastest)}, plain kernels {line(plain)}",
