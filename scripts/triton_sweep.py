@@ -4,7 +4,9 @@ step with the heuristic's tiles and with each candidate change, each captured in
 and replayed in turn (``time_cuda_interleaved``), after checking the bf16 logits against the
 readable step's; then the per-kernel profile of the heuristic. Prints one JSON line each.
 
-    python scripts/triton_sweep.py [--schedule persistent|prefetch] [PRESET ...] > sweep.jsonl
+    python scripts/triton_sweep.py [--schedule persistent|prefetch] [--sizes 1,8,64] [PRESET ...]
+
+(one JSON line each on standard output; ``--sizes``: the persistent schedules' batch sizes).
 
 With ``--schedule persistent`` it sweeps the persistent step instead (``PERSISTENT``: more
 warps, wider tiles, two programs per SM, one stripe per program per stage), beside the plain
@@ -59,13 +61,14 @@ PERSISTENT = [({}, 1, False, False, "tile"), ({"warps": 8}, 1, False, False, "ti
               ({"warps": 16}, 1, True, False, "tile"), ({"warps": 8}, 2, True, False, "tile")]
 #: ``--schedule prefetch``: (tiles, programs per SM, stripes, prefetch, waits): the
 #: heuristic's tiles with every tile waiting, then with only a stage's first tile waiting,
-#: without and with the prefetch; the same at two programs per SM; stripes (one per program,
-#: or cut for two per SM) with the prefetch
+#: without and with the prefetch; the same at two programs per SM (each wait) and at four;
+#: stripes (one per program, or cut for two per SM) with the prefetch
 PREFETCH = [({}, 1, False, False, "tile"), ({}, 1, False, True, "tile"),
             ({}, 1, False, False, "stage"), ({}, 1, False, True, "stage"),
-            ({}, 2, False, False, "tile"), ({}, 2, False, True, "stage"),
-            ({}, 1, True, False, "tile"), ({}, 1, True, True, "stage"),
-            ({}, 2, True, True, "stage")]
+            ({}, 2, False, False, "tile"), ({}, 2, False, False, "stage"),
+            ({}, 2, False, True, "stage"), ({}, 4, False, False, "stage"),
+            ({}, 1, True, False, "tile"),
+            ({}, 1, True, True, "stage"), ({}, 2, True, True, "stage")]
 #: stamped replays per batch size for ``--schedule prefetch``'s stage tables
 STAMPED = 10
 
@@ -125,12 +128,12 @@ def sweep(name: str) -> None:
     torch.cuda.empty_cache()
 
 
-def sweep_persistent(name: str, table: list = PERSISTENT) -> None:
+def sweep_persistent(name: str, table: list = PERSISTENT, sizes: tuple = PROFILED) -> None:
     """The persistent step's candidates (``table``) beside the plain kernels, per batch
-    size of ``PROFILED``, replayed in turn; each checked against the readable step first."""
+    size of ``sizes``, replayed in turn; each checked against the readable step first."""
     model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
     sm = torch.cuda.get_device_properties(model.device).multi_processor_count
-    for b in PROFILED:
+    for b in sizes:
         inputs = step_inputs(model, b, context=128)
         plain = make_triton_step(model)
         candidates = []
@@ -178,12 +181,15 @@ def stage_tables(model, name: str, b: int, inputs, plain) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     chosen = "kernels"
+    sizes = PROFILED
     if args[:1] == ["--schedule"]:
         chosen, args = args[1], args[2:]
+    if args[:1] == ["--sizes"]:  # the persistent schedules' batch sizes
+        sizes, args = tuple(int(v) for v in args[1].split(",")), args[2:]
     for preset_name in args or ["gpt2", "small"]:
         if chosen == "persistent":
-            sweep_persistent(preset_name)
+            sweep_persistent(preset_name, sizes=sizes)
         elif chosen == "prefetch":
-            sweep_persistent(preset_name, PREFETCH)
+            sweep_persistent(preset_name, PREFETCH, sizes)
         else:
             sweep(preset_name)
