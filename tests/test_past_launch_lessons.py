@@ -501,6 +501,70 @@ def test_the_sweep_of_the_two_changes_and_its_checks():
 
 
 
+def fake_sizes(small8_stage: float = 84.0, four64: float = 196.0) -> list[dict]:
+    """Lines of two prefetch sweeps at three sizes (made-up numbers): gpt2 at batch 1 without
+    the per-SM candidates, small at 8 (four per SM refused) and at 64."""
+    def at(preset, b, step, median, **kw):
+        return {**_line(step, median, **kw), "preset": preset, "b": b}
+
+    def cand(preset, b, median, waits, per_sm=1):
+        return at(preset, b, "p", median, per_sm=per_sm, stripes=False, prefetch=False,
+                  waits=waits)
+
+    return [at("gpt2", 1, "kernels", 300.0), cand("gpt2", 1, 478.0, "tile"),
+            cand("gpt2", 1, 448.0, "stage"),
+            at("small", 64, "kernels", 153.0), cand("small", 64, 221.0, "tile"),
+            cand("small", 64, 218.0, "stage"), cand("small", 64, 180.0, "stage", 2),
+            cand("small", 64, four64, "stage", 4),
+            {"preset": "small", "b": 8, "cand": {}, "per_sm": 4, "stripes": False,
+             "prefetch": False, "waits": "stage",
+             "error": "RuntimeError('Triton Error [CUDA]: too many blocks in cooperative "
+                      "launch')"},
+            at("small", 8, "kernels", 85.0), cand("small", 8, 80.0, "tile"),
+            cand("small", 8, small8_stage, "stage"), cand("small", 8, 100.0, "stage", 2)]
+
+
+def test_every_size_of_the_two_sweeps_and_its_checks():
+    rows = fake_sizes()
+    assert lp.tried_sizes(rows) == [("gpt2", 1), ("small", 8), ("small", 64)]
+    assert lp.wait_verdicts(rows) == {"gpt2 at batch 1": "faster",
+                                      "small at batch 8": "slower",
+                                      "small at batch 64": "faster"}
+    assert lp.wait_verdicts(fake_sizes(small8_stage=80.5))["small at batch 8"] == \
+        "within the spread"
+    # gpt2 at batch 1 has no per-SM candidates: it is left out, not guessed
+    assert lp.four_per_sm(rows) == {"small at batch 8": "refused", "small at batch 64": "slower"}
+    assert lp.four_per_sm_slower(rows)
+    assert not lp.four_per_sm_slower(fake_sizes(four64=181.0))       # within the spread
+    assert lp.four_per_sm(fake_sizes(four64=170.0))["small at batch 64"] == "faster"
+    assert lp.beats_plain(rows) == ["small at batch 8"]
+    assert lp.beats_plain(fake_sizes(small8_stage=86.0)) == ["small at batch 8"]
+    table = lp.sizes_table(rows)
+    assert [(r["model"], r["batch"], r["one wait per stage is"]) for r in table] == [
+        ("gpt2", 1, "faster"), ("small", 8, "slower"), ("small", 64, "faster")]
+    assert table[0]["2 per SM"] == "not tried" and table[1]["4 per SM"] == "refused"
+    assert table[2]["4 per SM"] == 196.0 and table[1]["fastest persistent × plain"] == 0.94
+    shows = lp.sizes_shows(rows)
+    assert shows["plain"] == "faster than the plain kernels at: small at batch 8"
+    assert shows["four"] == ("four programs per SM against two: small at batch 8: refused; "
+                             "small at batch 64: slower")
+
+
+def test_the_filed_sweeps_hold_disjoint_sizes():
+    first, more = ({(r["preset"], r["b"]) for r in lines if "preset" in r}
+                   for lines in (_lines(lp.TRIED_FILE), _lines(lp.TRIED_MORE_FILE)))
+    assert first and more and not first & more
+    assert len(lp.tried()) == sum(len(_lines(f)) for f in (lp.TRIED_FILE, lp.TRIED_MORE_FILE))
+
+
+def _lines(name: str) -> list[dict]:
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "data" / name
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
 def test_17_4_is_graded_by_the_sweep(strict):
     rows = fake_tried()
     assert lp.which_helps(rows) == "b"

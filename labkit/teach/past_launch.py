@@ -456,14 +456,21 @@ def stamps_cost_text(record: Any) -> str:
 
 #: the sweep that timed them (exploratory, not a reference: see data/sweeps/README.md)
 TRIED_FILE = "sweeps/h100-80gb-hbm3/persistent_prefetch.jsonl"
-#: the GPU it ran on, as the notebook names it
+#: its second run, on the same GPU: the sizes the first did not reach (gpt2 at batch 64, small
+#: at 1, 8 and 64), with two programs per SM waiting once per stage, and four
+TRIED_MORE_FILE = "sweeps/h100-80gb-hbm3/persistent_prefetch_2.jsonl"
+#: the GPU they ran on, as the notebook names it
 TRIED_GPU = "H100 80GB HBM3"
 
 
 def tried() -> list[dict[str, Any]]:
-    """The lines of :data:`TRIED_FILE`."""
-    with open(_sweep(TRIED_FILE), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The lines of :data:`TRIED_FILE`, then those of :data:`TRIED_MORE_FILE` (no batch size
+    of a preset is in both)."""
+    rows = []
+    for name in (TRIED_FILE, TRIED_MORE_FILE):
+        with open(_sweep(name), encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return rows
 
 
 def _timed(rows: Sequence[Mapping[str, Any]], preset: str, batch: int) -> list[Mapping]:
@@ -666,6 +673,127 @@ def tried_shows(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                         f"tile waits: {line(pf_stage)} with, {line(stage)} without",
             "stages": f"stage 1 {m['first_stage']:+.1f} µs per layer, stages 2-5 together "
                       f"{-m['later']:+.1f} µs per layer"}
+
+
+# ---------------------------------------------------------------------- every size
+# The default chosen at one size (gpt2, batch 1) against every size the two sweeps timed.
+
+def tried_sizes(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    """``(preset, batch)`` of every size the sweeps timed: gpt2 first, then by batch."""
+    seen = {(str(r["preset"]), int(r["b"])) for r in rows if "median" in r}
+    return sorted(seen, key=lambda s: (s[0] != "gpt2", s[0], s[1]))
+
+
+def _size(preset: str, batch: int) -> str:
+    return f"{preset} at batch {batch}"
+
+
+def wait_once_verdict(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                      batch: int = 1) -> str:
+    """How waiting once per stage compares with waiting at every tile (one program per SM, no
+    prefetch): ``"faster"`` or ``"slower"`` beyond the spreads, else ``"within the spread"``."""
+    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
+    if _beyond(tile, stage):
+        return "faster"
+    return "slower" if _beyond(stage, tile) else "within the spread"
+
+
+def wait_verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """:func:`wait_once_verdict` at every size, keyed ``"gpt2 at batch 1"``."""
+    return {_size(p, b): wait_once_verdict(rows, p, b) for p, b in tried_sizes(rows)}
+
+
+def _per_sm(rows: Sequence[Mapping[str, Any]], preset: str, batch: int,
+            per_sm: int) -> Mapping[str, Any] | str | None:
+    """The line of ``per_sm`` programs per SM waiting once per stage (no prefetch, no stripes),
+    ``"refused"`` where its launch failed, ``None`` where the sweep did not try it."""
+    try:
+        return tried_step(rows, preset, batch, waits="stage", per_sm=per_sm)
+    except KeyError:
+        pass
+    for r in rows:
+        if (r.get("preset"), r.get("b"), r.get("per_sm"), r.get("waits"), r.get("prefetch"),
+                r.get("stripes")) == (preset, batch, per_sm, "stage", False, False) \
+                and "error" in r:
+            return "refused"
+    return None
+
+
+def four_per_sm(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Four programs per SM against two (both waiting once per stage), at every size the sweep
+    tried both: ``"slower"`` / ``"faster"`` beyond the spreads, ``"within the spread"``, or
+    ``"refused"`` where the cooperative launch refused four."""
+    out = {}
+    for p, b in tried_sizes(rows):
+        two, four = _per_sm(rows, p, b, 2), _per_sm(rows, p, b, 4)
+        if not isinstance(two, Mapping) or four is None:
+            continue
+        if isinstance(four, str):
+            out[_size(p, b)] = four
+        elif _beyond(four, two):
+            out[_size(p, b)] = "slower"
+        else:
+            out[_size(p, b)] = "faster" if _beyond(two, four) else "within the spread"
+    return out
+
+
+def four_per_sm_slower(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Wherever the GPU ran four programs per SM they were slower than two, beyond the spreads
+    (and the sweep ran them somewhere)."""
+    verdicts = four_per_sm(rows)
+    return "slower" in verdicts.values() and set(verdicts.values()) <= {"slower", "refused"}
+
+
+def _fastest_persistent(timed: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    plain = _plain(timed)
+    return min((r for r in timed if r is not plain), key=lambda r: r["median"])
+
+
+def beats_plain(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The sizes where some persistent variant is faster than the plain kernels, beyond the
+    spreads."""
+    out = []
+    for p, b in tried_sizes(rows):
+        timed = _timed(rows, p, b)
+        if _beyond(_plain(timed), _fastest_persistent(timed)):
+            out.append(_size(p, b))
+    return out
+
+
+def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per size the sweeps timed: the plain kernels, the persistent step waiting at every tile
+    and once per stage (one program per SM) with :func:`wait_once_verdict`, two and four
+    programs per SM waiting once per stage, and the fastest persistent variant's ratio to the
+    plain kernels (µs, medians)."""
+    def cell(line: Mapping[str, Any] | str | None) -> Any:
+        if line is None:
+            return "not tried"
+        return line if isinstance(line, str) else _r(line["median"])
+
+    out = []
+    for p, b in tried_sizes(rows):
+        timed = _timed(rows, p, b)
+        plain = _plain(timed)
+        out.append({
+            "model": p, "batch": b, "plain kernels": _r(plain["median"]),
+            "every tile waits": cell(tried_step(rows, p, b, waits="tile")),
+            "first tile waits": cell(tried_step(rows, p, b, waits="stage")),
+            "one wait per stage is": wait_once_verdict(rows, p, b),
+            "2 per SM": cell(_per_sm(rows, p, b, 2)), "4 per SM": cell(_per_sm(rows, p, b, 4)),
+            "fastest persistent × plain": _r(float(_fastest_persistent(timed)["median"])
+                                             / float(plain["median"]), 2)})
+    return out
+
+
+def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The figures behind each statement about every size (``waits``, ``four``, ``plain``)."""
+    def listed(verdicts: Mapping[str, str]) -> str:
+        return "; ".join(f"{k}: {v}" for k, v in verdicts.items())
+
+    return {"waits": "one wait per stage against one per tile: " + listed(wait_verdicts(rows)),
+            "four": "four programs per SM against two: " + listed(four_per_sm(rows)),
+            "plain": "faster than the plain kernels at: " + (", ".join(beats_plain(rows))
+                                                             or "no size")}
 
 
 # ---------------------------------------------------------------------- the compiled wait
