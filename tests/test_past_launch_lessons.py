@@ -538,13 +538,28 @@ def test_every_size_of_the_two_sweeps_and_its_checks():
     assert not lp.four_per_sm_slower(fake_sizes(four64=181.0))       # within the spread
     assert lp.four_per_sm(fake_sizes(four64=170.0))["small at batch 64"] == "faster"
     assert lp.beats_plain(rows) == ["small at batch 8"]
-    assert lp.beats_plain(fake_sizes(small8_stage=86.0)) == ["small at batch 8"]
+    # 80 against 85 is -5.9%: no longer a win once two captures of the same waits differ by 7.5%
+    assert lp.beats_plain(fake_sizes(small8_stage=86.0)) == []
     table = lp.sizes_table(rows)
     assert [(r["model"], r["batch"], r["one wait per stage is"]) for r in table] == [
         ("gpt2", 1, "faster"), ("small", 8, "slower"), ("small", 64, "faster")]
     assert table[0]["2 per SM"] == "not tried" and table[1]["4 per SM"] == "refused"
     assert table[2]["4 per SM"] == 196.0 and table[1]["fastest persistent × plain"] == 0.94
+    # which sizes give programs a later tile is the heuristic's (132 SMs), not the sweep's
+    assert [lp.later_tiles(p, b) for p, b in lp.tried_sizes(rows)] == [2, 0, 0]
+    assert lp.later_tiles("gpt2", 64) == 1 and lp.later_tiles("small", 1) == 3
+    assert lp.wait_sizes(rows, later=True) == {"gpt2 at batch 1": "faster"}
+    assert lp.wait_sizes(rows, later=False) == {"small at batch 8": "slower",
+                                                "small at batch 64": "faster"}
+    assert lp.wait_faster_where_it_acts(rows) and lp.same_waits_both_ways(rows)
+    assert not lp.same_waits_both_ways(fake_sizes(small8_stage=80.5))
+    assert lp.wait_ratio(rows, "small", 8) == pytest.approx(1.05)
+    assert lp.capture_noise(rows) == pytest.approx(0.05)
+    assert lp.wins_beyond_noise(rows) == ["gpt2 at batch 1"]             # 448/478: -6.3%
+    assert lp.wins_beyond_noise(fake_sizes(small8_stage=90.0)) == []      # +12.5% floor
     shows = lp.sizes_shows(rows)
+    assert shows["noise"] == ("largest difference where the waits are the same 5.0%; one wait "
+                              "per stage over one per tile where it acts: gpt2 at batch 1 -6.3%")
     assert shows["plain"] == "faster than the plain kernels at: small at batch 8"
     assert shows["four"] == ("four programs per SM against two: small at batch 8: refused; "
                              "small at batch 64: slower")

@@ -26,7 +26,8 @@ from labkit.roofline.kernel_plan import kernel_plan, kernels_per_step, plan_tota
 from labkit.measure import triton_bench
 from labkit.model import GPTConfig, build_model, generate, preset
 from labkit.roofline.stepcost import step_bytes
-from labkit.kernels.step import PDL_MODES, WAITS, Blocks, choose_blocks, make_triton_step
+from labkit.kernels.step import (PDL_MODES, WAITS, Blocks, choose_blocks, gpu_launches,
+                                 make_triton_step, stage_tiles)
 
 #: the kernels of a step: the plan's rows name them
 step_kernels = {r["kernel"] for r in kernel_plan(preset("small"), 1, 1)}
@@ -574,6 +575,26 @@ def test_attention_splits_follow_the_row_head_pairs_on_the_gpu():
     assert choose_blocks(m, 64, sm_count=132).splits == 1  # 768 pairs fill the GPU
     assert choose_blocks(m, 64, sm_count=132).rows == 16
     assert choose_blocks(m, 1, sm_count=132).rows == 1
+
+
+def test_stage_tiles_are_the_tiles_of_the_persistent_launch():
+    # the counts notebook 17 reads (labkit.teach.past_launch.later_tiles) without a model
+    assert stage_tiles(preset("gpt2", max_seq=256), 1, 132) == {
+        "qkv": 288, "out": 384, "up": 384, "down": 384}   # 2, 1 and 2 columns a tile, one row
+    assert stage_tiles(preset("small", max_seq=256), 64, 132) == {
+        "qkv": 48, "out": 64, "up": 64, "down": 64}       # 16-row tiles: 4 row tiles
+
+
+@needs_triton
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_stage_tiles_match_the_planned_layer_launch(batch):
+    m = build_model(GPTConfig(vocab_size=64, n_layer=1, n_head=12, d_model=96, max_batch=64,
+                              max_seq=256, dtype="bfloat16"))
+    layer = gpu_launches(m, batch, sm_count=132, schedule="persistent")[0]
+    c = layer.constants
+    tiles = stage_tiles(m.cfg, batch, 132)
+    assert tiles == {"qkv": c["QKV_COLS"] * c["ROW_TILES"], "out": c["OUT_COLS"] * c["ROW_TILES"],
+                     "up": c["UP_COLS"] * c["ROW_TILES"], "down": c["OUT_COLS"] * c["ROW_TILES"]}
 
 
 def test_kernels_per_step():

@@ -45,11 +45,12 @@ import torch
 from labkit import kernels
 from labkit.checks import as_int
 from labkit.step_checks import check_choice
-from labkit.model import TinyGPT
+from labkit.model import GPTConfig, TinyGPT
 
 __all__ = ["PDL_MODES", "SCHEDULES", "WAITS", "Blocks", "Launch", "PdlMode", "Schedule",
-           "TritonStep", "Waits", "choose_blocks", "gpu_launches", "kernels_per_step",
-           "make_triton_step", "stripes", "unavailable_reason"]
+           "TritonStep", "Waits", "choose_blocks", "config_blocks", "gpu_launches",
+           "kernels_per_step", "make_triton_step", "stage_tiles", "stripes",
+           "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
 
@@ -153,7 +154,13 @@ def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
     ``data/sweeps/h200/``). Attention is split to about two programs per SM, at most
     :data:`MAX_SPLITS` splits.
     Interpreter (programs run one by one): fewer, larger tiles."""
-    cfg = model.cfg
+    sm = sm_count or (1 if interpret else _sm_count(model.device))
+    return config_blocks(model.cfg, batch, sm, interpret=interpret)
+
+
+def config_blocks(cfg: GPTConfig, batch: int, sm_count: int, *,
+                  interpret: bool = False) -> Blocks:
+    """:func:`choose_blocks` for a configuration on a GPU of ``sm_count`` SMs (no model)."""
     d = cfg.d_model
     rows = _pow2(batch) if batch <= CUDA_CORE_ROWS else 16
     if interpret:
@@ -161,7 +168,7 @@ def choose_blocks(model: TinyGPT, batch: int, *, interpret: bool = False,
         splits = max(1, min(_cdiv(cfg.max_seq, t), _cdiv(2, batch * cfg.n_head)))
         return Blocks(rows=rows, n=n, n_out=n, k=k, head_n=64, t=t, splits=splits, warps=4)
     itemsize = torch.empty((), dtype=cfg.torch_dtype).element_size()
-    sm = sm_count or _sm_count(model.device)
+    sm = sm_count
     if batch <= CUDA_CORE_ROWS:
         n = _columns(3 * d, 2 * sm)
         n_out = _columns(d, 2 * sm)
@@ -205,6 +212,17 @@ def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 1
+
+
+def stage_tiles(cfg: GPTConfig, batch: int, sm_count: int) -> dict[str, int]:
+    """Tiles of each matrix stage of a persistent layer launch (the heuristic's tiles, no
+    stripes) for ``batch`` rows on a GPU of ``sm_count`` SMs: ``qkv``, ``out`` (the
+    out-projection), ``up`` and ``down``. One program per SM takes ``ceil(tiles / sm_count)``
+    of a stage; with ``waits=`` only its tiles after the first differ."""
+    bl = config_blocks(cfg, batch, sm_count)
+    rows, d = _cdiv(batch, bl.rows), cfg.d_model
+    return {"qkv": _cdiv(3 * d, bl.n) * rows, "out": _cdiv(d, bl.n_out) * rows,
+            "up": _cdiv(4 * d, bl.n) * rows, "down": _cdiv(d, bl.n_out) * rows}
 
 
 @dataclass

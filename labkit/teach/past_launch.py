@@ -19,7 +19,8 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.kernels.step import kernels_per_step
+from labkit.kernels.step import kernels_per_step, stage_tiles
+from labkit.model import preset as model_preset
 from labkit.measure.fidelity import kl_limit
 from labkit.roofline.while_node import version_tuple
 from labkit.support.paths import data_dir, repo_root
@@ -688,6 +689,67 @@ def _size(preset: str, batch: int) -> str:
     return f"{preset} at batch {batch}"
 
 
+#: SMs of the sweeps' GPU (an H100 80GB HBM3; an H200 has as many): one program each
+TRIED_SMS = 132
+
+
+def later_tiles(preset: str, batch: int, sm_count: int = TRIED_SMS) -> int:
+    """Most tiles a program takes after its first in one of the stages that wait at a barrier
+    for their inputs and have weights (out-projection, up, down), one program per SM and the
+    heuristic's tiles (:func:`labkit.kernels.step.stage_tiles`, the sweep's model shape). Only
+    these tiles differ between ``waits="tile"`` and ``waits="stage"``: at 0 both run the same
+    waits."""
+    cfg = model_preset(preset, max_batch=64, max_seq=256, dtype="bfloat16")
+    tiles = stage_tiles(cfg, batch, sm_count)
+    return max(-(-tiles[k] // sm_count) for k in ("out", "up", "down")) - 1
+
+
+def wait_sizes(rows: Sequence[Mapping[str, Any]], *, later: bool) -> dict[str, str]:
+    """:func:`wait_verdicts` at the sizes where programs have tiles after their first
+    (``later=True``: where the two waits differ) or have none (``False``: where they run the
+    same waits, so a verdict there measures two compiled kernels, each captured on its own)."""
+    return {_size(p, b): wait_once_verdict(rows, p, b) for p, b in tried_sizes(rows)
+            if (later_tiles(p, b) > 0) == later}
+
+
+def wait_faster_where_it_acts(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Waiting once per stage is faster, beyond the spreads, at every size where programs have
+    tiles after their first (and there is such a size)."""
+    acts = wait_sizes(rows, later=True)
+    return bool(acts) and set(acts.values()) == {"faster"}
+
+
+def wait_ratio(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2", batch: int = 1) -> float:
+    """The persistent step waiting once per stage over waiting at every tile (medians; one
+    program per SM, no prefetch)."""
+    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
+    return float(stage["median"]) / float(tile["median"])
+
+
+def capture_noise(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The largest relative difference between the two waits where they run the same
+    instructions (no later tiles): what two compiled and captured kernels differ by with no
+    change between them that runs; 0 without such a size."""
+    return max((abs(wait_ratio(rows, p, b) - 1) for p, b in tried_sizes(rows)
+                if later_tiles(p, b) == 0), default=0.0)
+
+
+def wins_beyond_noise(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The sizes where waiting once per stage acts (later tiles) and saves more than
+    :func:`capture_noise`."""
+    noise = capture_noise(rows)
+    return [_size(p, b) for p, b in tried_sizes(rows)
+            if later_tiles(p, b) > 0 and wait_ratio(rows, p, b) < 1 - noise]
+
+
+def same_waits_both_ways(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Where the two waits run the same instructions, the sweep still finds one faster at one
+    size and slower at another, beyond the spreads: the difference between two compiled and
+    captured kernels, which the within-capture spread does not cover."""
+    same = set(wait_sizes(rows, later=False).values())
+    return {"faster", "slower"} <= same
+
+
 def wait_once_verdict(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                       batch: int = 1) -> str:
     """How waiting once per stage compares with waiting at every tile (one program per SM, no
@@ -751,18 +813,20 @@ def _fastest_persistent(timed: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]
 
 def beats_plain(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The sizes where some persistent variant is faster than the plain kernels, beyond the
-    spreads."""
-    out = []
+    spreads and by more than :func:`capture_noise`."""
+    noise, out = capture_noise(rows), []
     for p, b in tried_sizes(rows):
         timed = _timed(rows, p, b)
-        if _beyond(_plain(timed), _fastest_persistent(timed)):
+        plain, fastest = _plain(timed), _fastest_persistent(timed)
+        if _beyond(plain, fastest) and fastest["median"] < (1 - noise) * plain["median"]:
             out.append(_size(p, b))
     return out
 
 
 def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per size the sweeps timed: the plain kernels, the persistent step waiting at every tile
-    and once per stage (one program per SM) with :func:`wait_once_verdict`, two and four
+    """Per size the sweeps timed: :func:`later_tiles`, the plain kernels, the persistent step
+    waiting at every tile and once per stage (one program per SM) with
+    :func:`wait_once_verdict`, two and four
     programs per SM waiting once per stage, and the fastest persistent variant's ratio to the
     plain kernels (µs, medians)."""
     def cell(line: Mapping[str, Any] | str | None) -> Any:
@@ -775,10 +839,12 @@ def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         timed = _timed(rows, p, b)
         plain = _plain(timed)
         out.append({
-            "model": p, "batch": b, "plain kernels": _r(plain["median"]),
+            "model": p, "batch": b, "later tiles per program": later_tiles(p, b),
+            "plain kernels": _r(plain["median"]),
             "every tile waits": cell(tried_step(rows, p, b, waits="tile")),
             "first tile waits": cell(tried_step(rows, p, b, waits="stage")),
             "one wait per stage is": wait_once_verdict(rows, p, b),
+            "first ÷ every": _r(wait_ratio(rows, p, b), 3),
             "2 per SM": cell(_per_sm(rows, p, b, 2)), "4 per SM": cell(_per_sm(rows, p, b, 4)),
             "fastest persistent × plain": _r(float(_fastest_persistent(timed)["median"])
                                              / float(plain["median"]), 2)})
@@ -786,11 +852,19 @@ def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The figures behind each statement about every size (``waits``, ``four``, ``plain``)."""
+    """The figures behind each statement about every size (``waits``, ``same``, ``noise``,
+    ``four``, ``plain``)."""
     def listed(verdicts: Mapping[str, str]) -> str:
         return "; ".join(f"{k}: {v}" for k, v in verdicts.items())
 
-    return {"waits": "one wait per stage against one per tile: " + listed(wait_verdicts(rows)),
+    return {"waits": "one wait per stage against one per tile, where programs have later "
+                     "tiles: " + listed(wait_sizes(rows, later=True)),
+            "same": "where they have none: " + listed(wait_sizes(rows, later=False)),
+            "noise": f"largest difference where the waits are the same "
+                     f"{capture_noise(rows):.1%}; one wait per stage over one per tile where "
+                     "it acts: " + "; ".join(
+                         f"{_size(p, b)} {wait_ratio(rows, p, b) - 1:+.1%}"
+                         for p, b in tried_sizes(rows) if later_tiles(p, b) > 0),
             "four": "four programs per SM against two: " + listed(four_per_sm(rows)),
             "plain": "faster than the plain kernels at: " + (", ".join(beats_plain(rows))
                                                              or "no size")}
