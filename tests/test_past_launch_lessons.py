@@ -498,6 +498,9 @@ def test_the_sweep_of_the_two_changes_and_its_checks():
     assert shows["stages"] == "stage 1 +2.5 µs per layer, stages 2-5 together -1.2 µs per layer"
     with pytest.raises(KeyError, match="no candidate"):
         lp.tried_step(rows, waits="stage", per_sm=2)
+    assert {k: round(v, 3) for k, v in lp.batch1_beyond_noise(rows).items()} == {
+        "prefetch, every tile waits": 0.046, "prefetch, first tile waits": 0.049,
+        "one program per SM against two": 0.125, "every tile waits against the first": 0.067}
 
 
 
@@ -561,6 +564,8 @@ def test_every_size_of_the_two_sweeps_and_its_checks():
     assert shows["noise"] == ("largest difference where the waits are the same 5.0%; one wait "
                               "per stage over one per tile where it acts: gpt2 at batch 1 -6.3%")
     assert shows["plain"] == "faster than the plain kernels at: small at batch 8"
+    assert shows["batch1"] == ("floor 5.0%; gpt2 at batch 1: every tile waits against the "
+                               "first +6.7%")    # no prefetch or per-SM lines at batch 1 here
     assert shows["four"] == ("four programs per SM against two: small at batch 8: refused; "
                              "small at batch 64: slower")
 

@@ -742,6 +742,32 @@ def wins_beyond_noise(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             if later_tiles(p, b) > 0 and wait_ratio(rows, p, b) < 1 - noise]
 
 
+def batch1_beyond_noise(rows: Sequence[Mapping[str, Any]],
+                        preset: str = "gpt2") -> dict[str, float]:
+    """The relative differences behind the verdicts on ``preset`` at batch 1 (slower over
+    faster, minus 1): the prefetch with each wait, two programs per SM against one, and one
+    wait per stage, those the sweep timed; each a verdict between two kernels captured once,
+    to hold against :func:`capture_noise`."""
+    def ratio(slow: Mapping[str, Any], fast: Mapping[str, Any]) -> float:
+        return float(slow["median"]) / float(fast["median"]) - 1
+
+    def line(**kw: Any) -> Mapping[str, Any]:
+        return tried_step(rows, preset, 1, **kw)
+
+    pairs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "prefetch, every tile waits": ({"waits": "tile", "prefetch": True}, {"waits": "tile"}),
+        "prefetch, first tile waits": ({"waits": "stage", "prefetch": True}, {"waits": "stage"}),
+        "one program per SM against two": ({"waits": "tile"}, {"waits": "tile", "per_sm": 2}),
+        "every tile waits against the first": ({"waits": "tile"}, {"waits": "stage"})}
+    out = {}
+    for label, (slow, fast) in pairs.items():
+        try:
+            out[label] = ratio(line(**slow), line(**fast))
+        except KeyError:  # a sweep without that candidate
+            continue
+    return out
+
+
 def same_waits_both_ways(rows: Sequence[Mapping[str, Any]]) -> bool:
     """Where the two waits run the same instructions, the sweep still finds one faster at one
     size and slower at another, beyond the spreads: the difference between two compiled and
@@ -853,7 +879,7 @@ def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The figures behind each statement about every size (``waits``, ``same``, ``noise``,
-    ``four``, ``plain``)."""
+    ``batch1``, ``four``, ``plain``)."""
     def listed(verdicts: Mapping[str, str]) -> str:
         return "; ".join(f"{k}: {v}" for k, v in verdicts.items())
 
@@ -865,6 +891,8 @@ def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
                      "it acts: " + "; ".join(
                          f"{_size(p, b)} {wait_ratio(rows, p, b) - 1:+.1%}"
                          for p, b in tried_sizes(rows) if later_tiles(p, b) > 0),
+            "batch1": f"floor {capture_noise(rows):.1%}; gpt2 at batch 1: " + "; ".join(
+                f"{k} {v:+.1%}" for k, v in batch1_beyond_noise(rows).items()),
             "four": "four programs per SM against two: " + listed(four_per_sm(rows)),
             "plain": "faster than the plain kernels at: " + (", ".join(beats_plain(rows))
                                                              or "no size")}
