@@ -530,10 +530,10 @@ def fake_sizes(small8_stage: float = 84.0, four64: float = 196.0) -> list[dict]:
 def test_every_size_of_the_two_sweeps_and_its_checks():
     rows = fake_sizes()
     assert lp.tried_sizes(rows) == [("gpt2", 1), ("small", 8), ("small", 64)]
-    assert lp.wait_verdicts(rows) == {"gpt2 at batch 1": "faster",
+    assert lp.wait_sizes(rows) == {"gpt2 at batch 1": "faster",
                                       "small at batch 8": "slower",
                                       "small at batch 64": "faster"}
-    assert lp.wait_verdicts(fake_sizes(small8_stage=80.5))["small at batch 8"] == \
+    assert lp.wait_sizes(fake_sizes(small8_stage=80.5))["small at batch 8"] == \
         "within the spread"
     # gpt2 at batch 1 has no per-SM candidates: it is left out, not guessed
     assert lp.four_per_sm(rows) == {"small at batch 8": "refused", "small at batch 64": "slower"}

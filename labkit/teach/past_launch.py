@@ -704,12 +704,14 @@ def later_tiles(preset: str, batch: int, sm_count: int = TRIED_SMS) -> int:
     return max(-(-tiles[k] // sm_count) for k in ("out", "up", "down")) - 1
 
 
-def wait_sizes(rows: Sequence[Mapping[str, Any]], *, later: bool) -> dict[str, str]:
-    """:func:`wait_verdicts` at the sizes where programs have tiles after their first
-    (``later=True``: where the two waits differ) or have none (``False``: where they run the
-    same waits, so a verdict there measures two compiled kernels, each captured on its own)."""
+def wait_sizes(rows: Sequence[Mapping[str, Any]], *,
+               later: bool | None = None) -> dict[str, str]:
+    """:func:`wait_once_verdict` per size, keyed ``"gpt2 at batch 1"``: at every size the
+    sweeps timed, or only where programs have tiles after their first (``later=True``: where
+    the two waits differ) or have none (``False``: where they run the same waits, so a verdict
+    there measures two compiled kernels, each captured on its own)."""
     return {_size(p, b): wait_once_verdict(rows, p, b) for p, b in tried_sizes(rows)
-            if (later_tiles(p, b) > 0) == later}
+            if later is None or (later_tiles(p, b) > 0) == later}
 
 
 def wait_faster_where_it_acts(rows: Sequence[Mapping[str, Any]]) -> bool:
@@ -784,11 +786,6 @@ def wait_once_verdict(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
     if _beyond(tile, stage):
         return "faster"
     return "slower" if _beyond(stage, tile) else "within the spread"
-
-
-def wait_verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """:func:`wait_once_verdict` at every size, keyed ``"gpt2 at batch 1"``."""
-    return {_size(p, b): wait_once_verdict(rows, p, b) for p, b in tried_sizes(rows)}
 
 
 def _per_sm(rows: Sequence[Mapping[str, Any]], preset: str, batch: int,
