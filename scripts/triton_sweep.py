@@ -20,6 +20,7 @@ waiting at the barrier (``waits=``), then the stage tables of its clock stamps
 beside it that of ``--schedule persistent`` (see data/sweeps/README.md).
 """
 import json
+import statistics
 import sys
 import time
 
@@ -156,24 +157,20 @@ def stage_tables(model, name: str, b: int, inputs, plain) -> None:
     and no prefetch, then only a stage's first tile waiting, then that with the prefetch:
     ``STAMPED`` replays each, one JSON line per stage table (µs per layer), the plain
     kernels' profile beside it."""
-    from labkit.measure.past_launch import plain_kernel_us, stage_rows, stage_split
+    from labkit.measure.past_launch import (plain_kernel_us, stage_rows, stage_split,
+                                            stamped_replays)
 
     per_layer, head = plain_kernel_us(plain, inputs, model.cfg.n_layer)
     for prefetch, waits in ((False, "tile"), (False, "stage"), (True, "stage")):
         step = make_triton_step(model, schedule="persistent", stamps=True, prefetch=prefetch,
                                 waits=waits)
         gs = captured(model, step, b, inputs)
-        splits = []
-        for _ in range(STAMPED):
-            gs.replay(b)
-            torch.cuda.synchronize()
-            splits.append(stage_split(step.stamps_at(b).tolist()))
+        splits = [stage_split(raw) for raw in stamped_replays(gs, step, b, STAMPED)]
         gs.release()
         rows = stage_rows(splits, per_layer)
         emit(preset=name, b=b, stamped=True, prefetch=prefetch, waits=waits,
              head_us=round(head, 2),
-             gaps_us=round(sorted(g for s in splits for g in s["gaps"])[
-                 len(splits) * (model.cfg.n_layer - 1) // 2], 2),
+             gaps_us=round(statistics.median(g for s in splits for g in s["gaps"]), 2),
              stages=[{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
                      for r in rows])
 

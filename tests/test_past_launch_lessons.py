@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from labkit.teach import past_launch as lp
 from labkit.teach.answers import n17
@@ -343,6 +344,27 @@ def _stamps(layers=2, programs=3, t0=1_000_000):
     return out
 
 
+def test_stamped_replays_read_the_stamps_after_each_replay(monkeypatch):
+    """The record's and the sweep's stamped replays: replay, wait for the GPU, read."""
+    from labkit.measure.past_launch import stamped_replays
+
+    log: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+
+    class Graphs:
+        def replay(self, b):
+            log.append(f"replay {b}")
+
+    class Step:
+        def stamps_at(self, b):
+            log.append("read")
+            return torch.full((1, 1, 6), log.count("read"))
+
+    got = stamped_replays(Graphs(), Step(), 4, 2)
+    assert got == [[[[1] * 6]], [[[2] * 6]]]
+    assert log == ["replay 4", "sync", "read"] * 2
+
+
 def test_stage_split_reads_the_critical_path_and_the_barriers_lateness():
     from labkit.measure.past_launch import STAGES, stage_rows, stage_split
 
@@ -503,7 +525,6 @@ def test_the_sweep_of_the_two_changes_and_its_checks():
         "one program per SM against two": 0.125, "every tile waits against the first": 0.067}
 
 
-
 def fake_sizes(small8_stage: float = 84.0, four64: float = 196.0) -> list[dict]:
     """Lines of two prefetch sweeps at three sizes (made-up numbers): gpt2 at batch 1 without
     the per-SM candidates, small at 8 (four per SM refused) and at 64."""
@@ -530,9 +551,8 @@ def fake_sizes(small8_stage: float = 84.0, four64: float = 196.0) -> list[dict]:
 def test_every_size_of_the_two_sweeps_and_its_checks():
     rows = fake_sizes()
     assert lp.tried_sizes(rows) == [("gpt2", 1), ("small", 8), ("small", 64)]
-    assert lp.wait_sizes(rows) == {"gpt2 at batch 1": "faster",
-                                      "small at batch 8": "slower",
-                                      "small at batch 64": "faster"}
+    assert lp.wait_sizes(rows) == {"gpt2 at batch 1": "faster", "small at batch 8": "slower",
+                                   "small at batch 64": "faster"}
     assert lp.wait_sizes(fake_sizes(small8_stage=80.5))["small at batch 8"] == \
         "within the spread"
     # gpt2 at batch 1 has no per-SM candidates: it is left out, not guessed
@@ -578,8 +598,6 @@ def test_the_filed_sweeps_hold_disjoint_sizes():
 
 
 def _lines(name: str) -> list[dict]:
-    import json
-    from pathlib import Path
     path = Path(__file__).resolve().parents[1] / "data" / name
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip()]

@@ -256,6 +256,18 @@ def stage_rows(splits: Sequence[Mapping], kernel_us: Sequence[Sequence[float]] |
     return rows
 
 
+def stamped_replays(graphs: GraphSet, step: Any, batch: int, n: int) -> list[list]:
+    """``n`` replays of a stamped persistent step's graph (``step``: its
+    ``TritonStep(stamps=True)``) at ``batch`` rows, each one's clock stamps as read after it
+    (:meth:`labkit.kernels.step.TritonStep.stamps_at`: layers x programs x 6 ns)."""
+    out = []
+    for _ in range(n):
+        graphs.replay(batch)
+        torch.cuda.synchronize()
+        out.append(step.stamps_at(batch).tolist())
+    return out
+
+
 def _clock_step(stamps: Sequence[Sequence[Sequence[int]]]) -> int | None:
     """The smallest positive difference between two stamps of one step (ns): the clock's
     resolution as seen (``None``: every stamp equal)."""
@@ -324,10 +336,7 @@ def measure_persistent_stages(preset_name: str = "gpt2",
             gs = graphs["triton_persistent_stamped"]
             gs.copy_inputs(*inputs)
             splits = []
-            for _ in range(stamped_steps):
-                gs.replay(b)
-                torch.cuda.synchronize()
-                raw = stamped.stamps_at(b).tolist()
+            for raw in stamped_replays(gs, stamped, b, stamped_steps):
                 splits.append(stage_split(raw))
                 step_clock = _clock_step(raw)
                 if step_clock is not None:

@@ -484,13 +484,25 @@ def _plain(timed: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return next(r for r in timed if r["step"] == "kernels")
 
 
+def _fastest_persistent(timed: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The fastest persistent line among one batch size's timed lines."""
+    plain = _plain(timed)
+    return min((r for r in timed if r is not plain), key=lambda r: r["median"])
+
+
+def _is(line: Mapping[str, Any], waits: str, prefetch: bool, per_sm: int,
+        stripes: bool) -> bool:
+    """Whether a sweep line is the persistent candidate built this way."""
+    return (line.get("waits"), line.get("prefetch"), line.get("per_sm"),
+            line.get("stripes")) == (waits, prefetch, per_sm, stripes)
+
+
 def tried_step(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2", batch: int = 1, *,
                waits: str = "tile", prefetch: bool = False, per_sm: int = 1,
                stripes: bool = False) -> Mapping[str, Any]:
     """The timed line of one persistent candidate (``KeyError`` if the sweep has none)."""
     for r in _timed(rows, preset, batch):
-        if (r.get("waits"), r.get("prefetch"), r.get("per_sm"), r.get("stripes")) == (
-                waits, prefetch, per_sm, stripes):
+        if _is(r, waits, prefetch, per_sm, stripes):
             return r
     raise KeyError(f"{preset} batch {batch}: no candidate with waits={waits!r}, "
                    f"prefetch={prefetch}, {per_sm} per SM, stripes={stripes}")
@@ -530,12 +542,28 @@ def _beyond(slow: Mapping[str, Any], fast: Mapping[str, Any]) -> bool:
     return compare_stats(stats(slow), stats(fast), interleaved=True).word == "a higher"
 
 
+def _waits(rows: Sequence[Mapping[str, Any]], preset: str,
+           batch: int) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The persistent step's lines waiting at every tile and at a stage's first tile only (one
+    program per SM, the heuristic's tiles, no prefetch)."""
+    return (tried_step(rows, preset, batch, waits="tile"),
+            tried_step(rows, preset, batch, waits="stage"))
+
+
+def wait_once_verdict(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
+                      batch: int = 1) -> str:
+    """How waiting once per stage compares with waiting at every tile (:func:`_waits`):
+    ``"faster"`` or ``"slower"`` beyond the spreads, else ``"within the spread"``."""
+    tile, stage = _waits(rows, preset, batch)
+    if _beyond(tile, stage):
+        return "faster"
+    return "slower" if _beyond(stage, tile) else "within the spread"
+
+
 def wait_once_faster(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                      batch: int = 1) -> bool:
-    """Waiting at a stage's first tile only is faster than at every tile, beyond the spreads
-    (one program per SM, the heuristic's tiles, no prefetch)."""
-    return _beyond(tried_step(rows, preset, batch, waits="tile"),
-                   tried_step(rows, preset, batch, waits="stage"))
+    """Waiting at a stage's first tile only is faster than at every tile, beyond the spreads."""
+    return wait_once_verdict(rows, preset, batch) == "faster"
 
 
 def _prefetch_pairs(rows: Sequence[Mapping[str, Any]], preset: str,
@@ -553,10 +581,8 @@ def prefetch_slower(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
 
 def waits_within_spread(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
                         batch: int = 1) -> bool:
-    """Neither wait is slower than the other beyond the spreads (no prefetch, one program per
-    SM, the heuristic's tiles)."""
-    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
-    return not _beyond(tile, stage) and not _beyond(stage, tile)
+    """Neither wait is slower than the other beyond the spreads."""
+    return wait_once_verdict(rows, preset, batch) == "within the spread"
 
 
 def persistent_all_slower(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
@@ -657,15 +683,14 @@ def tried_shows(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
     def line(r: Mapping[str, Any]) -> str:
         return f"{float(r['median']):.0f} µs (p10–p90 {r['p10']:.0f}–{r['p90']:.0f})"
 
-    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
+    tile, stage = _waits(rows, preset, batch)
     (pf_tile, _), (pf_stage, _) = _prefetch_pairs(rows, preset, batch)
     try:
         m = prefetch_moves(rows, preset, batch)
     except KeyError:  # no stage tables at this batch size
         m = {"first_stage": float("nan"), "later": float("nan")}
     timed = _timed(rows, preset, batch)
-    plain = _plain(timed)
-    fastest = min((r for r in timed if r is not plain), key=lambda r: r["median"])
+    plain, fastest = _plain(timed), _fastest_persistent(timed)
     two = tried_step(rows, preset, batch, waits="tile", per_sm=2)
     return {"waits": f"first tile waits {line(stage)}, every tile waits {line(tile)}",
             "plain": f"fastest persistent variant {line(fastest)}, plain kernels {line(plain)}",
@@ -724,7 +749,7 @@ def wait_faster_where_it_acts(rows: Sequence[Mapping[str, Any]]) -> bool:
 def wait_ratio(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2", batch: int = 1) -> float:
     """The persistent step waiting once per stage over waiting at every tile (medians; one
     program per SM, no prefetch)."""
-    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
+    tile, stage = _waits(rows, preset, batch)
     return float(stage["median"]) / float(tile["median"])
 
 
@@ -778,16 +803,6 @@ def same_waits_both_ways(rows: Sequence[Mapping[str, Any]]) -> bool:
     return {"faster", "slower"} <= same
 
 
-def wait_once_verdict(rows: Sequence[Mapping[str, Any]], preset: str = "gpt2",
-                      batch: int = 1) -> str:
-    """How waiting once per stage compares with waiting at every tile (one program per SM, no
-    prefetch): ``"faster"`` or ``"slower"`` beyond the spreads, else ``"within the spread"``."""
-    tile, stage = (tried_step(rows, preset, batch, waits=w) for w in ("tile", "stage"))
-    if _beyond(tile, stage):
-        return "faster"
-    return "slower" if _beyond(stage, tile) else "within the spread"
-
-
 def _per_sm(rows: Sequence[Mapping[str, Any]], preset: str, batch: int,
             per_sm: int) -> Mapping[str, Any] | str | None:
     """The line of ``per_sm`` programs per SM waiting once per stage (no prefetch, no stripes),
@@ -797,9 +812,8 @@ def _per_sm(rows: Sequence[Mapping[str, Any]], preset: str, batch: int,
     except KeyError:
         pass
     for r in rows:
-        if (r.get("preset"), r.get("b"), r.get("per_sm"), r.get("waits"), r.get("prefetch"),
-                r.get("stripes")) == (preset, batch, per_sm, "stage", False, False) \
-                and "error" in r:
+        if (r.get("preset"), r.get("b")) == (preset, batch) and "error" in r \
+                and _is(r, "stage", False, per_sm, False):
             return "refused"
     return None
 
@@ -829,11 +843,6 @@ def four_per_sm_slower(rows: Sequence[Mapping[str, Any]]) -> bool:
     return "slower" in verdicts.values() and set(verdicts.values()) <= {"slower", "refused"}
 
 
-def _fastest_persistent(timed: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    plain = _plain(timed)
-    return min((r for r in timed if r is not plain), key=lambda r: r["median"])
-
-
 def beats_plain(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The sizes where some persistent variant is faster than the plain kernels, beyond the
     spreads and by more than :func:`capture_noise`."""
@@ -849,9 +858,8 @@ def beats_plain(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per size the sweeps timed: :func:`later_tiles`, the plain kernels, the persistent step
     waiting at every tile and once per stage (one program per SM) with
-    :func:`wait_once_verdict`, two and four
-    programs per SM waiting once per stage, and the fastest persistent variant's ratio to the
-    plain kernels (µs, medians)."""
+    :func:`wait_once_verdict` and their ratio, two and four programs per SM waiting once per
+    stage, and the fastest persistent variant's ratio to the plain kernels (µs, medians)."""
     def cell(line: Mapping[str, Any] | str | None) -> Any:
         if line is None:
             return "not tried"
@@ -861,11 +869,11 @@ def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for p, b in tried_sizes(rows):
         timed = _timed(rows, p, b)
         plain = _plain(timed)
+        tile, stage = _waits(rows, p, b)
         out.append({
             "model": p, "batch": b, "later tiles per program": later_tiles(p, b),
             "plain kernels": _r(plain["median"]),
-            "every tile waits": cell(tried_step(rows, p, b, waits="tile")),
-            "first tile waits": cell(tried_step(rows, p, b, waits="stage")),
+            "every tile waits": cell(tile), "first tile waits": cell(stage),
             "one wait per stage is": wait_once_verdict(rows, p, b),
             "first ÷ every": _r(wait_ratio(rows, p, b), 3),
             "2 per SM": cell(_per_sm(rows, p, b, 2)), "4 per SM": cell(_per_sm(rows, p, b, 4)),
