@@ -214,15 +214,22 @@ def _sm_count(device: torch.device) -> int:
     return 1
 
 
+def _heuristic_columns(bl: Blocks, d: int) -> tuple[tuple[int, int, int], ...]:
+    """``(tile width, block, column tiles)`` of the QKV, the D-wide and the up-projections with
+    the heuristic's tiles (a persistent layer launch without stripes)."""
+    return tuple((n, n, _cdiv(width, n))
+                 for n, width in ((bl.n, 3 * d), (bl.n_out, d), (bl.n, 4 * d)))
+
+
 def stage_tiles(cfg: GPTConfig, batch: int, sm_count: int) -> dict[str, int]:
     """Tiles of each matrix stage of a persistent layer launch (the heuristic's tiles, no
     stripes) for ``batch`` rows on a GPU of ``sm_count`` SMs: ``qkv``, ``out`` (the
     out-projection), ``up`` and ``down``. One program per SM takes ``ceil(tiles / sm_count)``
     of a stage; with ``waits=`` only its tiles after the first differ."""
     bl = config_blocks(cfg, batch, sm_count)
-    rows, d = _cdiv(batch, bl.rows), cfg.d_model
-    return {"qkv": _cdiv(3 * d, bl.n) * rows, "out": _cdiv(d, bl.n_out) * rows,
-            "up": _cdiv(4 * d, bl.n) * rows, "down": _cdiv(d, bl.n_out) * rows}
+    rows = _cdiv(batch, bl.rows)
+    qkv, out, up = (cols * rows for _, _, cols in _heuristic_columns(bl, cfg.d_model))
+    return {"qkv": qkv, "out": out, "up": up, "down": out}
 
 
 @dataclass
@@ -568,8 +575,7 @@ class TritonStep:
             if not bl.dot:  # the CUDA-core product: as many float32 products as the tiles'
                 k = min(k, max(16, PRODUCT_ELEMS * bl.warps // 4 // (bl.rows * up[1])))
         else:
-            qkv, out, up = ((n, n, _cdiv(width, n)) for n, width in
-                            ((bl.n, 3 * d), (bl.n_out, d), (bl.n, 4 * d)))
+            qkv, out, up = _heuristic_columns(bl, d)
         return Launch(
             self._kernels.persistent.layer_kernel, (self.programs,),
             (ws.x, tokens, positions, slots, m.tok_emb.weight, m.pos_emb.weight,
