@@ -4,7 +4,8 @@ step with the heuristic's tiles and with each candidate change, each captured in
 and replayed in turn (``time_cuda_interleaved``), after checking the bf16 logits against the
 readable step's; then the per-kernel profile of the heuristic. Prints one JSON line each.
 
-    python scripts/triton_sweep.py [--schedule persistent|prefetch] [--sizes 1,8,64] [PRESET ...]
+    python scripts/triton_sweep.py [--schedule persistent|prefetch|heads] [--sizes 1,8,64] \
+        [PRESET ...]
 
 (one JSON line each on standard output; ``--sizes``: the persistent schedules' batch sizes).
 
@@ -14,7 +15,10 @@ kernels (``kernels``), which it has to beat. ``--schedule prefetch`` sweeps ``PR
 persistent step with and without its L2 prefetch of each layer's weights
 (``make_triton_step(..., prefetch=True)``) and with every tile or only a stage's first tile
 waiting at the barrier (``waits=``), then the stage tables of its clock stamps
-(``labkit.measure.past_launch.stage_rows``), beside the plain kernels.
+(``labkit.measure.past_launch.stage_rows``), beside the plain kernels. ``--schedule heads``
+sweeps ``HEADS``: the persistent attention stage with tiles of several heads of one row,
+unsplit (``make_triton_step(..., heads=)``), beside unsplit tiles of one head (which tells
+the two changes apart), then the stage tables with one head and with four a tile.
 
 ``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200, ``persistent_tiles.jsonl``
 beside it that of ``--schedule persistent`` (see data/sweeps/README.md).
@@ -70,7 +74,23 @@ PREFETCH = [({}, 1, False, False, "tile"), ({}, 1, False, True, "tile"),
             ({}, 2, False, True, "stage"), ({}, 4, False, False, "stage"),
             ({}, 1, True, False, "tile"),
             ({}, 1, True, True, "stage"), ({}, 2, True, True, "stage")]
-#: stamped replays per batch size for ``--schedule prefetch``'s stage tables
+#: ``--schedule heads``: (tiles, programs per SM, stripes, prefetch, waits, heads per attention
+#: tile): the default persistent step, its attention unsplit with one head a tile (the
+#: control), then 2 and 4 heads a tile, 4 with chunks of 32 positions and 8 (gpt2 only;
+#: refused on the small preset's four heads) with chunks of 16, and 2 and 4 at two programs
+#: per SM. Compiled for sm_90 without a GPU (``labkit.kernels.aot.compile_step``, bf16,
+#: Triton 3.6's ptxas), the layer kernel at 8 and 64 rows uses all 255 registers with or
+#: without ``heads``; 4 heads with chunks of 64 (four times the default chunk's keys) spill
+#: 300-500 bytes there, the chunks of 32 (and 8 heads with 16) no more than the default's
+#: 8-byte spill: both hold twice its keys and values a chunk
+HEADS = [({}, 1, False, False, "stage", 1), ({"splits": 1}, 1, False, False, "stage", 1),
+         ({}, 1, False, False, "stage", 2), ({}, 1, False, False, "stage", 4),
+         ({"t": 32}, 1, False, False, "stage", 4), ({"t": 16}, 1, False, False, "stage", 8),
+         ({}, 2, False, False, "stage", 2), ({"t": 32}, 2, False, False, "stage", 4)]
+#: the stamped variants of each table's stage tables: (prefetch, waits, heads)
+STAMPED_VARIANTS = {"prefetch": ((False, "tile", 1), (False, "stage", 1), (True, "stage", 1)),
+                    "heads": ((False, "stage", 1), (False, "stage", 4))}
+#: stamped replays per batch size for the stage tables
 STAMPED = 10
 
 
@@ -129,47 +149,49 @@ def sweep(name: str) -> None:
     torch.cuda.empty_cache()
 
 
-def sweep_persistent(name: str, table: list = PERSISTENT, sizes: tuple = PROFILED) -> None:
+def sweep_persistent(name: str, table: list = PERSISTENT, sizes: tuple = PROFILED,
+                     stamped: tuple = ()) -> None:
     """The persistent step's candidates (``table``) beside the plain kernels, per batch
-    size of ``sizes``, replayed in turn; each checked against the readable step first."""
+    size of ``sizes``, replayed in turn; each checked against the readable step first; then
+    the stage tables of the ``stamped`` variants (``STAMPED_VARIANTS``)."""
     model = make_model(name, max_batch=64, dtype="bfloat16", max_seq=256)
     sm = torch.cuda.get_device_properties(model.device).multi_processor_count
     for b in sizes:
         inputs = step_inputs(model, b, context=128)
         plain = make_triton_step(model)
         candidates = []
-        for i, (change, per_sm, stripes, prefetch, waits) in enumerate(table):
+        for i, (change, per_sm, stripes, prefetch, waits, *more) in enumerate(table):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
+            heads = {"heads": more[0]} if more else {}
             candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
                                          "programs": per_sm * sm, "stripes": stripes,
-                                         "prefetch": prefetch, "waits": waits},
+                                         "prefetch": prefetch, "waits": waits, **heads},
                                {"per_sm": per_sm, "stripes": stripes, "prefetch": prefetch,
-                                "waits": waits}))
+                                "waits": waits, **heads}))
         compare(model, name, b, inputs, {"kernels": captured(model, plain, b, inputs)},
                 candidates)
-        if table is PREFETCH:
-            stage_tables(model, name, b, inputs, plain)
+        if stamped:
+            stage_tables(model, name, b, inputs, plain, stamped)
     torch.cuda.empty_cache()
 
 
-def stage_tables(model, name: str, b: int, inputs, plain) -> None:
-    """The stamped persistent step (heuristic tiles, one program per SM): every tile waiting
-    and no prefetch, then only a stage's first tile waiting, then that with the prefetch:
-    ``STAMPED`` replays each, one JSON line per stage table (µs per layer), the plain
-    kernels' profile beside it."""
+def stage_tables(model, name: str, b: int, inputs, plain, variants: tuple) -> None:
+    """The stamped persistent step (heuristic tiles, one program per SM) in each of
+    ``variants`` (prefetch, waits, heads; ``STAMPED_VARIANTS``): ``STAMPED`` replays each,
+    one JSON line per stage table (µs per layer), the plain kernels' profile beside it."""
     from labkit.measure.past_launch import (plain_kernel_us, stage_rows, stage_split,
                                             stamped_replays)
 
     per_layer, head = plain_kernel_us(plain, inputs, model.cfg.n_layer)
-    for prefetch, waits in ((False, "tile"), (False, "stage"), (True, "stage")):
+    for prefetch, waits, heads in variants:
         step = make_triton_step(model, schedule="persistent", stamps=True, prefetch=prefetch,
-                                waits=waits)
+                                waits=waits, heads=heads)
         gs = captured(model, step, b, inputs)
         splits = [stage_split(raw) for raw in stamped_replays(gs, step, b, STAMPED)]
         gs.release()
         rows = stage_rows(splits, per_layer)
         emit(preset=name, b=b, stamped=True, prefetch=prefetch, waits=waits,
-             head_us=round(head, 2),
+             **({"heads": heads} if heads != 1 else {}), head_us=round(head, 2),
              gaps_us=round(statistics.median(g for s in splits for g in s["gaps"]), 2),
              stages=[{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
                      for r in rows])
@@ -186,7 +208,8 @@ if __name__ == "__main__":
     for preset_name in args or ["gpt2", "small"]:
         if chosen == "persistent":
             sweep_persistent(preset_name, sizes=sizes)
-        elif chosen == "prefetch":
-            sweep_persistent(preset_name, PREFETCH, sizes)
+        elif chosen in STAMPED_VARIANTS:
+            sweep_persistent(preset_name, PREFETCH if chosen == "prefetch" else HEADS, sizes,
+                             STAMPED_VARIANTS[chosen])
         else:
             sweep(preset_name)

@@ -16,8 +16,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
 import torch
 
 from labkit import kernels
@@ -199,6 +201,54 @@ def test_persistent_step_gives_the_readable_steps_float32_tokens_whichever_tiles
         assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
     t, p, sl = _prefill(m, PROMPTS[:3])
     _assert_step_matches_readable(m, step, t, p, sl)
+
+
+def _three_head_model(layout="slot"):
+    """Three heads (head_dim 16): a tile of two or four heads has masked heads past the last."""
+    cfg = GPTConfig(vocab_size=61, n_layer=2, n_head=3, d_model=48, max_batch=4, max_seq=40,
+                    kv_layout=layout, block_size=8)
+    return _randomise(build_model(cfg, seed=4))
+
+
+@cpu
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("make,heads", [(_model, 2), (_three_head_model, 2),
+                                        (_three_head_model, 4)])
+def test_persistent_attention_tiles_of_several_heads_give_the_readable_steps_tokens(
+        layout, make, heads):
+    """``heads=``: the attention stage's tiles hold several heads of one row, unsplit (one
+    split, whatever the tiles ask for); with three heads a tile of two or four has masked
+    heads past the last. Same float32 tokens, logits and cache as the readable step."""
+    m = make(layout)
+    step = make_triton_step(m, schedule="persistent", heads=heads,
+                            blocks={"splits": 4, "t": 8})
+    shape = step.launch_shape(3)
+    assert (shape["heads"], shape["splits"], shape["split_size"]) == (
+        heads, 1, -(-m.cfg.max_seq // 8) * 8)
+    launch = step.launches(*_prefill(m, PROMPTS[:1]),
+                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    assert (launch.constants["HEADS"], launch.constants["GROUPS"]) == (
+        heads, -(-m.cfg.n_head // heads))
+    for bs in (1, 3):
+        prompts = PROMPTS[:bs]  # up to 25 positions: several chunks of 8
+        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5), bs
+    t, p, sl = _prefill(m, PROMPTS[:3])
+    _assert_step_matches_readable(m, step, t, p, sl)
+
+
+@needs_triton
+def test_attention_heads_per_tile_are_checked():
+    m = _model("slot")
+    assert make_triton_step(m, schedule="persistent").heads == 1
+    for bad in (3, 4):  # not a power of two; more than the model's two heads
+        with pytest.raises(ValueError, match=f"heads={bad}.*power of two no larger than 2"):
+            make_triton_step(m, schedule="persistent", heads=bad)
+    with pytest.raises(ValueError, match=r"heads=.*schedule='persistent' only"):
+        make_triton_step(m, heads=2)
+    with pytest.raises(TypeError, match="heads must be an int"):
+        make_triton_step(m, schedule="persistent", heads=2.0)
+    with pytest.raises(ValueError, match="heads must be >= 1"):
+        make_triton_step(m, schedule="persistent", heads=0)
 
 
 def test_stripes_cut_each_stage_into_one_tile_per_program():
@@ -494,6 +544,7 @@ out["persistent"] = compile_step(m, 1, schedule="persistent")
 out["stamped"] = compile_step(m, 1, schedule="persistent", stamps=True)
 out["prefetch"] = compile_step(m, 1, schedule="persistent", prefetch=True)
 out["tile_waits"] = compile_step(m, 1, schedule="persistent", waits="tile")
+out["heads"] = compile_step(m, 1, schedule="persistent", heads=4)
 m = build_model(preset("test", max_batch=17))
 out["pdl"] = {mode: compile_step(m, 17, schedule="pdl", pdl=mode)
               for mode in ("overlap", "release_at_end", "wait_first")}
@@ -537,6 +588,11 @@ def test_every_wait_keeps_its_acquire_in_the_compiled_code():
     per_count = {n: sum(r["launches"] for r in fetched if r["prefetches"] == n) for n in (4, 5)}
     assert per_count == {4: 1, 5: 3}, fetched  # the small preset: 4 layers
     assert all(r["l1_invalidations"] == 7 for r in fetched), fetched
+    # tiles of four heads (the small preset's all, unsplit): the same six wait sites, and no
+    # split to combine, so no acq_rel count (its invalidation) and no ".cg" loads of partials
+    heads = [r for r in result["heads"] if r["kernel"] == "layer_kernel"]
+    assert heads and all(r["l1_invalidations"] == 6 for r in heads), heads
+    assert all(r["acquire_loads"] < min(x["acquire_loads"] for x in layer) for r in heads)
 
 
 # ---------------------------------------------------------------------------------- pure parts
@@ -595,6 +651,37 @@ def test_stage_tiles_match_the_planned_layer_launch(batch):
     tiles = stage_tiles(m.cfg, batch, 132)
     assert tiles == {"qkv": c["QKV_COLS"] * c["ROW_TILES"], "out": c["OUT_COLS"] * c["ROW_TILES"],
                      "up": c["UP_COLS"] * c["ROW_TILES"], "down": c["OUT_COLS"] * c["ROW_TILES"]}
+
+
+@needs_triton
+@pytest.mark.parametrize("n_head", [4, 12])   # the small preset's heads and gpt2's
+def test_the_heads_sweeps_candidates_plan_their_launches(n_head):
+    """Every candidate of ``scripts/triton_sweep.py --schedule heads`` plans its layer launch
+    (one attention split wherever a tile has several heads, or the control asks for one);
+    eight heads a tile is refused on four heads, as the sweep expects."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "triton_sweep", Path(__file__).parents[1] / "scripts" / "triton_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    m = build_model(GPTConfig(vocab_size=64, n_layer=1, n_head=n_head, d_model=8 * n_head,
+                              max_batch=64, max_seq=256, dtype="bfloat16"))
+    planned = 0
+    for change, per_sm, stripes, prefetch, waits, heads in sweep.HEADS:
+        for batch in (1, 8, 64):
+            kw = dict(sm_count=per_sm * 132, blocks=change or None, schedule="persistent",
+                      stripes=stripes, prefetch=prefetch, waits=waits, heads=heads)
+            if heads > n_head:
+                with pytest.raises(ValueError, match=f"heads={heads}"):
+                    gpu_launches(m, batch, **kw)
+                continue
+            c = gpu_launches(m, batch, **kw)[0].constants
+            assert (c["HEADS"], c["GROUPS"]) == (heads, -(-n_head // heads))
+            if heads > 1 or change.get("splits") == 1:
+                assert c["NSPLIT"] == 1 and c["SPLIT"] == 256
+            planned += 1
+    assert planned == 3 * (len(sweep.HEADS) - (n_head == 4))
 
 
 def test_kernels_per_step():
@@ -814,6 +901,22 @@ def test_gpu_prefetching_persistent_step_gives_the_readable_steps_float32_tokens
             prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i % 11)] for i in range(bs)]
             assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6), \
                 (stripes, bs)
+
+
+@pytest.mark.gpu
+@gpu_compiled
+@pytest.mark.parametrize("layout", ["slot", "paged"])
+@pytest.mark.parametrize("name,heads", [("small", 2), ("small", 4), ("gpt2", 8),
+                                        ("gpt2", 16)])
+def test_gpu_persistent_attention_tiles_of_several_heads_give_the_readable_steps_tokens(
+        layout, name, heads):
+    """Compiled, with programs walking several tiles each at 40 rows: float32 tokens equal
+    the readable step's; on gpt2's twelve heads a tile of 8 or 16 has masked heads."""
+    m = _cuda_model(name, kv_layout=layout, block_size=8, max_batch=40)
+    step = make_triton_step(m, schedule="persistent", heads=heads)
+    for bs in (1, 5, 40):
+        prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i % 11)] for i in range(bs)]
+        assert generate(m, prompts, 6, step_fn=step) == generate(m, prompts, 6), bs
 
 
 @pytest.mark.gpu

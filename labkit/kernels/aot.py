@@ -80,13 +80,14 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "stage") -> list[dict]:
+                 prefetch: bool = False, waits: Waits = "stage",
+                 heads: int = 1) -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
     (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
     ``pdl``: :data:`labkit.kernels.step.PDL_MODES`; ``stripes``: the persistent step's
     one stripe per program; ``stamps``: its clock stamps; ``prefetch``: its L2 prefetch of
-    the layer's weights; ``waits``: which of its tiles wait, :data:`labkit.kernels.step.WAITS`):
-    per
+    the layer's weights; ``waits``: which of its tiles wait, :data:`labkit.kernels.step.WAITS`;
+    ``heads``: the attention heads per tile of its attention stage): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
     ``spill_loads``, ``shared_bytes``, ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
     what each acquire must leave, as the SM's L1 is not coherent), ``clock_reads`` (reads
@@ -100,7 +101,7 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
     rows: dict[tuple, dict] = {}
     for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
                                schedule=schedule, pdl=pdl, stripes=stripes,
-                               stamps=stamps, prefetch=prefetch, waits=waits):
+                               stamps=stamps, prefetch=prefetch, waits=waits, heads=heads):
         sig = _signature(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(launch.constants.items())),
                launch.num_warps)

@@ -112,3 +112,50 @@ def attention_tile(b, h, s, q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, 
         tl.store(y_ptr + b * D + h * HD + d, y.to(y_ptr.dtype.element_ty), mask=d_mask)
         tl.store(count_ptr + b * H + h, 0)  # ready for the next step
     release_dependents(WAIT)
+
+
+@triton.jit
+def attention_heads_tile(b, h0, q_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, table_ptr,
+                         y_ptr, scale, H: tl.constexpr, HD: tl.constexpr, D: tl.constexpr,
+                         MAX_SEQ: tl.constexpr, PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                         MAX_BLOCKS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_T: tl.constexpr,
+                         BLOCK_HD: tl.constexpr, HEADS: tl.constexpr):
+    """Heads ``[h0, h0 + HEADS)`` of row ``b`` in one tile, unsplit (the persistent layer
+    kernel's attention stage with ``heads=``; no split, so no partials and no counter: it
+    writes ``y``). Per chunk of ``BLOCK_T`` positions it loads the keys and values of all
+    ``HEADS`` heads at once -- ``HEADS`` times the bytes of :func:`attention_tile`'s chunk in
+    flight -- and runs one online softmax per head, the same arithmetic per head as
+    ``attention_tile`` with one split (``y = acc / l``). Called after the stage's wait: every
+    q, k and v it reads is written. Reads q (``HEADS HD e``) and the row's keys and values of
+    those heads (``2 c HEADS HD e``); writes ``y`` (``HEADS HD e``)."""
+    slot = tl.load(slot_ptr + b).to(tl.int64)
+    pos = tl.load(pos_ptr + b).to(tl.int64)
+    g = h0 + tl.arange(0, HEADS)        # the tile's heads; past the last head: masked
+    g_mask = g < H
+    d = tl.arange(0, BLOCK_HD)
+    gd = g[:, None] * HD + d[None, :]   # (HEADS, BLOCK_HD) offsets in a D-wide row
+    gd_mask = g_mask[:, None] & (d < HD)[None, :]
+    q = tl.load(q_ptr + b * D + gd, mask=gd_mask, other=0.0).to(tl.float32)
+    end = tl.minimum(SPLIT, pos + 1)
+    m_i = tl.full([HEADS], float("-inf"), tl.float32)
+    l_i = tl.zeros([HEADS], dtype=tl.float32)
+    acc = tl.zeros([HEADS, BLOCK_HD], dtype=tl.float32)
+    for c in range(0, SPLIT, BLOCK_T):  # fixed chunks, masked past the last position
+        t = c + tl.arange(0, BLOCK_T)
+        t_mask = t < end
+        index = cache_index(slot, t, table_ptr, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS)
+        offset = index[:, None, None] * D + gd[None, :, :]          # (BLOCK_T, HEADS, HD)
+        kv_mask = t_mask[:, None, None] & gd_mask[None, :, :]
+        k = tl.load(k_cache_ptr + offset, mask=kv_mask, other=0.0).to(tl.float32)
+        v = tl.load(v_cache_ptr + offset, mask=kv_mask, other=0.0).to(tl.float32)
+        scores = tl.sum(k * q[None, :, :], axis=2) * scale          # (BLOCK_T, HEADS)
+        scores = tl.where(t_mask[:, None], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=0))
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)        # no NaN before any key
+        alpha = tl.exp(m_i - m_sub)
+        p = tl.exp(scores - m_sub[None, :])
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v, axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+    y = acc / l_i[:, None]  # position 0 is always attended: l > 0 for every real head
+    tl.store(y_ptr + b * D + gd, y.to(y_ptr.dtype.element_ty), mask=gd_mask)

@@ -42,12 +42,20 @@ there, inside the matrix stages). On an H100 it made the step slower (notebook 1
 which issues every prefetch, grows by more than the later stages shrink), so it is off by
 default. ``LATER`` says whether a stage's later tiles of a program wait at the barrier again
 (``TritonStep(waits="tile")``) or only its first (``waits="stage"``, the default).
+
+``HEADS`` (``TritonStep(heads=...)``) changes stage 2's tiles. The plain attention kernel's
+``B H splits`` programs are resident together, several per SM, each with one (row, head,
+split)'s chunk of keys and values in flight; one persistent program walks those tiles one
+after another, so at a large batch far fewer bytes are in flight (on an H100 the attention
+stage took 2 to 2.7 times its kernel at batch 64, notebook 17). With ``HEADS`` above one a
+tile is that many heads of one row, unsplit, loading all their keys and values of a chunk at
+once. Off (``1``) by default: not yet measured.
 """
 
 import triton
 import triton.language as tl
 
-from .attention import attention_tile
+from .attention import attention_heads_tile, attention_tile
 from .common import arrive, prefetch_l2, stamp, wait_inputs
 from .matvec import linear_residual_tile, ln_linear_tile, ln_qkv_tile
 
@@ -86,7 +94,8 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  SPLIT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
                  UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
-                 NEXT: tl.constexpr, LANES: tl.constexpr, LATER: tl.constexpr):
+                 NEXT: tl.constexpr, LANES: tl.constexpr, LATER: tl.constexpr,
+                 HEADS: tl.constexpr, GROUPS: tl.constexpr):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
@@ -98,6 +107,10 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     A stage's first tile loads its weights, then waits at the barrier; ``LATER`` is how the
     stage's later tiles of this program wait: ``2`` (``READY``) each again, ``0`` not at all
     (the first tile's acquire already ordered every later load of this program).
+    ``HEADS`` (``TritonStep(heads=)``): attention heads per tile of stage 2; above ``1`` a
+    tile is ``HEADS`` heads of one row, unsplit (:func:`attention_heads_tile`; ``GROUPS`` =
+    ``ceil(H / HEADS)`` tiles a row), so a program has that many times the key and value
+    bytes of a chunk in flight.
     ``PREFETCH`` (compiled only): first, each program asks L2 for the weight rows of all its
     tiles of the layer's four matrix stages (:func:`prefetch_stage`, ``LANES`` lines a pass)
     and, ``NEXT`` (every layer but the last), for those of the next layer's QKV stage
@@ -129,12 +142,19 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
     target = base + P
     wait_inputs(ready_ptr, target, 2)
-    for t in tl.range(pid, B * H * NSPLIT, P):
-        attention_tile(t // (H * NSPLIT), (t // NSPLIT) % H, t % NSPLIT, q_ptr, k_cache_ptr,
-                       v_cache_ptr, pos_ptr, slot_ptr, table_ptr, m_ptr, l_ptr, acc_ptr,
-                       count_ptr, y_ptr, scale, ready_ptr, target, 0, H, HD, D, MAX_SEQ,
-                       PAGED, BLOCK_SIZE, MAX_BLOCKS, NSPLIT, SPLIT, BLOCK_T, BLOCK_S,
-                       BLOCK_HD)
+    if HEADS == 1:  # the plain kernel's tiles: one (row, head, split) each
+        for t in tl.range(pid, B * H * NSPLIT, P):
+            attention_tile(t // (H * NSPLIT), (t // NSPLIT) % H, t % NSPLIT, q_ptr,
+                           k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, table_ptr, m_ptr,
+                           l_ptr, acc_ptr, count_ptr, y_ptr, scale, ready_ptr, target, 0, H,
+                           HD, D, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, NSPLIT, SPLIT,
+                           BLOCK_T, BLOCK_S, BLOCK_HD)
+    else:  # HEADS heads of a row per tile, unsplit (GROUPS tiles a row)
+        for t in tl.range(pid, B * GROUPS, P):
+            attention_heads_tile(t // GROUPS, (t % GROUPS) * HEADS, q_ptr, k_cache_ptr,
+                                 v_cache_ptr, pos_ptr, slot_ptr, table_ptr, y_ptr, scale, H,
+                                 HD, D, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, SPLIT, BLOCK_T,
+                                 BLOCK_HD, HEADS)
     arrive(ready_ptr)
     stamp(stamp_ptr, pid * STAMPS + 2, STAMP)
     # stage 3: out-projection + residual; loads W_proj, then waits for every y (the first

@@ -290,7 +290,9 @@ class TritonStep:
     its end (:meth:`stamps_at`; compiled kernels only), and ``prefetch``, whether each
     program first asks L2 for the weights of all its tiles of the layer and of the next
     layer's QKV stage (compiled only), and ``waits``, which of a program's tiles of a stage
-    wait at its barrier (:data:`WAITS`).
+    wait at its barrier (:data:`WAITS`), and ``heads``, the attention heads of one row per
+    tile of the attention stage (a power of two; above 1 the stage attends unsplit,
+    :func:`labkit.kernels.attention.attention_heads_tile`).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
@@ -298,7 +300,7 @@ class TritonStep:
                  schedule: Schedule = "kernels", programs: int | None = None,
                  cooperative: bool = True, pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "stage") -> None:
+                 prefetch: bool = False, waits: Waits = "stage", heads: int = 1) -> None:
         check_choice(waits, "waits", WAITS)
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
@@ -309,12 +311,15 @@ class TritonStep:
             programs = as_int(programs, "programs", minimum=1,
                               fix="give the programs of a persistent layer launch, such as "
                                   "the GPU's SM count")
+        heads = as_int(heads, "heads", minimum=1,
+                       fix="give the attention heads of one row per persistent tile, a power "
+                           "of two such as 1, 2 or 4")
         if (programs is not None or cooperative is not True or stripes is not False
                 or stamps is not False or prefetch is not False
-                or waits != "stage") and schedule != "persistent":
-            raise ValueError("programs=, cooperative=, stripes=, stamps=, prefetch= and waits= "
-                             f"apply to schedule='persistent' only; this step's schedule is "
-                             f"{schedule!r}")
+                or waits != "stage" or heads != 1) and schedule != "persistent":
+            raise ValueError("programs=, cooperative=, stripes=, stamps=, prefetch=, waits= and "
+                             "heads= apply to schedule='persistent' only; this step's schedule "
+                             f"is {schedule!r}")
         for name, flag in (("cooperative", cooperative), ("stripes", stripes),
                            ("stamps", stamps), ("prefetch", prefetch)):
             if not isinstance(flag, bool):
@@ -322,6 +327,11 @@ class TritonStep:
         if not isinstance(model, TinyGPT):
             raise TypeError(f"model must be a TinyGPT, got {type(model).__name__}; build one "
                             "with labkit.model.build_model")
+        most = _pow2(model.cfg.n_head)
+        if heads & (heads - 1) or heads > most:
+            raise ValueError(f"heads={heads}: the attention heads per tile must be a power of "
+                             f"two no larger than {most} (the model's {model.cfg.n_head} "
+                             "heads, rounded up to a power of two)")
         if blocks is not None and not isinstance(blocks, (Blocks, Mapping)):
             raise TypeError(f"blocks must be a Blocks, a mapping of its fields or None, got "
                             f"{type(blocks).__name__}")
@@ -360,6 +370,9 @@ class TritonStep:
         self.prefetch = prefetch
         #: persistent: which tiles of a stage wait at its barrier (:data:`WAITS`)
         self.waits: Waits = waits
+        #: persistent: attention heads of one row per tile of the attention stage (above 1:
+        #: unsplit)
+        self.heads = heads
         if self.interpret and programs not in (None, 1):
             raise ValueError(f"programs={programs}: in Triton's interpreter programs run one "
                              "after another, so a program waiting for another never returns; "
@@ -435,11 +448,13 @@ class TritonStep:
                 "schedule": self.schedule,
                 "programs": self.programs if self.schedule == "persistent" else None,
                 "stripes": self.stripes, "prefetch": self.prefetch, "waits": self.waits,
+                "heads": self.heads,
                 "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
         max_seq = self.model.cfg.max_seq
-        split = _cdiv(_cdiv(max_seq, bl.splits), bl.t) * bl.t
+        splits = 1 if self.heads > 1 else bl.splits  # a tile of several heads is unsplit
+        split = _cdiv(_cdiv(max_seq, splits), bl.t) * bl.t
         return split, _cdiv(max_seq, split)
 
     def _workspace(self, b: int) -> _Workspace:
@@ -593,7 +608,8 @@ class TritonStep:
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
              "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
              "PREFETCH": self.prefetch, "NEXT": self.prefetch and i + 1 < nl,
-             "LANES": 32 * bl.warps, "LATER": 2 if self.waits == "tile" else 0},
+             "LANES": 32 * bl.warps, "LATER": 2 if self.waits == "tile" else 0,
+             "HEADS": self.heads, "GROUPS": _cdiv(cfg.n_head, self.heads)},
             bl.warps, options)
 
 
@@ -601,10 +617,11 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  blocks: Blocks | Mapping[str, int] | None = None,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "stage") -> list[Launch]:
+                 prefetch: bool = False, waits: Waits = "stage",
+                 heads: int = 1) -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
     step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes,
-                      waits=waits)
+                      waits=waits, heads=heads)
     if (stamps or prefetch) and schedule != "persistent":
         raise ValueError("stamps= and prefetch= apply to schedule='persistent' only")
     step.interpret = False
@@ -626,9 +643,10 @@ def make_triton_step(model: TinyGPT, *,
                      schedule: Schedule = "kernels", programs: int | None = None,
                      cooperative: bool = True, pdl: PdlMode = "overlap",
                      stripes: bool = False, stamps: bool = False,
-                     prefetch: bool = False, waits: Waits = "stage") -> TritonStep:
+                     prefetch: bool = False, waits: Waits = "stage",
+                     heads: int = 1) -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
                       cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps,
-                      prefetch=prefetch, waits=waits)
+                      prefetch=prefetch, waits=waits, heads=heads)
