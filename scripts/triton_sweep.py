@@ -78,11 +78,10 @@ PREFETCH = [({}, 1, False, False, "tile"), ({}, 1, False, True, "tile"),
 #: tile): the default persistent step, its attention unsplit with one head a tile (the
 #: control), then 2 and 4 heads a tile, 4 with chunks of 32 positions and 8 (gpt2 only;
 #: refused on the small preset's four heads) with chunks of 16, and 2 and 4 at two programs
-#: per SM. Compiled for sm_90 without a GPU (``labkit.kernels.aot.compile_step``, bf16,
-#: Triton 3.6's ptxas), the layer kernel at 8 and 64 rows uses all 255 registers with or
-#: without ``heads``; 4 heads with chunks of 64 (four times the default chunk's keys) spill
-#: 300-500 bytes there, the chunks of 32 (and 8 heads with 16) no more than the default's
-#: 8-byte spill: both hold twice its keys and values a chunk
+#: per SM. Compiled for sm_90 without a GPU (``labkit.kernels.aot.compile_step`` with Triton
+#: 3.6.0 and its ptxas 12.8, the GPU machine's; bf16, layer 0's kernel): at 64 rows of either
+#: preset one head a tile takes 96 registers, 2 heads about 150, 4 heads 200-231, 8 heads
+#: 255; none spills, and each fits two programs per SM
 HEADS = [({}, 1, False, False, "stage", 1), ({"splits": 1}, 1, False, False, "stage", 1),
          ({}, 1, False, False, "stage", 2), ({}, 1, False, False, "stage", 4),
          ({"t": 32}, 1, False, False, "stage", 4), ({"t": 16}, 1, False, False, "stage", 8),
