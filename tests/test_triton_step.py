@@ -574,6 +574,9 @@ out["stamped"] = compile_step(m, 1, schedule="persistent", stamps=True)
 out["prefetch"] = compile_step(m, 1, schedule="persistent", prefetch=True)
 out["tile_waits"] = compile_step(m, 1, schedule="persistent", waits="tile")
 out["heads"] = compile_step(m, 1, schedule="persistent", heads=4)
+import labkit.kernels.aot as aot
+aot.RESOURCE_PRESETS, aot.RESOURCE_SIZES, aot.RESOURCE_PER_SM = ("small",), (1,), (4,)
+out["resources"] = aot.layer_resources()
 m = build_model(preset("test", max_batch=17))
 out["pdl"] = {mode: compile_step(m, 17, schedule="pdl", pdl=mode)
               for mode in ("overlap", "release_at_end", "wait_first")}
@@ -622,6 +625,12 @@ def test_every_wait_keeps_its_acquire_in_the_compiled_code():
     heads = [r for r in result["heads"] if r["kernel"] == "layer_kernel"]
     assert heads and all(r["l1_invalidations"] == 6 for r in heads), heads
     assert all(r["acquire_loads"] < min(x["acquire_loads"] for x in layer) for r in heads)
+    # what notebook 17 reads how many programs fit from: the layer kernels' largest
+    # registers and shared memory, per launch (here one: small, batch 1, 4 per SM, each wait)
+    assert [(r["preset"], r["batch"], r["per_sm"], r["waits"]) for r in result["resources"]] \
+        == [("small", 1, 4, "tile"), ("small", 1, 4, "stage")]
+    assert all(0 < r["registers"] <= 255 and r["shared_bytes"] > 0 and r["num_warps"] == 4
+               for r in result["resources"]), result["resources"]
 
 
 # ---------------------------------------------------------------------------------- pure parts

@@ -5,7 +5,8 @@ It checks what the interpreter cannot: that every kernel compiles for the target
 :func:`labkit.kernels.step.choose_blocks`'s tiles fit in registers. It needs kernels loaded
 for the GPU (no ``TRITON_INTERPRET=1``). ``python -m labkit.kernels.aot PRESET DTYPE BATCH
 [LAYOUT [SCHEDULE]]`` prints one line per compiled kernel; ``python -m labkit.kernels.aot
-acquire OUT.json`` adds this Triton's :func:`acquire_sass` to a JSON list.
+acquire OUT.json`` adds this Triton's :func:`acquire_sass` to a JSON list, and ``python -m
+labkit.kernels.aot resources OUT.json`` its :func:`layer_resources`.
 """
 
 from __future__ import annotations
@@ -142,6 +143,14 @@ def _count(sass: str) -> dict[str, int]:
             "l1_invalidations": sum("CCTL.IVALL" in x for x in lines)}
 
 
+def _ptxas(arch: int) -> str:
+    """The version of the ptxas this Triton compiles with (``V12.8.93``)."""
+    from triton.backends.nvidia.compiler import get_ptxas_version
+
+    found = re.search(r"release ([\d.]+), (V[\d.]+)", str(get_ptxas_version(arch)))
+    return found.group(2) if found else str(get_ptxas_version(arch))
+
+
 def acquire_sass(arch: int = 90) -> dict:
     """What the compiler keeps of an acquire: the two waits of
     :mod:`labkit.kernels.acquire_demo` (its value unused, and labkit's wait, which uses it)
@@ -151,15 +160,12 @@ def acquire_sass(arch: int = 90) -> dict:
 
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas_version
     from triton.compiler import ASTSource
 
     _need_gpu_kernels()
     demo = importlib.import_module("labkit.kernels.acquire_demo")
     sig = {"ready_ptr": "*i64", "x_ptr": "*fp32", "out_ptr": "*fp32", "target": "i64"}
-    found = re.search(r"release ([\d.]+), (V[\d.]+)", str(get_ptxas_version(arch)))
-    out: dict = {"triton": triton.__version__, "arch": f"sm_{arch}",
-                 "ptxas": found.group(2) if found else str(get_ptxas_version(arch))}
+    out: dict = {"triton": triton.__version__, "arch": f"sm_{arch}", "ptxas": _ptxas(arch)}
     for name in ("wait_value_unused", "wait_value_used"):
         with warnings.catch_warnings():  # Triton's notices about its future defaults
             warnings.simplefilter("ignore", UserWarning)
@@ -169,17 +175,65 @@ def acquire_sass(arch: int = 90) -> dict:
     return out
 
 
-def record_acquire(path: str) -> dict:
-    """Add (or replace) this Triton's :func:`acquire_sass` row in the JSON list at ``path``,
-    with the date and the commit (:func:`labkit.support.env.git_state`)."""
+#: the persistent step's launches whose resources :func:`layer_resources` compiles: the sweeps'
+#: presets, batch sizes and programs per SM (``scripts/triton_sweep.py --schedule prefetch``)
+RESOURCE_PRESETS, RESOURCE_SIZES, RESOURCE_PER_SM = ("gpt2", "small"), (1, 8, 64), (1, 2, 4)
+
+
+def layer_resources(arch: int = 90, sm_count: int = 132) -> list[dict]:
+    """What one program of the persistent layer kernel holds, per preset (bf16, ``max_seq``
+    256), batch size, programs per SM and ``waits`` (the heuristic's tiles, no stripes, no
+    prefetch: the sweeps' default kernel): ``registers`` per thread and ``shared_bytes``, the
+    largest over the step's layer kernels (they differ in their counter's alignment), and
+    ``num_warps``; compiled for ``sm_<arch>`` as the JIT would (no GPU). Notebook 17 reads how
+    many such programs an SM can hold from them."""
+    from labkit.kernels.step import WAITS
+
+    _need_gpu_kernels()
+    rows = []
+    for name in RESOURCE_PRESETS:
+        model = build_model(preset(name, max_batch=max(RESOURCE_SIZES), dtype="bfloat16",
+                                   max_seq=256))
+        for batch in RESOURCE_SIZES:
+            for per_sm in RESOURCE_PER_SM:
+                for waits in WAITS:
+                    layer = [r for r in compile_step(model, batch, arch=arch,
+                                                     sm_count=per_sm * sm_count,
+                                                     schedule="persistent", waits=waits)
+                             if r["kernel"] == "layer_kernel"]
+                    rows.append({"preset": name, "batch": batch, "per_sm": per_sm,
+                                 "waits": waits, "num_warps": layer[0]["num_warps"],
+                                 "registers": max(r["registers"] for r in layer),
+                                 "shared_bytes": max(r["shared_bytes"] for r in layer),
+                                 "spill_stores": max(r["spill_stores"] for r in layer)})
+    return rows
+
+
+def _stamped(row: dict) -> dict:
+    """``row`` with this Triton's version, its ptxas, the date, the commit and the machine."""
     import datetime
+
+    import triton
+
+    commit, dirty = git_state()
+    return {"triton": triton.__version__, "ptxas": _ptxas(90), **row,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": commit, "git_dirty": dirty,
+            "machine": "compiled without a GPU (no kernel ran)"}
+
+
+def record_resources(path: str) -> dict:
+    """Add (or replace) this Triton's :func:`layer_resources` in the JSON list at ``path``, with
+    the Triton and ptxas versions, the date and the commit."""
+    return _replace_row(path, _stamped({"arch": "sm_90", "rows": layer_resources()}))
+
+
+def _replace_row(path: str, row: dict) -> dict:
+    """Write ``row`` into the JSON list at ``path`` in place of the row of its Triton version,
+    the list sorted by version."""
     import json
     import os
 
-    row = acquire_sass()
-    commit, dirty = git_state()
-    row.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               commit=commit, git_dirty=dirty, machine="compiled without a GPU (no kernel ran)")
     rows = []
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -191,13 +245,29 @@ def record_acquire(path: str) -> dict:
     return row
 
 
+def record_acquire(path: str) -> dict:
+    """Add (or replace) this Triton's :func:`acquire_sass` row in the JSON list at ``path``,
+    with the date and the commit (:func:`labkit.support.env.git_state`)."""
+    import datetime
+
+    row = acquire_sass()
+    commit, dirty = git_state()
+    row.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               commit=commit, git_dirty=dirty, machine="compiled without a GPU (no kernel ran)")
+    return _replace_row(path, row)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "acquire":
         print(record_acquire(argv[1]))
         return 0
+    if len(argv) == 2 and argv[0] == "resources":
+        print(record_resources(argv[1]))
+        return 0
     if len(argv) not in (3, 4, 5):
         print("usage: python -m labkit.kernels.aot PRESET DTYPE BATCH [LAYOUT [SCHEDULE]]\n"
-              "       python -m labkit.kernels.aot acquire OUT.json")
+              "       python -m labkit.kernels.aot acquire OUT.json\n"
+              "       python -m labkit.kernels.aot resources OUT.json")
         return 2
     name, dtype, batch = argv[0], argv[1], int(argv[2])
     layout = argv[3] if len(argv) >= 4 else "slot"
