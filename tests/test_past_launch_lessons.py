@@ -614,3 +614,86 @@ def test_17_4_is_graded_by_the_sweep(strict):
     helped = fake_tried(prefetched=440.0)
     helped[2] = {**helped[2], "median": 470.0, "p10": 469.0, "p90": 471.0}
     assert lp.prefetch_faster(helped) and lp.which_helps(helped) == "a"
+
+
+# ---------------------------------------------------------------------- how many programs fit
+
+
+def test_programs_per_sm_follows_hoppers_limits():
+    # the persistent layer kernel of small at batch 8 (Triton 3.6): 168 registers, 58 KiB
+    assert lp.programs_per_sm(168, 59392, 4) == {
+        "by registers": 3, "by shared memory": 3, "by warps": 16, "by blocks": 32, "fit": 3}
+    # gpt2 at batch 64: 96 registers, 26.5 KiB: five fit, by registers
+    assert lp.programs_per_sm(96, 27136, 4)["fit"] == 5
+    assert lp.programs_per_sm(255, 0, 4)["by registers"] == 2          # 8,192 a warp
+    assert lp.programs_per_sm(128, 0, 4)["by registers"] == 4
+    assert lp.programs_per_sm(129, 0, 4)["by registers"] == 3          # 4,128 -> 4,352 a warp
+    assert lp.programs_per_sm(32, 232 * 1024 - 1024, 4)["by shared memory"] == 0
+    assert lp.programs_per_sm(16, 0, 16)["fit"] == 4                   # 64 warps an SM
+
+
+def fake_resources(registers: int = 168, shared: int = 59392) -> dict:
+    rows = [{"preset": "small", "batch": 8, "per_sm": n, "waits": w, "num_warps": 4,
+             "registers": registers, "shared_bytes": shared, "spill_stores": 0}
+            for n in (1, 2, 4) for w in ("tile", "stage")]
+    rows += [{"preset": "gpt2", "batch": 64, "per_sm": n, "waits": "stage", "num_warps": 4,
+              "registers": 96, "shared_bytes": 27136, "spill_stores": 0} for n in (1, 4)]
+    return {"triton": "3.6.0", "rows": rows}
+
+
+def fake_launches(four8: str = "refused") -> list[dict]:
+    timed = [{"preset": "small", "b": 8, "step": f"p{n}", "per_sm": n, "waits": "stage",
+              "stripes": False, "prefetch": False, "median": 80.0 + n} for n in (1, 2)]
+    timed += [{"preset": "gpt2", "b": 64, "step": "p7", "per_sm": 4, "waits": "stage",
+               "stripes": False, "prefetch": False, "median": 1131.0},
+              {"preset": "small", "b": 8, "stamped": True, "waits": "stage", "prefetch": False},
+              {"preset": "small", "b": 8, "step": "p9", "per_sm": 4, "waits": "stage",
+               "stripes": True, "prefetch": True, "median": 90.0}]
+    if four8 == "refused":
+        timed.append({"preset": "small", "b": 8, "cand": {}, "per_sm": 4, "waits": "stage",
+                      "stripes": False, "prefetch": False,
+                      "error": "RuntimeError('Triton Error [CUDA]: too many blocks in "
+                               "cooperative launch')"})
+    elif four8 == "ran":
+        timed.append({"preset": "small", "b": 8, "step": "p7", "per_sm": 4, "waits": "stage",
+                      "stripes": False, "prefetch": False, "median": 99.0})
+    return timed
+
+
+def test_the_compiler_predicts_which_launches_the_gpu_refused():
+    found = lp.fits(fake_resources(), fake_launches())
+    seen = {(f["preset"], f["per_sm"], f["waits"]): (f["fits"], f["seen"]) for f in found}
+    assert seen[("small", 4, "stage")] == (False, "refused")
+    assert seen[("small", 2, "stage")] == (True, "ran")
+    assert seen[("small", 1, "tile")] == (True, "not tried")      # the sweep timed "stage"
+    assert seen[("gpt2", 4, "stage")] == (True, "ran")            # a stripes line is not it
+    assert lp.fits_agree(found)
+    table = lp.fits_table(found)
+    assert table[0] == {"size": "small at batch 8", "registers": 168, "shared KiB": 58.0,
+                        "fit per SM": 3, "limited by": "registers and shared memory",
+                        "1 per SM": "fits; ran",
+                        "2 per SM": "fits; ran", "4 per SM": "does not fit; refused"}
+    assert table[1]["4 per SM"] == "fits; ran" and "2 per SM" not in table[1]
+    assert lp.fits_shows(found) == ("3 launches ran, the tightest small at batch 8, 2 per SM, "
+                                    "waits='stage': 3 fit; refused: small at batch 8, 4 per "
+                                    "SM, waits='stage': 3 fit")
+    assert lp.refused_launches(found) == ["small at batch 8, 4 per SM"]
+
+
+@pytest.mark.parametrize("four8,registers,shared", [
+    ("ran", 168, 59392),          # ran where it does not fit
+    ("refused", 96, 27136),       # refused where five fit
+    ("not tried", 168, 59392)])   # nothing refused: the prediction is untested
+def test_the_fit_statement_fails_when_the_gpu_disagrees(four8, registers, shared):
+    assert not lp.fits_agree(lp.fits(fake_resources(registers, shared), fake_launches(four8)))
+
+
+def test_the_recorded_resources_are_the_gpu_machines_triton_and_cover_the_sweeps():
+    rec = lp.resources_record()
+    assert rec["triton"] == "3.6.0" and rec["ptxas"].startswith("V12.8")
+    assert rec["machine"] == "compiled without a GPU (no kernel ran)" and rec["commit"]
+    keys = {(r["preset"], r["batch"], r["per_sm"], r["waits"]) for r in rec["rows"]}
+    assert {(r["preset"], r["b"], r["per_sm"], r["waits"]) for r in lp.tried()
+            if "per_sm" in r and not r.get("stripes") and not r.get("prefetch")} <= keys
+    with pytest.raises(LookupError, match=r"no row for Triton 9\.9"):
+        lp.resources_record("9.9")

@@ -963,6 +963,125 @@ def kept_in_all(rows: Sequence[Mapping[str, Any]]) -> bool:
                               and r["wait_value_used"]["l1_invalidations"] >= 1 for r in rows)
 
 
+# ---------------------------------------------------------------------- how many programs fit
+#: the persistent layer kernel's registers and shared memory per launch of the sweeps, one row
+#: per Triton version (``python -m labkit.kernels.aot resources``; compiled for sm_90 as the
+#: JIT would, without a GPU)
+RESOURCES_FILE = "sweeps/layer_resources.json"
+#: what one SM of compute capability 9.0 (H100, H200) holds: 64 Ki registers, given to a warp
+#: in units of 256; 228 KiB of shared memory, of which each block also reserves 1 KiB for the
+#: system, in units of 128 bytes; 64 warps; 32 blocks (CUDA C++ Programming Guide, "Compute
+#: Capabilities", table of technical specifications, and its occupancy rules)
+HOPPER_SM = {"registers": 65536, "register_unit": 256, "shared_bytes": 228 * 1024,
+             "shared_reserved": 1024, "shared_unit": 128, "warps": 64, "blocks": 32}
+
+
+def resources_record(triton: str = "3.6.0") -> dict[str, Any]:
+    """The recorded row of :data:`RESOURCES_FILE` for ``triton`` (the GPU machine's, which ran
+    the sweeps)."""
+    with open(_sweep(RESOURCES_FILE), encoding="utf-8") as f:
+        rows = [r for r in json.load(f) if r["triton"] == triton]
+    if not rows:
+        raise LookupError(f"{RESOURCES_FILE} has no row for Triton {triton}; record one with "
+                          "`python -m labkit.kernels.aot resources` under that Triton")
+    return rows[0]
+
+
+def _up(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
+
+
+def programs_per_sm(registers: int, shared_bytes: int, num_warps: int,
+                    sm: Mapping[str, int] = HOPPER_SM) -> dict[str, int]:
+    """How many programs (blocks) of a kernel one SM holds at once, by each limit (``by
+    registers``, ``by shared memory``, ``by warps``, ``by blocks``) and in all (``fit``, the
+    smallest): registers are given per warp, rounded up to ``register_unit``; each block's
+    shared memory is rounded up to ``shared_unit`` after the system's reserved KiB is added."""
+    per_warp = _up(max(1, registers) * 32, sm["register_unit"])
+    per_block = _up(shared_bytes + sm["shared_reserved"], sm["shared_unit"])
+    limits = {"by registers": sm["registers"] // per_warp // num_warps,
+              "by shared memory": sm["shared_bytes"] // per_block,
+              "by warps": sm["warps"] // num_warps, "by blocks": sm["blocks"]}
+    return {**limits, "fit": min(limits.values())}
+
+
+def _outcome(rows: Sequence[Mapping[str, Any]], preset: str, batch: int, per_sm: int,
+             waits: str) -> str:
+    """What the sweeps saw of the default persistent kernel (no stripes, no prefetch) at
+    ``per_sm`` programs per SM: ``ran``, ``refused`` (the cooperative launch's error) or
+    ``not tried``."""
+    mine = [r for r in rows if r.get("preset") == preset and r.get("b") == batch
+            and r.get("per_sm") == per_sm and r.get("waits") == waits
+            and not r.get("stripes") and not r.get("prefetch") and "stamped" not in r]
+    if any("median" in r for r in mine):
+        return "ran"
+    if any("cooperative launch" in str(r.get("error", "")) for r in mine):
+        return "refused"
+    return "not tried"
+
+
+def fits(resources: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+         sm: Mapping[str, int] = HOPPER_SM) -> list[dict[str, Any]]:
+    """Per compiled launch (preset, batch, programs per SM, waits): the programs an SM holds
+    (:func:`programs_per_sm`), whether the grid fits, and what the sweeps ``rows`` saw."""
+    out = []
+    for r in resources["rows"]:
+        limit = programs_per_sm(r["registers"], r["shared_bytes"], r["num_warps"], sm)
+        out.append({**r, **limit, "fits": limit["fit"] >= r["per_sm"],
+                    "seen": _outcome(rows, r["preset"], r["batch"], r["per_sm"], r["waits"])})
+    return out
+
+
+def fits_agree(found: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the sweeps refused a launch somewhere, and every launch they tried ran where it
+    fits and was refused where it does not."""
+    tried = [f for f in found if f["seen"] != "not tried"]
+    return (any(f["seen"] == "refused" for f in tried)
+            and all((f["seen"] == "ran") == f["fits"] for f in tried))
+
+
+def refused_launches(found: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The launches the sweeps saw refused (each size and programs per SM once)."""
+    out = [f"{_size(f['preset'], f['batch'])}, {f['per_sm']} per SM" for f in found
+           if f["seen"] == "refused"]
+    return list(dict.fromkeys(out))
+
+
+def fits_table(found: Sequence[Mapping[str, Any]], waits: str = "stage") -> list[dict[str, Any]]:
+    """One row per preset and batch size (``waits``): registers, shared memory, the programs an
+    SM holds and the tighter limit, and per programs per SM the prediction against what the
+    sweeps saw."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for f in found:
+        if f["waits"] != waits:
+            continue
+        key = (f["preset"], f["batch"])
+        if key not in out:
+            tight = [k.removeprefix("by ") for k in ("by registers", "by shared memory",
+                                                      "by warps", "by blocks")
+                     if f[k] == f["fit"]]
+            out[key] = {"size": _size(*key), "registers": f["registers"],
+                        "shared KiB": _r(f["shared_bytes"] / 1024, 1),
+                        "fit per SM": f["fit"], "limited by": " and ".join(tight)}
+        word = "fits" if f["fits"] else "does not fit"
+        out[key][f"{f['per_sm']} per SM"] = (word if f["seen"] == "not tried"
+                                             else f"{word}; {f['seen']}")
+    return list(out.values())
+
+
+def fits_shows(found: Sequence[Mapping[str, Any]]) -> str:
+    """What the statement about :func:`fits` shows: how many launches the sweeps ran and the
+    tightest of them (fewest programs to spare), then each refused launch, with their fits."""
+    def one(f: Mapping[str, Any]) -> str:
+        return (f"{_size(f['preset'], f['batch'])}, {f['per_sm']} per SM, waits={f['waits']!r}: "
+                f"{f['fit']} fit")
+    ran = [f for f in found if f["seen"] == "ran"]
+    tightest = min(ran, key=lambda f: f["fit"] - f["per_sm"], default=None)
+    return "; ".join([f"{len(ran)} launches ran"
+                      + (f", the tightest {one(tightest)}" if tightest else "")]
+                     + [f"refused: {one(f)}" for f in found if f["seen"] == "refused"])
+
+
 #: the GPU run that found the dropped acquire (before the fix)
 BEFORE_FIX_FILE = "sweeps/h100-80gb-hbm3/persistent_fidelity_before_fix.json"
 
