@@ -563,6 +563,25 @@ def test_the_compiler_sees_the_arguments_as_the_jit_specializes_them():
     assert sig["B"] == "constexpr" and constants["B"] == 1
 
 
+@needs_triton
+def test_a_compiled_record_replaces_its_triton_versions_row(tmp_path):
+    """The compile-only records (``acquire``, ``resources``) keep one row per Triton version,
+    sorted, each naming this Triton, its ptxas, the date, the commit and that no kernel ran."""
+    import triton
+
+    from labkit.kernels.aot import _replace_row, _stamped
+
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{"triton": "9.0.0", "x": 0}, {"triton": triton.__version__,
+                                                            "x": 1}]))
+    row = _stamped({"x": 2})
+    assert _replace_row(str(path), row) == row
+    rows = json.loads(path.read_text())
+    assert [(r["triton"], r["x"]) for r in rows] == [(triton.__version__, 2), ("9.0.0", 0)]
+    assert rows[0]["ptxas"].startswith("V") and rows[0]["commit"] is not None
+    assert rows[0]["machine"] == "compiled without a GPU (no kernel ran)"
+
+
 _ACQUIRE = """
 import json
 from labkit.kernels.aot import acquire_sass, compile_step

@@ -248,13 +248,7 @@ def _replace_row(path: str, row: dict) -> dict:
 def record_acquire(path: str) -> dict:
     """Add (or replace) this Triton's :func:`acquire_sass` row in the JSON list at ``path``,
     with the date and the commit (:func:`labkit.support.env.git_state`)."""
-    import datetime
-
-    row = acquire_sass()
-    commit, dirty = git_state()
-    row.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               commit=commit, git_dirty=dirty, machine="compiled without a GPU (no kernel ran)")
-    return _replace_row(path, row)
+    return _replace_row(path, _stamped(acquire_sass()))
 
 
 def main(argv: list[str]) -> int:
