@@ -22,7 +22,7 @@ from typing import Any
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
 from labkit.support.env import git_state
-from labkit.kernels.step import Blocks, PdlMode, Schedule, Waits, gpu_launches
+from labkit.kernels.step import WAITS, Blocks, PdlMode, Schedule, Waits, gpu_launches
 
 
 def _specialized(launch) -> tuple[dict[str, str], dict[str, Any], dict[tuple[int], list]]:
@@ -187,8 +187,6 @@ def layer_resources(arch: int = 90, sm_count: int = 132) -> list[dict]:
     largest over the step's layer kernels (they differ in their counter's alignment), and
     ``num_warps``; compiled for ``sm_<arch>`` as the JIT would (no GPU). Notebook 17 reads how
     many such programs an SM can hold from them."""
-    from labkit.kernels.step import WAITS
-
     _need_gpu_kernels()
     rows = []
     for name in RESOURCE_PRESETS:
