@@ -697,3 +697,22 @@ def test_the_recorded_resources_are_the_gpu_machines_triton_and_cover_the_sweeps
             if "per_sm" in r and not r.get("stripes") and not r.get("prefetch")} <= keys
     with pytest.raises(LookupError, match=r"no row for Triton 9\.9"):
         lp.resources_record("9.9")
+
+
+def test_17_6_takes_the_smallest_limit_and_refuses_each_slip(monkeypatch):
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+    assert run("17.6", 17, fit=lambda r, s, w: lp.programs_per_sm(r, s, w)["fit"]).passed
+    sm = lp.HOPPER_SM
+    slips = [
+        lambda r, s, w: min(sm["registers"] // (r * 32 * w), sm["shared_bytes"] // (s + 1024),
+                            sm["warps"] // w, sm["blocks"]),          # no warp rounding
+        lambda r, s, w: lp.programs_per_sm(r, s - 1024, w)["fit"],   # no reserved KiB
+        lambda r, s, w: lp.programs_per_sm(r, 0, w)["fit"],           # registers only
+        lambda r, s, w: None,
+        lambda r, s, w: 1 / 0,
+    ]
+    for slip in slips:
+        assert not run("17.6", 17, fit=slip).passed
+    with pytest.raises(StrictExerciseError):
+        monkeypatch.setenv(STRICT_ENV, "1")
+        run("17.6", 17, fit=slips[0])

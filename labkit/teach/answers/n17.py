@@ -115,3 +115,39 @@ def _wait(ex: Exercise, wait: Any, why: Any) -> None:
     ex.check_true("a reason in a few words", ... if why is ... else
                   isinstance(why, str) and bool(why.strip()),
                   hint="which value did a program read, and from where?")
+
+
+#: the kernels 17.6's function is tried on (hidden): registers a thread, shared bytes, warps
+FIT_CASES = ((168, 59392, 4), (96, 27136, 4), (255, 0, 4), (128, 0, 4), (129, 0, 4),
+             (100, 0, 4), (32, 100_000, 4), (64, 48 * 1024, 8), (40, 0, 1), (24, 0, 2),
+             (255, 200_000, 16), (72, 233_000, 4))
+
+
+@exercise("17.6", "how many programs an SM holds", "write")
+def _fit(ex: Exercise, fit: Any) -> None:
+    if not ex.check_function("a function of (registers, shared_bytes, warps)", fit):
+        return
+
+    def asked(regs: int, shared: int, warps: int) -> Any:
+        try:
+            return int(fit(regs, shared, warps))
+        except Exception as exc:  # a body that breaks or returns None
+            return type(exc).__name__
+
+    missed = [(case, got, want) for case in FIT_CASES
+              if (got := asked(*case)) != (want := pl.programs_per_sm(*case)["fit"])]
+    first = ("" if not missed else "the first it misses: {} registers, {} bytes of shared "
+             "memory, {} warps gave {!r}, not {}; ".format(*missed[0][0], *missed[0][1:]))
+    ex.check(f"right answers on {len(FIT_CASES)} kernels it does not show you",
+             len(FIT_CASES) - len(missed), len(FIT_CASES),
+             hint=first + "the smallest of four limits; registers go to whole warps in units "
+                          "of 256, shared memory to programs with 1 KiB more, in units of 128 "
+                          "bytes")
+    launch = next(r for r in pl.resources_record()["rows"]
+                  if (r["preset"], r["batch"], r["per_sm"], r["waits"]) == ("small", 8, 4,
+                                                                          "stage"))
+    held = asked(launch["registers"], launch["shared_bytes"], launch["num_warps"])
+    ex.check_true("with it, four programs of small at batch 8 do not fit (the launch the H100 "
+                  "refused)", isinstance(held, int) and held < 4,
+                  hint=f"your fit gives {held} for {launch['registers']} registers and "
+                       f"{launch['shared_bytes']} bytes")
