@@ -89,6 +89,8 @@ HEADS = [({}, 1, False, False, "stage", 1), ({"splits": 1}, 1, False, False, "st
 #: the stamped variants of each table's stage tables: (prefetch, waits, heads)
 STAMPED_VARIANTS = {"prefetch": ((False, "tile", 1), (False, "stage", 1), (True, "stage", 1)),
                     "heads": ((False, "stage", 1), (False, "stage", 4))}
+#: the persistent schedules' candidate tables, by ``--schedule``
+PERSISTENT_SWEEPS = {"persistent": PERSISTENT, "prefetch": PREFETCH, "heads": HEADS}
 #: stamped replays per batch size for the stage tables
 STAMPED = 10
 
@@ -205,10 +207,8 @@ if __name__ == "__main__":
     if args[:1] == ["--sizes"]:  # the persistent schedules' batch sizes
         sizes, args = tuple(int(v) for v in args[1].split(",")), args[2:]
     for preset_name in args or ["gpt2", "small"]:
-        if chosen == "persistent":
-            sweep_persistent(preset_name, sizes=sizes)
-        elif chosen in STAMPED_VARIANTS:
-            sweep_persistent(preset_name, PREFETCH if chosen == "prefetch" else HEADS, sizes,
-                             STAMPED_VARIANTS[chosen])
+        if chosen in PERSISTENT_SWEEPS:
+            sweep_persistent(preset_name, PERSISTENT_SWEEPS[chosen], sizes,
+                             STAMPED_VARIANTS.get(chosen, ()))
         else:
             sweep(preset_name)

@@ -803,17 +803,19 @@ def same_waits_both_ways(rows: Sequence[Mapping[str, Any]]) -> bool:
     return {"faster", "slower"} <= same
 
 
-def _per_sm(rows: Sequence[Mapping[str, Any]], preset: str, batch: int,
-            per_sm: int) -> Mapping[str, Any] | str | None:
-    """The line of ``per_sm`` programs per SM waiting once per stage (no prefetch, no stripes),
-    ``"refused"`` where its launch failed, ``None`` where the sweep did not try it."""
+def _per_sm(rows: Sequence[Mapping[str, Any]], preset: str, batch: int, per_sm: int,
+            waits: str = "stage") -> Mapping[str, Any] | str | None:
+    """The line of ``per_sm`` programs per SM (no prefetch, no stripes; ``waits``),
+    ``"refused"`` where the cooperative launch refused it, ``None`` where the sweep did not
+    try it."""
     try:
-        return tried_step(rows, preset, batch, waits="stage", per_sm=per_sm)
+        return tried_step(rows, preset, batch, waits=waits, per_sm=per_sm)
     except KeyError:
         pass
     for r in rows:
-        if (r.get("preset"), r.get("b")) == (preset, batch) and "error" in r \
-                and _is(r, "stage", False, per_sm, False):
+        if (r.get("preset"), r.get("b")) == (preset, batch) \
+                and "cooperative launch" in str(r.get("error", "")) \
+                and _is(r, waits, False, per_sm, False):
             return "refused"
     return None
 
@@ -1007,17 +1009,12 @@ def programs_per_sm(registers: int, shared_bytes: int, num_warps: int,
 
 def _outcome(rows: Sequence[Mapping[str, Any]], preset: str, batch: int, per_sm: int,
              waits: str) -> str:
-    """What the sweeps saw of the default persistent kernel (no stripes, no prefetch) at
-    ``per_sm`` programs per SM: ``ran``, ``refused`` (the cooperative launch's error) or
-    ``not tried``."""
-    mine = [r for r in rows if r.get("preset") == preset and r.get("b") == batch
-            and r.get("per_sm") == per_sm and r.get("waits") == waits
-            and not r.get("stripes") and not r.get("prefetch") and "stamped" not in r]
-    if any("median" in r for r in mine):
-        return "ran"
-    if any("cooperative launch" in str(r.get("error", "")) for r in mine):
-        return "refused"
-    return "not tried"
+    """What the sweeps saw of the default persistent kernel at ``per_sm`` programs per SM
+    (:func:`_per_sm`): ``ran``, ``refused`` or ``not tried``."""
+    seen = _per_sm(rows, preset, batch, per_sm, waits)
+    if seen is None:
+        return "not tried"
+    return seen if isinstance(seen, str) else "ran"
 
 
 def fits(resources: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
