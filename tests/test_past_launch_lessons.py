@@ -716,3 +716,53 @@ def test_17_6_takes_the_smallest_limit_and_refuses_each_slip(monkeypatch):
     with pytest.raises(StrictExerciseError):
         monkeypatch.setenv(STRICT_ENV, "1")
         run("17.6", 17, fit=slips[0])
+
+
+# ---------------------------------------------------------------------- several heads a tile
+
+
+def fake_heads(two64: float = 1350.0, two8: float = 540.0, plain64: float = 895.0) -> list[dict]:
+    def line(b, step, heads, per_sm, median, t=64, splits=1):
+        return {"preset": "gpt2", "b": b, "step": step, "per_sm": per_sm, "heads": heads,
+                "median": median, "p10": median - 2, "p90": median + 2,
+                "blocks": {"t": t, "splits": splits}}
+    return [line(64, "kernels", None, None, plain64), line(64, "p0", 1, 1, 1438.0),
+            line(64, "p1", 1, 1, 1437.0), line(64, "p2", 2, 1, two64),
+            line(64, "p3", 4, 1, 1383.0), line(64, "p4", 4, 1, 1535.0, t=32),
+            line(64, "p6", 2, 2, 1013.0),
+            line(8, "kernels", None, None, 449.0), line(8, "p0", 1, 1, 525.0, splits=3),
+            line(8, "p1", 1, 1, 480.0), line(8, "p2", 2, 1, two8),
+            line(8, "p3", 4, 1, 596.0), line(8, "p4", 4, 1, 690.0, t=32),
+            {"preset": "gpt2", "b": 8, "stamped": True, "heads": 4, "stages": []}]
+
+
+def test_the_heads_sweep_table_reads_each_variant():
+    rows = lp.heads_table(fake_heads())
+    assert [(r["model"], r["batch"]) for r in rows] == [("gpt2", 8), ("gpt2", 64)]
+    assert rows[0] == {"model": "gpt2", "batch": 8, "plain kernels": 449.0, "1 head": 525.0,
+                       "1 head, unsplit": 480.0, "2 heads": 540.0, "4 heads": 596.0,
+                       "2 heads ÷ 1": 1.029, "fastest persistent × plain": 1.07}
+    assert rows[1]["4 heads"] == 1383.0 and rows[1]["fastest persistent × plain"] == 1.13
+    assert lp.two_heads_verdicts(fake_heads(), 0.044) == {"gpt2 at batch 8": "slower",
+                                                          "gpt2 at batch 64": "faster"}
+    assert lp.beats_plain(fake_heads(), 0.044) == []
+    assert "2 heads ÷ 1 = 0.939" in lp.heads_shows(fake_heads(), 0.044)
+
+
+@pytest.mark.parametrize("kw,size,verdict", [
+    ({"two64": 1400.0}, "gpt2 at batch 64", "within the spread"),  # 2.6% faster: under the floor
+    ({"two64": 1437.0}, "gpt2 at batch 64", "within the spread"),
+    ({"two8": 520.0}, "gpt2 at batch 8", "within the spread"),     # 1% faster: under the floor
+    ({"two8": 526.0}, "gpt2 at batch 8", "within the spread")])
+def test_the_heads_verdicts_fail_when_the_sweep_says_otherwise(kw, size, verdict):
+    assert lp.two_heads_verdicts(fake_heads(**kw), 0.044)[size] == verdict
+
+
+def test_the_heads_plain_check_fails_where_a_variant_wins():
+    assert lp.beats_plain(fake_heads(plain64=1500.0), 0.044) == ["gpt2 at batch 64"]
+
+
+def test_the_filed_heads_sweep_is_read():
+    rows = lp.heads_rows()
+    assert {(r["model"], r["batch"]) for r in lp.heads_table(rows)} == {
+        ("gpt2", 8), ("gpt2", 64), ("small", 8), ("small", 64)}

@@ -49,7 +49,9 @@ split)'s chunk of keys and values in flight; one persistent program walks those 
 after another, so at a large batch far fewer bytes are in flight (on an H100 the attention
 stage took 2 to 2.7 times its kernel at batch 64, notebook 17). With ``HEADS`` above one a
 tile is that many heads of one row, unsplit, loading all their keys and values of a chunk at
-once. Off (``1``) by default: not yet measured.
+once. On an H100 two heads a tile made the step faster at batch 64 and slower at batch 8, and
+never faster than the plain kernels (notebook 17, ``data/sweeps/h100-80gb-hbm3/
+persistent_heads.jsonl``), so it is an option, off (``1``) by default.
 """
 
 import triton

@@ -845,10 +845,10 @@ def four_per_sm_slower(rows: Sequence[Mapping[str, Any]]) -> bool:
     return "slower" in verdicts.values() and set(verdicts.values()) <= {"slower", "refused"}
 
 
-def beats_plain(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def beats_plain(rows: Sequence[Mapping[str, Any]], noise: float | None = None) -> list[str]:
     """The sizes where some persistent variant is faster than the plain kernels, beyond the
-    spreads and by more than :func:`capture_noise`."""
-    noise, out = capture_noise(rows), []
+    spreads and by more than ``noise`` (default: :func:`capture_noise` of ``rows``)."""
+    noise, out = capture_noise(rows) if noise is None else noise, []
     for p, b in tried_sizes(rows):
         timed = _timed(rows, p, b)
         plain, fastest = _plain(timed), _fastest_persistent(timed)
@@ -882,6 +882,70 @@ def sizes_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "fastest persistent × plain": _r(float(_fastest_persistent(timed)["median"])
                                              / float(plain["median"]), 2)})
     return out
+
+
+#: the sweep of several heads a persistent attention tile (``scripts/triton_sweep.py
+#: --schedule heads --sizes 64`` then ``--sizes 8``, on the same GPU)
+HEADS_FILE = "sweeps/h100-80gb-hbm3/persistent_heads.jsonl"
+
+
+def heads_rows() -> list[dict[str, Any]]:
+    """The lines of :data:`HEADS_FILE`."""
+    with open(_sweep(HEADS_FILE), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _heads_line(timed: Sequence[Mapping[str, Any]], heads: int,
+                split: bool = True) -> Mapping[str, Any]:
+    """The line of ``heads`` a tile at one program per SM with the heuristic's chunks (the
+    longest: the sweep's other lines halve them); at one head, split as the heuristic splits
+    (``split``) or the unsplit control."""
+    mine = [r for r in timed if r.get("per_sm") == 1 and r.get("heads") == heads]
+    if heads > 1:
+        return max(mine, key=lambda r: r["blocks"]["t"])
+    return (max if split else min)(mine, key=lambda r: r["blocks"]["splits"])
+
+
+def heads_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per size of the heads sweep (µs, medians): the plain kernels, the persistent step with
+    one head a tile (split as the heuristic splits, and unsplit), two and four heads a tile
+    (one program per SM), and two heads against one."""
+    out = []
+    for p, b in tried_sizes(rows):
+        timed = _timed(rows, p, b)
+        one, two = _heads_line(timed, 1), _heads_line(timed, 2)
+        out.append({"model": p, "batch": b, "plain kernels": _r(_plain(timed)["median"]),
+                    "1 head": _r(one["median"]),
+                    "1 head, unsplit": _r(_heads_line(timed, 1, split=False)["median"]),
+                    "2 heads": _r(two["median"]), "4 heads": _r(_heads_line(timed, 4)["median"]),
+                    "2 heads ÷ 1": _r(float(two["median"]) / float(one["median"]), 3),
+                    "fastest persistent × plain": _r(float(_fastest_persistent(timed)["median"])
+                                                     / float(_plain(timed)["median"]), 2)})
+    return out
+
+
+def two_heads_verdicts(rows: Sequence[Mapping[str, Any]],
+                       noise: float = 0.0) -> dict[str, str]:
+    """Per size: two heads a tile against one (one program per SM), ``"faster"`` where it is
+    faster beyond the spreads and by more than ``noise`` (a ratio, such as
+    :func:`capture_noise` of the prefetch sweeps), ``"slower"`` beyond the spreads, else
+    ``"within the spread"``."""
+    out = {}
+    for p, b in tried_sizes(rows):
+        timed = _timed(rows, p, b)
+        one, two = _heads_line(timed, 1), _heads_line(timed, 2)
+        if _beyond(one, two) and float(two["median"]) < (1 - noise) * float(one["median"]):
+            out[_size(p, b)] = "faster"
+        else:
+            out[_size(p, b)] = "slower" if _beyond(two, one) else "within the spread"
+    return out
+
+
+def heads_shows(rows: Sequence[Mapping[str, Any]], noise: float) -> str:
+    """The figures behind the statement about the heads sweep."""
+    return "; ".join(f"{r['model']} at batch {r['batch']}: 2 heads ÷ 1 = {r['2 heads ÷ 1']}, "
+                     f"fastest persistent × plain = {r['fastest persistent × plain']}"
+                     for r in heads_table(rows)) + f"; floor {noise:.1%}"
 
 
 def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
