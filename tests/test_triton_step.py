@@ -1080,3 +1080,39 @@ def test_measure_triton_on_the_gpu():
     assert data["graph_ops"]["triton"] == [kernels_per_step(2)] * 2
     assert all(t["median"] > 0 for s in data["steps"] for t in data["times"][s])
     json.dumps(data)
+
+
+@cpu
+@pytest.mark.parametrize("barriers", [0, 1, 4])
+def test_sync_kernel_counts_every_arrival(barriers):
+    """The synchronisation-only launch (labkit.kernels.sync_floor) arrives once per barrier and
+    passes its waits: one program alone (the interpreter), three launches on one counter."""
+    import importlib
+
+    kernel = importlib.import_module("labkit.kernels.sync_floor").sync_kernel
+    ready = torch.zeros(1, dtype=torch.int64)
+    for _ in range(3):
+        kernel[(1,)](ready, 1, BARRIERS=barriers)
+    assert int(ready) == 3 * barriers
+
+
+def test_measure_sync_floor_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the GPU test below measures")
+    from labkit.measure.sync_floor import measure_sync_floor
+
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        measure_sync_floor(("test",))
+
+
+@pytest.mark.gpu
+@gpu_compiled
+def test_measure_sync_floor_on_the_gpu():
+    from labkit.measure.sync_floor import VARIANTS, measure_sync_floor, sync_summary
+
+    rec = measure_sync_floor(("test",), repeats=3, inner=2)
+    p = rec["presets"]["test"]
+    assert p["counters_met"] is True and p["launches"]["kernels"] == kernels_per_step(2)
+    assert set(p["times"]) == set(VARIANTS)
+    assert sync_summary(rec, "test")["sync_us"] > 0
+    json.dumps(rec)

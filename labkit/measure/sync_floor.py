@@ -1,0 +1,182 @@
+"""What the persistent step's synchronisation costs with no work around it (notebook 17):
+graphs of launches that do nothing but what each schedule of the Triton step does to order
+its work, replayed in turn on a GPU.
+
+Per preset (``L`` layers), one CUDA graph each:
+
+- ``kernels``: ``5 L + 1`` empty launches, the plain step's kernel boundaries;
+- ``launches``: ``L + 1`` empty launches, the persistent step's;
+- ``barriers``: the persistent step's ``L`` layer launches, each meeting at its four counter
+  barriers (:mod:`labkit.kernels.sync_floor`, one program per SM, cooperative, one counter
+  per layer as the step has), then one empty launch (the LM head's place);
+- ``barriers_2``: the same at two programs per SM.
+
+Every launch has one program per SM (two for ``barriers_2``). Before anything is timed each
+graph is replayed once and every layer's counter must have grown by exactly four arrivals of
+every program (all the barriers were met); after the timing again, for every replay.
+``python -m labkit.measure.sync_floor OUT.json`` writes the record (GPU, driver, versions,
+date, commit with it); :func:`sync_summary` derives what one barrier and one kernel boundary
+cost from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from labkit.checks import as_int
+from labkit.kernels.step import kernels_per_step
+from labkit.measure.bench import _need_cuda
+from labkit.measure.triton_bench import _need_compiled, _versions
+from labkit.model import PRESETS
+from labkit.support.env import environment_record
+from labkit.timing import time_cuda_interleaved
+
+#: barriers of one persistent layer launch (between its five stages)
+BARRIERS = 4
+#: the graphs timed per preset, in the order they are replayed within each round
+VARIANTS: tuple[str, ...] = ("kernels", "launches", "barriers", "barriers_2")
+
+
+def _kernel() -> Any:
+    return importlib.import_module("labkit.kernels.sync_floor").sync_kernel
+
+
+def _sm_count() -> int:
+    return int(torch.cuda.get_device_properties(0).multi_processor_count)
+
+
+class _Graph:
+    """One variant's launches captured in a CUDA graph; ``runs`` counts its replays."""
+
+    def __init__(self, launches: Callable[[], None]) -> None:
+        launches()  # compile and warm up outside the capture
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            launches()
+        self.runs = 1  # the eager warm-up
+
+    def replay(self) -> None:
+        self.graph.replay()
+        self.runs += 1
+
+
+def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple[Any, int]]]:
+    """The four graphs of an ``n_layer``-layer step, and per barrier variant its counters and
+    programs."""
+    kernel = _kernel()
+    dev = torch.device("cuda")
+    empty = torch.zeros(1, dtype=torch.int64, device=dev)
+
+    def launch(counter: torch.Tensor, programs: int, barriers: int) -> None:
+        kernel[(programs,)](counter, programs, BARRIERS=barriers, launch_cooperative_grid=True)
+
+    def plain(count: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(count):
+                launch(empty, sm, 0)
+        return run
+
+    counters: dict[str, tuple[Any, int]] = {}
+
+    def layers(programs: int, name: str) -> Callable[[], None]:
+        ready = torch.zeros(n_layer, dtype=torch.int64, device=dev)
+        counters[name] = (ready, programs)
+
+        def run() -> None:
+            for i in range(n_layer):
+                launch(ready[i:i + 1], programs, BARRIERS)
+            launch(empty, sm, 0)
+        return run
+
+    graphs = {"kernels": _Graph(plain(kernels_per_step(n_layer))),
+              "launches": _Graph(plain(kernels_per_step(n_layer, "persistent"))),
+              "barriers": _Graph(layers(sm, "barriers")),
+              "barriers_2": _Graph(layers(2 * sm, "barriers_2"))}
+    return graphs, counters
+
+
+def _counters_met(graphs: Mapping[str, _Graph], counters: Mapping[str, tuple[Any, int]]) -> bool:
+    """Whether every layer's counter holds four arrivals of every program per run."""
+    torch.cuda.synchronize()
+    return all(bool((ready == BARRIERS * programs * graphs[name].runs).all())
+               for name, (ready, programs) in counters.items())
+
+
+def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, repeats: int = 30,
+                       inner: int = 20) -> dict:
+    """Per preset the four graphs' replay times (:meth:`Stats.to_dict`, µs), replayed in turn
+    ``repeats`` rounds of ``inner`` replays after one replay each checked the barriers."""
+    _need_cuda("measure_sync_floor")
+    _need_compiled()
+    repeats = as_int(repeats, "repeats", minimum=3)
+    inner = as_int(inner, "inner", minimum=1)
+    sm = _sm_count()
+    out: dict[str, Any] = {"sm_count": sm, "barriers_per_layer": BARRIERS, "repeats": repeats,
+                           "inner": inner, "presets": {}}
+    for name in presets:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        n_layer = PRESETS[name]["n_layer"]
+        graphs, counters = _variants(n_layer, sm)
+        for g in graphs.values():
+            g.replay()
+        if not _counters_met(graphs, counters):
+            raise RuntimeError(f"{name}: a barrier graph did not count four arrivals of every "
+                               "program per layer; nothing was timed")
+        times = time_cuda_interleaved({k: g.replay for k, g in graphs.items()},
+                                      warmup=10, repeats=repeats, inner=inner)
+        out["presets"][name] = {
+            "n_layer": n_layer,
+            "launches": {"kernels": kernels_per_step(n_layer),
+                         "launches": kernels_per_step(n_layer, "persistent"),
+                         "barriers": kernels_per_step(n_layer, "persistent"),
+                         "barriers_2": kernels_per_step(n_layer, "persistent")},
+            "counters_met": _counters_met(graphs, counters),
+            "times": {k: t.to_dict() for k, t in times.items()}}
+    return out
+
+
+def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
+    """From a :func:`measure_sync_floor` record, µs (medians): the step's synchronisation
+    alone (``barriers``), one kernel boundary of the plain step (``kernels`` over its
+    launches), one barrier at one and at two programs per SM (the barrier graph less the
+    empty launches, over ``4 L``), and the spread of the barrier graphs (p90 - p10)."""
+    p = record["presets"][preset]
+    t, n = p["times"], p["launches"]
+    barriers = record["barriers_per_layer"] * p["n_layer"]
+
+    def med(k: str) -> float:
+        return float(t[k]["median"])
+
+    return {"sync_us": med("barriers"), "sync_2_us": med("barriers_2"),
+            "kernels_us": med("kernels"), "launches_us": med("launches"),
+            "per_boundary_us": med("kernels") / n["kernels"],
+            "per_barrier_us": (med("barriers") - med("launches")) / barriers,
+            "per_barrier_2_us": (med("barriers_2") - med("launches")) / barriers,
+            "spread_us": max(float(t[k]["p90"]) - float(t[k]["p10"])
+                             for k in ("barriers", "barriers_2"))}
+
+
+def _provenance() -> dict:
+    return {"environment": environment_record(), **_versions()}
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) != 1:
+        sys.exit("usage: python -m labkit.measure.sync_floor OUT.json")
+    record = {**_provenance(), **measure_sync_floor()}
+    with open(argv[0], "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    for name in record["presets"]:
+        print(name, json.dumps({k: round(v, 2) for k, v in sync_summary(record, name).items()}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
