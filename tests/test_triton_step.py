@@ -1108,11 +1108,13 @@ def test_measure_sync_floor_needs_a_gpu():
 @pytest.mark.gpu
 @gpu_compiled
 def test_measure_sync_floor_on_the_gpu():
-    from labkit.measure.sync_floor import VARIANTS, measure_sync_floor, sync_summary
+    from labkit.measure.sync_floor import STEPS, VARIANTS, measure_sync_floor, sync_summary
 
     rec = measure_sync_floor(("test",), repeats=3, inner=2)
     p = rec["presets"]["test"]
     assert p["counters_met"] is True and p["launches"]["kernels"] == kernels_per_step(2)
-    assert set(p["times"]) == set(VARIANTS)
-    assert sync_summary(rec, "test")["sync_us"] > 0
+    assert set(p["times"]) == set(VARIANTS) | set(STEPS)
+    s = sync_summary(rec, "test")
+    assert s["sync_us"] > 0 and 0 < s["sync_share"] < 1, s
+    assert p["tokens_equal_eager"] == {"triton": True, "triton_persistent": True}
     json.dumps(rec)

@@ -9,7 +9,12 @@ Per preset (``L`` layers), one CUDA graph each:
 - ``barriers``: the persistent step's ``L`` layer launches, each meeting at its four counter
   barriers (:mod:`labkit.kernels.sync_floor`, one program per SM, cooperative, one counter
   per layer as the step has), then one empty launch (the LM head's place);
-- ``barriers_2``: the same at two programs per SM.
+- ``barriers_2``: the same at two programs per SM;
+
+and, replayed in the same rounds, the two steps whose synchronisation they are: the plain
+Triton step (``triton``) and the persistent one (``triton_persistent``, one program per SM),
+each a graph of one batch size (``batch``, bf16, every row at ``context`` positions), their
+graph's greedy tokens first checked equal to the eager step's.
 
 Every launch has one program per SM (two for ``barriers_2``). Before anything is timed each
 graph is replayed once and every layer's counter must have grown by exactly four arrivals of
@@ -27,20 +32,28 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from functools import partial
+
 import torch
 
 from labkit.checks import as_int
-from labkit.kernels.step import kernels_per_step
-from labkit.measure.bench import _need_cuda
+from labkit.graphs import capture_decode_graphs
+from labkit.kernels.step import kernels_per_step, make_triton_step
+from labkit.measure.bench import _need_cuda, make_model, step_inputs
+from labkit.measure.fused_bench import same_tokens
+from labkit.measure.roofline import graph_step
 from labkit.measure.triton_bench import _need_compiled, _versions
 from labkit.model import PRESETS
+from labkit.runner import triton_schedule
 from labkit.support.env import environment_record
 from labkit.timing import time_cuda_interleaved
 
 #: barriers of one persistent layer launch (between its five stages)
 BARRIERS = 4
-#: the graphs timed per preset, in the order they are replayed within each round
+#: the synchronisation graphs timed per preset, in the order they are replayed in a round
 VARIANTS: tuple[str, ...] = ("kernels", "launches", "barriers", "barriers_2")
+#: the steps replayed after them in each round
+STEPS: tuple[str, ...] = ("triton", "triton_persistent")
 
 
 def _kernel() -> Any:
@@ -109,17 +122,34 @@ def _counters_met(graphs: Mapping[str, _Graph], counters: Mapping[str, tuple[Any
                for name, (ready, programs) in counters.items())
 
 
-def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, repeats: int = 30,
-                       inner: int = 20) -> dict:
-    """Per preset the four graphs' replay times (:meth:`Stats.to_dict`, µs), replayed in turn
-    ``repeats`` rounds of ``inner`` replays after one replay each checked the barriers."""
+def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], dict[str, bool]]:
+    """The two steps' graphs of ``batch`` rows of preset ``name`` (inputs copied in, every row
+    at ``context`` positions), and whether each graph's greedy tokens equal its eager step's."""
+    model = make_model(name, max_batch=batch, max_seq=256)
+    graphs, equal = {}, {}
+    for step_name in STEPS:
+        step = make_triton_step(model, schedule=triton_schedule(step_name))  # type: ignore[arg-type]
+        gs = capture_decode_graphs(model, [batch], step=step, progress=False)
+        equal[step_name] = same_tokens(model, step, graph_step(gs), batch, 8)
+        gs.copy_inputs(*step_inputs(model, batch, context=context))
+        graphs[step_name] = gs
+    return graphs, equal
+
+
+def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int = 1,
+                       context: int = 128, repeats: int = 30, inner: int = 20) -> dict:
+    """Per preset the four synchronisation graphs' and the two steps' replay times
+    (:meth:`Stats.to_dict`, µs), replayed in turn ``repeats`` rounds of ``inner`` replays
+    after one replay each checked the barriers and the steps' tokens."""
     _need_cuda("measure_sync_floor")
     _need_compiled()
     repeats = as_int(repeats, "repeats", minimum=3)
     inner = as_int(inner, "inner", minimum=1)
+    batch = as_int(batch, "batch", minimum=1)
     sm = _sm_count()
     out: dict[str, Any] = {"sm_count": sm, "barriers_per_layer": BARRIERS, "repeats": repeats,
-                           "inner": inner, "presets": {}}
+                           "inner": inner, "batch": batch, "context": context,
+                           "dtype": "bfloat16", "presets": {}}
     for name in presets:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -130,15 +160,22 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, repeats: i
         if not _counters_met(graphs, counters):
             raise RuntimeError(f"{name}: a barrier graph did not count four arrivals of every "
                                "program per layer; nothing was timed")
-        times = time_cuda_interleaved({k: g.replay for k, g in graphs.items()},
-                                      warmup=10, repeats=repeats, inner=inner)
+        steps, equal = _step_graphs(name, batch, context)
+        if not all(equal.values()):
+            raise RuntimeError(f"{name}: a step's graph gave other tokens than the step run "
+                               f"eagerly ({equal}); nothing was timed")
+        fns = {k: g.replay for k, g in graphs.items()}
+        fns.update({k: partial(gs.replay, batch) for k, gs in steps.items()})
+        times = time_cuda_interleaved(fns, warmup=10, repeats=repeats, inner=inner)
+        for gs in steps.values():
+            gs.release()
         out["presets"][name] = {
             "n_layer": n_layer,
             "launches": {"kernels": kernels_per_step(n_layer),
                          "launches": kernels_per_step(n_layer, "persistent"),
                          "barriers": kernels_per_step(n_layer, "persistent"),
                          "barriers_2": kernels_per_step(n_layer, "persistent")},
-            "counters_met": _counters_met(graphs, counters),
+            "counters_met": _counters_met(graphs, counters), "tokens_equal_eager": equal,
             "times": {k: t.to_dict() for k, t in times.items()}}
     return out
 
@@ -147,7 +184,9 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     """From a :func:`measure_sync_floor` record, µs (medians): the step's synchronisation
     alone (``barriers``), one kernel boundary of the plain step (``kernels`` over its
     launches), one barrier at one and at two programs per SM (the barrier graph less the
-    empty launches, over ``4 L``), and the spread of the barrier graphs (p90 - p10)."""
+    empty launches, over ``4 L``), the spread of the barrier graphs (p90 - p10), the two
+    steps, and the share of each step its synchronisation alone takes (``kernels`` of the
+    plain step, ``barriers`` of the persistent one)."""
     p = record["presets"][preset]
     t, n = p["times"], p["launches"]
     barriers = record["barriers_per_layer"] * p["n_layer"]
@@ -161,7 +200,10 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
             "per_barrier_us": (med("barriers") - med("launches")) / barriers,
             "per_barrier_2_us": (med("barriers_2") - med("launches")) / barriers,
             "spread_us": max(float(t[k]["p90"]) - float(t[k]["p10"])
-                             for k in ("barriers", "barriers_2"))}
+                             for k in ("barriers", "barriers_2")),
+            "triton_us": med("triton"), "persistent_us": med("triton_persistent"),
+            "kernels_share": med("kernels") / med("triton"),
+            "sync_share": med("barriers") / med("triton_persistent")}
 
 
 def _provenance() -> dict:
