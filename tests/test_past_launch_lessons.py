@@ -766,3 +766,41 @@ def test_the_filed_heads_sweep_is_read():
     rows = lp.heads_rows()
     assert {(r["model"], r["batch"]) for r in lp.heads_table(rows)} == {
         ("gpt2", 8), ("gpt2", 64), ("small", 8), ("small", 64)}
+
+
+# ---------------------------------------------------------------------- the synchronisation alone
+
+
+def _sync_record(barriers=(40.0, 39.0, 41.0), kernels=(30.0, 29.5, 30.5)) -> dict:
+    """A made-up synchronisation record: 2 layers, each graph's median, p10, p90 (µs)."""
+    def t(m, lo, hi):
+        return {"median": m, "p10": lo, "p90": hi, "n": 30}
+    return {"barriers_per_layer": 4, "repeats": 30, "presets": {"small": {
+        "n_layer": 2, "launches": {"kernels": 11, "kernels_pdl": 11, "launches": 3,
+                                   "barriers": 3, "barriers_2": 3},
+        "times": {"kernels": t(*kernels), "kernels_pdl": t(20.0, 19.5, 20.5),
+                  "launches": t(8.0, 7.9, 8.1), "triton_pdl": t(90.0, 89.0, 91.0),
+                  "barriers": t(*barriers), "barriers_2": t(48.0, 47.0, 49.0),
+                  "triton": t(100.0, 99.0, 101.0),
+                  "triton_persistent": t(160.0, 158.0, 162.0)}}}}
+
+
+def test_sync_summary_derives_one_barrier_and_one_boundary():
+    s = lp.sync_summary(_sync_record(), "small")
+    assert s["per_barrier_us"] == pytest.approx((40.0 - 8.0) / 8)
+    assert s["per_barrier_2_us"] == pytest.approx((48.0 - 8.0) / 8)
+    assert s["per_boundary_us"] == pytest.approx(30.0 / 11)
+    assert s["sync_share"] == pytest.approx(40.0 / 160.0)
+    assert s["kernels_share"] == pytest.approx(0.30)
+    assert s["pdl_share"] == pytest.approx(20.0 / 90.0)
+    row = lp.sync_table(_sync_record())[0]
+    assert row["its barriers alone"] == 40.0 and row["share "] == "25%"
+    assert row["11 empty launches"] == 30.0 and row["one barrier"] == 4.0
+
+
+def test_sync_verdict_needs_the_spreads_apart():
+    assert lp.sync_verdict(_sync_record(), "small") == "longer"
+    assert lp.sync_verdict(_sync_record(barriers=(20.0, 19.0, 21.0)), "small") == "shorter"
+    overlapping = _sync_record(barriers=(30.4, 29.0, 31.0))
+    assert lp.sync_verdict(overlapping, "small") == "within the spread"
+    assert "barriers alone 40.0 µs" in lp.sync_shows(_sync_record())

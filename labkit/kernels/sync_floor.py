@@ -1,8 +1,11 @@
 """The persistent step's synchronisation with no work around it (notebook 17, "What the
-barriers cost"), for :mod:`labkit.measure.sync_floor` to time: a launch of ``P`` programs that
-meets at ``BARRIERS`` counter barriers and does nothing else, with the very arrival and wait of
-:mod:`labkit.kernels.persistent` (:func:`labkit.kernels.common.arrive`, ``wait_inputs`` with
-``READY``). ``BARRIERS = 0`` is an empty launch. Imported on demand (it needs Triton)."""
+synchronisation costs"), for :mod:`labkit.measure.sync_floor` to time: a launch of ``P``
+programs that meets at ``BARRIERS`` counter barriers and does nothing else, with the very
+arrival and wait of :mod:`labkit.kernels.persistent` (:func:`labkit.kernels.common.arrive`,
+``wait_inputs`` with ``READY``). ``BARRIERS = 0`` is an empty launch; with ``PDL`` (launched
+with ``launch_pdl=True``) it waits for the launch before it and lets the next one start, as a
+PDL kernel of the step does (``wait_inputs`` with ``PDL``). Imported on demand (it needs
+Triton)."""
 
 import triton
 import triton.language as tl
@@ -11,11 +14,13 @@ from .common import arrive, wait_inputs
 
 
 @triton.jit
-def sync_kernel(ready_ptr, P, BARRIERS: tl.constexpr):
+def sync_kernel(ready_ptr, P, BARRIERS: tl.constexpr, PDL: tl.constexpr = False):
     """Meet the other ``P - 1`` programs ``BARRIERS`` times: arrive, then wait for the counter
     to reach the barrier's target. The counter only grows (``BARRIERS P`` a launch), so this
     launch's start is read from it as the layer kernel reads it (``base``); the last wait
     needs no arrival after it, since the launch's end orders the next one."""
+    if PDL:
+        wait_inputs(ready_ptr, 0, 1)  # PDL: griddepcontrol.wait, then launch_dependents
     if BARRIERS > 0:
         seen = tl.load(ready_ptr, volatile=True)
         base = seen - seen % (BARRIERS * P)

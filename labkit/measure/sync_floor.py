@@ -5,14 +5,17 @@ its work, replayed in turn on a GPU.
 Per preset (``L`` layers), one CUDA graph each:
 
 - ``kernels``: ``5 L + 1`` empty launches, the plain step's kernel boundaries;
+- ``kernels_pdl``: the same launched with programmatic dependent launch, each waiting for
+  the one before and then releasing the next, the PDL step's;
 - ``launches``: ``L + 1`` empty launches, the persistent step's;
 - ``barriers``: the persistent step's ``L`` layer launches, each meeting at its four counter
   barriers (:mod:`labkit.kernels.sync_floor`, one program per SM, cooperative, one counter
   per layer as the step has), then one empty launch (the LM head's place);
 - ``barriers_2``: the same at two programs per SM;
 
-and, replayed in the same rounds, the two steps whose synchronisation they are: the plain
-Triton step (``triton``) and the persistent one (``triton_persistent``, one program per SM),
+and, replayed in the same rounds, the three steps whose synchronisation they are: the plain
+Triton step (``triton``), the PDL one (``triton_pdl``) and the persistent one
+(``triton_persistent``, one program per SM),
 each a graph of one batch size (``batch``, bf16, every row at ``context`` positions), their
 graph's greedy tokens first checked equal to the eager step's.
 
@@ -51,9 +54,9 @@ from labkit.timing import time_cuda_interleaved
 #: barriers of one persistent layer launch (between its five stages)
 BARRIERS = 4
 #: the synchronisation graphs timed per preset, in the order they are replayed in a round
-VARIANTS: tuple[str, ...] = ("kernels", "launches", "barriers", "barriers_2")
+VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "barriers_2")
 #: the steps replayed after them in each round
-STEPS: tuple[str, ...] = ("triton", "triton_persistent")
+STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent")
 
 
 def _kernel() -> Any:
@@ -81,19 +84,23 @@ class _Graph:
 
 
 def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple[Any, int]]]:
-    """The four graphs of an ``n_layer``-layer step, and per barrier variant its counters and
-    programs."""
+    """The graphs of :data:`VARIANTS` for an ``n_layer``-layer step, and per barrier variant
+    its counters and programs."""
     kernel = _kernel()
     dev = torch.device("cuda")
     empty = torch.zeros(1, dtype=torch.int64, device=dev)
 
-    def launch(counter: torch.Tensor, programs: int, barriers: int) -> None:
-        kernel[(programs,)](counter, programs, BARRIERS=barriers, launch_cooperative_grid=True)
+    def launch(counter: torch.Tensor, programs: int, barriers: int, pdl: bool = False) -> None:
+        if pdl:
+            kernel[(programs,)](counter, programs, BARRIERS=0, PDL=True, launch_pdl=True)
+        else:
+            kernel[(programs,)](counter, programs, BARRIERS=barriers,
+                                launch_cooperative_grid=True)
 
-    def plain(count: int) -> Callable[[], None]:
+    def plain(count: int, pdl: bool = False) -> Callable[[], None]:
         def run() -> None:
             for _ in range(count):
-                launch(empty, sm, 0)
+                launch(empty, sm, 0, pdl)
         return run
 
     counters: dict[str, tuple[Any, int]] = {}
@@ -109,6 +116,7 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
         return run
 
     graphs = {"kernels": _Graph(plain(kernels_per_step(n_layer))),
+              "kernels_pdl": _Graph(plain(kernels_per_step(n_layer), pdl=True)),
               "launches": _Graph(plain(kernels_per_step(n_layer, "persistent"))),
               "barriers": _Graph(layers(sm, "barriers")),
               "barriers_2": _Graph(layers(2 * sm, "barriers_2"))}
@@ -138,7 +146,7 @@ def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], d
 
 def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int = 1,
                        context: int = 128, repeats: int = 30, inner: int = 20) -> dict:
-    """Per preset the four synchronisation graphs' and the two steps' replay times
+    """Per preset the synchronisation graphs' and the three steps' replay times
     (:meth:`Stats.to_dict`, µs), replayed in turn ``repeats`` rounds of ``inner`` replays
     after one replay each checked the barriers and the steps' tokens."""
     _need_cuda("measure_sync_floor")
@@ -172,6 +180,7 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
         out["presets"][name] = {
             "n_layer": n_layer,
             "launches": {"kernels": kernels_per_step(n_layer),
+                         "kernels_pdl": kernels_per_step(n_layer),
                          "launches": kernels_per_step(n_layer, "persistent"),
                          "barriers": kernels_per_step(n_layer, "persistent"),
                          "barriers_2": kernels_per_step(n_layer, "persistent")},
@@ -186,7 +195,7 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     launches), one barrier at one and at two programs per SM (the barrier graph less the
     empty launches, over ``4 L``), the spread of the barrier graphs (p90 - p10), the two
     steps, and the share of each step its synchronisation alone takes (``kernels`` of the
-    plain step, ``barriers`` of the persistent one)."""
+    plain step, ``kernels_pdl`` of the PDL one, ``barriers`` of the persistent one)."""
     p = record["presets"][preset]
     t, n = p["times"], p["launches"]
     barriers = record["barriers_per_layer"] * p["n_layer"]
@@ -196,6 +205,8 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
 
     return {"sync_us": med("barriers"), "sync_2_us": med("barriers_2"),
             "kernels_us": med("kernels"), "launches_us": med("launches"),
+            "kernels_pdl_us": med("kernels_pdl"), "pdl_us": med("triton_pdl"),
+            "pdl_share": med("kernels_pdl") / med("triton_pdl"),
             "per_boundary_us": med("kernels") / n["kernels"],
             "per_barrier_us": (med("barriers") - med("launches")) / barriers,
             "per_barrier_2_us": (med("barriers_2") - med("launches")) / barriers,

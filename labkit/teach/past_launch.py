@@ -22,6 +22,7 @@ from typing import Any
 from labkit.kernels.step import kernels_per_step, stage_tiles
 from labkit.model import preset as model_preset
 from labkit.measure.fidelity import kl_limit
+from labkit.measure.sync_floor import sync_summary
 from labkit.roofline.while_node import version_tuple
 from labkit.support.paths import data_dir, repo_root
 from labkit.teach.lessons import record_data, stat
@@ -967,6 +968,67 @@ def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
             "four": "four programs per SM against two: " + listed(four_per_sm(rows)),
             "plain": "faster than the plain kernels at: " + (", ".join(beats_plain(rows))
                                                              or "no size")}
+
+
+# ---------------------------------------------------------------------- the synchronisation alone
+#: graphs of launches that only synchronise, timed beside the two steps whose synchronisation
+#: they are (``python -m labkit.measure.sync_floor``; not a reference: data/sweeps/README.md)
+SYNC_FILE = "sweeps/h100-80gb-hbm3/sync_floor.json"
+
+
+def sync_record() -> dict[str, Any]:
+    """The recorded :data:`SYNC_FILE`."""
+    with open(_sweep(SYNC_FILE), encoding="utf-8") as f:
+        return dict(json.load(f))
+
+
+def sync_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per preset (µs, medians): the plain step and its kernel boundaries alone (``5 L + 1``
+    empty launches), the persistent step and its synchronisation alone (``L`` launches of
+    four barriers at one program per SM, and the LM head's empty launch), and each step's
+    share taken by its synchronisation; one kernel boundary and one barrier."""
+    out = []
+    for name in record["presets"]:
+        s = sync_summary(record, name)
+        n = record["presets"][name]["launches"]
+        out.append({"model": name, "plain step": _r(s["triton_us"]),
+                    f"{n['kernels']} empty launches": _r(s["kernels_us"]),
+                    "share": f"{s['kernels_share']:.0%}",
+                    "persistent step": _r(s["persistent_us"]),
+                    "its barriers alone": _r(s["sync_us"]),
+                    "share ": f"{s['sync_share']:.0%}",
+                    "one kernel boundary": _r(s["per_boundary_us"], 2),
+                    "one barrier": _r(s["per_barrier_us"], 2),
+                    "one barrier, 2 per SM": _r(s["per_barrier_2_us"], 2)})
+    return out
+
+
+def _sync_stats(record: Mapping[str, Any], preset: str, name: str) -> dict[str, Any]:
+    return {"n": record["repeats"], **record["presets"][preset]["times"][name]}
+
+
+def sync_verdict(record: Mapping[str, Any], preset: str) -> str:
+    """The persistent step's synchronisation alone (its barrier graph) against the plain
+    step's (its empty launches): ``"longer"`` or ``"shorter"`` beyond the spreads
+    (:func:`labkit.teach.verdicts.compare_stats`, interleaved), else ``"within the spread"``."""
+    word = compare_stats(_sync_stats(record, preset, "barriers"),
+                         _sync_stats(record, preset, "kernels"), interleaved=True).word
+    return {"a higher": "longer", "a lower": "shorter"}.get(word, "within the spread")
+
+
+def sync_shows(record: Mapping[str, Any]) -> str:
+    """The figures behind the statements about the synchronisation record."""
+    parts = []
+    for name in record["presets"]:
+        s = sync_summary(record, name)
+        t = record["presets"][name]["times"]
+        parts.append(f"{name}: barriers alone {s['sync_us']:.1f} µs (p10–p90 "
+                     f"{t['barriers']['p10']:.1f}–{t['barriers']['p90']:.1f}), the plain "
+                     f"step's empty launches {s['kernels_us']:.1f} µs (p10–p90 "
+                     f"{t['kernels']['p10']:.1f}–{t['kernels']['p90']:.1f}); shares "
+                     f"{s['sync_share']:.0%} of the persistent step, {s['kernels_share']:.0%} "
+                     "of the plain one")
+    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------------- the compiled wait
