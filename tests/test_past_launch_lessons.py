@@ -793,9 +793,13 @@ def test_sync_summary_derives_one_barrier_and_one_boundary():
     assert s["sync_share"] == pytest.approx(40.0 / 160.0)
     assert s["kernels_share"] == pytest.approx(0.30)
     assert s["pdl_share"] == pytest.approx(20.0 / 90.0)
-    row = lp.sync_table(_sync_record())[0]
-    assert row["its barriers alone"] == 40.0 and row["share "] == "25%"
-    assert row["11 empty launches"] == 30.0 and row["one barrier"] == 4.0
+    plain, pdl, persistent = lp.sync_table(_sync_record())
+    assert persistent["that alone µs"] == 40.0 and persistent["share of the step"] == "25%"
+    assert persistent["what orders its work"] == "3 launches, 8 barriers"
+    assert plain["that alone µs"] == 30.0 and plain["what orders its work"] == "11 launches"
+    assert pdl["share of the step"] == "22%"
+    units = lp.sync_units(_sync_record())[0]
+    assert units["one barrier"] == 4.0 and units["one PDL boundary"] == pytest.approx(1.82)
 
 
 def test_sync_verdict_needs_the_spreads_apart():
@@ -803,4 +807,37 @@ def test_sync_verdict_needs_the_spreads_apart():
     assert lp.sync_verdict(_sync_record(barriers=(20.0, 19.0, 21.0)), "small") == "shorter"
     overlapping = _sync_record(barriers=(30.4, 29.0, 31.0))
     assert lp.sync_verdict(overlapping, "small") == "within the spread"
+    assert lp.sync_verdicts([_sync_record(), overlapping]) == {
+        ("longer", "shorter"), ("within the spread", "shorter")}
     assert "barriers alone 40.0 µs" in lp.sync_shows(_sync_record())
+
+
+def test_17_7_counts_barriers_and_launches_and_refuses_each_slip(monkeypatch):
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+    record = _sync_record()
+    gpt2 = json.loads(json.dumps(record["presets"]["small"]))
+    gpt2["n_layer"] = 12   # 48 barriers of 4 µs and 13 launches of 8/3 µs: 226.7 µs
+    gpt2["times"]["barriers"].update(median=222.0, p10=221.0, p90=223.0)
+    record["presets"]["gpt2"] = gpt2
+    assert run("17.7", 17, sync_us=lp.sync_cost, record=record).passed
+    slips = [
+        lambda layers, b, launch: layers * b + (layers + 1) * launch,  # one barrier a layer
+        lambda layers, b, launch: 4 * layers * b + layers * launch,    # no LM head's launch
+        lambda layers, b, launch: 4 * layers * (b + launch),           # a launch per barrier
+        lambda layers, b, launch: None,
+        lambda layers, b, launch: 1 / 0,
+    ]
+    for slip in slips:
+        assert not run("17.7", 17, sync_us=slip, record=record).passed
+    with pytest.raises(StrictExerciseError):
+        monkeypatch.setenv(STRICT_ENV, "1")
+        run("17.7", 17, sync_us=slips[0], record=record)
+
+
+def test_17_7_predicts_gpt2_from_small_within_the_tolerance_on_the_record():
+    """On the recorded H100 runs the rule, fed small's costs, lands within 5% of gpt2's
+    barrier graph; a rule that forgets the head's launch does not."""
+    record = lp.sync_record(lp.sync_records())
+    predicted, measured = lp.sync_prediction(record, lp.sync_cost)
+    assert abs(predicted / measured - 1) < n17.SYNC_TOLERANCE
+    assert lp.sync_cost(12, 1.5, 1.0) == 4 * 12 * 1.5 + 13 * 1.0

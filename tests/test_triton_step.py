@@ -203,6 +203,32 @@ def test_persistent_step_gives_the_readable_steps_float32_tokens_whichever_tiles
     _assert_step_matches_readable(m, step, t, p, sl)
 
 
+@cpu
+@pytest.mark.parametrize("layout,sizes", [("slot", (1, 2)), ("paged", (3,))])
+def test_persistent_step_polling_with_acquire_loads_gives_the_readable_steps_tokens(
+        layout, sizes):
+    """``poll="acquire"``: every poll of the counter is the acquire (READY_ACQUIRE, 6), for
+    the stage's first tile and, with ``waits="tile"``, every later one; same tokens and cache
+    as the readable step, and the launch says which wait it compiled."""
+    m = _model(layout)
+    for waits in WAITS:
+        step = make_triton_step(m, schedule="persistent", poll="acquire", waits=waits)
+        launch = step.launches(*_prefill(m, PROMPTS[:1]),
+                               torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+        assert launch.constants["READY"] == 6
+        assert launch.constants["LATER"] == (6 if waits == "tile" else 0)
+        assert step.launch_shape(1)["poll"] == "acquire"
+        for bs in sizes:
+            prompts = PROMPTS[:bs]
+            assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
+        t, p, sl = _prefill(m, PROMPTS[:3])
+        _assert_step_matches_readable(m, step, t, p, sl)
+    default = make_triton_step(m, schedule="persistent")
+    assert default.poll == "volatile" and default.launches(
+        *_prefill(m, PROMPTS[:1]),
+        torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0].constants["READY"] == 2
+
+
 def _three_head_model(layout="slot"):
     """Three heads (head_dim 16): a tile of two or four heads has masked heads past the last."""
     cfg = GPTConfig(vocab_size=61, n_layer=2, n_head=3, d_model=48, max_batch=4, max_seq=40,
@@ -312,6 +338,10 @@ def test_schedule_options_are_checked():
         make_triton_step(m, schedule="persistent", waits="never")
     with pytest.raises(ValueError, match="'persistent' only"):
         make_triton_step(m, waits="tile")
+    with pytest.raises(ValueError, match="poll"):
+        make_triton_step(m, schedule="persistent", poll="spin")
+    with pytest.raises(ValueError, match="'persistent' only"):
+        make_triton_step(m, schedule="pdl", poll="acquire")
     if INTERPRETED:
         with pytest.raises(ValueError, match="interpreter does not run"):
             make_triton_step(m, schedule="persistent", prefetch=True)
@@ -980,13 +1010,14 @@ def test_gpu_persistent_attention_tiles_of_several_heads_give_the_readable_steps
 @gpu_compiled
 @pytest.mark.parametrize("bs", [1, 2])
 @pytest.mark.parametrize("waits", WAITS)
-def test_gpu_persistent_step_reads_no_stale_row_with_several_tiles_per_program(bs, waits):
+@pytest.mark.parametrize("poll", ["volatile", "acquire"])
+def test_gpu_persistent_step_reads_no_stale_row_with_several_tiles_per_program(bs, waits, poll):
     """The shape that failed on an H100 before every wait used its acquire's value: the small
     preset in float32 at one or two rows (CUDA-core tiles, 1-2 output columns each, so several
     tiles per program share a 32-byte sector of the rows they read). Float32 tokens equal the
     readable step's, and the same step from the same state repeats itself exactly."""
     m = _cuda_model("small", max_batch=8)
-    step = make_triton_step(m, schedule="persistent", waits=waits)
+    step = make_triton_step(m, schedule="persistent", waits=waits, poll=poll)
     prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
     assert generate(m, prompts, 8, step_fn=step) == generate(m, prompts, 8)
     t = torch.arange(5, 5 + bs, device="cuda")
@@ -1083,17 +1114,17 @@ def test_measure_triton_on_the_gpu():
 
 
 @cpu
-@pytest.mark.parametrize("barriers", [0, 1, 4])
-def test_sync_kernel_counts_every_arrival(barriers):
+@pytest.mark.parametrize("barriers,ready", [(0, 2), (1, 2), (4, 2), (4, 6)])
+def test_sync_kernel_counts_every_arrival(barriers, ready):
     """The synchronisation-only launch (labkit.kernels.sync_floor) arrives once per barrier and
     passes its waits: one program alone (the interpreter), three launches on one counter."""
     import importlib
 
     kernel = importlib.import_module("labkit.kernels.sync_floor").sync_kernel
-    ready = torch.zeros(1, dtype=torch.int64)
+    counter = torch.zeros(1, dtype=torch.int64)
     for _ in range(3):
-        kernel[(1,)](ready, 1, BARRIERS=barriers)
-    assert int(ready) == 3 * barriers
+        kernel[(1,)](counter, 1, BARRIERS=barriers, READY=ready)
+    assert int(counter) == 3 * barriers
 
 
 def test_measure_sync_floor_needs_a_gpu():
@@ -1117,4 +1148,5 @@ def test_measure_sync_floor_on_the_gpu():
     s = sync_summary(rec, "test")
     assert s["sync_us"] > 0 and 0 < s["sync_share"] < 1, s
     assert p["tokens_equal_eager"] == dict.fromkeys(STEPS, True)
+    assert p["launches"]["barriers_acquire"] == kernels_per_step(2, "persistent")
     json.dumps(rec)

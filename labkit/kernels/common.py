@@ -68,8 +68,9 @@ def tile(pid_n, pid_b, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
 #: wait, a ready counter, PDL's order without its instructions (Triton's interpreter, which
 #: runs kernels one by one and has no ``griddepcontrol``), PDL releasing the next kernel only
 #: once the tile's stores are issued (:func:`release_dependents`), or PDL waiting at the
-#: kernel's start, before any load (:func:`wait_first`)
-STREAM, PDL, READY, PDL_ORDER, PDL_LATE, PDL_FIRST = 0, 1, 2, 3, 4, 5
+#: kernel's start, before any load (:func:`wait_first`), or a ready counter polled with
+#: acquire loads alone (``TritonStep(poll="acquire")``)
+STREAM, PDL, READY, PDL_ORDER, PDL_LATE, PDL_FIRST, READY_ACQUIRE = 0, 1, 2, 3, 4, 5, 6
 
 
 @triton.jit
@@ -85,7 +86,10 @@ def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
     program's later loads after the stores the counter's releases published and invalidates
     the SM's L1 (which is not kept coherent); the CTA barrier holds every thread until then.
     ``PDL_ORDER``: nothing (the interpreter's stand-in).
-    ``PDL_LATE``: ``griddepcontrol.wait`` only (the tile's end releases the next kernel)."""
+    ``PDL_LATE``: ``griddepcontrol.wait`` only (the tile's end releases the next kernel).
+    ``READY_ACQUIRE``: as ``READY``, but every poll is the acquire (each also invalidates the
+    SM's L1): no volatile loads first, so the wait ends on the load that saw the target, one
+    round trip to L2 sooner."""
     if WAIT == 1:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -99,6 +103,11 @@ def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
         # and with it the SM's L1 invalidation (CCTL.IVALL), so a tile read a stale sector of
         # a row another SM had just written (found on an H100; see notebook 17). The loop
         # keeps it, and never turns: the counter reached target above and only grows
+        seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
+        while seen < target:
+            seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+    if WAIT == 6:
         seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
         while seen < target:
             seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")

@@ -97,7 +97,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
                  UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
                  NEXT: tl.constexpr, LANES: tl.constexpr, LATER: tl.constexpr,
-                 HEADS: tl.constexpr, GROUPS: tl.constexpr):
+                 HEADS: tl.constexpr, GROUPS: tl.constexpr, READY: tl.constexpr = 2):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
@@ -107,8 +107,11 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     clock (ns) at its start, after each of its four arrivals and at its end into
     ``stamp_ptr[pid, 0:6]`` (:data:`STAMPS`), where the stage table of notebook 17 reads it.
     A stage's first tile loads its weights, then waits at the barrier; ``LATER`` is how the
-    stage's later tiles of this program wait: ``2`` (``READY``) each again, ``0`` not at all
-    (the first tile's acquire already ordered every later load of this program).
+    stage's later tiles of this program wait: ``READY`` each again, ``0`` not at all (the
+    first tile's acquire already ordered every later load of this program). ``READY`` is how
+    a wait polls the counter: ``2`` volatile loads, then one acquire (the default), or ``6``
+    acquire loads alone (``TritonStep(poll="acquire")``,
+    :func:`labkit.kernels.common.wait_inputs`).
     ``HEADS`` (``TritonStep(heads=)``): attention heads per tile of stage 2; above ``1`` a
     tile is ``HEADS`` heads of one row, unsplit (:func:`attention_heads_tile`; ``GROUPS`` =
     ``ceil(H / HEADS)`` tiles a row), so a program has that many times the key and value
@@ -143,7 +146,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     stamp(stamp_ptr, pid * STAMPS + 1, STAMP)
     # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
     target = base + P
-    wait_inputs(ready_ptr, target, 2)
+    wait_inputs(ready_ptr, target, READY)
     if HEADS == 1:  # the plain kernel's tiles: one (row, head, split) each
         for t in tl.range(pid, B * H * NSPLIT, P):
             attention_tile(t // (H * NSPLIT), (t // NSPLIT) % H, t % NSPLIT, q_ptr,
@@ -164,10 +167,10 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     target = base + 2 * P
     if pid < OUT_COLS * ROW_TILES:
         linear_residual_tile(pid % OUT_COLS, pid // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr,
-                             x_ptr, B, ready_ptr, target, 2, D, D, BLOCK_B, BLOCK_N_OUT,
+                             x_ptr, B, ready_ptr, target, READY, D, D, BLOCK_B, BLOCK_N_OUT,
                              BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     else:
-        wait_inputs(ready_ptr, target, 2)
+        wait_inputs(ready_ptr, target, READY)
     for t in tl.range(pid + P, OUT_COLS * ROW_TILES, P):
         linear_residual_tile(t % OUT_COLS, t // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr, x_ptr,
                              B, ready_ptr, target, LATER, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
@@ -178,11 +181,11 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     target = base + 3 * P
     if pid < UP_COLS * ROW_TILES:
         ln_linear_tile(pid % UP_COLS, pid // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
-                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, 2, D, 4 * D,
+                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, READY, D, 4 * D,
                        True, True, BLOCK_B, BLOCK_N_UP, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION,
                        UP_W)
     else:
-        wait_inputs(ready_ptr, target, 2)
+        wait_inputs(ready_ptr, target, READY)
     for t in tl.range(pid + P, UP_COLS * ROW_TILES, P):
         ln_linear_tile(t % UP_COLS, t // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
                        fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, LATER, D,
@@ -194,7 +197,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     target = base + 4 * P
     if pid < OUT_COLS * ROW_TILES:
         linear_residual_tile(pid % OUT_COLS, pid // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
-                             x_ptr, B, ready_ptr, target, 2, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
+                             x_ptr, B, ready_ptr, target, READY, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
                              BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     for t in tl.range(pid + P, OUT_COLS * ROW_TILES, P):
         linear_residual_tile(t % OUT_COLS, t // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,

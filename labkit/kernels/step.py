@@ -47,8 +47,8 @@ from labkit.checks import as_int
 from labkit.step_checks import check_choice
 from labkit.model import GPTConfig, TinyGPT
 
-__all__ = ["PDL_MODES", "SCHEDULES", "WAITS", "Blocks", "Launch", "PdlMode", "Schedule",
-           "TritonStep", "Waits", "choose_blocks", "config_blocks", "gpu_launches",
+__all__ = ["PDL_MODES", "POLLS", "SCHEDULES", "WAITS", "Blocks", "Launch", "PdlMode", "Poll",
+           "Schedule", "TritonStep", "Waits", "choose_blocks", "config_blocks", "gpu_launches",
            "kernels_per_step", "make_triton_step", "stage_tiles", "stripes",
            "unavailable_reason"]
 
@@ -57,12 +57,17 @@ unavailable_reason = kernels.unavailable_reason
 
 Schedule = Literal["kernels", "pdl", "persistent"]
 Waits = Literal["tile", "stage"]
+Poll = Literal["volatile", "acquire"]
 #: which of a persistent program's tiles of a stage wait at the stage's barrier: ``"tile"``
 #: every one (a spin, an acquire, a CTA barrier and an L1 invalidation each), ``"stage"`` the
 #: first only (its acquire orders every later load of the program). ``"stage"`` is the
 #: default: on an H100, gpt2 at one row, 448 against 479 µs a step, and the same at 8 rows
 #: (``scripts/triton_sweep.py --schedule prefetch``, ``data/sweeps/h100-80gb-hbm3/``)
 WAITS: tuple[Waits, ...] = ("tile", "stage")
+#: how a persistent program polls the ready counter at a barrier: volatile loads, then one
+#: acquire (the default), or acquire loads alone (``READY``, ``READY_ACQUIRE`` of
+#: :func:`labkit.kernels.common.wait_inputs`)
+POLLS: tuple[Poll, ...] = ("volatile", "acquire")
 #: how a Triton step orders its tiles (the module docstring)
 SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
 #: how each schedule's kernels wait for their inputs (``labkit.kernels.common``: STREAM,
@@ -292,7 +297,8 @@ class TritonStep:
     layer's QKV stage (compiled only), and ``waits``, which of a program's tiles of a stage
     wait at its barrier (:data:`WAITS`), and ``heads``, the attention heads of one row per
     tile of the attention stage (a power of two; above 1 the stage attends unsplit,
-    :func:`labkit.kernels.attention.attention_heads_tile`).
+    :func:`labkit.kernels.attention.attention_heads_tile`), and ``poll``, how a wait polls
+    the ready counter (:data:`POLLS`).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
@@ -300,8 +306,10 @@ class TritonStep:
                  schedule: Schedule = "kernels", programs: int | None = None,
                  cooperative: bool = True, pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "stage", heads: int = 1) -> None:
+                 prefetch: bool = False, waits: Waits = "stage", heads: int = 1,
+                 poll: Poll = "volatile") -> None:
         check_choice(waits, "waits", WAITS)
+        check_choice(poll, "poll", POLLS)
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
         if pdl != "overlap" and schedule != "pdl":
@@ -316,10 +324,11 @@ class TritonStep:
                            "of two such as 1, 2 or 4")
         if (programs is not None or cooperative is not True or stripes is not False
                 or stamps is not False or prefetch is not False
-                or waits != "stage" or heads != 1) and schedule != "persistent":
-            raise ValueError("programs=, cooperative=, stripes=, stamps=, prefetch=, waits= and "
-                             "heads= apply to schedule='persistent' only; this step's schedule "
-                             f"is {schedule!r}")
+                or waits != "stage" or heads != 1 or poll != "volatile") \
+                and schedule != "persistent":
+            raise ValueError("programs=, cooperative=, stripes=, stamps=, prefetch=, waits=, "
+                             "heads= and poll= apply to schedule='persistent' only; this step's "
+                             f"schedule is {schedule!r}")
         for name, flag in (("cooperative", cooperative), ("stripes", stripes),
                            ("stamps", stamps), ("prefetch", prefetch)):
             if not isinstance(flag, bool):
@@ -370,6 +379,8 @@ class TritonStep:
         self.prefetch = prefetch
         #: persistent: which tiles of a stage wait at its barrier (:data:`WAITS`)
         self.waits: Waits = waits
+        #: persistent: how a wait polls the ready counter (:data:`POLLS`)
+        self.poll: Poll = poll
         #: persistent: attention heads of one row per tile of the attention stage (above 1:
         #: unsplit)
         self.heads = heads
@@ -448,7 +459,7 @@ class TritonStep:
                 "schedule": self.schedule,
                 "programs": self.programs if self.schedule == "persistent" else None,
                 "stripes": self.stripes, "prefetch": self.prefetch, "waits": self.waits,
-                "heads": self.heads,
+                "heads": self.heads, "poll": self.poll,
                 "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
@@ -583,6 +594,7 @@ class TritonStep:
         cfg = m.cfg
         d, nl = cfg.d_model, cfg.n_layer
         options = {"launch_cooperative_grid": True} if self.cooperative else {}
+        ready = 6 if self.poll == "acquire" else 2  # READY_ACQUIRE or READY (common.py)
         k = bl.k
         if self.stripes:
             cut = INTERPRETER_STRIPE_PROGRAMS if self.interpret else self.programs
@@ -608,8 +620,8 @@ class TritonStep:
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
              "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
              "PREFETCH": self.prefetch, "NEXT": self.prefetch and i + 1 < nl,
-             "LANES": 32 * bl.warps, "LATER": 2 if self.waits == "tile" else 0,
-             "HEADS": self.heads, "GROUPS": _cdiv(cfg.n_head, self.heads)},
+             "LANES": 32 * bl.warps, "LATER": ready if self.waits == "tile" else 0,
+             "HEADS": self.heads, "GROUPS": _cdiv(cfg.n_head, self.heads), "READY": ready},
             bl.warps, options)
 
 
@@ -618,10 +630,10 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
                  schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
                  prefetch: bool = False, waits: Waits = "stage",
-                 heads: int = 1) -> list[Launch]:
+                 heads: int = 1, poll: Poll = "volatile") -> list[Launch]:
     """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
     step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes,
-                      waits=waits, heads=heads)
+                      waits=waits, heads=heads, poll=poll)
     if (stamps or prefetch) and schedule != "persistent":
         raise ValueError("stamps= and prefetch= apply to schedule='persistent' only")
     step.interpret = False
@@ -644,9 +656,9 @@ def make_triton_step(model: TinyGPT, *,
                      cooperative: bool = True, pdl: PdlMode = "overlap",
                      stripes: bool = False, stamps: bool = False,
                      prefetch: bool = False, waits: Waits = "stage",
-                     heads: int = 1) -> TritonStep:
+                     heads: int = 1, poll: Poll = "volatile") -> TritonStep:
     """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
     one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
     return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
                       cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps,
-                      prefetch=prefetch, waits=waits, heads=heads)
+                      prefetch=prefetch, waits=waits, heads=heads, poll=poll)

@@ -14,11 +14,13 @@ from .common import arrive, wait_inputs
 
 
 @triton.jit
-def sync_kernel(ready_ptr, P, BARRIERS: tl.constexpr, PDL: tl.constexpr = False):
+def sync_kernel(ready_ptr, P, BARRIERS: tl.constexpr, PDL: tl.constexpr = False,
+                READY: tl.constexpr = 2):
     """Meet the other ``P - 1`` programs ``BARRIERS`` times: arrive, then wait for the counter
     to reach the barrier's target. The counter only grows (``BARRIERS P`` a launch), so this
     launch's start is read from it as the layer kernel reads it (``base``); the last wait
-    needs no arrival after it, since the launch's end orders the next one."""
+    needs no arrival after it, since the launch's end orders the next one. ``READY``: how the
+    wait polls (``2``, the step's default; ``6``, acquire loads alone)."""
     if PDL:
         wait_inputs(ready_ptr, 0, 1)  # PDL: griddepcontrol.wait, then launch_dependents
     if BARRIERS > 0:
@@ -26,4 +28,4 @@ def sync_kernel(ready_ptr, P, BARRIERS: tl.constexpr, PDL: tl.constexpr = False)
         base = seen - seen % (BARRIERS * P)
         for k in tl.static_range(BARRIERS):
             arrive(ready_ptr)
-            wait_inputs(ready_ptr, base + (k + 1) * P, 2)  # READY: the ready counter
+            wait_inputs(ready_ptr, base + (k + 1) * P, READY)  # 2 or 6 (READY_ACQUIRE)

@@ -12,25 +12,29 @@ Per preset (``L`` layers), one CUDA graph each:
   barriers (:mod:`labkit.kernels.sync_floor`, one program per SM, cooperative, one counter
   per layer as the step has), then one empty launch (the LM head's place);
 - ``barriers_2``: the same at two programs per SM;
+- ``barriers_acquire``: ``barriers`` with every poll an acquire load
+  (``TritonStep(poll="acquire")``);
 
 and, replayed in the same rounds, the three steps whose synchronisation they are: the plain
 Triton step (``triton``), the PDL one (``triton_pdl``) and the persistent one
-(``triton_persistent``, one program per SM),
+(``triton_persistent``, one program per SM), and the persistent step polling with acquire
+loads alone (``triton_persistent_acquire``),
 each a graph of one batch size (``batch``, bf16, every row at ``context`` positions), their
 graph's greedy tokens first checked equal to the eager step's.
 
 Every launch has one program per SM (two for ``barriers_2``). Before anything is timed each
 graph is replayed once and every layer's counter must have grown by exactly four arrivals of
 every program (all the barriers were met); after the timing again, for every replay.
-``python -m labkit.measure.sync_floor OUT.json`` writes the record (GPU, driver, versions,
-date, commit with it); :func:`sync_summary` derives what one barrier and one kernel boundary
-cost from it.
+``python -m labkit.measure.sync_floor OUT.json [BATCH]`` adds a run to the list at
+``OUT.json`` (GPU, driver, versions, date, commit with it); :func:`sync_summary` derives
+what one barrier and one kernel boundary cost from it.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -54,9 +58,11 @@ from labkit.timing import time_cuda_interleaved
 #: barriers of one persistent layer launch (between its five stages)
 BARRIERS = 4
 #: the synchronisation graphs timed per preset, in the order they are replayed in a round
-VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "barriers_2")
+VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "barriers_2",
+                             "barriers_acquire")
 #: the steps replayed after them in each round
-STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent")
+STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent",
+                          "triton_persistent_acquire")
 
 
 def _kernel() -> Any:
@@ -90,11 +96,12 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
     dev = torch.device("cuda")
     empty = torch.zeros(1, dtype=torch.int64, device=dev)
 
-    def launch(counter: torch.Tensor, programs: int, barriers: int, pdl: bool = False) -> None:
+    def launch(counter: torch.Tensor, programs: int, barriers: int, pdl: bool = False,
+               ready: int = 2) -> None:
         if pdl:
             kernel[(programs,)](counter, programs, BARRIERS=0, PDL=True, launch_pdl=True)
         else:
-            kernel[(programs,)](counter, programs, BARRIERS=barriers,
+            kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready,
                                 launch_cooperative_grid=True)
 
     def plain(count: int, pdl: bool = False) -> Callable[[], None]:
@@ -105,13 +112,13 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
 
     counters: dict[str, tuple[Any, int]] = {}
 
-    def layers(programs: int, name: str) -> Callable[[], None]:
+    def layers(programs: int, name: str, poll: int = 2) -> Callable[[], None]:
         ready = torch.zeros(n_layer, dtype=torch.int64, device=dev)
         counters[name] = (ready, programs)
 
         def run() -> None:
             for i in range(n_layer):
-                launch(ready[i:i + 1], programs, BARRIERS)
+                launch(ready[i:i + 1], programs, BARRIERS, ready=poll)
             launch(empty, sm, 0)
         return run
 
@@ -119,7 +126,8 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
               "kernels_pdl": _Graph(plain(kernels_per_step(n_layer), pdl=True)),
               "launches": _Graph(plain(kernels_per_step(n_layer, "persistent"))),
               "barriers": _Graph(layers(sm, "barriers")),
-              "barriers_2": _Graph(layers(2 * sm, "barriers_2"))}
+              "barriers_2": _Graph(layers(2 * sm, "barriers_2")),
+              "barriers_acquire": _Graph(layers(sm, "barriers_acquire", poll=6))}
     return graphs, counters
 
 
@@ -131,12 +139,16 @@ def _counters_met(graphs: Mapping[str, _Graph], counters: Mapping[str, tuple[Any
 
 
 def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], dict[str, bool]]:
-    """The two steps' graphs of ``batch`` rows of preset ``name`` (inputs copied in, every row
+    """The steps' graphs of ``batch`` rows of preset ``name`` (inputs copied in, every row
     at ``context`` positions), and whether each graph's greedy tokens equal its eager step's."""
     model = make_model(name, max_batch=batch, max_seq=256)
     graphs, equal = {}, {}
     for step_name in STEPS:
-        step = make_triton_step(model, schedule=triton_schedule(step_name))  # type: ignore[arg-type]
+        if step_name == "triton_persistent_acquire":
+            step = make_triton_step(model, schedule="persistent", poll="acquire")
+        else:
+            step = make_triton_step(model,
+                                    schedule=triton_schedule(step_name))  # type: ignore[arg-type]
         gs = capture_decode_graphs(model, [batch], step=step, progress=False)
         equal[step_name] = same_tokens(model, step, graph_step(gs), batch, 8)
         gs.copy_inputs(*step_inputs(model, batch, context=context))
@@ -183,7 +195,8 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
                          "kernels_pdl": kernels_per_step(n_layer),
                          "launches": kernels_per_step(n_layer, "persistent"),
                          "barriers": kernels_per_step(n_layer, "persistent"),
-                         "barriers_2": kernels_per_step(n_layer, "persistent")},
+                         "barriers_2": kernels_per_step(n_layer, "persistent"),
+                         "barriers_acquire": kernels_per_step(n_layer, "persistent")},
             "counters_met": _counters_met(graphs, counters), "tokens_equal_eager": equal,
             "times": {k: t.to_dict() for k, t in times.items()}}
     return out
@@ -208,6 +221,8 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
             "kernels_pdl_us": med("kernels_pdl"), "pdl_us": med("triton_pdl"),
             "pdl_share": med("kernels_pdl") / med("triton_pdl"),
             "per_boundary_us": med("kernels") / n["kernels"],
+            "per_pdl_boundary_us": med("kernels_pdl") / n["kernels_pdl"],
+            "per_launch_us": med("launches") / n["launches"],
             "per_barrier_us": (med("barriers") - med("launches")) / barriers,
             "per_barrier_2_us": (med("barriers_2") - med("launches")) / barriers,
             "spread_us": max(float(t[k]["p90"]) - float(t[k]["p10"])
@@ -222,11 +237,18 @@ def _provenance() -> dict:
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) != 1:
-        sys.exit("usage: python -m labkit.measure.sync_floor OUT.json")
-    record = {**_provenance(), **measure_sync_floor()}
+    """``python -m labkit.measure.sync_floor OUT.json [BATCH]``: one run (every row at batch
+    ``BATCH``, default 1) added to the JSON list at ``OUT.json``."""
+    if len(argv) not in (1, 2):
+        sys.exit("usage: python -m labkit.measure.sync_floor OUT.json [BATCH]")
+    batch = int(argv[1]) if len(argv) == 2 else 1
+    record = {**_provenance(), **measure_sync_floor(batch=batch)}
+    runs = []
+    if os.path.exists(argv[0]):
+        with open(argv[0], encoding="utf-8") as f:
+            runs = list(json.load(f))
     with open(argv[0], "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
+        json.dump([*runs, record], f, indent=1)
     for name in record["presets"]:
         print(name, json.dumps({k: round(v, 2) for k, v in sync_summary(record, name).items()}))
 

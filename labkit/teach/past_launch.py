@@ -976,44 +976,119 @@ def sizes_shows(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 SYNC_FILE = "sweeps/h100-80gb-hbm3/sync_floor.json"
 
 
-def sync_record() -> dict[str, Any]:
-    """The recorded :data:`SYNC_FILE`."""
+def sync_records() -> list[dict[str, Any]]:
+    """The recorded runs of :data:`SYNC_FILE`, in the order they ran."""
     with open(_sweep(SYNC_FILE), encoding="utf-8") as f:
-        return dict(json.load(f))
+        return list(json.load(f))
+
+
+def sync_record(records: Sequence[Mapping[str, Any]], batch: int = 1) -> Mapping[str, Any]:
+    """The first run of ``records`` whose steps ran at ``batch`` rows."""
+    for r in records:
+        if r["batch"] == batch:
+            return r
+    raise LookupError(f"{SYNC_FILE} has no run at batch {batch}; add one with "
+                      f"`python -m labkit.measure.sync_floor OUT.json {batch}` on a GPU")
+
+
+def sync_provenance(record: Mapping[str, Any]) -> str:
+    """Where and when a run of :data:`SYNC_FILE` was measured, in one line."""
+    e = record["environment"]
+    return (f"{e['gpu_name']}, driver {e['driver']}, torch {record['torch']}, Triton "
+            f"{record['triton']}; {e['date']}, commit {str(e['git_commit'])[:7]}; "
+            f"{record['repeats']} rounds of {record['inner']} replays "
+            f"(data/{SYNC_FILE})")
 
 
 def sync_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per preset (µs, medians): the plain step and its kernel boundaries alone (``5 L + 1``
-    empty launches), the persistent step and its synchronisation alone (``L`` launches of
-    four barriers at one program per SM, and the LM head's empty launch), and each step's
-    share taken by its synchronisation; one kernel boundary and one barrier."""
+    """Per preset and step (µs, medians): what orders the step's work, the step's replay,
+    the same synchronisation with no work (empty launches; for the persistent step its layer
+    launches meeting at their barriers, at one program per SM), and its share of the step."""
     out = []
     for name in record["presets"]:
         s = sync_summary(record, name)
-        n = record["presets"][name]["launches"]
-        out.append({"model": name, "plain step": _r(s["triton_us"]),
-                    f"{n['kernels']} empty launches": _r(s["kernels_us"]),
-                    "share": f"{s['kernels_share']:.0%}",
-                    "persistent step": _r(s["persistent_us"]),
-                    "its barriers alone": _r(s["sync_us"]),
-                    "share ": f"{s['sync_share']:.0%}",
-                    "one kernel boundary": _r(s["per_boundary_us"], 2),
-                    "one barrier": _r(s["per_barrier_us"], 2),
-                    "one barrier, 2 per SM": _r(s["per_barrier_2_us"], 2)})
+        n, layers = record["presets"][name]["launches"], record["presets"][name]["n_layer"]
+        per_step = record["barriers_per_layer"] * layers
+        for step, what, step_us, alone, share in (
+                ("plain kernels", f"{n['kernels']} launches", s["triton_us"], s["kernels_us"],
+                 s["kernels_share"]),
+                ("PDL", f"{n['kernels_pdl']} PDL launches", s["pdl_us"], s["kernels_pdl_us"],
+                 s["pdl_share"]),
+                ("persistent", f"{n['barriers']} launches, {per_step} barriers",
+                 s["persistent_us"], s["sync_us"], s["sync_share"])):
+            out.append({"model": name, "step": step, "what orders its work": what,
+                        "step µs": _r(step_us), "that alone µs": _r(alone),
+                        "share of the step": f"{share:.0%}"})
     return out
+
+
+def sync_units(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per preset (µs): one kernel boundary of the plain step's graph, one of the persistent
+    step's (its ``L + 1`` launches alone), one PDL boundary, one barrier of one and of two
+    programs per SM (:func:`labkit.measure.sync_floor.sync_summary`)."""
+    return [{"model": name, "one kernel boundary": _r(s["per_boundary_us"], 2),
+             "one persistent launch": _r(s["per_launch_us"], 2),
+             "one PDL boundary": _r(s["per_pdl_boundary_us"], 2),
+             "one barrier": _r(s["per_barrier_us"], 2),
+             "one barrier, 2 programs per SM": _r(s["per_barrier_2_us"], 2)}
+            for name in record["presets"] for s in [sync_summary(record, name)]]
 
 
 def _sync_stats(record: Mapping[str, Any], preset: str, name: str) -> dict[str, Any]:
     return {"n": record["repeats"], **record["presets"][preset]["times"][name]}
 
 
+def sync_compare(record: Mapping[str, Any], preset: str, a: str, b: str) -> str:
+    """Graph ``a`` against graph ``b`` of one run: ``"longer"`` or ``"shorter"`` beyond the
+    spreads (:func:`labkit.teach.verdicts.compare_stats`, interleaved), else ``"within the
+    spread"``."""
+    word = compare_stats(_sync_stats(record, preset, a), _sync_stats(record, preset, b),
+                         interleaved=True).word
+    return {"a higher": "longer", "a lower": "shorter"}.get(word, "within the spread")
+
+
 def sync_verdict(record: Mapping[str, Any], preset: str) -> str:
     """The persistent step's synchronisation alone (its barrier graph) against the plain
-    step's (its empty launches): ``"longer"`` or ``"shorter"`` beyond the spreads
-    (:func:`labkit.teach.verdicts.compare_stats`, interleaved), else ``"within the spread"``."""
-    word = compare_stats(_sync_stats(record, preset, "barriers"),
-                         _sync_stats(record, preset, "kernels"), interleaved=True).word
-    return {"a higher": "longer", "a lower": "shorter"}.get(word, "within the spread")
+    step's (its empty launches), by :func:`sync_compare`."""
+    return sync_compare(record, preset, "barriers", "kernels")
+
+
+def sync_verdicts(records: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """Over every run and preset: the persistent step's synchronisation against the plain
+    step's, and the PDL step's against the plain step's (a set of such pairs of words: one
+    pair where every run agrees)."""
+    return {(sync_verdict(r, p), sync_compare(r, p, "kernels_pdl", "kernels"))
+            for r in records for p in r["presets"]}
+
+
+def barrier_dearer(records: Sequence[Mapping[str, Any]]) -> bool:
+    """In every run and preset one barrier costs more than one kernel boundary of the plain
+    step's graph, by more than the spread: over a step's ``4 L`` barriers the difference
+    exceeds the larger p10–p90 spread of the two graphs."""
+    def holds(r: Mapping[str, Any], name: str) -> bool:
+        s = sync_summary(r, name)
+        t = r["presets"][name]["times"]
+        spread = max(float(t[k]["p90"]) - float(t[k]["p10"]) for k in ("barriers", "kernels"))
+        barriers = r["barriers_per_layer"] * r["presets"][name]["n_layer"]
+        return (s["per_barrier_us"] - s["per_boundary_us"]) * barriers > spread
+    return bool(records) and all(holds(r, name) for r in records for name in r["presets"])
+
+
+def sync_cost(layers: int, barrier_us: float, launch_us: float) -> float:
+    """The persistent step's synchronisation with no work (µs): ``4 L`` barriers and ``L + 1``
+    launches (exercise 17.7's rule)."""
+    return (BARRIERS * layers * barrier_us
+            + kernels_per_step(layers, "persistent") * launch_us)
+
+
+def sync_prediction(record: Mapping[str, Any], sync_us: Callable[[int, float, float], float],
+                    source: str = "small", target: str = "gpt2") -> tuple[float, float]:
+    """``sync_us(layers, barrier_us, launch_us)`` of ``target``'s layers with ``source``'s
+    measured barrier and launch, and ``target``'s measured barrier graph (µs)."""
+    s = sync_summary(record, source)
+    layers = int(record["presets"][target]["n_layer"])
+    predicted = float(sync_us(layers, s["per_barrier_us"], s["per_launch_us"]))
+    return predicted, float(sync_summary(record, target)["sync_us"])
 
 
 def sync_shows(record: Mapping[str, Any]) -> str:

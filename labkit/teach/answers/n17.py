@@ -151,3 +151,38 @@ def _fit(ex: Exercise, fit: Any) -> None:
                   "refused)", isinstance(held, int) and held < 4,
                   hint=f"your fit gives {held} for {launch['registers']} registers and "
                        f"{launch['shared_bytes']} bytes")
+
+
+#: (layers, one barrier µs, one launch µs) 17.7's function is tried on (hidden)
+SYNC_CASES = ((1, 1.0, 0.0), (1, 0.0, 1.0), (4, 1.5, 1.7), (12, 1.52, 1.36), (2, 2.0, 3.0),
+              (24, 0.5, 0.25), (3, 0.0, 0.0))
+#: how close 17.7's prediction of gpt2 from small's costs must come to the measured graph
+SYNC_TOLERANCE = 0.05
+
+
+@exercise("17.7", "what the synchronisation costs", "write")
+def _sync(ex: Exercise, sync_us: Any, *, record: Any) -> None:
+    if not ex.check_function("a function of (layers, barrier_us, launch_us)", sync_us):
+        return
+
+    def asked(case: tuple[int, float, float]) -> Any:
+        try:
+            return round(float(sync_us(*case)), 6)
+        except Exception as exc:  # a body that breaks or returns None
+            return type(exc).__name__
+
+    missed = [(case, got) for case in SYNC_CASES
+              if (got := asked(case)) != round(pl.sync_cost(*case), 6)]
+    first = ("" if not missed else "the first it misses: {} layers, a barrier of {} µs and a "
+             "launch of {} µs gave {!r}; ".format(*missed[0][0], missed[0][1]))
+    ex.check(f"right on {len(SYNC_CASES)} made-up costs it does not show you",
+             len(SYNC_CASES) - len(missed), len(SYNC_CASES),
+             hint=first + "count the barriers of one layer launch and the launches of a step")
+    if missed:
+        return
+    predicted, measured = pl.sync_prediction(record, sync_us)
+    ex.check_true(f"from small's costs it predicts gpt2's barrier graph ({measured:.1f} µs "
+                  f"measured) within {SYNC_TOLERANCE:.0%}",
+                  abs(predicted / measured - 1) < SYNC_TOLERANCE,
+                  hint=f"your function gives {predicted:.1f} µs")
+    print(f"predicted from small: {predicted:.1f} µs; measured for gpt2: {measured:.1f} µs")
