@@ -231,16 +231,16 @@ def test_17_2_accepts_the_targets_and_refuses_a_fixed_target(strict):
 
 def test_17_4_accepts_labkits_wait_and_refuses_each_bug(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
-    assert run("17.5", 17, wait=lp.wait_acquire, why="L1 copies").passed
+    assert run("17.6", 17, wait=lp.wait_acquire, why="L1 copies").passed
     for bug in (lp.wait_plain_load, lp.wait_no_acquire):
-        assert not run("17.5", 17, wait=bug, why="x").passed
-    assert not run("17.5", 17, wait=lambda p, t: None, why="x").passed
+        assert not run("17.6", 17, wait=bug, why="x").passed
+    assert not run("17.6", 17, wait=lambda p, t: None, why="x").passed
 
     def raises(p, target):
         yield p.load_volatile(lp.READY)
         raise RuntimeError("boom")
 
-    assert not run("17.5", 17, wait=raises, why="x").passed  # reported, not raised
+    assert not run("17.6", 17, wait=raises, why="x").passed  # reported, not raised
 
 
 # ---------------------------------------------------------------------------- the notebook
@@ -699,9 +699,9 @@ def test_the_recorded_resources_are_the_gpu_machines_triton_and_cover_the_sweeps
         lp.resources_record("9.9")
 
 
-def test_17_6_takes_the_smallest_limit_and_refuses_each_slip(monkeypatch):
+def test_17_7_takes_the_smallest_limit_and_refuses_each_slip(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
-    assert run("17.6", 17, fit=lambda r, s, w: lp.programs_per_sm(r, s, w)["fit"]).passed
+    assert run("17.7", 17, fit=lambda r, s, w: lp.programs_per_sm(r, s, w)["fit"]).passed
     sm = lp.HOPPER_SM
     slips = [
         lambda r, s, w: min(sm["registers"] // (r * 32 * w), sm["shared_bytes"] // (s + 1024),
@@ -712,10 +712,10 @@ def test_17_6_takes_the_smallest_limit_and_refuses_each_slip(monkeypatch):
         lambda r, s, w: 1 / 0,
     ]
     for slip in slips:
-        assert not run("17.6", 17, fit=slip).passed
+        assert not run("17.7", 17, fit=slip).passed
     with pytest.raises(StrictExerciseError):
         monkeypatch.setenv(STRICT_ENV, "1")
-        run("17.6", 17, fit=slips[0])
+        run("17.7", 17, fit=slips[0])
 
 
 # ---------------------------------------------------------------------- several heads a tile
@@ -812,14 +812,14 @@ def test_sync_verdict_needs_the_spreads_apart():
     assert "barriers alone 40.0 µs" in lp.sync_shows(_sync_record())
 
 
-def test_17_7_counts_barriers_and_launches_and_refuses_each_slip(monkeypatch):
+def test_17_5_counts_barriers_and_launches_and_refuses_each_slip(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
     record = _sync_record()
     gpt2 = json.loads(json.dumps(record["presets"]["small"]))
     gpt2["n_layer"] = 12   # 48 barriers of 4 µs and 13 launches of 8/3 µs: 226.7 µs
     gpt2["times"]["barriers"].update(median=222.0, p10=221.0, p90=223.0)
     record["presets"]["gpt2"] = gpt2
-    assert run("17.7", 17, sync_us=lp.sync_cost, record=record).passed
+    assert run("17.5", 17, sync_us=lp.sync_cost, record=record).passed
     slips = [
         lambda layers, b, launch: layers * b + (layers + 1) * launch,  # one barrier a layer
         lambda layers, b, launch: 4 * layers * b + layers * launch,    # no LM head's launch
@@ -828,13 +828,13 @@ def test_17_7_counts_barriers_and_launches_and_refuses_each_slip(monkeypatch):
         lambda layers, b, launch: 1 / 0,
     ]
     for slip in slips:
-        assert not run("17.7", 17, sync_us=slip, record=record).passed
+        assert not run("17.5", 17, sync_us=slip, record=record).passed
     with pytest.raises(StrictExerciseError):
         monkeypatch.setenv(STRICT_ENV, "1")
-        run("17.7", 17, sync_us=slips[0], record=record)
+        run("17.5", 17, sync_us=slips[0], record=record)
 
 
-def test_17_7_predicts_gpt2_from_small_within_the_tolerance_on_the_record():
+def test_17_5_predicts_gpt2_from_small_within_the_tolerance_on_the_record():
     """On the recorded H100 runs the rule, fed small's costs, lands within 5% of gpt2's
     barrier graph; a rule that forgets the head's launch does not."""
     record = lp.sync_record(lp.sync_records())

@@ -88,8 +88,9 @@ def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
     ``PDL_ORDER``: nothing (the interpreter's stand-in).
     ``PDL_LATE``: ``griddepcontrol.wait`` only (the tile's end releases the next kernel).
     ``READY_ACQUIRE``: as ``READY``, but every poll is the acquire (each also invalidates the
-    SM's L1): no volatile loads first, so the wait ends on the load that saw the target, one
-    round trip to L2 sooner."""
+    SM's L1): no volatile loads first, so the wait can end on the load that saw the target
+    instead of one more trip to L2 after it. Built to be timed against ``READY``
+    (:mod:`labkit.measure.sync_floor`); not measured on a GPU yet, so not the default."""
     if WAIT == 1:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()

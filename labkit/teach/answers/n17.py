@@ -14,7 +14,7 @@ GAIN_BANDS = (("a", 0.98), ("b", 1.02), ("c", 1.10), ("d", float("inf")))
 #: the counter values, program counts and barriers 17.2's function is tried on (hidden)
 TARGET_CASES = ((0, 4, 4), (3, 4, 4), (16, 4, 4), (19, 4, 4), (32, 4, 4), (35, 4, 4),
                 (1, 132, 4), (132 * 4 * 1000 + 131, 132, 4), (7, 3, 2), (12, 3, 2))
-#: the scheduler orders 17.5's wait is run under
+#: the scheduler orders 17.6's wait is run under
 SEEDS = tuple(range(8))
 
 
@@ -92,7 +92,7 @@ def _helps(ex: Exercise, helps: Any, *, rows: Any) -> None:
                          "all issued before stage 1's own loads")
 
 
-@exercise("17.5", "a barrier that reads old data", "debug")
+@exercise("17.6", "a barrier that reads old data", "debug")
 def _wait(ex: Exercise, wait: Any, why: Any) -> None:
     if not inspect.isgeneratorfunction(wait):
         ex.check("wait is a generator function (it yields operations)", wait, "a generator")
@@ -117,13 +117,13 @@ def _wait(ex: Exercise, wait: Any, why: Any) -> None:
                   hint="which value did a program read, and from where?")
 
 
-#: the kernels 17.6's function is tried on (hidden): registers a thread, shared bytes, warps
+#: the kernels 17.7's function is tried on (hidden): registers a thread, shared bytes, warps
 FIT_CASES = ((168, 59392, 4), (96, 27136, 4), (255, 0, 4), (128, 0, 4), (129, 0, 4),
              (100, 0, 4), (32, 100_000, 4), (64, 48 * 1024, 8), (40, 0, 1), (24, 0, 2),
              (255, 200_000, 16), (72, 233_000, 4))
 
 
-@exercise("17.6", "how many programs an SM holds", "write")
+@exercise("17.7", "how many programs an SM holds", "write")
 def _fit(ex: Exercise, fit: Any) -> None:
     if not ex.check_function("a function of (registers, shared_bytes, warps)", fit):
         return
@@ -153,14 +153,14 @@ def _fit(ex: Exercise, fit: Any) -> None:
                        f"{launch['shared_bytes']} bytes")
 
 
-#: (layers, one barrier µs, one launch µs) 17.7's function is tried on (hidden)
+#: (layers, one barrier µs, one launch µs) 17.5's function is tried on (hidden)
 SYNC_CASES = ((1, 1.0, 0.0), (1, 0.0, 1.0), (4, 1.5, 1.7), (12, 1.52, 1.36), (2, 2.0, 3.0),
               (24, 0.5, 0.25), (3, 0.0, 0.0))
-#: how close 17.7's prediction of gpt2 from small's costs must come to the measured graph
+#: how close 17.5's prediction of gpt2 from small's costs must come to the measured graph
 SYNC_TOLERANCE = 0.05
 
 
-@exercise("17.7", "what the synchronisation costs", "write")
+@exercise("17.5", "what the synchronisation costs", "write")
 def _sync(ex: Exercise, sync_us: Any, *, record: Any) -> None:
     if not ex.check_function("a function of (layers, barrier_us, launch_us)", sync_us):
         return
