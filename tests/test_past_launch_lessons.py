@@ -793,6 +793,14 @@ def test_sync_summary_derives_one_barrier_and_one_boundary():
     assert s["sync_share"] == pytest.approx(40.0 / 160.0)
     assert s["kernels_share"] == pytest.approx(0.30)
     assert s["pdl_share"] == pytest.approx(20.0 / 90.0)
+    assert "per_barrier_acquire_us" not in s  # a run from before poll="acquire"
+    later = _sync_record()
+    t = later["presets"]["small"]["times"]
+    t["barriers_acquire"] = {**t["barriers"], "median": 36.0}
+    t["triton_persistent_acquire"] = {**t["triton_persistent"], "median": 150.0}
+    s = lp.sync_summary(later, "small")
+    assert s["per_barrier_acquire_us"] == pytest.approx((36.0 - 8.0) / 8)
+    assert s["persistent_acquire_us"] == 150.0
     plain, pdl, persistent = lp.sync_table(_sync_record())
     assert persistent["that alone µs"] == 40.0 and persistent["share of the step"] == "25%"
     assert persistent["what orders its work"] == "3 launches, 8 barriers"

@@ -37,9 +37,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -158,7 +157,7 @@ def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], d
 
 def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int = 1,
                        context: int = 128, repeats: int = 30, inner: int = 20) -> dict:
-    """Per preset the synchronisation graphs' and the three steps' replay times
+    """Per preset the replay times of the graphs of :data:`VARIANTS` and :data:`STEPS`
     (:meth:`Stats.to_dict`, µs), replayed in turn ``repeats`` rounds of ``inner`` replays
     after one replay each checked the barriers and the steps' tokens."""
     _need_cuda("measure_sync_floor")
@@ -206,9 +205,11 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     """From a :func:`measure_sync_floor` record, µs (medians): the step's synchronisation
     alone (``barriers``), one kernel boundary of the plain step (``kernels`` over its
     launches), one barrier at one and at two programs per SM (the barrier graph less the
-    empty launches, over ``4 L``), the spread of the barrier graphs (p90 - p10), the two
-    steps, and the share of each step its synchronisation alone takes (``kernels`` of the
-    plain step, ``kernels_pdl`` of the PDL one, ``barriers`` of the persistent one)."""
+    empty launches, over ``4 L``), the spread of the barrier graphs (p90 - p10), the steps,
+    and the share of each step its synchronisation alone takes (``kernels`` of the plain
+    step, ``kernels_pdl`` of the PDL one, ``barriers`` of the persistent one); in a run that
+    timed them (since ``poll="acquire"`` exists), one barrier and the persistent step with
+    every poll an acquire (``per_barrier_acquire_us``, ``persistent_acquire_us``)."""
     p = record["presets"][preset]
     t, n = p["times"], p["launches"]
     barriers = record["barriers_per_layer"] * p["n_layer"]
@@ -229,7 +230,10 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
                              for k in ("barriers", "barriers_2")),
             "triton_us": med("triton"), "persistent_us": med("triton_persistent"),
             "kernels_share": med("kernels") / med("triton"),
-            "sync_share": med("barriers") / med("triton_persistent")}
+            "sync_share": med("barriers") / med("triton_persistent"),
+            **({"per_barrier_acquire_us": (med("barriers_acquire") - med("launches")) / barriers,
+                "persistent_acquire_us": med("triton_persistent_acquire")}
+               if "barriers_acquire" in t and "triton_persistent_acquire" in t else {})}
 
 
 def _provenance() -> dict:
