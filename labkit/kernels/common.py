@@ -100,15 +100,12 @@ def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
         seen = tl.load(ready_ptr, volatile=True)
         while seen < target:
             seen = tl.load(ready_ptr, volatile=True)
+    if WAIT == 2 or WAIT == 6:
         # the acquire's value must be used: Triton 3.6 drops an acquire whose value is not,
         # and with it the SM's L1 invalidation (CCTL.IVALL), so a tile read a stale sector of
         # a row another SM had just written (found on an H100; see notebook 17). The loop
-        # keeps it, and never turns: the counter reached target above and only grows
-        seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
-        while seen < target:
-            seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
-    if WAIT == 6:
+        # keeps it; after READY's volatile loads it never turns (the counter reached target
+        # and only grows), with READY_ACQUIRE it is the poll
         seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
         while seen < target:
             seen = tl.atomic_add(ready_ptr, 0, sem="acquire", scope="gpu")
@@ -134,6 +131,15 @@ def release_dependents(WAIT: tl.constexpr):
     returns only once this kernel has finished."""
     if WAIT == 4:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def launch_base(ready_ptr, per_launch):
+    """This launch's start on a counter that grows by ``per_launch`` arrivals a launch and is
+    never reset, read before this program's first arrival: the counter then holds whole
+    earlier launches plus fewer than ``per_launch`` arrivals of this one."""
+    seen = tl.load(ready_ptr, volatile=True)
+    return seen - seen % per_launch
 
 
 @triton.jit

@@ -58,11 +58,12 @@ import triton
 import triton.language as tl
 
 from .attention import attention_heads_tile, attention_tile
-from .common import arrive, prefetch_l2, stamp, wait_inputs
+from .common import arrive, launch_base, prefetch_l2, stamp, wait_inputs
 from .matvec import linear_residual_tile, ln_linear_tile, ln_qkv_tile
+from .step import BARRIERS as LAYER_BARRIERS
 
 #: the barriers between the five stages of a layer launch
-BARRIERS = tl.constexpr(4)
+BARRIERS = tl.constexpr(LAYER_BARRIERS)
 #: clock stamps per program with ``STAMP``: start, the four arrivals, end
 STAMPS = tl.constexpr(6)
 
@@ -132,8 +133,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
         if NEXT:
             prefetch_stage(next_qkv_w_ptr, pid, P, 3 * D, D, QKV_COLS, ROW_TILES, QKV_W, LANES)
     # before this program's first arrival: this launch's start, a multiple of 4 P
-    seen = tl.load(ready_ptr, volatile=True)
-    base = seen - seen % (BARRIERS * P)
+    base = launch_base(ready_ptr, BARRIERS * P)
     # stage 1: LN1 + QKV + bias + k, v into the cache (layer 0: + the embeddings). It reads
     # what the previous launch wrote: the stream ordered that, nothing to wait for here
     for t in tl.range(pid, QKV_COLS * ROW_TILES, P):

@@ -47,10 +47,10 @@ from labkit.checks import as_int
 from labkit.step_checks import check_choice
 from labkit.model import GPTConfig, TinyGPT
 
-__all__ = ["PDL_MODES", "POLLS", "SCHEDULES", "WAITS", "Blocks", "Launch", "PdlMode", "Poll",
-           "Schedule", "TritonStep", "Waits", "choose_blocks", "config_blocks", "gpu_launches",
-           "kernels_per_step", "make_triton_step", "stage_tiles", "stripes",
-           "unavailable_reason"]
+__all__ = ["BARRIERS", "PDL_MODES", "POLLS", "SCHEDULES", "WAITS", "Blocks", "Launch",
+           "PdlMode", "Poll", "Schedule", "TritonStep", "Waits", "choose_blocks",
+           "config_blocks", "gpu_launches", "kernels_per_step", "make_triton_step",
+           "stage_tiles", "stripes", "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
 
@@ -80,6 +80,11 @@ PdlMode = Literal["overlap", "release_at_end", "wait_first"]
 #: next kernel start only once the stores are issued; or wait and let it start before any load
 PDL_MODES: tuple[PdlMode, ...] = ("overlap", "release_at_end", "wait_first")
 _PDL_WAIT = {"overlap": 1, "release_at_end": 4, "wait_first": 5}
+
+
+#: counter barriers of one persistent layer launch, between its five stages
+#: (:mod:`labkit.kernels.persistent`)
+BARRIERS = 4
 
 
 def kernels_per_step(n_layer: int, schedule: Schedule = "kernels") -> int:

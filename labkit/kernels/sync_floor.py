@@ -10,7 +10,7 @@ Triton)."""
 import triton
 import triton.language as tl
 
-from .common import arrive, wait_inputs
+from .common import arrive, launch_base, wait_inputs
 
 
 @triton.jit
@@ -24,8 +24,7 @@ def sync_kernel(ready_ptr, P, BARRIERS: tl.constexpr, PDL: tl.constexpr = False,
     if PDL:
         wait_inputs(ready_ptr, 0, 1)  # PDL: griddepcontrol.wait, then launch_dependents
     if BARRIERS > 0:
-        seen = tl.load(ready_ptr, volatile=True)
-        base = seen - seen % (BARRIERS * P)
+        base = launch_base(ready_ptr, BARRIERS * P)
         for k in tl.static_range(BARRIERS):
             arrive(ready_ptr)
             wait_inputs(ready_ptr, base + (k + 1) * P, READY)  # 2 or 6 (READY_ACQUIRE)

@@ -44,7 +44,7 @@ import torch
 
 from labkit.checks import as_int
 from labkit.graphs import capture_decode_graphs
-from labkit.kernels.step import kernels_per_step, make_triton_step
+from labkit.kernels.step import BARRIERS, kernels_per_step, make_triton_step
 from labkit.measure.bench import _need_cuda, make_model, step_inputs
 from labkit.measure.fused_bench import same_tokens
 from labkit.measure.roofline import graph_step
@@ -54,8 +54,6 @@ from labkit.runner import triton_schedule
 from labkit.support.env import environment_record
 from labkit.timing import time_cuda_interleaved
 
-#: barriers of one persistent layer launch (between its five stages)
-BARRIERS = 4
 #: the synchronisation graphs timed per preset, in the order they are replayed in a round
 VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "barriers_2",
                              "barriers_acquire")
@@ -205,7 +203,7 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     """From a :func:`measure_sync_floor` record, µs (medians): the step's synchronisation
     alone (``barriers``), one kernel boundary of the plain step (``kernels`` over its
     launches), one barrier at one and at two programs per SM (the barrier graph less the
-    empty launches, over ``4 L``), the spread of the barrier graphs (p90 - p10), the steps,
+    empty launches, over ``4 L``), the steps,
     and the share of each step its synchronisation alone takes (``kernels`` of the plain
     step, ``kernels_pdl`` of the PDL one, ``barriers`` of the persistent one); in a run that
     timed them (since ``poll="acquire"`` exists), one barrier and the persistent step with
@@ -226,8 +224,6 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
             "per_launch_us": med("launches") / n["launches"],
             "per_barrier_us": (med("barriers") - med("launches")) / barriers,
             "per_barrier_2_us": (med("barriers_2") - med("launches")) / barriers,
-            "spread_us": max(float(t[k]["p90"]) - float(t[k]["p10"])
-                             for k in ("barriers", "barriers_2")),
             "triton_us": med("triton"), "persistent_us": med("triton_persistent"),
             "kernels_share": med("kernels") / med("triton"),
             "sync_share": med("barriers") / med("triton_persistent"),

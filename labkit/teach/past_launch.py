@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.kernels.step import kernels_per_step, stage_tiles
+from labkit.kernels.step import BARRIERS, kernels_per_step, stage_tiles
 from labkit.model import preset as model_preset
 from labkit.measure.fidelity import kl_limit
 from labkit.measure.sync_floor import sync_summary
@@ -1076,7 +1076,7 @@ def barrier_dearer(records: Sequence[Mapping[str, Any]]) -> bool:
 
 def sync_cost(layers: int, barrier_us: float, launch_us: float) -> float:
     """The persistent step's synchronisation with no work (µs): ``4 L`` barriers and ``L + 1``
-    launches (exercise 17.7's rule)."""
+    launches (exercise 17.5's rule)."""
     return (BARRIERS * layers * barrier_us
             + kernels_per_step(layers, "persistent") * launch_us)
 
@@ -1324,8 +1324,6 @@ def before_fix() -> dict[str, Any]:
 # P programs, five stages, four counter barriers per launch: labkit.kernels.persistent.
 
 READY = "ready"
-#: barriers per launch (between the five stages)
-BARRIERS = 4
 
 
 class LaunchRefused(RuntimeError):
