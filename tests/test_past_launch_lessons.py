@@ -801,6 +801,16 @@ def test_sync_summary_derives_one_barrier_and_one_boundary():
     s = lp.sync_summary(later, "small")
     assert s["per_barrier_acquire_us"] == pytest.approx((36.0 - 8.0) / 8)
     assert s["persistent_acquire_us"] == 150.0
+    assert "per_boundary_one_us" not in s  # a run from before the fan-in graphs
+    t["kernels_plain"] = {**t["kernels"], "median": 22.0}
+    t["kernels_one"] = {**t["kernels"], "median": 11.0}
+    t["barriers_8"] = {**t["barriers"], "median": 24.0}
+    later["presets"]["small"]["launches"].update(kernels_plain=11, kernels_one=11)
+    later["presets"]["small"]["fan_in"] = [8]
+    s = lp.sync_summary(later, "small")
+    assert s["per_boundary_plain_us"] == pytest.approx(2.0)
+    assert s["per_boundary_one_us"] == pytest.approx(1.0)
+    assert s["per_barrier_8_us"] == pytest.approx((24.0 - 8.0) / 8)
     plain, pdl, persistent = lp.sync_table(_sync_record())
     assert persistent["that alone µs"] == 40.0 and persistent["share of the step"] == "25%"
     assert persistent["what orders its work"] == "3 launches, 8 barriers"

@@ -1149,4 +1149,6 @@ def test_measure_sync_floor_on_the_gpu():
     assert s["sync_us"] > 0 and 0 < s["sync_share"] < 1, s
     assert p["tokens_equal_eager"] == dict.fromkeys(STEPS, True)
     assert p["launches"]["barriers_acquire"] == kernels_per_step(2, "persistent")
+    assert p["launches"]["kernels_one"] == kernels_per_step(2)
+    assert {f"per_barrier_{n}_us" for n in p["fan_in"]} <= set(s), s
     json.dumps(rec)

@@ -14,6 +14,11 @@ Per preset (``L`` layers), one CUDA graph each:
 - ``barriers_2``: the same at two programs per SM;
 - ``barriers_acquire``: ``barriers`` with every poll an acquire load
   (``TritonStep(poll="acquire")``);
+- ``kernels_plain``: ``kernels`` launched as the plain step launches, not cooperatively;
+- ``kernels_one``: ``kernels_plain`` with one program a launch instead of one per SM;
+- ``barriers_<n>``, ``n`` in :data:`FAN_IN`: ``barriers`` with ``n`` programs a launch, so
+  that ``n`` arrivals make a barrier (what a barrier costs as a function of how many
+  programs meet at it: the question a counter per producer asks);
 
 and, replayed in the same rounds, the three steps whose synchronisation they are: the plain
 Triton step (``triton``), the PDL one (``triton_pdl``) and the persistent one
@@ -22,7 +27,8 @@ loads alone (``triton_persistent_acquire``),
 each a graph of one batch size (``batch``, bf16, every row at ``context`` positions), their
 graph's greedy tokens first checked equal to the eager step's.
 
-Every launch has one program per SM (two for ``barriers_2``). Before anything is timed each
+Every launch has one program per SM (two for ``barriers_2``, fewer where named), and all
+but ``kernels_plain`` and ``kernels_one`` are cooperative, as the persistent step's are. Before anything is timed each
 graph is replayed once and every layer's counter must have grown by exactly four arrivals of
 every program (all the barriers were met); after the timing again, for every replay.
 ``python -m labkit.measure.sync_floor OUT.json [BATCH]`` adds a run to the list at
@@ -54,9 +60,12 @@ from labkit.runner import triton_schedule
 from labkit.support.env import environment_record
 from labkit.timing import time_cuda_interleaved
 
+#: programs a launch of the ``barriers_<n>`` graphs
+FAN_IN: tuple[int, ...] = (8, 32, 64)
 #: the synchronisation graphs timed per preset, in the order they are replayed in a round
 VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "barriers_2",
-                             "barriers_acquire")
+                             "barriers_acquire", "kernels_plain", "kernels_one",
+                             *(f"barriers_{n}" for n in FAN_IN))
 #: the steps replayed after them in each round
 STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent",
                           "triton_persistent_acquire")
@@ -94,17 +103,20 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
     empty = torch.zeros(1, dtype=torch.int64, device=dev)
 
     def launch(counter: torch.Tensor, programs: int, barriers: int, pdl: bool = False,
-               ready: int = 2) -> None:
+               ready: int = 2, cooperative: bool = True) -> None:
         if pdl:
             kernel[(programs,)](counter, programs, BARRIERS=0, PDL=True, launch_pdl=True)
-        else:
+        elif cooperative:
             kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready,
                                 launch_cooperative_grid=True)
+        else:
+            kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready)
 
-    def plain(count: int, pdl: bool = False) -> Callable[[], None]:
+    def plain(count: int, pdl: bool = False, programs: int = sm,
+              cooperative: bool = True) -> Callable[[], None]:
         def run() -> None:
             for _ in range(count):
-                launch(empty, sm, 0, pdl)
+                launch(empty, programs, 0, pdl, cooperative=cooperative)
         return run
 
     counters: dict[str, tuple[Any, int]] = {}
@@ -124,7 +136,12 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
               "launches": _Graph(plain(kernels_per_step(n_layer, "persistent"))),
               "barriers": _Graph(layers(sm, "barriers")),
               "barriers_2": _Graph(layers(2 * sm, "barriers_2")),
-              "barriers_acquire": _Graph(layers(sm, "barriers_acquire", poll=6))}
+              "barriers_acquire": _Graph(layers(sm, "barriers_acquire", poll=6)),
+              "kernels_plain": _Graph(plain(kernels_per_step(n_layer), cooperative=False)),
+              "kernels_one": _Graph(plain(kernels_per_step(n_layer), programs=1,
+                                          cooperative=False))}
+    for n in FAN_IN:
+        graphs[f"barriers_{n}"] = _Graph(layers(n, f"barriers_{n}"))
     return graphs, counters
 
 
@@ -188,12 +205,10 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
             gs.release()
         out["presets"][name] = {
             "n_layer": n_layer,
-            "launches": {"kernels": kernels_per_step(n_layer),
-                         "kernels_pdl": kernels_per_step(n_layer),
-                         "launches": kernels_per_step(n_layer, "persistent"),
-                         "barriers": kernels_per_step(n_layer, "persistent"),
-                         "barriers_2": kernels_per_step(n_layer, "persistent"),
-                         "barriers_acquire": kernels_per_step(n_layer, "persistent")},
+            "launches": {k: kernels_per_step(n_layer, "persistent" if k == "launches"
+                                             or k.startswith("barriers") else "kernels")
+                         for k in VARIANTS},
+            "fan_in": list(FAN_IN),
             "counters_met": _counters_met(graphs, counters), "tokens_equal_eager": equal,
             "times": {k: t.to_dict() for k, t in times.items()}}
     return out
@@ -207,7 +222,10 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     and the share of each step its synchronisation alone takes (``kernels`` of the plain
     step, ``kernels_pdl`` of the PDL one, ``barriers`` of the persistent one); in a run that
     timed them (since ``poll="acquire"`` exists), one barrier and the persistent step with
-    every poll an acquire (``per_barrier_acquire_us``, ``persistent_acquire_us``)."""
+    every poll an acquire (``per_barrier_acquire_us``, ``persistent_acquire_us``); in a run
+    that timed them, one kernel boundary of launches that are not cooperative, of one SM's
+    program and of one program (``per_boundary_plain_us``, ``per_boundary_one_us``) and one
+    barrier of ``n`` programs (``per_barrier_<n>_us``, ``n`` in the run's ``fan_in``)."""
     p = record["presets"][preset]
     t, n = p["times"], p["launches"]
     barriers = record["barriers_per_layer"] * p["n_layer"]
@@ -229,7 +247,12 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
             "sync_share": med("barriers") / med("triton_persistent"),
             **({"per_barrier_acquire_us": (med("barriers_acquire") - med("launches")) / barriers,
                 "persistent_acquire_us": med("triton_persistent_acquire")}
-               if "barriers_acquire" in t and "triton_persistent_acquire" in t else {})}
+               if "barriers_acquire" in t and "triton_persistent_acquire" in t else {}),
+            **({"per_boundary_plain_us": med("kernels_plain") / n["kernels_plain"],
+                "per_boundary_one_us": med("kernels_one") / n["kernels_one"]}
+               if "kernels_one" in t else {}),
+            **{f"per_barrier_{k}_us": (med(f"barriers_{k}") - med("launches")) / barriers
+               for k in p.get("fan_in", ())}}
 
 
 def _provenance() -> dict:
