@@ -7,6 +7,10 @@ import triton
 import triton.language as tl
 
 from .common import wait_inputs
+from .waits import READY
+
+#: the ready counter's wait (a constexpr: a Triton kernel reads a global only as one)
+READY_WAIT = tl.constexpr(READY)
 
 
 @triton.jit
@@ -26,6 +30,6 @@ def wait_value_unused(ready_ptr, x_ptr, out_ptr, target):
 def wait_value_used(ready_ptr, x_ptr, out_ptr, target):
     """The same through labkit's :func:`labkit.kernels.common.wait_inputs`, whose acquire's
     value decides a loop."""
-    wait_inputs(ready_ptr, target, 2)  # READY: the ready counter
+    wait_inputs(ready_ptr, target, READY_WAIT)
     offs = tl.arange(0, 128)
     tl.store(out_ptr + offs, tl.load(x_ptr + offs))

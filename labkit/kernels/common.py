@@ -4,6 +4,16 @@ called; imported through :func:`labkit.kernels.load` (it needs Triton)."""
 import triton
 import triton.language as tl
 
+from . import waits
+
+# the codes of :mod:`labkit.kernels.waits` that ``WAIT`` is compared with below, as constexprs
+# (a Triton kernel reads a global only as one)
+_PDL = tl.constexpr(waits.PDL)
+_READY = tl.constexpr(waits.READY)
+_PDL_LATE = tl.constexpr(waits.PDL_LATE)
+_PDL_FIRST = tl.constexpr(waits.PDL_FIRST)
+_READY_ACQUIRE = tl.constexpr(waits.READY_ACQUIRE)
+
 
 @triton.jit
 def cache_index(slot, pos, table_ptr, MAX_SEQ: tl.constexpr, PAGED: tl.constexpr,
@@ -63,16 +73,6 @@ def tile(pid_n, pid_b, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
     return rows, rows < B, ns, n_mask
 
 
-#: how a tile waits for what it reads (``WAIT``): nothing to wait for (the stream runs the
-#: kernels one after another), programmatic dependent launch releasing the next kernel at the
-#: wait, a ready counter, PDL's order without its instructions (Triton's interpreter, which
-#: runs kernels one by one and has no ``griddepcontrol``), PDL releasing the next kernel only
-#: once the tile's stores are issued (:func:`release_dependents`), or PDL waiting at the
-#: kernel's start, before any load (:func:`wait_first`), or a ready counter polled with
-#: acquire loads alone (``TritonStep(poll="acquire")``)
-STREAM, PDL, READY, PDL_ORDER, PDL_LATE, PDL_FIRST, READY_ACQUIRE = 0, 1, 2, 3, 4, 5, 6
-
-
 @triton.jit
 def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
     """Wait until what the tile reads next has been written; everything before this call may
@@ -91,16 +91,16 @@ def wait_inputs(ready_ptr, target, WAIT: tl.constexpr):
     SM's L1): no volatile loads first, so the wait can end on the load that saw the target
     instead of one more trip to L2 after it. Built to be timed against ``READY``
     (:mod:`labkit.measure.sync_floor`); not measured on a GPU yet, so not the default."""
-    if WAIT == 1:
+    if WAIT == _PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    if WAIT == 4:
+    if WAIT == _PDL_LATE:
         tl.extra.cuda.gdc_wait()
-    if WAIT == 2:
+    if WAIT == _READY:
         seen = tl.load(ready_ptr, volatile=True)
         while seen < target:
             seen = tl.load(ready_ptr, volatile=True)
-    if WAIT == 2 or WAIT == 6:
+    if WAIT == _READY or WAIT == _READY_ACQUIRE:  # noqa: SIM109 (Triton compares constexprs)
         # the acquire's value must be used: Triton 3.6 drops an acquire whose value is not,
         # and with it the SM's L1 invalidation (CCTL.IVALL), so a tile read a stale sector of
         # a row another SM had just written (found on an H100; see notebook 17). The loop
@@ -117,7 +117,7 @@ def wait_first(WAIT: tl.constexpr):
     """At a kernel's start, ``PDL_FIRST``: wait for the previous kernel, then let the next one
     start, before any load (no weights stream in during the wait; the tile then runs as in the
     stream, ``WAIT % 5``)."""
-    if WAIT == 5:
+    if WAIT == _PDL_FIRST:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -129,7 +129,7 @@ def release_dependents(WAIT: tl.constexpr):
     weights while the last programs here finish, but do not hold an SM's registers and
     shared memory while programs of this kernel still wait to start. Their own wait still
     returns only once this kernel has finished."""
-    if WAIT == 4:
+    if WAIT == _PDL_LATE:
         tl.extra.cuda.gdc_launch_dependents()
 
 

@@ -61,6 +61,7 @@ from .attention import attention_heads_tile, attention_tile
 from .common import arrive, launch_base, prefetch_l2, stamp, wait_inputs
 from .matvec import linear_residual_tile, ln_linear_tile, ln_qkv_tile
 from .step import BARRIERS as LAYER_BARRIERS
+from .waits import READY as _READY
 
 #: the barriers between the five stages of a layer launch
 BARRIERS = tl.constexpr(LAYER_BARRIERS)
@@ -98,7 +99,7 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
                  UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
                  NEXT: tl.constexpr, LANES: tl.constexpr, LATER: tl.constexpr,
-                 HEADS: tl.constexpr, GROUPS: tl.constexpr, READY: tl.constexpr = 2):
+                 HEADS: tl.constexpr, GROUPS: tl.constexpr, READY: tl.constexpr = _READY):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per

@@ -44,6 +44,7 @@ import torch
 
 from labkit import kernels
 from labkit.checks import as_int
+from labkit.kernels.waits import PDL, PDL_FIRST, PDL_LATE, PDL_ORDER, READY, READY_ACQUIRE, STREAM
 from labkit.step_checks import check_choice
 from labkit.model import GPTConfig, TinyGPT
 
@@ -66,20 +67,21 @@ Poll = Literal["volatile", "acquire"]
 WAITS: tuple[Waits, ...] = ("tile", "stage")
 #: how a persistent program polls the ready counter at a barrier: volatile loads, then one
 #: acquire (the default), or acquire loads alone (``READY``, ``READY_ACQUIRE`` of
-#: :func:`labkit.kernels.common.wait_inputs`)
+#: :mod:`labkit.kernels.waits`)
 POLLS: tuple[Poll, ...] = ("volatile", "acquire")
+_POLL_WAIT = {"volatile": READY, "acquire": READY_ACQUIRE}
 #: how a Triton step orders its tiles (the module docstring)
 SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
-#: how each schedule's kernels wait for their inputs (``labkit.kernels.common``: STREAM,
-#: PDL; PDL_ORDER in the interpreter)
-_WAIT = {"kernels": 0, "pdl": 1, "persistent": 0}
-_WAIT_INTERPRETED = {"kernels": 0, "pdl": 3, "persistent": 0}
+#: how each schedule's kernels wait for their inputs (:mod:`labkit.kernels.waits`; PDL_ORDER
+#: in the interpreter)
+_WAIT = {"kernels": STREAM, "pdl": PDL, "persistent": STREAM}
+_WAIT_INTERPRETED = {"kernels": STREAM, "pdl": PDL_ORDER, "persistent": STREAM}
 PdlMode = Literal["overlap", "release_at_end", "wait_first"]
-#: how a PDL kernel overlaps the one before (``labkit.kernels.common``: PDL, PDL_LATE,
+#: how a PDL kernel overlaps the one before (:mod:`labkit.kernels.waits`: PDL, PDL_LATE,
 #: PDL_FIRST): load the first weights, wait, let the next kernel start; the same, letting the
 #: next kernel start only once the stores are issued; or wait and let it start before any load
 PDL_MODES: tuple[PdlMode, ...] = ("overlap", "release_at_end", "wait_first")
-_PDL_WAIT = {"overlap": 1, "release_at_end": 4, "wait_first": 5}
+_PDL_WAIT = {"overlap": PDL, "release_at_end": PDL_LATE, "wait_first": PDL_FIRST}
 
 
 #: counter barriers of one persistent layer launch, between its five stages
@@ -549,7 +551,7 @@ class TritonStep:
                  "UPCAST": self.interpret, "PRECISION": self._precision}
         out: list[Launch] = []
         wait = (_WAIT_INTERPRETED if self.interpret else _WAIT)[self.schedule]
-        if wait == 1:
+        if wait == PDL:
             wait = _PDL_WAIT[self.pdl]
         options = {"launch_pdl": True} if self.schedule == "pdl" else {}
 
@@ -599,7 +601,7 @@ class TritonStep:
         cfg = m.cfg
         d, nl = cfg.d_model, cfg.n_layer
         options = {"launch_cooperative_grid": True} if self.cooperative else {}
-        ready = 6 if self.poll == "acquire" else 2  # READY_ACQUIRE or READY (common.py)
+        ready = _POLL_WAIT[self.poll]
         k = bl.k
         if self.stripes:
             cut = INTERPRETER_STRIPE_PROGRAMS if self.interpret else self.programs

@@ -28,9 +28,10 @@ each a graph of one batch size (``batch``, bf16, every row at ``context`` positi
 graph's greedy tokens first checked equal to the eager step's.
 
 Every launch has one program per SM (two for ``barriers_2``, fewer where named), and all
-but ``kernels_plain`` and ``kernels_one`` are cooperative, as the persistent step's are. Before anything is timed each
-graph is replayed once and every layer's counter must have grown by exactly four arrivals of
-every program (all the barriers were met); after the timing again, for every replay.
+but ``kernels_plain`` and ``kernels_one`` are cooperative, as the persistent step's are.
+Before anything is timed each graph is replayed once and every layer's counter must have
+grown by exactly four arrivals of every program (all the barriers were met); after the
+timing again, for every replay.
 ``python -m labkit.measure.sync_floor OUT.json [BATCH]`` adds a run to the list at
 ``OUT.json`` (GPU, driver, versions, date, commit with it); :func:`sync_summary` derives
 what one barrier and one kernel boundary cost from it.
@@ -51,6 +52,7 @@ import torch
 from labkit.checks import as_int
 from labkit.graphs import capture_decode_graphs
 from labkit.kernels.step import BARRIERS, kernels_per_step, make_triton_step
+from labkit.kernels.waits import READY, READY_ACQUIRE
 from labkit.measure.bench import _need_cuda, make_model, step_inputs
 from labkit.measure.fused_bench import same_tokens
 from labkit.measure.roofline import graph_step
@@ -103,7 +105,7 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
     empty = torch.zeros(1, dtype=torch.int64, device=dev)
 
     def launch(counter: torch.Tensor, programs: int, barriers: int, pdl: bool = False,
-               ready: int = 2, cooperative: bool = True) -> None:
+               ready: int = READY, cooperative: bool = True) -> None:
         if pdl:
             kernel[(programs,)](counter, programs, BARRIERS=0, PDL=True, launch_pdl=True)
         elif cooperative:
@@ -121,7 +123,7 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
 
     counters: dict[str, tuple[Any, int]] = {}
 
-    def layers(programs: int, name: str, poll: int = 2) -> Callable[[], None]:
+    def layers(programs: int, name: str, poll: int = READY) -> Callable[[], None]:
         ready = torch.zeros(n_layer, dtype=torch.int64, device=dev)
         counters[name] = (ready, programs)
 
@@ -136,7 +138,7 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
               "launches": _Graph(plain(kernels_per_step(n_layer, "persistent"))),
               "barriers": _Graph(layers(sm, "barriers")),
               "barriers_2": _Graph(layers(2 * sm, "barriers_2")),
-              "barriers_acquire": _Graph(layers(sm, "barriers_acquire", poll=6)),
+              "barriers_acquire": _Graph(layers(sm, "barriers_acquire", poll=READY_ACQUIRE)),
               "kernels_plain": _Graph(plain(kernels_per_step(n_layer), cooperative=False)),
               "kernels_one": _Graph(plain(kernels_per_step(n_layer), programs=1,
                                           cooperative=False))}
