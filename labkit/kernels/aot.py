@@ -16,13 +16,15 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labkit import kernels
 from labkit.model import TinyGPT, build_model, preset
 from labkit.support.env import git_state
-from labkit.kernels.step import WAITS, Blocks, PdlMode, Poll, Schedule, Waits, gpu_launches
+from labkit.kernels.step import WAITS, PlanOptions, gpu_launches
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; torch brings typing_extensions
+    from typing_extensions import Unpack
 
 
 def _specialized(launch) -> tuple[dict[str, str], dict[str, Any], dict[tuple[int], list]]:
@@ -81,18 +83,10 @@ def _need_gpu_kernels() -> None:
 
 
 def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 132,
-                 blocks: Blocks | Mapping[str, int] | None = None,
-                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
-                 stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "stage",
-                 heads: int = 1, poll: Poll = "volatile") -> list[dict]:
+                 **options: Unpack[PlanOptions]) -> list[dict]:
     """Compile every distinct kernel of a GPU step of ``batch`` rows for ``sm_<arch>``
-    (``schedule``: how the step launches them, :data:`labkit.kernels.step.SCHEDULES`;
-    ``pdl``: :data:`labkit.kernels.step.PDL_MODES`; ``stripes``: the persistent step's
-    one stripe per program; ``stamps``: its clock stamps; ``prefetch``: its L2 prefetch of
-    the layer's weights; ``waits``: which of its tiles wait, :data:`labkit.kernels.step.WAITS`;
-    ``heads``: the attention heads per tile of its attention stage; ``poll``: how its waits
-    poll the counter, :data:`labkit.kernels.step.POLLS`): per
+    (``options`` as :class:`labkit.kernels.step.TritonStep` takes them: how the step launches
+    and tiles its kernels, :func:`labkit.kernels.step.gpu_launches`): per
     kernel ``launches``, ``grid``, ``num_warps``, ``registers``, ``spill_stores``,
     ``spill_loads``, ``shared_bytes``, ``l1_invalidations`` (``CCTL.IVALL`` in its SASS:
     what each acquire must leave, as the SM's L1 is not coherent), ``clock_reads`` (reads
@@ -104,10 +98,7 @@ def compile_step(model: TinyGPT, batch: int, *, arch: int = 90, sm_count: int = 
 
     _need_gpu_kernels()
     rows: dict[tuple, dict] = {}
-    for launch in gpu_launches(model, batch, sm_count=sm_count, blocks=blocks,
-                               schedule=schedule, pdl=pdl, stripes=stripes,
-                               stamps=stamps, prefetch=prefetch, waits=waits, heads=heads,
-                               poll=poll):
+    for launch in gpu_launches(model, batch, sm_count=sm_count, **options):
         sig, constants, attrs = _specialized(launch)
         key = (launch.name, tuple(sig.items()), tuple(sorted(constants.items())),
                tuple(sorted(attrs)), launch.num_warps)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import torch
 
@@ -48,9 +48,12 @@ from labkit.kernels.waits import PDL, PDL_FIRST, PDL_LATE, PDL_ORDER, READY, REA
 from labkit.step_checks import check_choice
 from labkit.model import GPTConfig, TinyGPT
 
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; torch brings typing_extensions
+    from typing_extensions import Unpack
+
 __all__ = ["BARRIERS", "PDL_MODES", "POLLS", "SCHEDULES", "WAITS", "Blocks", "Launch",
-           "PdlMode", "Poll", "Schedule", "TritonStep", "Waits", "choose_blocks",
-           "config_blocks", "gpu_launches", "kernels_per_step", "make_triton_step",
+           "PdlMode", "PlanOptions", "Poll", "Schedule", "StepOptions", "TritonStep", "Waits",
+           "choose_blocks", "config_blocks", "gpu_launches", "kernels_per_step", "make_triton_step",
            "stage_tiles", "stripes", "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
@@ -632,16 +635,37 @@ class TritonStep:
             bl.warps, options)
 
 
+class PlanOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`TritonStep` that plan a GPU step's launches
+    (:func:`gpu_launches`, :func:`labkit.kernels.aot.compile_step`): its defaults and what
+    each does are :class:`TritonStep`'s, written there once."""
+
+    blocks: Blocks | Mapping[str, int] | None
+    schedule: Schedule
+    pdl: PdlMode
+    stripes: bool
+    stamps: bool
+    prefetch: bool
+    waits: Waits
+    heads: int
+    poll: Poll
+
+
+class StepOptions(PlanOptions, total=False):
+    """Every keyword argument of :class:`TritonStep` (:func:`make_triton_step`)."""
+
+    programs: int | None
+    cooperative: bool
+
+
 def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
-                 blocks: Blocks | Mapping[str, int] | None = None,
-                 schedule: Schedule = "kernels", pdl: PdlMode = "overlap",
-                 stripes: bool = False, stamps: bool = False,
-                 prefetch: bool = False, waits: Waits = "stage",
-                 heads: int = 1, poll: Poll = "volatile") -> list[Launch]:
-    """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs; nothing runs."""
-    step = TritonStep(model, blocks=blocks, schedule=schedule, pdl=pdl, stripes=stripes,
-                      waits=waits, heads=heads, poll=poll)
-    if (stamps or prefetch) and schedule != "persistent":
+                 **options: Unpack[PlanOptions]) -> list[Launch]:
+    """The launches of a GPU step of ``batch`` rows on ``sm_count`` SMs (one persistent
+    program per SM), ``options`` as :class:`TritonStep` takes them; nothing runs."""
+    stamps, prefetch = options.pop("stamps", False), options.pop("prefetch", False)
+    blocks = options.get("blocks")
+    step = TritonStep(model, **options)
+    if (stamps or prefetch) and step.schedule != "persistent":
         raise ValueError("stamps= and prefetch= apply to schedule='persistent' only")
     step.interpret = False
     # planned, not run: the interpreter's refusals do not apply
@@ -657,15 +681,7 @@ def gpu_launches(model: TinyGPT, batch: int, *, sm_count: int = 132,
     return step.launches(tokens, tokens, slots, logits)
 
 
-def make_triton_step(model: TinyGPT, *,
-                     blocks: Blocks | Mapping[str, int] | None = None,
-                     schedule: Schedule = "kernels", programs: int | None = None,
-                     cooperative: bool = True, pdl: PdlMode = "overlap",
-                     stripes: bool = False, stamps: bool = False,
-                     prefetch: bool = False, waits: Waits = "stage",
-                     heads: int = 1, poll: Poll = "volatile") -> TritonStep:
-    """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``schedule``:
-    one of :data:`SCHEDULES` (:class:`TritonStep` for the rest)."""
-    return TritonStep(model, blocks=blocks, schedule=schedule, programs=programs,
-                      cooperative=cooperative, pdl=pdl, stripes=stripes, stamps=stamps,
-                      prefetch=prefetch, waits=waits, heads=heads, poll=poll)
+def make_triton_step(model: TinyGPT, **options: Unpack[StepOptions]) -> TritonStep:
+    """The Triton decode step of ``model`` (``RuntimeError`` without Triton); ``options``
+    as :class:`TritonStep` takes them (``schedule``: one of :data:`SCHEDULES`)."""
+    return TritonStep(model, **options)
