@@ -811,6 +811,11 @@ def test_sync_summary_derives_one_barrier_and_one_boundary():
     assert s["per_boundary_plain_us"] == pytest.approx(2.0)
     assert s["per_boundary_one_us"] == pytest.approx(1.0)
     assert s["per_barrier_8_us"] == pytest.approx((24.0 - 8.0) / 8)
+    assert "chain_us" not in s
+    t["chain"] = {**t["barriers"], "median": 60.0}
+    s = lp.sync_summary(later, "small")
+    assert s["chain_us"] == 60.0 and s["chain_share"] == pytest.approx(60.0 / 160.0)
+    assert s["per_exchange_us"] == pytest.approx((60.0 - 40.0) / 10)  # 8 barriers, 10 stages
     plain, pdl, persistent = lp.sync_table(_sync_record())
     assert persistent["that alone µs"] == 40.0 and persistent["share of the step"] == "25%"
     assert persistent["what orders its work"] == "3 launches, 8 barriers"

@@ -1127,6 +1127,34 @@ def test_sync_kernel_counts_every_arrival(barriers, ready):
     assert int(counter) == 3 * barriers
 
 
+@cpu
+@pytest.mark.parametrize("launches", [1, 3])
+def test_sync_kernel_passes_the_row_from_stage_to_stage(launches):
+    """With ROW, each of a launch's five stages reads the whole row the stage before wrote and
+    writes half its mean plus the column (labkit.kernels.sync_floor.exchange_row); launches
+    continue the alternation of the two buffers (first = 5 i), as a graph's layers do."""
+    import importlib
+
+    from labkit.measure.sync_floor import settled_row
+
+    kernel = importlib.import_module("labkit.kernels.sync_floor").sync_kernel
+    d = 10
+    counter = torch.zeros(1, dtype=torch.int64)
+    row = torch.zeros(2, d)
+    row[0] = torch.linspace(-50.0, 70.0, d)
+    expect = row[0].clone()
+    for i in range(launches):
+        kernel[(1,)](counter, 1, BARRIERS=4, row_ptr=row, first=5 * i, ROW=d, BLOCK_ROW=16)
+        for _ in range(5):
+            expect = expect.mean() * 0.5 + torch.arange(d, dtype=torch.float32)
+    assert int(counter) == 4 * launches
+    last = (5 * launches) % 2  # the buffer the last stage wrote
+    torch.testing.assert_close(row[last], expect)
+    # where it settles: the mean's distance from d - 1 halves each stage
+    gap = (torch.linspace(-50.0, 70.0, d).mean() - (d - 1)) * 0.5 ** (5 * launches)
+    torch.testing.assert_close(row[last] - settled_row(d), torch.full((d,), float(gap)))
+
+
 def test_measure_sync_floor_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the GPU test below measures")

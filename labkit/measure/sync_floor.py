@@ -16,6 +16,10 @@ Per preset (``L`` layers), one CUDA graph each:
   (``TritonStep(poll="acquire")``);
 - ``kernels_plain``: ``kernels`` launched as the plain step launches, not cooperatively;
 - ``kernels_one``: ``kernels_plain`` with one program a launch instead of one per SM;
+- ``chain``: ``barriers`` with the programs also passing a ``d_model``-wide float32 row between
+  the stages, each reading all of it and writing its share of the next
+  (:func:`labkit.kernels.sync_floor.exchange_row`): the step's chain of dependencies with no
+  weights to read, the least any schedule that makes the grid meet between stages can take;
 - ``barriers_<n>``, ``n`` in :data:`FAN_IN`: ``barriers`` with ``n`` programs a launch, so
   that ``n`` arrivals make a barrier (what a barrier costs as a function of how many
   programs meet at it: the question a counter per producer asks);
@@ -30,8 +34,9 @@ graph's greedy tokens first checked equal to the eager step's.
 Every launch has one program per SM (two for ``barriers_2``, fewer where named), and all
 but ``kernels_plain`` and ``kernels_one`` are cooperative, as the persistent step's are.
 Before anything is timed each graph is replayed once and every layer's counter must have
-grown by exactly four arrivals of every program (all the barriers were met); after the
-timing again, for every replay.
+grown by exactly four arrivals of every program (all the barriers were met), and the
+``chain`` graph's rows must have settled where every stage reading its predecessors' row
+leads (:func:`settled_row`); after the timing again, for every replay.
 ``python -m labkit.measure.sync_floor OUT.json [BATCH]`` adds a run to the list at
 ``OUT.json`` (GPU, driver, versions, date, commit with it); :func:`sync_summary` derives
 what one barrier and one kernel boundary cost from it.
@@ -66,7 +71,7 @@ from labkit.timing import time_cuda_interleaved
 FAN_IN: tuple[int, ...] = (8, 32, 64)
 #: the synchronisation graphs timed per preset, in the order they are replayed in a round
 VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "barriers_2",
-                             "barriers_acquire", "kernels_plain", "kernels_one",
+                             "barriers_acquire", "kernels_plain", "kernels_one", "chain",
                              *(f"barriers_{n}" for n in FAN_IN))
 #: the steps replayed after them in each round
 STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent",
@@ -97,17 +102,32 @@ class _Graph:
         self.runs += 1
 
 
-def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple[Any, int]]]:
-    """The graphs of :data:`VARIANTS` for an ``n_layer``-layer step, and per barrier variant
-    its counters and programs."""
+def settled_row(d_model: int, device: Any = "cpu") -> torch.Tensor:
+    """Where the ``chain`` graph's two rows settle (:func:`labkit.kernels.sync_floor.
+    exchange_row`): ``(d - 1) / 2 + column``."""
+    return (d_model - 1) / 2 + torch.arange(d_model, dtype=torch.float32, device=device)
+
+
+def _variants(n_layer: int, d_model: int,
+              sm: int) -> tuple[dict[str, _Graph], dict[str, tuple[Any, int]], torch.Tensor]:
+    """The graphs of :data:`VARIANTS` for an ``n_layer``-layer step of ``d_model`` features,
+    per barrier variant its counters and programs, and the ``chain`` graph's two rows."""
     kernel = _kernel()
     dev = torch.device("cuda")
     empty = torch.zeros(1, dtype=torch.int64, device=dev)
 
+    row = torch.zeros(2, d_model, dtype=torch.float32, device=dev)
+    block_row = 1 << (d_model - 1).bit_length()
+
     def launch(counter: torch.Tensor, programs: int, barriers: int, pdl: bool = False,
-               ready: int = READY, cooperative: bool = True) -> None:
+               ready: int = READY, cooperative: bool = True, chain: bool = False,
+               first: int = 0) -> None:
         if pdl:
             kernel[(programs,)](counter, programs, BARRIERS=0, PDL=True, launch_pdl=True)
+        elif chain:
+            kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready,
+                                row_ptr=row, first=first, ROW=d_model, BLOCK_ROW=block_row,
+                                launch_cooperative_grid=True)
         elif cooperative:
             kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready,
                                 launch_cooperative_grid=True)
@@ -123,13 +143,15 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
 
     counters: dict[str, tuple[Any, int]] = {}
 
-    def layers(programs: int, name: str, poll: int = READY) -> Callable[[], None]:
+    def layers(programs: int, name: str, poll: int = READY,
+               chain: bool = False) -> Callable[[], None]:
         ready = torch.zeros(n_layer, dtype=torch.int64, device=dev)
         counters[name] = (ready, programs)
 
         def run() -> None:
             for i in range(n_layer):
-                launch(ready[i:i + 1], programs, BARRIERS, ready=poll)
+                launch(ready[i:i + 1], programs, BARRIERS, ready=poll, chain=chain,
+                       first=(BARRIERS + 1) * i)
             launch(empty, sm, 0)
         return run
 
@@ -141,17 +163,22 @@ def _variants(n_layer: int, sm: int) -> tuple[dict[str, _Graph], dict[str, tuple
               "barriers_acquire": _Graph(layers(sm, "barriers_acquire", poll=READY_ACQUIRE)),
               "kernels_plain": _Graph(plain(kernels_per_step(n_layer), cooperative=False)),
               "kernels_one": _Graph(plain(kernels_per_step(n_layer), programs=1,
-                                          cooperative=False))}
+                                          cooperative=False)),
+              "chain": _Graph(layers(sm, "chain", chain=True))}
     for n in FAN_IN:
         graphs[f"barriers_{n}"] = _Graph(layers(n, f"barriers_{n}"))
-    return graphs, counters
+    return graphs, counters, row
 
 
-def _counters_met(graphs: Mapping[str, _Graph], counters: Mapping[str, tuple[Any, int]]) -> bool:
-    """Whether every layer's counter holds four arrivals of every program per run."""
+def _counters_met(graphs: Mapping[str, _Graph], counters: Mapping[str, tuple[Any, int]],
+                  row: torch.Tensor) -> bool:
+    """Whether every layer's counter holds four arrivals of every program per run, and the
+    ``chain`` graph's rows settled where every stage reading its predecessors' row leads."""
     torch.cuda.synchronize()
+    settled = settled_row(row.shape[1], row.device).expand_as(row)
     return all(bool((ready == BARRIERS * programs * graphs[name].runs).all())
-               for name, (ready, programs) in counters.items())
+               for name, (ready, programs) in counters.items()) \
+        and torch.allclose(row, settled, rtol=1e-5, atol=1e-3)
 
 
 def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], dict[str, bool]]:
@@ -190,12 +217,13 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         n_layer = PRESETS[name]["n_layer"]
-        graphs, counters = _variants(n_layer, sm)
+        graphs, counters, row = _variants(n_layer, PRESETS[name]["d_model"], sm)
         for g in graphs.values():
             g.replay()
-        if not _counters_met(graphs, counters):
+        if not _counters_met(graphs, counters, row):
             raise RuntimeError(f"{name}: a barrier graph did not count four arrivals of every "
-                               "program per layer; nothing was timed")
+                               "program per layer, or the chain's row did not settle where "
+                               "its stages lead; nothing was timed")
         steps, equal = _step_graphs(name, batch, context)
         if not all(equal.values()):
             raise RuntimeError(f"{name}: a step's graph gave other tokens than the step run "
@@ -211,7 +239,7 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
                                              or k.startswith("barriers") else "kernels")
                          for k in VARIANTS},
             "fan_in": list(FAN_IN),
-            "counters_met": _counters_met(graphs, counters), "tokens_equal_eager": equal,
+            "counters_met": _counters_met(graphs, counters, row), "tokens_equal_eager": equal,
             "times": {k: t.to_dict() for k, t in times.items()}}
     return out
 
@@ -227,7 +255,10 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     every poll an acquire (``per_barrier_acquire_us``, ``persistent_acquire_us``); in a run
     that timed them, one kernel boundary of launches that are not cooperative, of one SM's
     program and of one program (``per_boundary_plain_us``, ``per_boundary_one_us``) and one
-    barrier of ``n`` programs (``per_barrier_<n>_us``, ``n`` in the run's ``fan_in``)."""
+    barrier of ``n`` programs (``per_barrier_<n>_us``, ``n`` in the run's ``fan_in``), and the
+    step's chain of dependencies with no weights (``chain_us``), what passing the row adds to
+    each of its ``5 L`` stages (``per_exchange_us``: the chain less the barriers alone) and
+    the chain's share of the persistent step (``chain_share``)."""
     p = record["presets"][preset]
     t, n = p["times"], p["launches"]
     barriers = record["barriers_per_layer"] * p["n_layer"]
@@ -254,7 +285,11 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
                 "per_boundary_one_us": med("kernels_one") / n["kernels_one"]}
                if "kernels_one" in t else {}),
             **{f"per_barrier_{k}_us": (med(f"barriers_{k}") - med("launches")) / barriers
-               for k in p.get("fan_in", ())}}
+               for k in p.get("fan_in", ())},
+            **({"chain_us": med("chain"),
+                "per_exchange_us": (med("chain") - med("barriers")) / (barriers + p["n_layer"]),
+                "chain_share": med("chain") / med("triton_persistent")}
+               if "chain" in t else {})}
 
 
 def _provenance() -> dict:
