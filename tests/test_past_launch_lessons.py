@@ -816,6 +816,9 @@ def test_sync_summary_derives_one_barrier_and_one_boundary():
     s = lp.sync_summary(later, "small")
     assert s["chain_us"] == 60.0 and s["chain_share"] == pytest.approx(60.0 / 160.0)
     assert s["per_exchange_us"] == pytest.approx((60.0 - 40.0) / 10)  # 8 barriers, 10 stages
+    assert "persistent_stage_us" not in s
+    t["triton_persistent_stage"] = {**t["triton_persistent"], "median": 140.0}
+    assert lp.sync_summary(later, "small")["persistent_stage_us"] == 140.0
     plain, pdl, persistent = lp.sync_table(_sync_record())
     assert persistent["that alone µs"] == 40.0 and persistent["share of the step"] == "25%"
     assert persistent["what orders its work"] == "3 launches, 8 barriers"

@@ -306,7 +306,32 @@ def test_a_persistent_step_launches_once_per_layer_and_its_counters_only_grow(mo
     assert names == (["layer_kernel"] * m.cfg.n_layer + ["ln_linear_kernel"]) * 2
     assert len(names) == 2 * kernels_per_step(m.cfg.n_layer, "persistent")
     ready = step._workspaces[2].ready
-    assert ready.tolist() == [2 * 4 * step.programs] * m.cfg.n_layer
+    assert ready.tolist() == [[2 * 4 * step.programs, 0, 0, 0, 0]] * m.cfg.n_layer
+
+
+@cpu
+@pytest.mark.parametrize("layout,sizes", [("slot", (1, 2)), ("paged", (3,))])
+def test_persistent_step_with_a_counter_per_stage_gives_the_readable_steps_tokens(
+        layout, sizes):
+    """``counters="stage"``: each stage's producers arrive on a counter of their own and only
+    the next stage's programs with a tile wait on it. Same tokens and cache as the readable
+    step; per step the start counter grows by the programs and each stage counter by the
+    stage's programs with a tile (the interpreter's one program: 1 each)."""
+    m = _model(layout)
+    step = make_triton_step(m, schedule="persistent", counters="stage")
+    launch = step.launches(*_prefill(m, PROMPTS[:1]),
+                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    assert launch.constants["STAGE_COUNTERS"] is True
+    assert step.launch_shape(1)["counters"] == "stage"
+    assert make_triton_step(m, schedule="persistent").counters == "layer"
+    for bs in sizes:
+        prompts = PROMPTS[:bs]
+        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
+    t, p, sl = _prefill(m, PROMPTS[:3])
+    _assert_step_matches_readable(m, step, t, p, sl)
+    ready = step._workspaces[3].ready
+    assert ready[:, 0].tolist() == ready[:, 1].tolist() == ready[:, 4].tolist()
+    assert int(ready[0, 0]) >= 1 and (ready == ready[:, :1]).all()
 
 
 @needs_triton
@@ -338,6 +363,10 @@ def test_schedule_options_are_checked():
         make_triton_step(m, schedule="persistent", waits="never")
     with pytest.raises(ValueError, match="'persistent' only"):
         make_triton_step(m, waits="tile")
+    with pytest.raises(ValueError, match="counters"):
+        make_triton_step(m, schedule="persistent", counters="tile")
+    with pytest.raises(ValueError, match="'persistent' only"):
+        make_triton_step(m, counters="stage")
     with pytest.raises(ValueError, match="poll"):
         make_triton_step(m, schedule="persistent", poll="spin")
     with pytest.raises(ValueError, match="'persistent' only"):
@@ -1010,14 +1039,16 @@ def test_gpu_persistent_attention_tiles_of_several_heads_give_the_readable_steps
 @gpu_compiled
 @pytest.mark.parametrize("bs", [1, 2])
 @pytest.mark.parametrize("waits", WAITS)
-@pytest.mark.parametrize("poll", ["volatile", "acquire"])
-def test_gpu_persistent_step_reads_no_stale_row_with_several_tiles_per_program(bs, waits, poll):
+@pytest.mark.parametrize("poll,counters", [("volatile", "layer"), ("acquire", "layer"),
+                                           ("volatile", "stage")])
+def test_gpu_persistent_step_reads_no_stale_row_with_several_tiles_per_program(bs, waits, poll,
+                                                                               counters):
     """The shape that failed on an H100 before every wait used its acquire's value: the small
     preset in float32 at one or two rows (CUDA-core tiles, 1-2 output columns each, so several
     tiles per program share a 32-byte sector of the rows they read). Float32 tokens equal the
     readable step's, and the same step from the same state repeats itself exactly."""
     m = _cuda_model("small", max_batch=8)
-    step = make_triton_step(m, schedule="persistent", waits=waits, poll=poll)
+    step = make_triton_step(m, schedule="persistent", waits=waits, poll=poll, counters=counters)
     prompts = [[(7 * i + j) % 97 for j in range(3 + 2 * i)] for i in range(bs)]
     assert generate(m, prompts, 8, step_fn=step) == generate(m, prompts, 8)
     t = torch.arange(5, 5 + bs, device="cuda")

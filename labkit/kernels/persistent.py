@@ -33,6 +33,21 @@ of hanging. In Triton's interpreter programs run one after another, so the step 
 program there (``P = 1``), whose barriers it reaches alone: the same code and tile order, the
 waiting untested (see notebook 17 for what a missing acquire does).
 
+With ``STAGE_COUNTERS`` (``TritonStep(counters="stage")``) the grid no longer meets: each
+stage has a counter of its own (``ready_ptr[1:5]``), on which only the programs with a tile of
+the stage arrive (``min(P, tiles)`` a launch), and only the programs with a tile of the next
+stage wait; a program with none goes straight on to the next stage it has a tile in, loads
+that stage's weights and waits there, on the counter of the stage before it. A consumer's
+acquire sees every producer of the stage before, and through their own waits every stage
+before that, so no stage overwrites what an earlier one still reads (``x`` is read in stages
+1 and 4 and written in stages 3 and 5, each writer two counters after the reader). The
+counters only grow, and a launch finds its place on them from a start counter
+(``ready_ptr[0]``) to which every program adds 1 first: the value it gets back, over ``P``, is
+how many launches of this layer came before (:func:`stage_counter`). This is the megakernels'
+counter per producer cut at stage granularity: at one row every stage still reads all of the
+stage before, so the chain of dependencies is as long as with barriers; what changes is how
+many programs arrive and wait at each link.
+
 With ``PREFETCH`` (``make_triton_step(..., prefetch=True)``, compiled kernels only) a program
 first asks L2 for every weight row its tiles of the layer will read, and for the next layer's
 QKV rows, with ``prefetch.global.L2`` (no registers, no wait): only the first tile of a stage
@@ -82,6 +97,46 @@ def prefetch_stage(w_ptr, pid, P, N: tl.constexpr, K: tl.constexpr, COLS: tl.con
 
 
 @triton.jit
+def arrive_after(counter, pid, tiles, STAGE_COUNTERS: tl.constexpr):
+    """Count this program's work of a stage as written: at the grid's barriers every program
+    arrives; with stage counters only a program that had one of the stage's ``tiles``."""
+    if STAGE_COUNTERS:
+        if pid < tiles:
+            arrive(counter)
+    else:
+        arrive(counter)
+
+
+@triton.jit
+def wait_before(counter, target, pid, tiles, READY: tl.constexpr,
+                STAGE_COUNTERS: tl.constexpr):
+    """Wait for the stage before, where nothing is loaded first: at the grid's barriers every
+    program waits; with stage counters only one with one of this stage's ``tiles``."""
+    if STAGE_COUNTERS:
+        if pid < tiles:
+            wait_inputs(counter, target, READY)
+    else:
+        wait_inputs(counter, target, READY)
+
+
+@triton.jit
+def stage_counter(ready_ptr, stage, start, P, tiles, STAGE_COUNTERS: tl.constexpr):
+    """The counter stage ``stage``'s producers arrive on and the next stage's consumers wait
+    on, and the value it reaches once they all arrived in this launch. Barriers: the layer's
+    one counter (``ready_ptr[0]``), ``start + stage P`` (``start``: the counter when the
+    launch began). Stage counters: ``ready_ptr[stage]``, which each launch raises by the
+    stage's programs with a tile, ``min(P, tiles)``: after ``start`` earlier launches,
+    ``(start + 1) min(P, tiles)``."""
+    if STAGE_COUNTERS:
+        counter = ready_ptr + stage
+        target = (start + 1) * tl.minimum(tiles, P)
+    else:
+        counter = ready_ptr
+        target = start + stage * P
+    return counter, target
+
+
+@triton.jit
 def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                  table_ptr, B, eps1, m_ptr, l_ptr, acc_ptr, count_ptr, y_ptr, scale,
@@ -99,7 +154,8 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                  BLOCK_HD: tl.constexpr, QKV_W: tl.constexpr, OUT_W: tl.constexpr,
                  UP_W: tl.constexpr, STAMP: tl.constexpr, PREFETCH: tl.constexpr,
                  NEXT: tl.constexpr, LANES: tl.constexpr, LATER: tl.constexpr,
-                 HEADS: tl.constexpr, GROUPS: tl.constexpr, READY: tl.constexpr = _READY):
+                 HEADS: tl.constexpr, GROUPS: tl.constexpr, READY: tl.constexpr = _READY,
+                 STAGE_COUNTERS: tl.constexpr = False):
     """One layer of a decode step in one launch of ``P`` programs (the module docstring);
     ``*_COLS`` are the column tiles of the QKV, the D-wide and the up-projections, ``*_W``
     their widths (each at most its ``BLOCK_N*``: the heuristic's tiles, or one stripe per
@@ -113,7 +169,8 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     first tile's acquire already ordered every later load of this program). ``READY`` is how
     a wait polls the counter: ``2`` volatile loads, then one acquire (the default), or ``6``
     acquire loads alone (``TritonStep(poll="acquire")``,
-    :func:`labkit.kernels.common.wait_inputs`).
+    :func:`labkit.kernels.common.wait_inputs`). ``STAGE_COUNTERS``: one counter per stage
+    instead of the layer's barriers (the module docstring).
     ``HEADS`` (``TritonStep(heads=)``): attention heads per tile of stage 2; above ``1`` a
     tile is ``HEADS`` heads of one row, unsplit (:func:`attention_heads_tile`; ``GROUPS`` =
     ``ceil(H / HEADS)`` tiles a row), so a program has that many times the key and value
@@ -126,6 +183,11 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     its weights in L2 instead of waiting a round trip to HBM for them."""
     pid = tl.program_id(0)
     stamp(stamp_ptr, pid * STAMPS, STAMP)
+    # each stage's tiles: a program has one iff its pid is below (tiles pid, pid + P, ...)
+    tiles_1 = QKV_COLS * ROW_TILES
+    tiles_2 = B * H * NSPLIT if HEADS == 1 else B * GROUPS
+    tiles_3 = OUT_COLS * ROW_TILES
+    tiles_4 = UP_COLS * ROW_TILES
     if PREFETCH:  # weights only: written by no stage, so no wait needed before asking
         prefetch_stage(qkv_w_ptr, pid, P, 3 * D, D, QKV_COLS, ROW_TILES, QKV_W, LANES)
         prefetch_stage(proj_w_ptr, pid, P, D, D, OUT_COLS, ROW_TILES, OUT_W, LANES)
@@ -133,21 +195,27 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
         prefetch_stage(out_w_ptr, pid, P, D, 4 * D, OUT_COLS, ROW_TILES, OUT_W, LANES)
         if NEXT:
             prefetch_stage(next_qkv_w_ptr, pid, P, 3 * D, D, QKV_COLS, ROW_TILES, QKV_W, LANES)
-    # before this program's first arrival: this launch's start, a multiple of 4 P
-    base = launch_base(ready_ptr, BARRIERS * P)
+    # where this launch starts on its counters (:func:`stage_counter`)
+    if STAGE_COUNTERS:
+        # this layer's launches before this one: each adds P to the start counter
+        # (ready_ptr[0]), and fewer than P of this launch's arrivals precede this one
+        start = tl.atomic_add(ready_ptr, 1, sem="relaxed", scope="gpu") // P
+    else:
+        # before this program's first arrival: this launch's start, a multiple of 4 P
+        start = launch_base(ready_ptr, BARRIERS * P)
     # stage 1: LN1 + QKV + bias + k, v into the cache (layer 0: + the embeddings). It reads
     # what the previous launch wrote: the stream ordered that, nothing to wait for here
-    for t in tl.range(pid, QKV_COLS * ROW_TILES, P):
+    for t in tl.range(pid, tiles_1, P):
         ln_qkv_tile(t % QKV_COLS, t // QKV_COLS, x_ptr, tok_ptr, pos_ptr, slot_ptr,
                     tok_emb_ptr, pos_emb_ptr, ln1_w_ptr, ln1_b_ptr, qkv_w_ptr, qkv_b_ptr,
                     q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, B, eps1, ready_ptr, 0, 0, D,
                     MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, EMBED, BLOCK_B, BLOCK_N, BLOCK_K,
                     DOT, UNROLL, UPCAST, PRECISION, QKV_W)
-    arrive(ready_ptr)
+    counter, target = stage_counter(ready_ptr, 1, start, P, tiles_1, STAGE_COUNTERS)
+    arrive_after(counter, pid, tiles_1, STAGE_COUNTERS)
     stamp(stamp_ptr, pid * STAMPS + 1, STAMP)
     # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
-    target = base + P
-    wait_inputs(ready_ptr, target, READY)
+    wait_before(counter, target, pid, tiles_2, READY, STAGE_COUNTERS)
     if HEADS == 1:  # the plain kernel's tiles: one (row, head, split) each
         for t in tl.range(pid, B * H * NSPLIT, P):
             attention_tile(t // (H * NSPLIT), (t // NSPLIT) % H, t % NSPLIT, q_ptr,
@@ -161,48 +229,48 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
                                  v_cache_ptr, pos_ptr, slot_ptr, table_ptr, y_ptr, scale, H,
                                  HD, D, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, SPLIT, BLOCK_T,
                                  BLOCK_HD, HEADS)
-    arrive(ready_ptr)
+    counter, target = stage_counter(ready_ptr, 2, start, P, tiles_2, STAGE_COUNTERS)
+    arrive_after(counter, pid, tiles_2, STAGE_COUNTERS)
     stamp(stamp_ptr, pid * STAMPS + 2, STAMP)
     # stage 3: out-projection + residual; loads W_proj, then waits for every y (the first
     # tile; the later ones again only with LATER)
-    target = base + 2 * P
-    if pid < OUT_COLS * ROW_TILES:
+    if pid < tiles_3:
         linear_residual_tile(pid % OUT_COLS, pid // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr,
-                             x_ptr, B, ready_ptr, target, READY, D, D, BLOCK_B, BLOCK_N_OUT,
+                             x_ptr, B, counter, target, READY, D, D, BLOCK_B, BLOCK_N_OUT,
                              BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
-    else:
-        wait_inputs(ready_ptr, target, READY)
-    for t in tl.range(pid + P, OUT_COLS * ROW_TILES, P):
+    elif not STAGE_COUNTERS:
+        wait_inputs(counter, target, READY)
+    for t in tl.range(pid + P, tiles_3, P):
         linear_residual_tile(t % OUT_COLS, t // OUT_COLS, y_ptr, proj_w_ptr, proj_b_ptr, x_ptr,
-                             B, ready_ptr, target, LATER, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
+                             B, counter, target, LATER, D, D, BLOCK_B, BLOCK_N_OUT, BLOCK_K,
                              DOT, UNROLL, UPCAST, PRECISION, OUT_W)
-    arrive(ready_ptr)
+    counter, target = stage_counter(ready_ptr, 3, start, P, tiles_3, STAGE_COUNTERS)
+    arrive_after(counter, pid, tiles_3, STAGE_COUNTERS)
     stamp(stamp_ptr, pid * STAMPS + 3, STAMP)
     # stage 4: LN2 + up-projection + GELU; loads W_fc, then waits for the whole residual
-    target = base + 3 * P
-    if pid < UP_COLS * ROW_TILES:
+    if pid < tiles_4:
         ln_linear_tile(pid % UP_COLS, pid // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
-                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, READY, D, 4 * D,
+                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, counter, target, READY, D, 4 * D,
                        True, True, BLOCK_B, BLOCK_N_UP, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION,
                        UP_W)
-    else:
-        wait_inputs(ready_ptr, target, READY)
-    for t in tl.range(pid + P, UP_COLS * ROW_TILES, P):
+    elif not STAGE_COUNTERS:
+        wait_inputs(counter, target, READY)
+    for t in tl.range(pid + P, tiles_4, P):
         ln_linear_tile(t % UP_COLS, t // UP_COLS, x_ptr, ln2_w_ptr, ln2_b_ptr, fc_w_ptr,
-                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, ready_ptr, target, LATER, D,
+                       fc_b_ptr, hidden_ptr, 4 * D, B, eps2, counter, target, LATER, D,
                        4 * D, True, True, BLOCK_B, BLOCK_N_UP, BLOCK_K, DOT, UNROLL, UPCAST,
                        PRECISION, UP_W)
-    arrive(ready_ptr)
+    counter, target = stage_counter(ready_ptr, 4, start, P, tiles_4, STAGE_COUNTERS)
+    arrive_after(counter, pid, tiles_4, STAGE_COUNTERS)
     stamp(stamp_ptr, pid * STAMPS + 4, STAMP)
     # stage 5: down-projection + residual; loads W_out, then waits for every GELU row
-    target = base + 4 * P
-    if pid < OUT_COLS * ROW_TILES:
+    if pid < tiles_3:
         linear_residual_tile(pid % OUT_COLS, pid // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
-                             x_ptr, B, ready_ptr, target, READY, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
+                             x_ptr, B, counter, target, READY, 4 * D, D, BLOCK_B, BLOCK_N_OUT,
                              BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
-    for t in tl.range(pid + P, OUT_COLS * ROW_TILES, P):
+    for t in tl.range(pid + P, tiles_3, P):
         linear_residual_tile(t % OUT_COLS, t // OUT_COLS, hidden_ptr, out_w_ptr, out_b_ptr,
-                             x_ptr, B, ready_ptr, target, LATER, 4 * D, D, BLOCK_B,
+                             x_ptr, B, counter, target, LATER, 4 * D, D, BLOCK_B,
                              BLOCK_N_OUT, BLOCK_K, DOT, UNROLL, UPCAST, PRECISION, OUT_W)
     # no arrival, and nothing for a program without a tile here to wait for: the launch's
     # end orders this layer before the next launch

@@ -51,10 +51,11 @@ from labkit.model import GPTConfig, TinyGPT
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; torch brings typing_extensions
     from typing_extensions import Unpack
 
-__all__ = ["BARRIERS", "PDL_MODES", "POLLS", "SCHEDULES", "WAITS", "Blocks", "Launch",
-           "PdlMode", "PlanOptions", "Poll", "Schedule", "StepOptions", "TritonStep", "Waits",
-           "choose_blocks", "config_blocks", "gpu_launches", "kernels_per_step", "make_triton_step",
-           "stage_tiles", "stripes", "unavailable_reason"]
+__all__ = ["BARRIERS", "COUNTERS", "PDL_MODES", "POLLS", "SCHEDULES", "WAITS", "Blocks",
+           "Counters", "Launch", "PdlMode", "PlanOptions", "Poll", "Schedule", "StepOptions",
+           "TritonStep", "Waits", "choose_blocks", "config_blocks", "gpu_launches",
+           "kernels_per_step", "make_triton_step", "stage_tiles", "stripes",
+           "unavailable_reason"]
 
 unavailable_reason = kernels.unavailable_reason
 
@@ -62,6 +63,7 @@ unavailable_reason = kernels.unavailable_reason
 Schedule = Literal["kernels", "pdl", "persistent"]
 Waits = Literal["tile", "stage"]
 Poll = Literal["volatile", "acquire"]
+Counters = Literal["layer", "stage"]
 #: which of a persistent program's tiles of a stage wait at the stage's barrier: ``"tile"``
 #: every one (a spin, an acquire, a CTA barrier and an L1 invalidation each), ``"stage"`` the
 #: first only (its acquire orders every later load of the program). ``"stage"`` is the
@@ -73,6 +75,14 @@ WAITS: tuple[Waits, ...] = ("tile", "stage")
 #: :mod:`labkit.kernels.waits`)
 POLLS: tuple[Poll, ...] = ("volatile", "acquire")
 _POLL_WAIT = {"volatile": READY, "acquire": READY_ACQUIRE}
+#: what a persistent layer launch's stages wait on: ``"layer"``, one counter per layer at
+#: which the whole grid meets between stages (four barriers; the default), or ``"stage"``,
+#: one counter per stage on which only the programs with a tile of the stage arrive, and only
+#: those with a tile of the next stage wait (:func:`labkit.kernels.persistent.stage_counter`)
+COUNTERS: tuple[Counters, ...] = ("layer", "stage")
+#: counters per layer of a persistent step: the layer's (or, with stage counters, its start
+#: counter) and one per stage boundary
+_LAYER_COUNTERS = 5
 #: how a Triton step orders its tiles (the module docstring)
 SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
 #: how each schedule's kernels wait for their inputs (:mod:`labkit.kernels.waits`; PDL_ORDER
@@ -263,7 +273,9 @@ class _Workspace:
     acc: torch.Tensor      # (B, splits, D) float32: unnormalised output, heads side by side
     count: torch.Tensor    # (B, H) int32: splits done this step (zero between steps)
     y: torch.Tensor        # (B, D) the attention output, heads side by side
-    ready: torch.Tensor    # (L,) int64: the persistent layers' barrier counters (only grow)
+    #: (L, 5) int64: the persistent layers' counters (only grow): the layer's barrier counter
+    #: (or, with stage counters, its start counter), then one per stage boundary
+    ready: torch.Tensor
     #: (L, programs, 6) int64: persistent with ``stamps``: each program's clock (ns) at its
     #: start, its four arrivals and its end, per layer launch (else ``None``)
     stamps: torch.Tensor | None = None
@@ -308,7 +320,8 @@ class TritonStep:
     wait at its barrier (:data:`WAITS`), and ``heads``, the attention heads of one row per
     tile of the attention stage (a power of two; above 1 the stage attends unsplit,
     :func:`labkit.kernels.attention.attention_heads_tile`), and ``poll``, how a wait polls
-    the ready counter (:data:`POLLS`).
+    the ready counter (:data:`POLLS`), and ``counters``, whether the grid meets at one counter
+    per layer or each stage's producers arrive on a counter of their own (:data:`COUNTERS`).
     PDL only: ``pdl``, how each kernel overlaps the one before (:data:`PDL_MODES`)."""
 
     def __init__(self, model: TinyGPT, *,
@@ -317,8 +330,9 @@ class TritonStep:
                  cooperative: bool = True, pdl: PdlMode = "overlap",
                  stripes: bool = False, stamps: bool = False,
                  prefetch: bool = False, waits: Waits = "stage", heads: int = 1,
-                 poll: Poll = "volatile") -> None:
+                 poll: Poll = "volatile", counters: Counters = "layer") -> None:
         check_choice(waits, "waits", WAITS)
+        check_choice(counters, "counters", COUNTERS)
         check_choice(poll, "poll", POLLS)
         check_choice(schedule, "schedule", SCHEDULES)
         check_choice(pdl, "pdl", PDL_MODES)
@@ -334,11 +348,11 @@ class TritonStep:
                            "of two such as 1, 2 or 4")
         if (programs is not None or cooperative is not True or stripes is not False
                 or stamps is not False or prefetch is not False
-                or waits != "stage" or heads != 1 or poll != "volatile") \
-                and schedule != "persistent":
+                or waits != "stage" or heads != 1 or poll != "volatile"
+                or counters != "layer") and schedule != "persistent":
             raise ValueError("programs=, cooperative=, stripes=, stamps=, prefetch=, waits=, "
-                             "heads= and poll= apply to schedule='persistent' only; this step's "
-                             f"schedule is {schedule!r}")
+                             "heads=, poll= and counters= apply to schedule='persistent' only; "
+                             f"this step's schedule is {schedule!r}")
         for name, flag in (("cooperative", cooperative), ("stripes", stripes),
                            ("stamps", stamps), ("prefetch", prefetch)):
             if not isinstance(flag, bool):
@@ -391,6 +405,8 @@ class TritonStep:
         self.waits: Waits = waits
         #: persistent: how a wait polls the ready counter (:data:`POLLS`)
         self.poll: Poll = poll
+        #: persistent: one counter per layer or one per stage (:data:`COUNTERS`)
+        self.counters: Counters = counters
         #: persistent: attention heads of one row per tile of the attention stage (above 1:
         #: unsplit)
         self.heads = heads
@@ -469,7 +485,7 @@ class TritonStep:
                 "schedule": self.schedule,
                 "programs": self.programs if self.schedule == "persistent" else None,
                 "stripes": self.stripes, "prefetch": self.prefetch, "waits": self.waits,
-                "heads": self.heads, "poll": self.poll,
+                "heads": self.heads, "poll": self.poll, "counters": self.counters,
                 "kernels": kernels_per_step(self.model.cfg.n_layer, self.schedule)}
 
     def _splits(self, bl: Blocks) -> tuple[int, int]:
@@ -498,7 +514,7 @@ class TritonStep:
             acc=torch.empty((b, nsplit, d), dtype=f32, device=dev),
             count=torch.zeros((b, h), dtype=torch.int32, device=dev),
             y=torch.empty((b, d), dtype=cfg.torch_dtype, device=dev),
-            ready=torch.zeros(cfg.n_layer, dtype=torch.int64, device=dev),
+            ready=torch.zeros((cfg.n_layer, _LAYER_COUNTERS), dtype=torch.int64, device=dev),
             stamps=(torch.zeros((cfg.n_layer, self.programs,
                                  int(self._kernels.persistent.STAMPS.value)),
                                 dtype=torch.int64, device=dev) if self.stamps else None))
@@ -599,7 +615,7 @@ class TritonStep:
                       k_cache: torch.Tensor, v_cache: torch.Tensor, where: dict, tiles: dict,
                       rows: int) -> Launch:
         """Layer ``i``'s persistent launch: its five stages in one kernel of
-        :attr:`programs` programs, barrier counter ``ws.ready[i]``."""
+        :attr:`programs` programs, counters ``ws.ready[i]``."""
         m, bl = self.model, ws.blocks
         cfg = m.cfg
         d, nl = cfg.d_model, cfg.n_layer
@@ -621,8 +637,8 @@ class TritonStep:
              ws.y, self._scale, blk.proj.weight, blk.proj.bias, blk.ln2.weight,
              blk.ln2.bias, blk.ln2.eps, blk.fc.weight, blk.fc.bias, ws.hidden,
              blk.fc_out.weight, blk.fc_out.bias, m.layers[min(i + 1, nl - 1)].qkv.weight,
-             ws.ready[i:i + 1],
-             ws.ready[i:i + 1] if ws.stamps is None else ws.stamps[i], self.programs),
+             ws.ready[i],
+             ws.ready[i] if ws.stamps is None else ws.stamps[i], self.programs),
             {"D": d, "H": cfg.n_head, "HD": cfg.head_dim, **where,
              "EMBED": i == 0, "ROW_TILES": rows, "QKV_COLS": qkv[2], "OUT_COLS": out[2],
              "UP_COLS": up[2], "BLOCK_N": qkv[1], "BLOCK_N_OUT": out[1], "BLOCK_N_UP": up[1],
@@ -631,7 +647,8 @@ class TritonStep:
              "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
              "PREFETCH": self.prefetch, "NEXT": self.prefetch and i + 1 < nl,
              "LANES": 32 * bl.warps, "LATER": ready if self.waits == "tile" else 0,
-             "HEADS": self.heads, "GROUPS": _cdiv(cfg.n_head, self.heads), "READY": ready},
+             "HEADS": self.heads, "GROUPS": _cdiv(cfg.n_head, self.heads), "READY": ready,
+             "STAGE_COUNTERS": self.counters == "stage"},
             bl.warps, options)
 
 
@@ -649,6 +666,7 @@ class PlanOptions(TypedDict, total=False):
     waits: Waits
     heads: int
     poll: Poll
+    counters: Counters
 
 
 class StepOptions(PlanOptions, total=False):

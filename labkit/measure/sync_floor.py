@@ -26,8 +26,9 @@ Per preset (``L`` layers), one CUDA graph each:
 
 and, replayed in the same rounds, the three steps whose synchronisation they are: the plain
 Triton step (``triton``), the PDL one (``triton_pdl``) and the persistent one
-(``triton_persistent``, one program per SM), and the persistent step polling with acquire
-loads alone (``triton_persistent_acquire``),
+(``triton_persistent``, one program per SM), the persistent step polling with acquire
+loads alone (``triton_persistent_acquire``) and the one with a counter per stage instead of
+the grid's barriers (``triton_persistent_stage``, ``TritonStep(counters="stage")``),
 each a graph of one batch size (``batch``, bf16, every row at ``context`` positions), their
 graph's greedy tokens first checked equal to the eager step's.
 
@@ -75,7 +76,7 @@ VARIANTS: tuple[str, ...] = ("kernels", "kernels_pdl", "launches", "barriers", "
                              *(f"barriers_{n}" for n in FAN_IN))
 #: the steps replayed after them in each round
 STEPS: tuple[str, ...] = ("triton", "triton_pdl", "triton_persistent",
-                          "triton_persistent_acquire")
+                          "triton_persistent_acquire", "triton_persistent_stage")
 
 
 def _kernel() -> Any:
@@ -189,6 +190,8 @@ def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], d
     for step_name in STEPS:
         if step_name == "triton_persistent_acquire":
             step = make_triton_step(model, schedule="persistent", poll="acquire")
+        elif step_name == "triton_persistent_stage":
+            step = make_triton_step(model, schedule="persistent", counters="stage")
         else:
             step = make_triton_step(model,
                                     schedule=triton_schedule(step_name))  # type: ignore[arg-type]
@@ -258,7 +261,8 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     barrier of ``n`` programs (``per_barrier_<n>_us``, ``n`` in the run's ``fan_in``), and the
     step's chain of dependencies with no weights (``chain_us``), what passing the row adds to
     each of its ``5 L`` stages (``per_exchange_us``: the chain less the barriers alone) and
-    the chain's share of the persistent step (``chain_share``)."""
+    the chain's share of the persistent step (``chain_share``); and the persistent step with a
+    counter per stage (``persistent_stage_us``) where a run timed it."""
     p = record["presets"][preset]
     t, n = p["times"], p["launches"]
     barriers = record["barriers_per_layer"] * p["n_layer"]
@@ -286,6 +290,8 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
                if "kernels_one" in t else {}),
             **{f"per_barrier_{k}_us": (med(f"barriers_{k}") - med("launches")) / barriers
                for k in p.get("fan_in", ())},
+            **({"persistent_stage_us": med("triton_persistent_stage")}
+               if "triton_persistent_stage" in t else {}),
             **({"chain_us": med("chain"),
                 "per_exchange_us": (med("chain") - med("barriers")) / (barriers + p["n_layer"]),
                 "chain_share": med("chain") / med("triton_persistent")}
