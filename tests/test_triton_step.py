@@ -130,6 +130,15 @@ def _assert_step_matches_readable(m, step, t, p, s):
     torch.testing.assert_close(kv_got, kv_want, rtol=1e-6, atol=1e-6)
 
 
+def _assert_tokens_and_step_match(m, step, sizes):
+    """Greedy tokens of every batch size in ``sizes`` equal the readable step's, then one
+    step of three rows matches it (:func:`_assert_step_matches_readable`)."""
+    for bs in sizes:
+        prompts = PROMPTS[:bs]
+        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5), bs
+    _assert_step_matches_readable(m, step, *_prefill(m, PROMPTS[:3]))
+
+
 # ---------------------------------------------------------------------------------- correctness
 
 
@@ -151,11 +160,7 @@ def test_every_schedule_gives_the_readable_steps_float32_tokens(schedule, layout
     interpreter, reaching its barriers alone) compute the same tokens and cache."""
     m = _model(layout)
     step = make_triton_step(m, schedule=schedule)
-    for bs in sizes:
-        prompts = PROMPTS[:bs]
-        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
-    t, p, sl = _prefill(m, PROMPTS[:3])
-    _assert_step_matches_readable(m, step, t, p, sl)
+    _assert_tokens_and_step_match(m, step, sizes)
 
 
 @cpu
@@ -172,11 +177,7 @@ def test_persistent_stripes_give_the_readable_steps_float32_tokens(layout, sizes
     assert (c["QKV_W"], c["QKV_COLS"]) == (3 * d // 3, 3)          # 3 programs, 1 row tile
     assert c["OUT_W"] * c["OUT_COLS"] >= d and c["OUT_W"] <= c["BLOCK_N_OUT"]
     assert c["OUT_W"] < c["BLOCK_N_OUT"] and c["UP_W"] < c["BLOCK_N_UP"]  # lanes masked
-    for bs in sizes:
-        prompts = PROMPTS[:bs]
-        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
-    t, p, sl = _prefill(m, PROMPTS[:3])
-    _assert_step_matches_readable(m, step, t, p, sl)
+    _assert_tokens_and_step_match(m, step, sizes)
 
 
 @cpu
@@ -196,11 +197,7 @@ def test_persistent_step_gives_the_readable_steps_float32_tokens_whichever_tiles
     assert step.launch_shape(1)["waits"] == waits == make_triton_step(
         m, schedule="persistent", waits=waits).waits
     assert make_triton_step(m, schedule="persistent").waits == "stage"
-    for bs in sizes:
-        prompts = PROMPTS[:bs]
-        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
-    t, p, sl = _prefill(m, PROMPTS[:3])
-    _assert_step_matches_readable(m, step, t, p, sl)
+    _assert_tokens_and_step_match(m, step, sizes)
 
 
 @cpu
@@ -218,11 +215,7 @@ def test_persistent_step_polling_with_acquire_loads_gives_the_readable_steps_tok
         assert launch.constants["READY"] == 6
         assert launch.constants["LATER"] == (6 if waits == "tile" else 0)
         assert step.launch_shape(1)["poll"] == "acquire"
-        for bs in sizes:
-            prompts = PROMPTS[:bs]
-            assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
-        t, p, sl = _prefill(m, PROMPTS[:3])
-        _assert_step_matches_readable(m, step, t, p, sl)
+        _assert_tokens_and_step_match(m, step, sizes)
     default = make_triton_step(m, schedule="persistent")
     assert default.poll == "volatile" and default.launches(
         *_prefill(m, PROMPTS[:1]),
@@ -324,11 +317,7 @@ def test_persistent_step_with_a_counter_per_stage_gives_the_readable_steps_token
     assert launch.constants["STAGE_COUNTERS"] is True
     assert step.launch_shape(1)["counters"] == "stage"
     assert make_triton_step(m, schedule="persistent").counters == "layer"
-    for bs in sizes:
-        prompts = PROMPTS[:bs]
-        assert generate(m, prompts, 5, step_fn=step) == generate(m, prompts, 5)
-    t, p, sl = _prefill(m, PROMPTS[:3])
-    _assert_step_matches_readable(m, step, t, p, sl)
+    _assert_tokens_and_step_match(m, step, sizes)
     ready = step._workspaces[3].ready
     assert ready[:, 0].tolist() == ready[:, 1].tolist() == ready[:, 4].tolist()
     assert int(ready[0, 0]) >= 1 and (ready == ready[:, :1]).all()
