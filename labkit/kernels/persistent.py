@@ -167,9 +167,9 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     A stage's first tile loads its weights, then waits at the barrier; ``LATER`` is how the
     stage's later tiles of this program wait: ``READY`` each again, ``0`` not at all (the
     first tile's acquire already ordered every later load of this program). ``READY`` is how
-    a wait polls the counter: ``2`` volatile loads, then one acquire (the default), or ``6``
-    acquire loads alone (``TritonStep(poll="acquire")``,
-    :func:`labkit.kernels.common.wait_inputs`). ``STAGE_COUNTERS``: one counter per stage
+    a wait polls the counter (:mod:`labkit.kernels.waits`): ``READY``, volatile loads, then one
+    acquire (the default), or ``READY_ACQUIRE``, acquire loads alone
+    (``TritonStep(poll="acquire")``, :func:`labkit.kernels.common.wait_inputs`). ``STAGE_COUNTERS``: one counter per stage
     instead of the layer's barriers (the module docstring).
     ``HEADS`` (``TritonStep(heads=)``): attention heads per tile of stage 2; above ``1`` a
     tile is ``HEADS`` heads of one row, unsplit (:func:`attention_heads_tile`; ``GROUPS`` =
