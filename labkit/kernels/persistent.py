@@ -169,8 +169,9 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     first tile's acquire already ordered every later load of this program). ``READY`` is how
     a wait polls the counter (:mod:`labkit.kernels.waits`): ``READY``, volatile loads, then one
     acquire (the default), or ``READY_ACQUIRE``, acquire loads alone
-    (``TritonStep(poll="acquire")``, :func:`labkit.kernels.common.wait_inputs`). ``STAGE_COUNTERS``: one counter per stage
-    instead of the layer's barriers (the module docstring).
+    (``TritonStep(poll="acquire")``, :func:`labkit.kernels.common.wait_inputs`).
+    ``STAGE_COUNTERS``: one counter per stage instead of the layer's barriers (the module
+    docstring).
     ``HEADS`` (``TritonStep(heads=)``): attention heads per tile of stage 2; above ``1`` a
     tile is ``HEADS`` heads of one row, unsplit (:func:`attention_heads_tile`; ``GROUPS`` =
     ``ceil(H / HEADS)`` tiles a row), so a program has that many times the key and value
