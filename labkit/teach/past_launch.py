@@ -1002,8 +1002,9 @@ def sync_provenance(record: Mapping[str, Any]) -> str:
 
 def sync_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per preset and step (µs, medians): what orders the step's work, the step's replay,
-    the same synchronisation with no work (empty launches; for the persistent step its layer
-    launches meeting at their barriers, at one program per SM), and its share of the step."""
+    the same synchronisation with no work (empty launches, cooperative but PDL's; for the
+    persistent step its layer launches meeting at their barriers, at one program per SM), and
+    its share of the step."""
     out = []
     for name in record["presets"]:
         s = sync_summary(record, name)
@@ -1023,10 +1024,11 @@ def sync_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def sync_units(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per preset (µs): one kernel boundary of the plain step's graph, one of the persistent
-    step's (its ``L + 1`` launches alone), one PDL boundary, one barrier of one and of two
-    programs per SM (:func:`labkit.measure.sync_floor.sync_summary`)."""
-    return [{"model": name, "one kernel boundary": _r(s["per_boundary_us"], 2),
+    """Per preset (µs): one cooperative empty launch of the ``5 L + 1`` (standing in for a
+    kernel boundary of the plain step, whose kernels are not cooperative), one of the
+    persistent step's (its ``L + 1`` launches alone), one PDL boundary, one barrier of one and
+    of two programs per SM (:func:`labkit.measure.sync_floor.sync_summary`)."""
+    return [{"model": name, "one cooperative launch": _r(s["per_boundary_us"], 2),
              "one persistent launch": _r(s["per_launch_us"], 2),
              "one PDL boundary": _r(s["per_pdl_boundary_us"], 2),
              "one barrier": _r(s["per_barrier_us"], 2),
@@ -1062,8 +1064,9 @@ def sync_verdicts(records: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
 
 
 def barrier_dearer(records: Sequence[Mapping[str, Any]]) -> bool:
-    """In every run and preset one barrier costs more than one kernel boundary of the plain
-    step's graph, by more than the spread: over a step's ``4 L`` barriers the difference
+    """In every run and preset one barrier costs more than one cooperative empty launch of the
+    ``5 L + 1`` (the plain step's boundaries, launched the persistent step's way), by more
+    than the spread: over a step's ``4 L`` barriers the difference
     exceeds the larger p10–p90 spread of the two graphs."""
     def holds(r: Mapping[str, Any], name: str) -> bool:
         s = sync_summary(r, name)
