@@ -49,6 +49,7 @@ import importlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -203,10 +204,12 @@ def _step_graphs(name: str, batch: int, context: int) -> tuple[dict[str, Any], d
 
 
 def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int = 1,
-                       context: int = 128, repeats: int = 30, inner: int = 20) -> dict:
+                       context: int = 128, repeats: int = 30, inner: int = 20,
+                       log: Callable[[str], None] | None = None) -> dict:
     """Per preset the replay times of the graphs of :data:`VARIANTS` and :data:`STEPS`
     (:meth:`Stats.to_dict`, µs), replayed in turn ``repeats`` rounds of ``inner`` replays
-    after one replay each checked the barriers and the steps' tokens."""
+    after one replay each checked the barriers and the steps' tokens. ``log``: told what
+    starts (capturing, timing) and when, if given."""
     _need_cuda("measure_sync_floor")
     _need_compiled()
     repeats = as_int(repeats, "repeats", minimum=3)
@@ -220,6 +223,8 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         n_layer = PRESETS[name]["n_layer"]
+        if log:
+            log(f"{name}: capturing {len(VARIANTS)} synchronisation graphs")
         graphs, counters, row = _variants(n_layer, PRESETS[name]["d_model"], sm)
         for g in graphs.values():
             g.replay()
@@ -227,12 +232,16 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
             raise RuntimeError(f"{name}: a barrier graph did not count four arrivals of every "
                                "program per layer, or the chain's row did not settle where "
                                "its stages lead; nothing was timed")
+        if log:
+            log(f"{name}: capturing and checking {len(STEPS)} steps at batch {batch}")
         steps, equal = _step_graphs(name, batch, context)
         if not all(equal.values()):
             raise RuntimeError(f"{name}: a step's graph gave other tokens than the step run "
                                f"eagerly ({equal}); nothing was timed")
         fns = {k: g.replay for k, g in graphs.items()}
         fns.update({k: partial(gs.replay, batch) for k, gs in steps.items()})
+        if log:
+            log(f"{name}: timing {len(fns)} graphs, {repeats} rounds of {inner} replays")
         times = time_cuda_interleaved(fns, warmup=10, repeats=repeats, inner=inner)
         for gs in steps.values():
             gs.release()
@@ -308,7 +317,10 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) not in (1, 2):
         sys.exit("usage: python -m labkit.measure.sync_floor OUT.json [BATCH]")
     batch = int(argv[1]) if len(argv) == 2 else 1
-    record = {**_provenance(), **measure_sync_floor(batch=batch)}
+    def log(message: str) -> None:
+        print(f"[sync_floor {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    record = {**_provenance(), **measure_sync_floor(batch=batch, log=log)}
     runs = []
     if os.path.exists(argv[0]):
         with open(argv[0], encoding="utf-8") as f:
