@@ -4,7 +4,8 @@ step with the heuristic's tiles and with each candidate change, each captured in
 and replayed in turn (``time_cuda_interleaved``), after checking the bf16 logits against the
 readable step's; then the per-kernel profile of the heuristic. Prints one JSON line each.
 
-    python scripts/triton_sweep.py [--schedule persistent|prefetch|heads] [--sizes 1,8,64] \
+    python scripts/triton_sweep.py [--schedule persistent|prefetch|heads|counters] \
+        [--sizes 1,8,64] \
         [PRESET ...]
 
 (one JSON line each on standard output; ``--sizes``: the persistent schedules' batch sizes).
@@ -19,6 +20,9 @@ waiting at the barrier (``waits=``), then the stage tables of its clock stamps
 sweeps ``HEADS``: the persistent attention stage with tiles of several heads of one row,
 unsplit (``make_triton_step(..., heads=)``), beside unsplit tiles of one head (which tells
 the two changes apart), then the stage tables with one head and with four a tile.
+``--schedule counters`` sweeps ``COUNTERS``: the persistent step whose grid meets at one
+counter per layer (the default) against one counter per stage (``counters="stage"``), then
+the stage tables of both.
 
 ``data/sweeps/h200/triton_tiles_3.jsonl`` is its output on an H200, ``persistent_tiles.jsonl``
 beside it that of ``--schedule persistent`` (see data/sweeps/README.md).
@@ -86,11 +90,21 @@ HEADS = [({}, 1, False, False, "stage", 1), ({"splits": 1}, 1, False, False, "st
          ({}, 1, False, False, "stage", 2), ({}, 1, False, False, "stage", 4),
          ({"t": 32}, 1, False, False, "stage", 4), ({"t": 16}, 1, False, False, "stage", 8),
          ({}, 2, False, False, "stage", 2), ({"t": 32}, 2, False, False, "stage", 4)]
-#: the stamped variants of each table's stage tables: (prefetch, waits, heads)
+#: ``--schedule counters``: (tiles, programs per SM, stripes, prefetch, waits, heads,
+#: counters): the default persistent step (the grid meets at one counter per layer) and the
+#: same with a counter per stage (``make_triton_step(..., counters="stage")``), at one and two
+#: programs per SM, then a counter per stage with stripes (every program then has a tile of
+#: every stage, as at a barrier)
+COUNTERS = [({}, 1, False, False, "stage", 1, "layer"), ({}, 1, False, False, "stage", 1, "stage"),
+            ({}, 2, False, False, "stage", 1, "layer"), ({}, 2, False, False, "stage", 1, "stage"),
+            ({}, 1, True, False, "stage", 1, "stage")]
+#: the stamped variants of each table's stage tables: (prefetch, waits, heads[, counters])
 STAMPED_VARIANTS = {"prefetch": ((False, "tile", 1), (False, "stage", 1), (True, "stage", 1)),
-                    "heads": ((False, "stage", 1), (False, "stage", 4))}
+                    "heads": ((False, "stage", 1), (False, "stage", 4)),
+                    "counters": ((False, "stage", 1, "layer"), (False, "stage", 1, "stage"))}
 #: the persistent schedules' candidate tables, by ``--schedule``
-PERSISTENT_SWEEPS = {"persistent": PERSISTENT, "prefetch": PREFETCH, "heads": HEADS}
+PERSISTENT_SWEEPS = {"persistent": PERSISTENT, "prefetch": PREFETCH, "heads": HEADS,
+                     "counters": COUNTERS}
 #: stamped replays per batch size for the stage tables
 STAMPED = 10
 
@@ -164,6 +178,8 @@ def sweep_persistent(name: str, table: list = PERSISTENT, sizes: tuple = PROFILE
         for i, (change, per_sm, stripes, prefetch, waits, *more) in enumerate(table):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
             heads = {"heads": more[0]} if more else {}
+            if len(more) > 1:  # the counters table
+                heads["counters"] = more[1]
             candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
                                          "programs": per_sm * sm, "stripes": stripes,
                                          "prefetch": prefetch, "waits": waits, **heads},
@@ -184,15 +200,16 @@ def stage_tables(model, name: str, b: int, inputs, plain, variants: tuple) -> No
                                             stamped_replays)
 
     per_layer, head = plain_kernel_us(plain, inputs, model.cfg.n_layer)
-    for prefetch, waits, heads in variants:
+    for prefetch, waits, heads, *counters in variants:
+        more = {"counters": counters[0]} if counters else {}
         step = make_triton_step(model, schedule="persistent", stamps=True, prefetch=prefetch,
-                                waits=waits, heads=heads)
+                                waits=waits, heads=heads, **more)
         gs = captured(model, step, b, inputs)
         splits = [stage_split(raw) for raw in stamped_replays(gs, step, b, STAMPED)]
         gs.release()
         rows = stage_rows(splits, per_layer)
         emit(preset=name, b=b, stamped=True, prefetch=prefetch, waits=waits,
-             **({"heads": heads} if heads != 1 else {}), head_us=round(head, 2),
+             **({"heads": heads} if heads != 1 else {}), **more, head_us=round(head, 2),
              gaps_us=round(statistics.median(g for s in splits for g in s["gaps"]), 2),
              stages=[{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
                      for r in rows])
