@@ -1198,5 +1198,7 @@ def test_measure_sync_floor_on_the_gpu():
     assert p["tokens_equal_eager"] == dict.fromkeys(STEPS, True)
     assert p["launches"]["barriers_acquire"] == kernels_per_step(2, "persistent")
     assert p["launches"]["kernels_one"] == kernels_per_step(2)
+    assert p["launches"]["chain"] == p["launches"]["barriers_8"] == kernels_per_step(
+        2, "persistent")
     assert {f"per_barrier_{n}_us" for n in p["fan_in"]} <= set(s), s
     json.dumps(rec)

@@ -247,7 +247,7 @@ def measure_sync_floor(presets: Sequence[str] = ("small", "gpt2"), *, batch: int
             gs.release()
         out["presets"][name] = {
             "n_layer": n_layer,
-            "launches": {k: kernels_per_step(n_layer, "persistent" if k == "launches"
+            "launches": {k: kernels_per_step(n_layer, "persistent" if k in ("launches", "chain")
                                              or k.startswith("barriers") else "kernels")
                          for k in VARIANTS},
             "fan_in": list(FAN_IN),
@@ -265,8 +265,8 @@ def sync_summary(record: Mapping[str, Any], preset: str) -> dict[str, float]:
     step, ``kernels_pdl`` of the PDL one, ``barriers`` of the persistent one); in a run that
     timed them (since ``poll="acquire"`` exists), one barrier and the persistent step with
     every poll an acquire (``per_barrier_acquire_us``, ``persistent_acquire_us``); in a run
-    that timed them, one kernel boundary of launches that are not cooperative, of one SM's
-    program and of one program (``per_boundary_plain_us``, ``per_boundary_one_us``) and one
+    that timed them, one empty launch that is not cooperative, of one program per SM and of
+    one program (``per_boundary_plain_us``, ``per_boundary_one_us``) and one
     barrier of ``n`` programs (``per_barrier_<n>_us``, ``n`` in the run's ``fan_in``), and the
     step's chain of dependencies with no weights (``chain_us``), what passing the row adds to
     each of its ``5 L`` stages (``per_exchange_us``: the chain less the barriers alone) and
