@@ -80,9 +80,6 @@ _POLL_WAIT = {"volatile": READY, "acquire": READY_ACQUIRE}
 #: one counter per stage on which only the programs with a tile of the stage arrive, and only
 #: those with a tile of the next stage wait (:func:`labkit.kernels.persistent.stage_counter`)
 COUNTERS: tuple[Counters, ...] = ("layer", "stage")
-#: counters per layer of a persistent step: the layer's (or, with stage counters, its start
-#: counter) and one per stage boundary
-_LAYER_COUNTERS = 5
 #: how a Triton step orders its tiles (the module docstring)
 SCHEDULES: tuple[Schedule, ...] = ("kernels", "pdl", "persistent")
 #: how each schedule's kernels wait for their inputs (:mod:`labkit.kernels.waits`; PDL_ORDER
@@ -100,6 +97,9 @@ _PDL_WAIT = {"overlap": PDL, "release_at_end": PDL_LATE, "wait_first": PDL_FIRST
 #: counter barriers of one persistent layer launch, between its five stages
 #: (:mod:`labkit.kernels.persistent`)
 BARRIERS = 4
+#: counters per layer of a persistent step: the layer's (with stage counters, its start
+#: counter), then one per stage boundary
+_LAYER_COUNTERS = 1 + BARRIERS
 
 
 def kernels_per_step(n_layer: int, schedule: Schedule = "kernels") -> int:
@@ -646,7 +646,7 @@ class TritonStep:
              "BLOCK_S": _pow2(ws.nsplit), "BLOCK_HD": self._block_hd, "QKV_W": qkv[0],
              "OUT_W": out[0], "UP_W": up[0], "STAMP": self.stamps,
              "PREFETCH": self.prefetch, "NEXT": self.prefetch and i + 1 < nl,
-             "LANES": 32 * bl.warps, "LATER": ready if self.waits == "tile" else 0,
+             "LANES": 32 * bl.warps, "LATER": ready if self.waits == "tile" else STREAM,
              "HEADS": self.heads, "GROUPS": _cdiv(cfg.n_head, self.heads), "READY": ready,
              "STAGE_COUNTERS": self.counters == "stage"},
             bl.warps, options)
