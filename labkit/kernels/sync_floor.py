@@ -27,7 +27,8 @@ def exchange_row(row_ptr, phase, pid, P, ROW: tl.constexpr, BLOCK: tl.constexpr)
     mean plus the column, a value that depends on every element read, so that nothing is
     optimised away. Whatever the start, the row settles at ``(ROW - 1) / 2 + column`` (the
     mean's distance from it halves each stage), which :mod:`labkit.measure.sync_floor` checks
-    after the timing: every stage read the row its predecessors wrote. The two buffers
+    after the timing: that the exchanges ran, not that no read was stale (a stale row early in
+    a replay fades within a few stages; the step's own graphs check tokens for that). The two buffers
     alternate: a buffer is written only once every program has passed the barrier after
     reading it."""
     cols = tl.arange(0, BLOCK)

@@ -36,8 +36,8 @@ Every launch has one program per SM (two for ``barriers_2``, fewer where named),
 but ``kernels_plain`` and ``kernels_one`` are cooperative, as the persistent step's are.
 Before anything is timed each graph is replayed once and every layer's counter must have
 grown by exactly four arrivals of every program (all the barriers were met), and the
-``chain`` graph's rows must have settled where every stage reading its predecessors' row
-leads (:func:`settled_row`); after the timing again, for every replay.
+``chain`` graph's rows must have settled where its stages lead (:func:`settled_row`: the
+exchanges ran); after the timing again, for every replay.
 ``python -m labkit.measure.sync_floor OUT.json [BATCH]`` adds a run to the list at
 ``OUT.json`` (GPU, driver, versions, date, commit with it); :func:`sync_summary` derives
 what one barrier and one kernel boundary cost from it.
