@@ -28,9 +28,9 @@ def exchange_row(row_ptr, phase, pid, P, ROW: tl.constexpr, BLOCK: tl.constexpr)
     optimised away. Whatever the start, the row settles at ``(ROW - 1) / 2 + column`` (the
     mean's distance from it halves each stage), which :mod:`labkit.measure.sync_floor` checks
     after the timing: that the exchanges ran, not that no read was stale (a stale row early in
-    a replay fades within a few stages; the step's own graphs check tokens for that). The two buffers
-    alternate: a buffer is written only once every program has passed the barrier after
-    reading it."""
+    a replay fades within a few stages; the step's own graphs check tokens for that). The two
+    buffers alternate: a buffer is written only once every program has passed the barrier
+    after reading it."""
     cols = tl.arange(0, BLOCK)
     mask = cols < ROW
     src = row_ptr + (phase % 2) * ROW
