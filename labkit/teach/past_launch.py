@@ -27,7 +27,7 @@ from labkit.roofline.while_node import version_tuple
 from labkit.support.paths import data_dir, repo_root
 from labkit.teach.lessons import record_data, stat
 from labkit.teach.plots import finish, plotly_go, stats_bar
-from labkit.teach.verdicts import Difference, compare_stats
+from labkit.teach.verdicts import Difference, compare_stats, timing_verdict
 
 # ---------------------------------------------------------------------- the record
 # Rows and verdicts of a ``past_launch_<preset>`` record (labkit.measure.past_launch).
@@ -1042,11 +1042,12 @@ def _sync_stats(record: Mapping[str, Any], preset: str, name: str) -> dict[str, 
 
 def sync_compare(record: Mapping[str, Any], preset: str, a: str, b: str) -> str:
     """Graph ``a`` against graph ``b`` of one run: ``"longer"`` or ``"shorter"`` beyond the
-    spreads (:func:`labkit.teach.verdicts.compare_stats`, interleaved), else ``"within the
-    spread"``."""
-    word = compare_stats(_sync_stats(record, preset, a), _sync_stats(record, preset, b),
-                         interleaved=True).word
-    return {"a higher": "longer", "a lower": "shorter"}.get(word, "within the spread")
+    spreads (:func:`labkit.teach.verdicts.compare_stats`, interleaved), ``"within the
+    spread"``, or the evidence rule's untested word (:func:`labkit.teach.verdicts.
+    timing_verdict`)."""
+    return timing_verdict(compare_stats(_sync_stats(record, preset, a),
+                                        _sync_stats(record, preset, b), interleaved=True),
+                          "shorter", "longer", "within the spread")
 
 
 def sync_verdict(record: Mapping[str, Any], preset: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from labkit.teach import past_launch as pl
@@ -16,6 +17,30 @@ TARGET_CASES = ((0, 4, 4), (3, 4, 4), (16, 4, 4), (19, 4, 4), (32, 4, 4), (35, 4
                 (1, 132, 4), (132 * 4 * 1000 + 131, 132, 4), (7, 3, 2), (12, 3, 2))
 #: the scheduler orders 17.6's wait is run under
 SEEDS = tuple(range(8))
+
+
+def _asked(fn: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., Any]:
+    """The learner's ``fn`` called on a hidden case, its answer through ``convert``, or the
+    name of the exception it raised (a body that breaks or returns None)."""
+    def asked(*case: Any) -> Any:
+        try:
+            return convert(fn(*case))
+        except Exception as exc:  # a body that breaks or returns None
+            return type(exc).__name__
+    return asked
+
+
+def _hidden_cases(ex: Exercise, label: str, asked: Callable[..., Any],
+                  cases: Sequence[tuple], want: Callable[..., Any],
+                  missed_as: Callable[[tuple, Any, Any], str], hint: str) -> bool:
+    """One check of how many of ``cases`` (not shown to the learner) ``asked`` answers as
+    ``want`` does, the first miss (``missed_as(case, got, wanted)``) leading the hint; whether
+    it missed none."""
+    missed = [(case, got, wanted) for case in cases
+              if (got := asked(*case)) != (wanted := want(*case))]
+    first = "" if not missed else f"the first it misses: {missed_as(*missed[0])}; "
+    ex.check(label, len(cases) - len(missed), len(cases), hint=first + hint)
+    return not missed
 
 
 def gain_band(gain: float) -> str:
@@ -128,21 +153,13 @@ def _fit(ex: Exercise, fit: Any) -> None:
     if not ex.check_function("a function of (registers, shared_bytes, warps)", fit):
         return
 
-    def asked(regs: int, shared: int, warps: int) -> Any:
-        try:
-            return int(fit(regs, shared, warps))
-        except Exception as exc:  # a body that breaks or returns None
-            return type(exc).__name__
-
-    missed = [(case, got, want) for case in FIT_CASES
-              if (got := asked(*case)) != (want := pl.programs_per_sm(*case)["fit"])]
-    first = ("" if not missed else "the first it misses: {} registers, {} bytes of shared "
-             "memory, {} warps gave {!r}, not {}; ".format(*missed[0][0], *missed[0][1:]))
-    ex.check(f"right answers on {len(FIT_CASES)} kernels it does not show you",
-             len(FIT_CASES) - len(missed), len(FIT_CASES),
-             hint=first + "the smallest of four limits; registers go to whole warps in units "
-                          "of 256, shared memory to programs with 1 KiB more, in units of 128 "
-                          "bytes")
+    asked = _asked(fit, int)
+    _hidden_cases(ex, f"right answers on {len(FIT_CASES)} kernels it does not show you", asked,
+                  FIT_CASES, lambda *case: pl.programs_per_sm(*case)["fit"],
+                  lambda case, got, want: "{} registers, {} bytes of shared memory, {} warps "
+                                          "gave {!r}, not {}".format(*case, got, want),
+                  "the smallest of four limits; registers go to whole warps in units of 256, "
+                  "shared memory to programs with 1 KiB more, in units of 128 bytes")
     launch = next(r for r in pl.resources_record()["rows"]
                   if (r["preset"], r["batch"], r["per_sm"], r["waits"]) == ("small", 8, 4,
                                                                           "stage"))
@@ -165,20 +182,12 @@ def _sync(ex: Exercise, sync_us: Any, *, record: Any) -> None:
     if not ex.check_function("a function of (layers, barrier_us, launch_us)", sync_us):
         return
 
-    def asked(case: tuple[int, float, float]) -> Any:
-        try:
-            return round(float(sync_us(*case)), 6)
-        except Exception as exc:  # a body that breaks or returns None
-            return type(exc).__name__
-
-    missed = [(case, got) for case in SYNC_CASES
-              if (got := asked(case)) != round(pl.sync_cost(*case), 6)]
-    first = ("" if not missed else "the first it misses: {} layers, a barrier of {} µs and a "
-             "launch of {} µs gave {!r}; ".format(*missed[0][0], missed[0][1]))
-    ex.check(f"right on {len(SYNC_CASES)} made-up costs it does not show you",
-             len(SYNC_CASES) - len(missed), len(SYNC_CASES),
-             hint=first + "count the barriers of one layer launch and the launches of a step")
-    if missed:
+    if not _hidden_cases(ex, f"right on {len(SYNC_CASES)} made-up costs it does not show you",
+                         _asked(sync_us, lambda v: round(float(v), 6)), SYNC_CASES,
+                         lambda *case: round(pl.sync_cost(*case), 6),
+                         lambda case, got, _: "{} layers, a barrier of {} µs and a launch of "
+                                              "{} µs gave {!r}".format(*case, got),
+                         "count the barriers of one layer launch and the launches of a step"):
         return
     predicted, measured = pl.sync_prediction(record, sync_us)
     ex.check_true(f"from small's costs it predicts gpt2's barrier graph ({measured:.1f} µs "
