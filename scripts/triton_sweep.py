@@ -177,14 +177,13 @@ def sweep_persistent(name: str, table: list = PERSISTENT, sizes: tuple = PROFILE
         candidates = []
         for i, (change, per_sm, stripes, prefetch, waits, *more) in enumerate(table):
             blocks = change(plain.blocks_for(b)) if callable(change) else change
-            heads = {"heads": more[0]} if more else {}
-            if len(more) > 1:  # the counters table
-                heads["counters"] = more[1]
+            # the heads and counters tables' extra columns
+            extra = dict(zip(("heads", "counters"), more))
             candidates.append((f"p{i}", {"schedule": "persistent", "blocks": blocks or None,
                                          "programs": per_sm * sm, "stripes": stripes,
-                                         "prefetch": prefetch, "waits": waits, **heads},
+                                         "prefetch": prefetch, "waits": waits, **extra},
                                {"per_sm": per_sm, "stripes": stripes, "prefetch": prefetch,
-                                "waits": waits, **heads}))
+                                "waits": waits, **extra}))
         compare(model, name, b, inputs, {"kernels": captured(model, plain, b, inputs)},
                 candidates)
         if stamped:

@@ -126,15 +126,12 @@ def _variants(n_layer: int, d_model: int,
                first: int = 0) -> None:
         if pdl:
             kernel[(programs,)](counter, programs, BARRIERS=0, PDL=True, launch_pdl=True)
-        elif chain:
-            kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready,
-                                row_ptr=row, first=first, ROW=d_model, BLOCK_ROW=block_row,
-                                launch_cooperative_grid=True)
-        elif cooperative:
-            kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready,
-                                launch_cooperative_grid=True)
-        else:
-            kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready)
+            return
+        extra: dict[str, Any] = ({"row_ptr": row, "first": first, "ROW": d_model,
+                                  "BLOCK_ROW": block_row} if chain else {})
+        if cooperative:
+            extra["launch_cooperative_grid"] = True
+        kernel[(programs,)](counter, programs, BARRIERS=barriers, READY=ready, **extra)
 
     def plain(count: int, pdl: bool = False, programs: int = sm,
               cooperative: bool = True) -> Callable[[], None]:
