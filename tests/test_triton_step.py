@@ -130,6 +130,12 @@ def _assert_step_matches_readable(m, step, t, p, s):
     torch.testing.assert_close(kv_got, kv_want, rtol=1e-6, atol=1e-6)
 
 
+def _first_launch(m, step):
+    """The first launch a step of one prefilled row would make (nothing runs)."""
+    return step.launches(*_prefill(m, PROMPTS[:1]),
+                         torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+
+
 def _assert_tokens_and_step_match(m, step, sizes):
     """Greedy tokens of every batch size in ``sizes`` equal the readable step's, then one
     step of three rows matches it (:func:`_assert_step_matches_readable`)."""
@@ -171,8 +177,7 @@ def test_persistent_stripes_give_the_readable_steps_float32_tokens(layout, sizes
     are exercised) computes the same tokens and cache as the readable step."""
     m = _model(layout)
     step = make_triton_step(m, schedule="persistent", stripes=True)
-    launch = step.launches(*_prefill(m, PROMPTS[:1]),
-                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    launch = _first_launch(m, step)
     c, d = launch.constants, m.cfg.d_model
     assert (c["QKV_W"], c["QKV_COLS"]) == (3 * d // 3, 3)          # 3 programs, 1 row tile
     assert c["OUT_W"] * c["OUT_COLS"] >= d and c["OUT_W"] <= c["BLOCK_N_OUT"]
@@ -191,8 +196,7 @@ def test_persistent_step_gives_the_readable_steps_float32_tokens_whichever_tiles
     launch says which wait its later tiles use."""
     m = _model(layout)
     step = make_triton_step(m, schedule="persistent", waits=waits)
-    launch = step.launches(*_prefill(m, PROMPTS[:1]),
-                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    launch = _first_launch(m, step)
     assert launch.constants["LATER"] == (2 if waits == "tile" else 0)
     assert step.launch_shape(1)["waits"] == waits == make_triton_step(
         m, schedule="persistent", waits=waits).waits
@@ -210,16 +214,13 @@ def test_persistent_step_polling_with_acquire_loads_gives_the_readable_steps_tok
     m = _model(layout)
     for waits in WAITS:
         step = make_triton_step(m, schedule="persistent", poll="acquire", waits=waits)
-        launch = step.launches(*_prefill(m, PROMPTS[:1]),
-                               torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+        launch = _first_launch(m, step)
         assert launch.constants["READY"] == 6
         assert launch.constants["LATER"] == (6 if waits == "tile" else 0)
         assert step.launch_shape(1)["poll"] == "acquire"
         _assert_tokens_and_step_match(m, step, sizes)
     default = make_triton_step(m, schedule="persistent")
-    assert default.poll == "volatile" and default.launches(
-        *_prefill(m, PROMPTS[:1]),
-        torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0].constants["READY"] == 2
+    assert default.poll == "volatile" and _first_launch(m, default).constants["READY"] == 2
 
 
 def _three_head_model(layout="slot"):
@@ -244,8 +245,7 @@ def test_persistent_attention_tiles_of_several_heads_give_the_readable_steps_tok
     shape = step.launch_shape(3)
     assert (shape["heads"], shape["splits"], shape["split_size"]) == (
         heads, 1, -(-m.cfg.max_seq // 8) * 8)
-    launch = step.launches(*_prefill(m, PROMPTS[:1]),
-                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    launch = _first_launch(m, step)
     assert (launch.constants["HEADS"], launch.constants["GROUPS"]) == (
         heads, -(-m.cfg.n_head // heads))
     for bs in (1, 3):
@@ -312,8 +312,7 @@ def test_persistent_step_with_a_counter_per_stage_gives_the_readable_steps_token
     stage's programs with a tile (the interpreter's one program: 1 each)."""
     m = _model(layout)
     step = make_triton_step(m, schedule="persistent", counters="stage")
-    launch = step.launches(*_prefill(m, PROMPTS[:1]),
-                           torch.empty(1, m.cfg.vocab_size, dtype=m.cfg.torch_dtype))[0]
+    launch = _first_launch(m, step)
     assert launch.constants["STAGE_COUNTERS"] is True
     assert step.launch_shape(1)["counters"] == "stage"
     assert make_triton_step(m, schedule="persistent").counters == "layer"
