@@ -218,14 +218,14 @@ def layer_kernel(x_ptr, tok_ptr, pos_ptr, slot_ptr, tok_emb_ptr, pos_emb_ptr,
     # stage 2: attention; waits for every q, k and v of stage 1 (no weights to load first)
     wait_before(counter, target, pid, tiles_2, READY, STAGE_COUNTERS)
     if HEADS == 1:  # the plain kernel's tiles: one (row, head, split) each
-        for t in tl.range(pid, B * H * NSPLIT, P):
+        for t in tl.range(pid, tiles_2, P):
             attention_tile(t // (H * NSPLIT), (t // NSPLIT) % H, t % NSPLIT, q_ptr,
                            k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, table_ptr, m_ptr,
                            l_ptr, acc_ptr, count_ptr, y_ptr, scale, ready_ptr, target, 0, H,
                            HD, D, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, NSPLIT, SPLIT,
                            BLOCK_T, BLOCK_S, BLOCK_HD)
     else:  # HEADS heads of a row per tile, unsplit (GROUPS tiles a row)
-        for t in tl.range(pid, B * GROUPS, P):
+        for t in tl.range(pid, tiles_2, P):
             attention_heads_tile(t // GROUPS, (t % GROUPS) * HEADS, q_ptr, k_cache_ptr,
                                  v_cache_ptr, pos_ptr, slot_ptr, table_ptr, y_ptr, scale, H,
                                  HD, D, MAX_SEQ, PAGED, BLOCK_SIZE, MAX_BLOCKS, SPLIT, BLOCK_T,
